@@ -1,0 +1,16 @@
+# Compiler launcher, linker and flags: ccache when present, lld when the compiler accepts it.
+find_program(EDB_CCACHE ccache)
+if(EDB_CCACHE)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${EDB_CCACHE})
+endif()
+
+include(CheckLinkerFlag)
+check_linker_flag(CXX "-fuse-ld=lld" EDB_HAVE_LLD)
+if(EDB_HAVE_LLD)
+  add_link_options(-fuse-ld=lld)
+endif()
+
+add_compile_options(-Wall -Wextra -Wno-unused-parameter)
+if(EDB_NATIVE)
+  add_compile_options(-march=native)
+endif()

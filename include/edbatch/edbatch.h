@@ -1,0 +1,194 @@
+// The public API of edbatch: Model (parameters), Trace (a recording scope), Expr and the ops,
+// Engine (policy, executor, device). Users include only this; it exposes no LLVM, CUDA or Eigen.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "edbatch/errors.h"
+#include "edbatch/stats.h"
+
+namespace edb {
+
+class Model;
+class Trace;
+class Engine;
+namespace detail {
+struct ModelState;
+struct TraceState;
+struct EngineState;
+}  // namespace detail
+
+// A dense column-major matrix returned by Expr::value(); vectors are rows x 1.
+struct Tensor {
+  int rows = 0;
+  int cols = 0;
+  std::vector<float> data;
+  float operator()(int row, int col = 0) const { return data[size_t(col) * rows + row]; }
+  float scalar() const;  // the only value of a 1x1 tensor; UsageError otherwise
+};
+
+// A handle to a matrix parameter of a Model. Cheap to copy; valid while its Model lives.
+class Parameter {
+ public:
+  Parameter() = default;
+  const std::string& name() const;
+  int rows() const;
+  int cols() const;
+  std::span<float> values() const;  // column-major, for initialisation and inspection
+
+ private:
+  friend class Model;
+  friend class Trace;
+  Parameter(detail::ModelState* model, uint32_t index) : model_(model), index_(index) {}
+  detail::ModelState* model_ = nullptr;
+  uint32_t index_ = 0;
+};
+
+// A lookup table: `entries` vectors of `dim` rows (an embedding). Lookup returns one of them.
+class LookupTable {
+ public:
+  LookupTable() = default;
+  const std::string& name() const;
+  int dim() const;
+  int entries() const;
+  std::span<float> values() const;  // entry e is values()[e*dim, (e+1)*dim)
+
+ private:
+  friend class Model;
+  friend class Trace;
+  LookupTable(detail::ModelState* model, uint32_t index) : model_(model), index_(index) {}
+  detail::ModelState* model_ = nullptr;
+  uint32_t index_ = 0;
+};
+
+// Named parameters with seeded initialisation, saved to and loaded from a checksummed file.
+class Model {
+ public:
+  explicit Model(std::string name = "model", uint64_t seed = 1);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Glorot-uniform initialised; names are unique within a model.
+  Parameter add_parameter(const std::string& name, int rows, int cols);
+  // Uniform in [-scale, scale] with scale = sqrt(3 / dim).
+  LookupTable add_lookup(const std::string& name, int entries, int dim);
+
+  Parameter parameter(const std::string& name) const;  // UsageError when absent
+  LookupTable lookup(const std::string& name) const;
+  const std::string& name() const;
+  size_t parameter_count() const;  // parameters and lookup tables
+  int64_t value_count() const;     // floats over all of them
+
+  // Binary file: magic, format version, entries (name, kind, shape, values), checksum.
+  void save(const std::string& path) const;
+  // Loads values into this model's parameters: every name must exist with the same shape.
+  void load(const std::string& path);
+
+ private:
+  std::unique_ptr<detail::ModelState> state_;
+};
+
+// Which policy, executor and device evaluate traces. Unknown names are a UsageError.
+struct EngineOptions {
+  std::string policy = "sequential";  // sequential (more come with the batched executors)
+  std::string executor = "reference"; // reference: unbatched, node by node, plain Eigen
+  std::string device = "cpu";
+  int threads = 1;
+  bool verify = false;  // check the IR, schedule and plan between stages (tests turn it on)
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineOptions& options() const;
+  const Stats& stats() const;  // summed over every evaluation since construction or reset
+  void reset_stats();
+  size_t signature_count() const;  // distinct batching signatures seen
+
+ private:
+  friend class Trace;
+  std::unique_ptr<detail::EngineState> state_;
+};
+
+// A node of a trace. Cheap to copy. Using an Expr after its Trace has finished is a UsageError.
+class Expr {
+ public:
+  Expr() = default;
+  int rows() const;
+  int cols() const;
+  // Evaluates everything recorded so far (if not yet evaluated) and returns this node's value.
+  Tensor value() const;
+  float scalar() const { return value().scalar(); }
+  bool valid() const { return state_ != nullptr; }
+  uint32_t node_id() const { return id_; }
+
+ private:
+  friend class Trace;
+  friend struct detail::TraceState;
+  Expr(detail::TraceState* state, uint32_t generation, uint32_t id)
+      : state_(state), generation_(generation), id_(id) {}
+  detail::TraceState* state_ = nullptr;
+  uint32_t generation_ = 0;
+  uint32_t id_ = 0;
+};
+
+// A recording scope. Ops record into its graph; nothing runs until run() or Expr::value().
+// Destroying (or finish()ing) the trace ends it. One thread records into a trace at a time.
+class Trace {
+ public:
+  explicit Trace(Engine& engine);
+  ~Trace();
+  Trace(const Trace&) = delete;
+  Trace& operator=(const Trace&) = delete;
+
+  Expr input(int rows, int cols, std::span<const float> values);  // column-major values
+  Expr input(std::span<const float> column);
+  Expr input(std::initializer_list<float> column);
+  Expr param(Parameter parameter);  // the same node for every use within this trace
+  Expr lookup(LookupTable table, int64_t entry);
+
+  void run();      // evaluates every node recorded since the last run
+  void finish();   // ends the trace; its Exprs become invalid
+  size_t node_count() const;
+  std::string dump() const;  // the recorded IR, one node per line
+
+ private:
+  detail::TraceState* state_;
+};
+
+// Ops. Shapes are checked when an op is recorded; a mismatch throws UsageError naming the op and
+// both shapes. All arguments must come from the same trace.
+Expr matmul(const Expr& a, const Expr& b);
+Expr affine(std::initializer_list<Expr> b_w1_x1_w2_x2);  // b + W1 x1 + W2 x2 + ...
+Expr affine(std::span<const Expr> b_w1_x1_w2_x2);
+Expr matvec(const Expr& matrix, const Expr& vector);  // per-instance matrix
+Expr operator+(const Expr& a, const Expr& b);
+Expr operator-(const Expr& a, const Expr& b);
+Expr cmult(const Expr& a, const Expr& b);  // elementwise product
+Expr operator*(const Expr& x, float constant);
+Expr operator*(float constant, const Expr& x);
+Expr operator+(const Expr& x, float constant);
+Expr operator+(float constant, const Expr& x);
+Expr tanh(const Expr& x);
+Expr sigmoid(const Expr& x);
+Expr relu(const Expr& x);
+Expr sum(std::span<const Expr> xs);
+Expr sum(std::initializer_list<Expr> xs);
+Expr concat(std::span<const Expr> xs);
+Expr concat(std::initializer_list<Expr> xs);
+Expr slice(const Expr& x, int begin_row, int end_row);  // rows [begin_row, end_row)
+Expr softmax(const Expr& x);
+Expr log_softmax(const Expr& x);
+Expr pick_neg_log_softmax(const Expr& x, int64_t label);  // -log softmax(x)[label], 1x1
+
+}  // namespace edb

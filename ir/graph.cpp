@@ -1,0 +1,133 @@
+// Op tables generated from ops.def, the Graph container, the verifier and the printer.
+#include <sstream>
+
+#include "edbatch/errors.h"
+#include "ir/ir.h"
+
+namespace edb::ir {
+
+namespace {
+
+struct OpInfo {
+  std::string_view name;
+  int arity;
+  uint32_t flags;
+};
+
+constexpr OpInfo kOpInfo[] = {
+#define EDB_OP(name, arity, flags) {#name, arity, flags},
+#include "ir/ops.def"
+#undef EDB_OP
+};
+
+}  // namespace
+
+std::string_view op_name(Op op) { return kOpInfo[static_cast<int>(op)].name; }
+int op_arity(Op op) { return kOpInfo[static_cast<int>(op)].arity; }
+uint32_t op_flags(Op op) { return kOpInfo[static_cast<int>(op)].flags; }
+
+std::string to_string(Shape shape) {
+  return std::to_string(shape.rows) + "x" + std::to_string(shape.cols);
+}
+
+NodeId Graph::add(Op op, std::span<const NodeId> args, Shape shape, const Attributes& attrs) {
+  Node node;
+  node.op = op;
+  node.args_begin = static_cast<uint32_t>(arg_pool_.size());
+  node.arg_count = static_cast<uint32_t>(args.size());
+  node.shape = shape;
+  node.attrs = attrs;
+  arg_pool_.insert(arg_pool_.end(), args.begin(), args.end());
+  nodes_.push_back(node);
+  return static_cast<NodeId>(nodes_.size() - 1);
+}
+
+uint32_t Graph::add_parameter(const ParameterInfo& info) {
+  // Graphs reference a handful of parameters, so a linear scan beats a map here.
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    if (parameters_[i].uid == info.uid) return static_cast<uint32_t>(i);
+  parameters_.push_back(info);
+  return static_cast<uint32_t>(parameters_.size() - 1);
+}
+
+int64_t Graph::add_constants(std::span<const float> values) {
+  const int64_t offset = static_cast<int64_t>(constants_.size());
+  constants_.insert(constants_.end(), values.begin(), values.end());
+  return offset;
+}
+
+const float* Graph::leaf_data(NodeId id) const {
+  const Node& n = nodes_[id];
+  if (n.op == Op::input) return constants_.data() + n.attrs.index;
+  if (n.op == Op::parameter) return parameters_[n.attrs.parameter].data;
+  return nullptr;
+}
+
+void Graph::clear() {
+  nodes_.clear();
+  arg_pool_.clear();
+  parameters_.clear();
+  constants_.clear();
+}
+
+void verify(const Graph& graph) {
+  std::vector<Shape> shapes;
+  for (NodeId id = 0; id < graph.size(); ++id) {
+    const Node& n = graph.node(id);
+    auto fail = [&](const std::string& what) {
+      throw InternalError("ir::verify: node %" + std::to_string(id) + " (" +
+                          std::string(op_name(n.op)) + "): " + what);
+    };
+    if (static_cast<int>(n.op) >= kOpCount) fail("unknown op");
+    const int arity = op_arity(n.op);
+    if (arity >= 0 && static_cast<int>(n.arg_count) != arity)
+      fail("has " + std::to_string(n.arg_count) + " arguments, op takes " + std::to_string(arity));
+    shapes.clear();
+    for (NodeId arg : graph.args(id)) {
+      if (arg >= id) fail("argument %" + std::to_string(arg) + " is not defined before use");
+      shapes.push_back(graph.node(arg).shape);
+    }
+    if (n.op == Op::parameter || n.op == Op::lookup) {
+      if (n.attrs.parameter >= graph.parameters().size()) fail("parameter index out of range");
+    }
+    if (n.op == Op::input) {
+      // The constant pool must hold the whole input.
+      if (n.attrs.index < 0) fail("negative constant offset");
+      continue;
+    }
+    Shape inferred;
+    try {
+      inferred = n.op == Op::parameter ? graph.parameter(n.attrs.parameter).shape
+                 : n.op == Op::lookup
+                     ? Shape{graph.parameter(n.attrs.parameter).shape.rows, 1}
+                     : infer_shape(n.op, shapes, n.attrs);
+    } catch (const UsageError& e) {
+      fail(std::string("shape inference fails: ") + e.what());
+    }
+    if (!(inferred == n.shape))
+      fail("shape " + to_string(n.shape) + " but inference gives " + to_string(inferred));
+  }
+}
+
+std::string print(const Graph& graph) {
+  std::ostringstream out;
+  for (NodeId id = 0; id < graph.size(); ++id) {
+    const Node& n = graph.node(id);
+    out << '%' << id << " = " << op_name(n.op) << '(';
+    bool first = true;
+    for (NodeId arg : graph.args(id)) {
+      out << (first ? "" : ", ") << '%' << arg;
+      first = false;
+    }
+    out << ") : " << to_string(n.shape);
+    if (n.op == Op::parameter || n.op == Op::lookup)
+      out << " param=" << graph.parameter(n.attrs.parameter).name;
+    if (has_flag(n.op, kConstant)) out << " constant=" << n.attrs.constant;
+    if (has_flag(n.op, kRange)) out << " rows=[" << n.attrs.begin << ',' << n.attrs.end << ')';
+    if (has_flag(n.op, kPerMemberIndex)) out << " index=" << n.attrs.index;
+    out << '\n';
+  }
+  return out.str();
+}
+
+}  // namespace edb::ir

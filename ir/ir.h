@@ -1,0 +1,129 @@
+// The one IR header: ops, shapes, nodes and the Graph that trace/ records into.
+// Scheduling, planning and execution live elsewhere and read a Graph; ir/ includes nothing of ours.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace edb::ir {
+
+using NodeId = uint32_t;
+inline constexpr NodeId kNoNode = ~NodeId{0};
+
+enum OpFlag : uint32_t {
+  kLeaf = 1u << 0,            // holds data; never executed or scheduled
+  kElementwise = 1u << 1,     // out[i] depends on in[i] only
+  kLinear = 1u << 2,          // matrix products (GEMM / GEMV)
+  kReduction = 1u << 3,       // reduces or normalises along rows
+  kDataMovement = 1u << 4,    // copies rows around (concat, slice)
+  kGather = 1u << 5,          // reads a table row chosen per member
+  kPerMemberIndex = 1u << 6,  // Node::index is per-member data, not part of the signature
+  kConstant = 1u << 7,        // Node::constant is an attribute (part of the signature)
+  kRange = 1u << 8,           // Node::begin/end are attributes (part of the signature)
+  kUnbatchable = 1u << 9,     // always runs alone (no op has this yet; the lower bound counts them)
+};
+
+enum class Op : uint8_t {
+#define EDB_OP(name, arity, flags) name,
+#include "ir/ops.def"
+#undef EDB_OP
+};
+
+inline constexpr int kOpCount = 0
+#define EDB_OP(name, arity, flags) +1
+#include "ir/ops.def"
+#undef EDB_OP
+    ;
+
+std::string_view op_name(Op op);
+int op_arity(Op op);  // -1 for variadic
+uint32_t op_flags(Op op);
+inline bool has_flag(Op op, OpFlag flag) { return (op_flags(op) & flag) != 0; }
+
+// Column-major rows x cols; vectors are rows x 1.
+struct Shape {
+  int32_t rows = 0;
+  int32_t cols = 0;
+  int64_t size() const { return int64_t{rows} * cols; }
+  friend bool operator==(Shape, Shape) = default;
+};
+std::string to_string(Shape shape);
+
+// A model parameter or lookup table as the graph sees it: stable identity plus where the data is.
+// For a lookup table, shape is dim x entries and each entry is one column.
+struct ParameterInfo {
+  uint64_t uid = 0;      // process-unique id of the parameter object
+  std::string name;      // stable name ("model/W_iou"); goes into signatures
+  Shape shape;
+  const float* data = nullptr;  // column-major, owned by the model
+};
+
+// Attributes a node may carry; which ones mean something depends on the op's flags.
+struct Attributes {
+  float constant = 0.0f;   // scale, add_const (kConstant)
+  int32_t begin = 0;       // slice (kRange)
+  int32_t end = 0;
+  int64_t index = 0;       // lookup row, pick label (kPerMemberIndex); input: offset in the constant pool
+  uint32_t parameter = 0;  // parameter, lookup: index into Graph::parameters()
+};
+
+struct Node {
+  Op op = Op::input;
+  uint32_t args_begin = 0;  // into Graph's argument pool
+  uint32_t arg_count = 0;
+  Shape shape;
+  Attributes attrs;
+};
+
+class Graph {
+ public:
+  // Appends a node whose arguments are already in the graph; the shape must already be inferred.
+  NodeId add(Op op, std::span<const NodeId> args, Shape shape, const Attributes& attrs = {});
+  // Registers a parameter (deduplicated by uid) and returns its index.
+  uint32_t add_parameter(const ParameterInfo& info);
+  // Copies user data into the graph's constant pool and returns its offset.
+  int64_t add_constants(std::span<const float> values);
+
+  size_t size() const { return nodes_.size(); }
+  const Node& node(NodeId id) const { return nodes_[id]; }
+  std::span<const NodeId> args(NodeId id) const {
+    const Node& n = nodes_[id];
+    return {arg_pool_.data() + n.args_begin, n.arg_count};
+  }
+  std::span<const NodeId> args(const Node& n) const {
+    return {arg_pool_.data() + n.args_begin, n.arg_count};
+  }
+  const std::vector<ParameterInfo>& parameters() const { return parameters_; }
+  const ParameterInfo& parameter(uint32_t index) const { return parameters_[index]; }
+  const float* constants(int64_t offset) const { return constants_.data() + offset; }
+
+  // Where a leaf's data lives (input or parameter node); null for other nodes.
+  const float* leaf_data(NodeId id) const;
+
+  void clear();  // keeps capacity, so a reused graph does not allocate
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<NodeId> arg_pool_;
+  std::vector<ParameterInfo> parameters_;
+  std::vector<float> constants_;
+};
+
+// Shape inference: the output shape of `op` on arguments of the given shapes, or edb::UsageError
+// whose message starts with the public function ("edb::affine(): ...") and gives both shapes.
+Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs);
+
+// Arithmetic of one node as DESIGN.md counts it: 2 per multiply-add, 1 per elementwise op.
+int64_t node_flops(const Graph& graph, NodeId id);
+
+// Checks arity, shapes (re-inferred), arguments defined before use, attribute ranges.
+// Throws edb::InternalError naming the first bad node.
+void verify(const Graph& graph);
+
+// One line per node: "%7 = affine(%1, %2, %6) : 384x1 ...".
+std::string print(const Graph& graph);
+
+}  // namespace edb::ir

@@ -1,0 +1,152 @@
+// Shape inference and flop counts per op. Errors name the public function and both shapes,
+// because they surface while the user records the op.
+#include "edbatch/errors.h"
+#include "ir/ir.h"
+
+namespace edb::ir {
+
+namespace {
+
+[[noreturn]] void shape_error(Op op, const std::string& what) {
+  throw UsageError("edb::" + std::string(op_name(op)) + "(): " + what);
+}
+
+void expect_same(Op op, std::span<const Shape> args) {
+  for (size_t i = 1; i < args.size(); ++i)
+    if (!(args[i] == args[0]))
+      shape_error(op, "argument " + std::to_string(i + 1) + " is " + to_string(args[i]) +
+                          " but argument 1 is " + to_string(args[0]));
+}
+
+void expect_count(Op op, std::span<const Shape> args, size_t at_least) {
+  if (args.size() < at_least)
+    shape_error(op, "needs at least " + std::to_string(at_least) + " arguments, got " +
+                        std::to_string(args.size()));
+}
+
+Shape infer_affine(std::span<const Shape> args) {
+  const Op op = Op::affine;
+  if (args.size() < 3 || args.size() % 2 == 0)
+    shape_error(op, "takes b, W1, x1, W2, x2, ...: an odd count of at least 3 arguments, got " +
+                        std::to_string(args.size()));
+  const Shape b = args[0];
+  for (size_t i = 1; i < args.size(); i += 2) {
+    const Shape w = args[i], x = args[i + 1];
+    const std::string wn = "W" + std::to_string(i / 2 + 1), xn = "x" + std::to_string(i / 2 + 1);
+    if (w.cols != x.rows)
+      shape_error(op, wn + " is " + to_string(w) + " but " + xn + " has " +
+                          std::to_string(x.rows) + " rows");
+    if (w.rows != b.rows)
+      shape_error(op, wn + " is " + to_string(w) + " but b has " + std::to_string(b.rows) +
+                          " rows");
+    if (x.cols != b.cols)
+      shape_error(op, xn + " is " + to_string(x) + " but b has " + std::to_string(b.cols) +
+                          " columns");
+  }
+  return b;
+}
+
+}  // namespace
+
+Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
+  const int arity = op_arity(op);
+  if (arity >= 0 && static_cast<int>(args.size()) != arity)
+    shape_error(op, "takes " + std::to_string(arity) + " arguments, got " +
+                        std::to_string(args.size()));
+  for (const Shape& s : args)
+    if (s.rows <= 0 || s.cols <= 0) shape_error(op, "argument has empty shape " + to_string(s));
+  switch (op) {
+    case Op::input:
+    case Op::parameter:
+    case Op::lookup:
+      throw InternalError("infer_shape: leaf op " + std::string(op_name(op)) +
+                          " has no arguments to infer from");
+    case Op::matmul:
+      if (args[0].cols != args[1].rows)
+        shape_error(op, "A is " + to_string(args[0]) + " but B is " + to_string(args[1]) +
+                            " (A's columns must equal B's rows)");
+      return {args[0].rows, args[1].cols};
+    case Op::affine:
+      return infer_affine(args);
+    case Op::matvec:
+      if (args[1].cols != 1) shape_error(op, "v must be a column vector, got " + to_string(args[1]));
+      if (args[0].cols != args[1].rows)
+        shape_error(op, "M is " + to_string(args[0]) + " but v has " +
+                            std::to_string(args[1].rows) + " rows");
+      return {args[0].rows, 1};
+    case Op::add:
+    case Op::sub:
+    case Op::cmult:
+      expect_same(op, args);
+      return args[0];
+    case Op::sum:
+      expect_count(op, args, 1);
+      expect_same(op, args);
+      return args[0];
+    case Op::scale:
+    case Op::add_const:
+    case Op::tanh:
+    case Op::sigmoid:
+    case Op::relu:
+    case Op::softmax:
+    case Op::log_softmax:
+      return args[0];
+    case Op::concat: {
+      expect_count(op, args, 1);
+      int32_t rows = 0;
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i].cols != args[0].cols)
+          shape_error(op, "argument " + std::to_string(i + 1) + " is " + to_string(args[i]) +
+                              " but argument 1 is " + to_string(args[0]) +
+                              " (column counts must match)");
+        rows += args[i].rows;
+      }
+      return {rows, args[0].cols};
+    }
+    case Op::slice:
+      if (attrs.begin < 0 || attrs.end <= attrs.begin || attrs.end > args[0].rows)
+        shape_error(op, "rows [" + std::to_string(attrs.begin) + ", " + std::to_string(attrs.end) +
+                            ") are not a non-empty range inside " + to_string(args[0]));
+      return {attrs.end - attrs.begin, args[0].cols};
+    case Op::pick_neg_log_softmax:
+      if (args[0].cols != 1)
+        shape_error(op, "x must be a column vector, got " + to_string(args[0]));
+      if (attrs.index < 0 || attrs.index >= args[0].rows)
+        shape_error(op, "label " + std::to_string(attrs.index) + " is outside [0, " +
+                            std::to_string(args[0].rows) + ") for x of " + to_string(args[0]));
+      return {1, 1};
+  }
+  throw InternalError("infer_shape: unhandled op");
+}
+
+int64_t node_flops(const Graph& graph, NodeId id) {
+  const Node& n = graph.node(id);
+  const auto args = graph.args(id);
+  const int64_t size = n.shape.size();
+  switch (n.op) {
+    case Op::input:
+    case Op::parameter:
+    case Op::lookup:
+    case Op::concat:
+    case Op::slice:
+      return 0;
+    case Op::matmul:
+    case Op::matvec:
+      return 2 * size * graph.node(args[0]).shape.cols;
+    case Op::affine: {
+      int64_t flops = 0;
+      for (size_t i = 1; i < args.size(); i += 2) flops += 2 * size * graph.node(args[i]).shape.cols;
+      return flops + size * static_cast<int64_t>(args.size() / 2);  // the adds of the terms
+    }
+    case Op::sum:
+      return size * static_cast<int64_t>(args.size() - 1);
+    case Op::softmax:
+    case Op::log_softmax:
+    case Op::pick_neg_log_softmax:
+      return 3 * graph.node(args[0]).shape.size();  // max, exp-sum, normalise
+    default:
+      return size;  // unary and binary elementwise
+  }
+}
+
+}  // namespace edb::ir

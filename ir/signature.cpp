@@ -1,0 +1,124 @@
+// Signature strings and their interning. The binary key mirrors the string field by field, so key
+// equality and string equality agree (except the "#n" disambiguation of same-named parameters).
+#include "ir/signature.h"
+
+#include <bit>
+#include <cstring>
+#include <sstream>
+
+#include "edbatch/errors.h"
+
+namespace edb::ir {
+
+namespace {
+
+void append_word(std::string& key, uint64_t word) {
+  char bytes[sizeof word];
+  std::memcpy(bytes, &word, sizeof word);
+  key.append(bytes, sizeof word);
+}
+
+uint64_t pack(Shape s) { return (uint64_t{static_cast<uint32_t>(s.rows)} << 32) | uint32_t(s.cols); }
+
+// Identity of an argument that is shared by every member of a batch: a parameter.
+const ParameterInfo* shared_parameter(const Graph& graph, NodeId arg) {
+  const Node& a = graph.node(arg);
+  return a.op == Op::parameter ? &graph.parameter(a.attrs.parameter) : nullptr;
+}
+
+void build_key(const Graph& graph, NodeId id, std::string& key) {
+  const Node& n = graph.node(id);
+  key.clear();
+  append_word(key, uint64_t(n.op) | (uint64_t{n.arg_count} << 8));
+  append_word(key, pack(n.shape));
+  for (NodeId arg : graph.args(id)) {
+    const ParameterInfo* p = shared_parameter(graph, arg);
+    append_word(key, pack(graph.node(arg).shape));
+    append_word(key, p ? p->uid : 0);
+  }
+  if (n.op == Op::lookup) append_word(key, graph.parameter(n.attrs.parameter).uid);
+  if (has_flag(n.op, kConstant)) append_word(key, std::bit_cast<uint32_t>(n.attrs.constant));
+  if (has_flag(n.op, kRange))
+    append_word(key, (uint64_t{uint32_t(n.attrs.begin)} << 32) | uint32_t(n.attrs.end));
+}
+
+char hex_digit(unsigned v) { return "0123456789abcdef"[v & 15]; }
+
+}  // namespace
+
+std::string signature(const Graph& graph, NodeId id) {
+  const Node& n = graph.node(id);
+  std::string s(op_name(n.op));
+  s += '(';
+  bool first = true;
+  for (NodeId arg : graph.args(id)) {
+    if (!first) s += ", ";
+    first = false;
+    if (const ParameterInfo* p = shared_parameter(graph, arg)) s += "param:" + p->name + ':';
+    s += to_string(graph.node(arg).shape);
+  }
+  if (n.op == Op::lookup) {
+    const ParameterInfo& table = graph.parameter(n.attrs.parameter);
+    s += "table:" + table.name + ':' + to_string(table.shape);
+  }
+  s += ')';
+  if (has_flag(n.op, kConstant)) {
+    // Exact bits, so 0.1f and 0.10000001f never share a signature.
+    const uint32_t bits = std::bit_cast<uint32_t>(n.attrs.constant);
+    s += " constant=0x";
+    for (int shift = 28; shift >= 0; shift -= 4) s += hex_digit(bits >> shift);
+  }
+  if (has_flag(n.op, kRange))
+    s += " rows=[" + std::to_string(n.attrs.begin) + "," + std::to_string(n.attrs.end) + ")";
+  s += "->" + to_string(n.shape);
+  return s;
+}
+
+size_t SignatureTable::Hash::operator()(std::string_view s) const {
+  // FNV-1a over 8-byte words; keys are short and word-aligned in length.
+  uint64_t h = 1469598103934665603ull;
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+    h ^= h >> 29;
+  }
+  for (; i < s.size(); ++i) h = (h ^ uint8_t(s[i])) * 1099511628211ull;
+  return static_cast<size_t>(h);
+}
+
+TypeId SignatureTable::intern(const Graph& graph, NodeId id) {
+  if (has_flag(graph.node(id).op, kLeaf)) return kNoType;
+  build_key(graph, id, key_buffer_);
+  if (auto it = by_key_.find(std::string_view(key_buffer_)); it != by_key_.end()) return it->second;
+  std::string name = signature(graph, id);
+  if (by_name_.count(name)) {
+    // Same printed form, different identity (two models that name a parameter alike).
+    const std::string base = name;
+    for (int n = 2; by_name_.count(name); ++n) name = base + " #" + std::to_string(n);
+  }
+  const TypeId type = static_cast<TypeId>(names_.size());
+  names_.push_back(name);
+  by_name_.emplace(std::move(name), type);
+  by_key_.emplace(key_buffer_, type);
+  return type;
+}
+
+void SignatureTable::assign(const Graph& graph, NodeId begin, std::vector<TypeId>& types) {
+  types.resize(graph.size());
+  for (NodeId id = begin; id < graph.size(); ++id) types[id] = intern(graph, id);
+}
+
+std::vector<TypeId> SignatureTable::assign(const Graph& graph) {
+  std::vector<TypeId> types;
+  assign(graph, 0, types);
+  return types;
+}
+
+std::optional<TypeId> SignatureTable::find(std::string_view signature) const {
+  if (auto it = by_name_.find(signature); it != by_name_.end()) return it->second;
+  return std::nullopt;
+}
+
+}  // namespace edb::ir

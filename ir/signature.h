@@ -1,0 +1,51 @@
+// Batching signatures: the canonical printable string of a node (op, every attribute with floats by
+// exact bits, argument shapes, identity of shared operands), interned to dense type ids.
+// Two nodes batch together only when their strings are equal; hashing is only for lookup.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace edb::ir {
+
+using TypeId = uint32_t;
+inline constexpr TypeId kNoType = ~TypeId{0};  // leaves: never scheduled
+
+// The canonical signature string of one node, e.g.
+// "affine(384x1, param:model/U_iou:384x256, 256x1)->384x1".
+std::string signature(const Graph& graph, NodeId id);
+
+// Interns signatures to dense ids. Ids are stable for the table's lifetime (an engine owns one);
+// strings are stable across processes, so anything stored on disk keys on the strings.
+class SignatureTable {
+ public:
+  // The type of every node (kNoType for leaves), computed without building strings for nodes
+  // whose exact binary key was seen before.
+  std::vector<TypeId> assign(const Graph& graph);
+  void assign(const Graph& graph, NodeId begin, std::vector<TypeId>& types);
+  TypeId intern(const Graph& graph, NodeId id);
+
+  const std::string& name(TypeId type) const { return names_[type]; }
+  std::optional<TypeId> find(std::string_view signature) const;
+  size_t size() const { return names_.size(); }
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const;
+  };
+  // Exact binary key (bytes) -> type. Parameters appear by process-unique uid in the key and by
+  // name in the string; two different keys that print alike get a "#n" suffix to stay distinct.
+  std::unordered_map<std::string, TypeId, Hash, std::equal_to<>> by_key_;
+  std::unordered_map<std::string, TypeId, Hash, std::equal_to<>> by_name_;
+  std::vector<std::string> names_;
+  std::string key_buffer_;
+};
+
+}  // namespace edb::ir

@@ -1,0 +1,108 @@
+// The table of contents of an evaluation. Each stage is a free function or a named policy/executor
+// elsewhere; this file only sequences them, checks between them, times them and dumps them.
+#include "runtime/driver.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "scheduler/lower_bound.h"
+
+namespace edb::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_ms(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+std::string print_schedule(const TraceData& trace, const ir::SignatureTable& signatures) {
+  std::ostringstream out;
+  for (size_t b = 0; b < trace.schedule.batch_count(); ++b) {
+    out << "batch " << b << " [" << signatures.name(trace.schedule.batch_type[b]) << "]:";
+    for (ir::NodeId id : trace.schedule.batch(b)) out << " %" << id;
+    out << '\n';
+  }
+  return out.str();
+}
+
+std::string print_plan(const TraceData& trace) {
+  std::ostringstream out;
+  out << "arena " << trace.plan.arena_floats << " floats\n";
+  for (ir::NodeId id : trace.schedule.nodes) out << '%' << id << " @" << trace.plan.offset[id] << '\n';
+  return out.str();
+}
+
+}  // namespace
+
+void TraceData::clear() {
+  graph.clear();
+  types.clear();
+  schedule.clear();
+  plan.offset.clear();
+  plan.arena_floats = 0;
+  evaluated = 0;
+}
+
+DumpFlags DumpFlags::from_environment() {
+  DumpFlags flags;
+  const char* value = std::getenv("EDB_DUMP");
+  if (!value) return flags;
+  const std::string s = value;
+  const bool all = s.find("all") != std::string::npos;
+  flags.ir = all || s.find("ir") != std::string::npos;
+  flags.schedule = all || s.find("schedule") != std::string::npos;
+  flags.plan = all || s.find("plan") != std::string::npos;
+  return flags;
+}
+
+Driver::Driver(const EngineOptions& options)
+    : options_(options),
+      policy_(scheduler::make_policy(options.policy)),
+      executor_(make_executor(options.executor)),
+      dump_(DumpFlags::from_environment()) {
+  if (options.device != "cpu")
+    throw UsageError("edb::Engine: device '" + options.device +
+                     "' is not available in this build (available: cpu)");
+  if (options.threads != 1)
+    throw UsageError("edb::Engine: threads = " + std::to_string(options.threads) +
+                     ", but the " + options.executor + " executor runs on one thread only");
+}
+
+void Driver::evaluate(TraceData& trace) {
+  const ir::NodeId begin = trace.evaluated;
+  if (begin == trace.graph.size()) return;
+  if (options_.verify) ir::verify(trace.graph);
+  if (dump_.ir) std::cerr << "== ir\n" << ir::print(trace.graph);
+
+  auto start = Clock::now();
+  signatures.assign(trace.graph, begin, trace.types);
+  const scheduler::ScheduleInput input{trace.graph, trace.types, begin};
+  policy_->schedule(input, trace.schedule);
+  stats.time.schedule_ms += elapsed_ms(start);
+  if (options_.verify) scheduler::verify(input, trace.schedule);
+  if (dump_.schedule) std::cerr << "== schedule\n" << print_schedule(trace, signatures);
+  start = Clock::now();
+  stats.lower_bound += scheduler::lower_bound(input);  // reporting, not scheduling: timed apart
+  stats.time.lower_bound_ms += elapsed_ms(start);
+
+  start = Clock::now();
+  memplan::plan_batch_order(trace.graph, trace.schedule, trace.plan);
+  if (trace.arena.size() < size_t(trace.plan.arena_floats)) trace.arena.resize(trace.plan.arena_floats);
+  stats.time.plan_ms += elapsed_ms(start);
+  if (options_.verify) memplan::verify(trace.graph, trace.plan);
+  if (dump_.plan) std::cerr << "== plan\n" << print_plan(trace);
+
+  start = Clock::now();
+  executor_->execute(trace.schedule, trace.values(), stats);
+  stats.time.execute_ms += elapsed_ms(start);
+
+  for (ir::NodeId id : trace.schedule.nodes) stats.flops += ir::node_flops(trace.graph, id);
+  stats.nodes += static_cast<int64_t>(trace.schedule.nodes.size());
+  trace.evaluated = static_cast<ir::NodeId>(trace.graph.size());
+}
+
+}  // namespace edb::runtime

@@ -1,0 +1,53 @@
+// Executors run a verified Schedule with a Plan on a device. The reference executor is the oracle:
+// unbatched, node by node, plain Eigen; every other executor and backend is tested against it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "edbatch/stats.h"
+#include "ir/ir.h"
+#include "memplan/plan.h"
+#include "scheduler/schedule.h"
+
+namespace edb::runtime {
+
+// Where every node's value lives: leaves in the graph (inputs) or the model (parameters),
+// everything else in the arena at the plan's offset.
+struct Values {
+  const ir::Graph& graph;
+  const memplan::Plan& plan;
+  float* arena;
+
+  const float* in(ir::NodeId id) const {
+    const float* leaf = graph.leaf_data(id);
+    return leaf ? leaf : arena + plan.offset[id];
+  }
+  float* out(ir::NodeId id) const { return arena + plan.offset[id]; }
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string_view name() const = 0;
+  // Runs every batch of `schedule`; adds batches, kernel calls and bytes gathered to `stats`.
+  virtual void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) = 0;
+};
+
+class ReferenceExecutor final : public Executor {
+ public:
+  std::string_view name() const override { return "reference"; }
+  void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
+};
+
+// Computes one node from its arguments with plain Eigen (shared with tests and later executors'
+// fallbacks, so there is one definition of what each op means).
+void evaluate_node(const Values& values, ir::NodeId id);
+
+std::vector<std::string> executor_names();
+// UsageError naming the accepted executors when `name` is unknown.
+std::unique_ptr<Executor> make_executor(std::string_view name);
+
+}  // namespace edb::runtime

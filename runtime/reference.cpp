@@ -1,0 +1,142 @@
+// The reference executor: one node at a time, each op written plainly with Eigen maps.
+// Dispatch is generated from ir/ops.def, so a new op fails to compile until it is defined here.
+#include <Eigen/Core>
+#include <cmath>
+
+#include "edbatch/errors.h"
+#include "runtime/executor.h"
+
+namespace edb::runtime {
+
+namespace {
+
+using ConstMatrix = Eigen::Map<const Eigen::MatrixXf>;
+using Matrix = Eigen::Map<Eigen::MatrixXf>;
+
+struct NodeContext {
+  const Values& values;
+  ir::NodeId id;
+  const ir::Node& node;
+
+  ConstMatrix arg(size_t i) const {
+    const ir::NodeId a = values.graph.args(node)[i];
+    const ir::Shape s = values.graph.node(a).shape;
+    return ConstMatrix(values.in(a), s.rows, s.cols);
+  }
+  size_t arg_count() const { return node.arg_count; }
+  Matrix out() const { return Matrix(values.out(id), node.shape.rows, node.shape.cols); }
+};
+
+[[noreturn]] void not_executable(const NodeContext& c) {
+  throw InternalError("reference executor: leaf %" + std::to_string(c.id) + " was scheduled");
+}
+
+void eval_input(const NodeContext& c) { not_executable(c); }
+void eval_parameter(const NodeContext& c) { not_executable(c); }
+
+void eval_lookup(const NodeContext& c) {
+  const ir::ParameterInfo& table = c.values.graph.parameter(c.node.attrs.parameter);
+  const int64_t entry = c.node.attrs.index;
+  if (entry < 0 || entry >= table.shape.cols)
+    throw InternalError("lookup entry out of range at node %" + std::to_string(c.id));
+  c.out() = ConstMatrix(table.data + entry * table.shape.rows, table.shape.rows, 1);
+}
+
+void eval_matmul(const NodeContext& c) { c.out().noalias() = c.arg(0) * c.arg(1); }
+void eval_matvec(const NodeContext& c) { c.out().noalias() = c.arg(0) * c.arg(1); }
+
+void eval_affine(const NodeContext& c) {
+  Matrix out = c.out();
+  out = c.arg(0);
+  for (size_t i = 1; i < c.arg_count(); i += 2) out.noalias() += c.arg(i) * c.arg(i + 1);
+}
+
+void eval_add(const NodeContext& c) { c.out() = c.arg(0) + c.arg(1); }
+void eval_sub(const NodeContext& c) { c.out() = c.arg(0) - c.arg(1); }
+void eval_cmult(const NodeContext& c) { c.out() = c.arg(0).cwiseProduct(c.arg(1)); }
+void eval_scale(const NodeContext& c) { c.out() = c.arg(0) * c.node.attrs.constant; }
+void eval_add_const(const NodeContext& c) {
+  c.out() = c.arg(0).array() + c.node.attrs.constant;
+}
+void eval_tanh(const NodeContext& c) {
+  c.out() = c.arg(0).unaryExpr([](float v) { return std::tanh(v); });
+}
+void eval_sigmoid(const NodeContext& c) {
+  c.out() = c.arg(0).unaryExpr([](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+}
+void eval_relu(const NodeContext& c) { c.out() = c.arg(0).cwiseMax(0.0f); }
+
+void eval_sum(const NodeContext& c) {
+  Matrix out = c.out();
+  out = c.arg(0);
+  for (size_t i = 1; i < c.arg_count(); ++i) out += c.arg(i);
+}
+
+void eval_concat(const NodeContext& c) {
+  Matrix out = c.out();
+  int row = 0;
+  for (size_t i = 0; i < c.arg_count(); ++i) {
+    ConstMatrix a = c.arg(i);
+    out.middleRows(row, a.rows()) = a;
+    row += static_cast<int>(a.rows());
+  }
+}
+
+void eval_slice(const NodeContext& c) {
+  c.out() = c.arg(0).middleRows(c.node.attrs.begin, c.node.attrs.end - c.node.attrs.begin);
+}
+
+// Per column: log sum exp, stabilised by the column maximum.
+Eigen::RowVectorXf log_sum_exp(const ConstMatrix& x) {
+  const Eigen::RowVectorXf max = x.colwise().maxCoeff();
+  return max + ((x.rowwise() - max).array().exp().colwise().sum().log()).matrix();
+}
+
+void eval_softmax(const NodeContext& c) {
+  ConstMatrix x = c.arg(0);
+  c.out() = ((x.rowwise() - log_sum_exp(x)).array().exp()).matrix();
+}
+
+void eval_log_softmax(const NodeContext& c) {
+  ConstMatrix x = c.arg(0);
+  c.out() = x.rowwise() - log_sum_exp(x);
+}
+
+void eval_pick_neg_log_softmax(const NodeContext& c) {
+  ConstMatrix x = c.arg(0);
+  c.out()(0, 0) = log_sum_exp(x)(0) - x(c.node.attrs.index, 0);
+}
+
+}  // namespace
+
+void evaluate_node(const Values& values, ir::NodeId id) {
+  const NodeContext context{values, id, values.graph.node(id)};
+  switch (context.node.op) {
+#define EDB_OP(name, arity, flags) \
+  case ir::Op::name:               \
+    eval_##name(context);          \
+    return;
+#include "ir/ops.def"
+#undef EDB_OP
+  }
+  throw InternalError("reference executor: unknown op at node %" + std::to_string(id));
+}
+
+void ReferenceExecutor::execute(const scheduler::Schedule& schedule, const Values& values,
+                                Stats& stats) {
+  for (ir::NodeId id : schedule.nodes) evaluate_node(values, id);
+  stats.batches += static_cast<int64_t>(schedule.batch_count());
+  stats.kernel_calls += static_cast<int64_t>(schedule.nodes.size());
+}
+
+std::vector<std::string> executor_names() { return {"reference"}; }
+
+std::unique_ptr<Executor> make_executor(std::string_view name) {
+  if (name == "reference") return std::make_unique<ReferenceExecutor>();
+  std::string known;
+  for (const std::string& n : executor_names()) known += (known.empty() ? "" : ", ") + n;
+  throw UsageError("edb::Engine: unknown executor '" + std::string(name) + "' (available: " +
+                   known + ")");
+}
+
+}  // namespace edb::runtime

@@ -1,0 +1,123 @@
+// Readers, writers and seeded generators for the three sample data formats (DESIGN.md "Data
+// formats"): SST bracket trees, tagged sentences, character lattices; plus a string Vocabulary.
+// Models and batching live elsewhere: this only turns text into plain structs and back.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <istream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace edb::samples {
+
+// One binary tree, nodes in post-order (children before parent); the root is nodes.back().
+// A leaf is a preterminal "(label word)"; an internal node has exactly two children.
+struct TreeNode {
+  int label = 0;
+  int left = -1;
+  int right = -1;
+  std::string word;  // empty for internal nodes
+  bool is_leaf() const { return left < 0; }
+  bool operator==(const TreeNode&) const = default;
+};
+
+struct Tree {
+  std::vector<TreeNode> nodes;
+  int leaf_count() const;
+  const TreeNode& root() const;  // throws UsageError on an empty tree
+  bool operator==(const Tree&) const = default;
+};
+
+// Depth counting the preterminal level as 1, as gen.py does (a one-word tree has depth 1).
+int tree_depth(const Tree& tree);
+
+// Errors name the input as "NAME:LINE:COL: expected X, found Y"; empty lines are skipped.
+std::vector<Tree> parse_trees(std::istream& in, const std::string& name);
+std::vector<Tree> read_trees(const std::string& path);
+void write_tree(std::ostream& out, const Tree& tree);  // one line, SST format, newline at end
+
+struct TaggedSentence {
+  std::vector<std::string> words;
+  std::vector<std::string> tags;
+  bool operator==(const TaggedSentence&) const = default;
+};
+
+std::vector<TaggedSentence> parse_tagged(std::istream& in, const std::string& name);
+std::vector<TaggedSentence> read_tagged(const std::string& path);
+void write_tagged(std::ostream& out, const TaggedSentence& sentence);
+
+// A word arc over chars start..end, 0-based and inclusive, end > start.
+struct LatticeArc {
+  int start = 0;
+  int end = 0;
+  std::string word;
+  bool operator==(const LatticeArc&) const = default;
+};
+
+struct Lattice {
+  std::vector<std::string> chars;    // never empty
+  std::vector<LatticeArc> words;
+  std::vector<std::string> labels;   // one per char
+  bool operator==(const Lattice&) const = default;
+};
+
+std::vector<Lattice> parse_lattices(std::istream& in, const std::string& name);
+std::vector<Lattice> read_lattices(const std::string& path);
+void write_lattice(std::ostream& out, const Lattice& lattice);
+
+// Seeded generators following ../shared/data/gen.py and gen_lattice.py in distribution (not in
+// exact output). They use std::mt19937_64 with hand-written distributions, so a seed gives the
+// same data with every standard library.
+std::vector<Tree> generate_trees(int count, uint64_t seed);
+std::vector<TaggedSentence> generate_tagged(int count, uint64_t seed);
+std::vector<Lattice> generate_lattices(int count, uint64_t seed);
+
+// Maps strings to dense ids. Id 0 is reserved for "<unk>"; after freeze(), unknown strings map to 0.
+class Vocabulary {
+ public:
+  Vocabulary();
+  int add(const std::string& word);       // the id (existing or new); after freeze() same as id()
+  int id(const std::string& word) const;  // 0 when unknown
+  const std::string& word(int id) const;  // throws UsageError when id is out of range
+  int size() const;
+  void freeze();
+  bool frozen() const;
+
+ private:
+  std::vector<std::string> words_;
+  std::unordered_map<std::string, int> ids_;
+  bool frozen_ = false;
+};
+
+// Shared by the three readers so that every format reports errors alike; not for models.
+namespace detail {
+
+// Throws UsageError("NAME:LINE:COLUMN: expected EXPECTED, found FOUND").
+[[noreturn]] void throw_parse_error(const std::string& name, int line, int column,
+                                    std::string_view expected, std::string_view found);
+
+// Describes the text at pos for "found ...": "end of line", "' '", or the quoted run of
+// characters up to a space or one of `stops` (a stop character itself is quoted alone).
+std::string describe_at(std::string_view line, size_t pos, std::string_view stops);
+
+// Calls on_line(text, line_number) for each non-blank line (trailing '\r' removed).
+template <typename OnLine>
+void for_each_line(std::istream& in, OnLine&& on_line) {
+  std::string line;
+  int line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    on_line(std::string_view(line), line_number);
+  }
+}
+
+// Opens path for reading or throws "edb::samples::FUNCTION(): cannot open 'PATH': REASON".
+void open_or_throw(std::ifstream& file, const std::string& path, const char* function);
+
+}  // namespace detail
+}  // namespace edb::samples

@@ -1,0 +1,191 @@
+// Seeded synthetic data shaped like ../shared/data/gen.py (trees, tagged sentences) and
+// gen_lattice.py (lattices). Distributions are hand-written over std::mt19937_64 so that a seed
+// gives the same data with every standard library; the exact Python output is not reproduced.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include <edbatch/errors.h>
+
+#include "samples/data/data.h"
+
+namespace edb::samples {
+namespace {
+
+constexpr int kVocabularySize = 5000;
+constexpr int kTagCount = 40;
+constexpr double kSkew = 0.55;  // chance that a split goes to an edge: deepens trees like SST's
+constexpr double kNodeLabels[] = {0.026, 0.108, 0.690, 0.138, 0.038};
+constexpr double kRootLabels[] = {0.12, 0.26, 0.19, 0.27, 0.16};
+
+class Random {
+ public:
+  explicit Random(uint64_t seed) : engine_(seed) {}
+  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }  // [0, 1)
+  int below(int n) {  // uniform in [0, n), without modulo bias
+    const uint64_t range = static_cast<uint64_t>(n);
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % range;
+    uint64_t value;
+    do value = engine_(); while (value >= limit);
+    return static_cast<int>(value % range);
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+// Index i with probability weight_i / total, given running totals of the weights.
+int draw_cumulative(Random& random, const std::vector<double>& cumulative) {
+  double target = random.uniform() * cumulative.back();
+  auto it = std::upper_bound(cumulative.begin(), cumulative.end(), target);
+  return static_cast<int>(std::min(it - cumulative.begin(),
+                                   static_cast<std::ptrdiff_t>(cumulative.size()) - 1));
+}
+
+// P(rank r) ~ 1 / (r + 1); sums of exact divisions, so identical everywhere.
+std::vector<double> zipf_cumulative(int count) {
+  std::vector<double> cumulative;
+  cumulative.reserve(count);
+  double total = 0.0;
+  for (int rank = 0; rank < count; ++rank) cumulative.push_back(total += 1.0 / (rank + 1));
+  return cumulative;
+}
+
+// The law of round(Gamma(mean, sd)) conditioned on [lo, hi], as running totals over lo..hi.
+// Tabulating it (Simpson's rule over each unit interval) keeps the number of random draws fixed;
+// libm differences can only move a threshold by a few ulps.
+std::vector<double> rounded_gamma_cumulative(double mean, double sd, int lo, int hi) {
+  const double shape = (mean / sd) * (mean / sd);
+  const double scale = sd * sd / mean;
+  const double mode = std::max((shape - 1.0) * scale, 1e-9);
+  auto density = [&](double x) {  // unnormalised, scaled to 1 at the mode
+    if (x <= 0.0) return 0.0;
+    return std::exp((shape - 1.0) * std::log(x / mode) - (x - mode) / scale);
+  };
+  constexpr int kSteps = 16;
+  std::vector<double> cumulative;
+  double total = 0.0;
+  for (int n = lo; n <= hi; ++n) {
+    const double a = n - 0.5, h = 1.0 / kSteps;
+    double sum = density(a) + density(a + 1.0);
+    for (int i = 1; i < kSteps; ++i) sum += (i % 2 ? 4.0 : 2.0) * density(a + i * h);
+    cumulative.push_back(total += sum * h / 3.0);
+  }
+  return cumulative;
+}
+
+int pick(Random& random, const double (&probabilities)[5]) {
+  double x = random.uniform(), total = 0.0;
+  for (int i = 0; i < 5; ++i) {
+    total += probabilities[i];
+    if (x < total) return i;
+  }
+  return 4;
+}
+
+// Appends the subtree over words[begin, end) in post-order; returns its node index. The label is
+// drawn before the children, in gen.py's order.
+int build_subtree(Tree& tree, Random& random, const std::vector<int>& words, int begin, int end,
+                  bool is_root) {
+  TreeNode node;
+  node.label = pick(random, is_root ? kRootLabels : kNodeLabels);
+  const int n = end - begin;
+  if (n == 1) {
+    node.word = "w" + std::to_string(words[begin]);
+  } else {
+    int split = 1;
+    if (n > 2) {
+      if (random.uniform() < kSkew) {
+        split = random.uniform() < 0.5 ? 1 : n - 1;
+      } else {
+        split = 1 + random.below(n - 1);
+      }
+    }
+    node.left = build_subtree(tree, random, words, begin, begin + split, false);
+    node.right = build_subtree(tree, random, words, begin + split, end, false);
+  }
+  tree.nodes.push_back(std::move(node));
+  return static_cast<int>(tree.nodes.size()) - 1;
+}
+
+void check_count(int count, const char* function) {
+  if (count < 0) {
+    throw UsageError(std::string("edb::samples::") + function +
+                     "(): expected a count >= 0, found " + std::to_string(count));
+  }
+}
+
+}  // namespace
+
+std::vector<Tree> generate_trees(int count, uint64_t seed) {
+  check_count(count, "generate_trees");
+  Random random(seed);
+  const std::vector<double> word_law = zipf_cumulative(kVocabularySize);
+  const std::vector<double> length_law = rounded_gamma_cumulative(19.0, 9.0, 2, 55);
+  std::vector<Tree> trees(count);
+  std::vector<int> words;
+  for (Tree& tree : trees) {
+    const int length = 2 + draw_cumulative(random, length_law);
+    words.clear();
+    for (int i = 0; i < length; ++i) words.push_back(draw_cumulative(random, word_law));
+    tree.nodes.reserve(2 * length - 1);
+    build_subtree(tree, random, words, 0, length, true);
+  }
+  return trees;
+}
+
+std::vector<TaggedSentence> generate_tagged(int count, uint64_t seed) {
+  check_count(count, "generate_tagged");
+  Random random(seed);
+  const std::vector<double> word_law = zipf_cumulative(kVocabularySize);
+  const std::vector<double> tag_law = zipf_cumulative(kTagCount);
+  const std::vector<double> length_law = rounded_gamma_cumulative(24.0, 12.0, 2, 80);
+  // Each word type carries its "home" tag 85% of the time, so a tagger can learn the task.
+  std::vector<int> home_tag(kVocabularySize);
+  for (int& tag : home_tag) tag = draw_cumulative(random, tag_law);
+  std::vector<TaggedSentence> sentences(count);
+  for (TaggedSentence& sentence : sentences) {
+    const int length = 2 + draw_cumulative(random, length_law);
+    for (int i = 0; i < length; ++i) {
+      const int word = draw_cumulative(random, word_law);
+      const int tag = random.uniform() < 0.85 ? home_tag[word] : draw_cumulative(random, tag_law);
+      sentence.words.push_back("w" + std::to_string(word));
+      sentence.tags.push_back("T" + std::to_string(tag));
+    }
+  }
+  return sentences;
+}
+
+std::vector<Lattice> generate_lattices(int count, uint64_t seed) {
+  check_count(count, "generate_lattices");
+  constexpr double kDensity = 0.45;   // chance of a short lexicon arc (2-4 chars) per start
+  constexpr double kDensity2 = 0.12;  // chance of a long one (5-6 chars) per start
+  Random random(seed);
+  const std::vector<double> char_law = zipf_cumulative(3000);
+  const std::vector<double> length_law = rounded_gamma_cumulative(30.0, 15.0, 3, 120);
+  const std::vector<double> short_arc_law = {0.6, 0.85, 1.0};  // lengths 2, 3, 4
+  std::vector<Lattice> lattices(count);
+  for (Lattice& lattice : lattices) {
+    const int n = 3 + draw_cumulative(random, length_law);
+    for (int i = 0; i < n; ++i) {
+      lattice.chars.push_back("c" + std::to_string(draw_cumulative(random, char_law)));
+    }
+    auto add_arc = [&](int start, int length) {
+      if (start + length - 1 >= n) return;
+      LatticeArc arc{start, start + length - 1, ""};
+      for (int i = arc.start; i <= arc.end; ++i) arc.word += lattice.chars[i];
+      lattice.words.push_back(std::move(arc));
+    };
+    for (int start = 0; start < n; ++start) {
+      if (random.uniform() < kDensity) add_arc(start, 2 + draw_cumulative(random, short_arc_law));
+      if (random.uniform() < kDensity2) add_arc(start, 5 + random.below(2));
+    }
+    for (int i = 0; i < n; ++i) {
+      const int label = random.uniform() < 0.7 ? 0 : 1 + random.below(16);
+      lattice.labels.push_back("L" + std::to_string(label));
+    }
+  }
+  return lattices;
+}
+
+}  // namespace edb::samples

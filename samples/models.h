@@ -1,0 +1,47 @@
+// The sample models behind edb-run, each written as plain per-instance code against the public
+// API (edbatch/edbatch.h). A SampleModel owns its dataset and records one instance's loss.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+
+namespace edb::samples {
+
+struct ModelConfig {
+  std::string data_path;  // empty: a generated workload
+  int64_t limit = -1;     // instances to use; -1: all
+  int embed = 128;
+  int hidden = 128;
+  uint64_t seed = 1;
+};
+
+class SampleModel {
+ public:
+  virtual ~SampleModel() = default;
+  virtual size_t instance_count() const = 0;
+  // Records instance `i`'s loss (a 1x1 sum over its labelled positions) into `trace`.
+  virtual Expr record_loss(Trace& trace, size_t i) = 0;
+  virtual Model& model() = 0;
+  virtual std::string describe_data() const = 0;  // "2000 trees from FILE", "generated ..."
+};
+
+struct ModelEntry {
+  std::string name;
+  std::string summary;
+  int default_embed;
+  int default_hidden;
+  std::function<std::unique_ptr<SampleModel>(const ModelConfig&)> make;
+};
+
+// Every runnable model, in the order --help lists them.
+const std::vector<ModelEntry>& model_registry();
+const ModelEntry* find_model(const std::string& name);
+
+std::unique_ptr<SampleModel> make_treelstm(const ModelConfig& config);
+
+}  // namespace edb::samples

@@ -1,0 +1,74 @@
+// The inference measurement loop.
+#include "samples/runner.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace edb::samples {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+struct PassResult {
+  double loss = 0;
+  double trace_ms = 0;
+  double total_ms = 0;
+};
+
+PassResult run_pass(SampleModel& model, Engine& engine, size_t count, int batch,
+                    const std::function<void(size_t)>& on_trace) {
+  PassResult pass;
+  const auto pass_start = Clock::now();
+  std::vector<Expr> losses;
+  for (size_t first = 0; first < count; first += size_t(batch)) {
+    const size_t last = std::min(count, first + size_t(batch));
+    Trace trace(engine);
+    const auto record_start = Clock::now();
+    losses.clear();
+    for (size_t i = first; i < last; ++i) losses.push_back(model.record_loss(trace, i));
+    const Expr total = sum(losses);
+    pass.trace_ms += ms_since(record_start);
+    pass.loss += total.scalar();
+    if (on_trace) on_trace(last);
+  }
+  pass.total_ms = ms_since(pass_start);
+  return pass;
+}
+
+}  // namespace
+
+RunResult run_inference(SampleModel& model, Engine& engine, const RunOptions& options) {
+  if (options.batch < 1) throw UsageError("--batch must be at least 1, got " + std::to_string(options.batch));
+  if (options.repeat < 1) throw UsageError("--repeat must be at least 1, got " + std::to_string(options.repeat));
+  RunResult result;
+  const size_t count = model.instance_count();
+  result.instances = static_cast<int64_t>(count);
+  result.repeat = options.repeat;
+
+  // Warm-up: one trace, so first-use costs (allocation, compilation) are not in the median.
+  run_pass(model, engine, std::min(count, size_t(options.batch)), options.batch, nullptr);
+  engine.reset_stats();
+
+  std::vector<double> rates;
+  const int64_t total = int64_t(count) * options.repeat;
+  for (int r = 0; r < options.repeat; ++r) {
+    const PassResult pass = run_pass(model, engine, count, options.batch, [&](size_t done) {
+      if (options.progress) options.progress(int64_t(count) * r + int64_t(done), total);
+    });
+    result.loss = pass.loss;
+    result.trace_ms += pass.trace_ms;
+    result.total_ms += pass.total_ms;
+    rates.push_back(double(count) / (pass.total_ms / 1000.0));
+  }
+  std::sort(rates.begin(), rates.end());
+  result.instances_per_sec = rates[rates.size() / 2];
+  result.stats = engine.stats();
+  return result;
+}
+
+}  // namespace edb::samples

@@ -1,0 +1,33 @@
+// The measurement loop shared by every sample model: warm up, then run the whole workload
+// `repeat` times in traces of `batch` instances, timing recording apart from the engine's stages.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+
+#include "samples/models.h"
+
+namespace edb::samples {
+
+struct RunOptions {
+  int batch = 64;   // instances per trace
+  int repeat = 3;   // measured passes over the workload; the median is reported
+  std::function<void(int64_t done, int64_t total)> progress;  // optional, called per trace
+};
+
+struct RunResult {
+  int64_t instances = 0;           // per pass
+  int repeat = 0;
+  double instances_per_sec = 0;    // median over passes
+  double loss = 0;                 // summed loss of one pass (the same every pass)
+  double trace_ms = 0;             // recording, summed over passes
+  double total_ms = 0;             // wall time of all passes
+  Stats stats;                     // engine counters and stage times over all passes
+};
+
+RunResult run_inference(SampleModel& model, Engine& engine, const RunOptions& options);
+
+}  // namespace edb::samples

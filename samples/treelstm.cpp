@@ -1,0 +1,108 @@
+// Binary TreeLSTM (Tai et al. 2015, as in the DyNet benchmark): leaves take i, o, u from W x + b;
+// internal nodes from U [h1; h2] + b, with one forget gate per child sharing a bias; a label loss
+// at every node.
+#include <algorithm>
+
+#include "samples/data/data.h"
+#include "samples/models.h"
+
+namespace edb::samples {
+
+namespace {
+
+constexpr int kLabels = 5;
+
+class TreeLstm final : public SampleModel {
+ public:
+  explicit TreeLstm(const ModelConfig& config) : model_("treelstm", config.seed), hidden_(config.hidden) {
+    if (config.data_path.empty()) {
+      trees_ = generate_trees(config.limit > 0 ? int(config.limit) : 1000, config.seed);
+      source_ = "generated (seed " + std::to_string(config.seed) + ")";
+    } else {
+      trees_ = read_trees(config.data_path);
+      source_ = config.data_path;
+    }
+    if (config.limit > 0 && size_t(config.limit) < trees_.size()) trees_.resize(size_t(config.limit));
+    if (trees_.empty()) throw UsageError("edb-run treelstm: no trees in " + source_);
+    // Word ids, fixed once so recording a trace does no string work.
+    for (const Tree& tree : trees_) {
+      std::vector<int>& ids = word_ids_.emplace_back(tree.nodes.size(), -1);
+      for (size_t n = 0; n < tree.nodes.size(); ++n)
+        if (tree.nodes[n].is_leaf()) ids[n] = vocabulary_.add(tree.nodes[n].word);
+    }
+    vocabulary_.freeze();
+    const int h = hidden_;
+    embeddings_ = model_.add_lookup("E", vocabulary_.size(), config.embed);
+    w_iou_ = model_.add_parameter("W_iou", 3 * h, config.embed);
+    b_iou_leaf_ = model_.add_parameter("b_iou_leaf", 3 * h, 1);
+    u_iou_ = model_.add_parameter("U_iou", 3 * h, 2 * h);
+    b_iou_ = model_.add_parameter("b_iou", 3 * h, 1);
+    u_f1_ = model_.add_parameter("U_f1", h, h);
+    u_f2_ = model_.add_parameter("U_f2", h, h);
+    b_f_ = model_.add_parameter("b_f", h, 1);
+    w_out_ = model_.add_parameter("W_out", kLabels, h);
+    b_out_ = model_.add_parameter("b_out", kLabels, 1);
+  }
+
+  size_t instance_count() const override { return trees_.size(); }
+  Model& model() override { return model_; }
+  std::string describe_data() const override {
+    return std::to_string(trees_.size()) + " trees, " + std::to_string(vocabulary_.size()) +
+           " word types, " + source_;
+  }
+
+  Expr record_loss(Trace& trace, size_t i) override {
+    const Tree& tree = trees_[i];
+    const std::vector<int>& ids = word_ids_[i];
+    const int h = hidden_;
+    struct State { Expr h, c; };
+    std::vector<State> states(tree.nodes.size());
+    std::vector<Expr> losses;
+    losses.reserve(tree.nodes.size());
+    for (size_t n = 0; n < tree.nodes.size(); ++n) {
+      const TreeNode& node = tree.nodes[n];
+      State& s = states[n];
+      if (node.is_leaf()) {
+        const Expr x = trace.lookup(embeddings_, ids[n]);
+        const Expr iou = affine({trace.param(b_iou_leaf_), trace.param(w_iou_), x});
+        const Expr in = sigmoid(slice(iou, 0, h));
+        const Expr out = sigmoid(slice(iou, h, 2 * h));
+        const Expr u = tanh(slice(iou, 2 * h, 3 * h));
+        s.c = cmult(in, u);
+        s.h = cmult(out, tanh(s.c));
+      } else {
+        const State& l = states[size_t(node.left)];
+        const State& r = states[size_t(node.right)];
+        const Expr iou = affine({trace.param(b_iou_), trace.param(u_iou_), concat({l.h, r.h})});
+        const Expr in = sigmoid(slice(iou, 0, h));
+        const Expr out = sigmoid(slice(iou, h, 2 * h));
+        const Expr u = tanh(slice(iou, 2 * h, 3 * h));
+        const Expr f1 = sigmoid(affine({trace.param(b_f_), trace.param(u_f1_), l.h}));
+        const Expr f2 = sigmoid(affine({trace.param(b_f_), trace.param(u_f2_), r.h}));
+        s.c = sum({cmult(in, u), cmult(f1, l.c), cmult(f2, r.c)});
+        s.h = cmult(out, tanh(s.c));
+      }
+      const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), s.h});
+      losses.push_back(pick_neg_log_softmax(logits, node.label));
+    }
+    return sum(losses);
+  }
+
+ private:
+  Model model_;
+  int hidden_;
+  std::vector<Tree> trees_;
+  std::vector<std::vector<int>> word_ids_;
+  Vocabulary vocabulary_;
+  std::string source_;
+  LookupTable embeddings_;
+  Parameter w_iou_, b_iou_leaf_, u_iou_, b_iou_, u_f1_, u_f2_, b_f_, w_out_, b_out_;
+};
+
+}  // namespace
+
+std::unique_ptr<SampleModel> make_treelstm(const ModelConfig& config) {
+  return std::make_unique<TreeLstm>(config);
+}
+
+}  // namespace edb::samples

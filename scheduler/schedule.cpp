@@ -1,0 +1,68 @@
+// The Schedule container, the sequential policy, the policy registry and the schedule checker.
+#include "scheduler/schedule.h"
+
+#include "edbatch/errors.h"
+
+namespace edb::scheduler {
+
+void Schedule::add_batch(ir::TypeId type, std::span<const ir::NodeId> members) {
+  nodes.insert(nodes.end(), members.begin(), members.end());
+  batch_begin.push_back(static_cast<uint32_t>(nodes.size()));
+  batch_type.push_back(type);
+}
+
+void Schedule::clear() {
+  nodes.clear();
+  batch_begin.assign(1, 0);
+  batch_type.clear();
+}
+
+void SequentialPolicy::schedule(const ScheduleInput& input, Schedule& out) {
+  out.clear();
+  for (ir::NodeId id = input.begin; id < input.graph.size(); ++id)
+    if (input.types[id] != ir::kNoType) out.add_batch(input.types[id], std::span(&id, 1));
+}
+
+std::vector<std::string> policy_names() { return {"sequential"}; }
+
+std::unique_ptr<Policy> make_policy(std::string_view name) {
+  if (name == "sequential") return std::make_unique<SequentialPolicy>();
+  std::string known;
+  for (const std::string& n : policy_names()) known += (known.empty() ? "" : ", ") + n;
+  throw UsageError("edb::Engine: unknown policy '" + std::string(name) + "' (available: " + known +
+                   ")");
+}
+
+void verify(const ScheduleInput& input, const Schedule& schedule) {
+  const ir::Graph& graph = input.graph;
+  // position[id]: the batch that runs the node; -1 before it is seen.
+  std::vector<int64_t> batch_of(graph.size() - input.begin, -1);
+  auto fail = [](const std::string& what) { throw InternalError("scheduler::verify: " + what); };
+  for (size_t b = 0; b < schedule.batch_count(); ++b) {
+    if (schedule.batch(b).empty()) fail("batch " + std::to_string(b) + " is empty");
+    for (ir::NodeId id : schedule.batch(b)) {
+      if (id < input.begin || id >= graph.size())
+        fail("batch " + std::to_string(b) + " holds node %" + std::to_string(id) +
+             " outside the scheduled range");
+      if (input.types[id] == ir::kNoType) fail("leaf %" + std::to_string(id) + " was scheduled");
+      if (input.types[id] != schedule.batch_type[b])
+        fail("node %" + std::to_string(id) + " does not have batch " + std::to_string(b) + "'s type");
+      if (batch_of[id - input.begin] >= 0) fail("node %" + std::to_string(id) + " appears twice");
+      batch_of[id - input.begin] = static_cast<int64_t>(b);
+    }
+  }
+  for (ir::NodeId id = input.begin; id < graph.size(); ++id) {
+    if (input.types[id] == ir::kNoType) continue;
+    const int64_t b = batch_of[id - input.begin];
+    if (b < 0) fail("node %" + std::to_string(id) + " is never scheduled");
+    for (ir::NodeId arg : graph.args(id)) {
+      if (arg < input.begin || input.types[arg] == ir::kNoType) continue;
+      if (batch_of[arg - input.begin] >= b)
+        fail("node %" + std::to_string(id) + " runs in batch " + std::to_string(b) +
+             " but its argument %" + std::to_string(arg) + " runs in batch " +
+             std::to_string(batch_of[arg - input.begin]));
+    }
+  }
+}
+
+}  // namespace edb::scheduler

@@ -1,0 +1,54 @@
+// Shared test helpers.
+#include "tests/support/test_support.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace edb::testing {
+
+::testing::AssertionResult near_relative(double a, double b, double tolerance) {
+  const double scale = std::max({1.0, std::fabs(a), std::fabs(b)});
+  if (std::fabs(a - b) <= tolerance * scale) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << a << " vs " << b << " differ by " << std::fabs(a - b)
+                                       << " (tolerance " << tolerance << " relative)";
+}
+
+::testing::AssertionResult near_relative(const Tensor& a, const Tensor& b, double tolerance) {
+  if (a.rows != b.rows || a.cols != b.cols)
+    return ::testing::AssertionFailure() << "shapes " << a.rows << "x" << a.cols << " vs " << b.rows
+                                         << "x" << b.cols;
+  for (size_t i = 0; i < a.data.size(); ++i) {
+    auto r = near_relative(a.data[i], b.data[i], tolerance);
+    if (!r) return r << " at element " << i;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TempDir::TempDir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "edbatch-test-XXXXXX").string();
+  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+void write_file(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary);
+  out << contents;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace edb::testing

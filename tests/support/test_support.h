@@ -1,0 +1,31 @@
+// Helpers shared by the test suites: tolerant comparison of tensors and temporary files.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <edbatch/edbatch.h>
+
+namespace edb::testing {
+
+// |a - b| <= tolerance * max(1, |a|, |b|) elementwise, with the first mismatch in the message.
+::testing::AssertionResult near_relative(const Tensor& a, const Tensor& b, double tolerance = 1e-5);
+::testing::AssertionResult near_relative(double a, double b, double tolerance = 1e-5);
+
+// A fresh directory under the system temp dir, removed when the object goes away.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void write_file(const std::string& path, const std::string& contents);
+std::string read_file(const std::string& path);
+
+}  // namespace edb::testing

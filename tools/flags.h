@@ -1,0 +1,29 @@
+// A small strict command-line parser: --name VALUE or --name=VALUE, typed values, and errors that
+// name the flag and the bad value. Unknown flags are errors, never ignored.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace edb::tools {
+
+class Flags {
+ public:
+  // `with_value`: flags that take a value; `switches`: flags that do not.
+  Flags(const std::string& program, std::vector<std::string> with_value, std::vector<std::string> switches);
+  // Parses argv[first..]; positional arguments are returned in order. Throws edb::UsageError.
+  std::vector<std::string> parse(int argc, char** argv, int first);
+
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string get(const std::string& name, const std::string& fallback) const;
+  int64_t get_int(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
+
+ private:
+  std::string program_;
+  std::vector<std::string> with_value_, switches_;
+  std::map<std::string, std::string> values_;
+};
+
+}  // namespace edb::tools

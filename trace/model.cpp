@@ -1,0 +1,256 @@
+// Model: named parameters and lookup tables, seeded initialisation, and the checksummed file format.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "trace/state.h"
+
+namespace edb {
+
+namespace {
+
+std::atomic<uint64_t> next_parameter_uid{1};
+
+constexpr char kMagic[8] = {'E', 'D', 'B', 'M', 'O', 'D', 'E', 'L'};
+constexpr uint32_t kFormatVersion = 1;
+
+// FNV-1a, 64-bit: detects damaged files; not a security measure.
+uint64_t checksum(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Deterministic uniform floats from a seed and a parameter's name, independent of insertion order.
+void fill_uniform(std::vector<float>& values, float scale, uint64_t seed, const std::string& name) {
+  std::mt19937_64 rng(seed ^ checksum(name));
+  for (float& v : values) {
+    const double unit = double(rng() >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
+    v = static_cast<float>((2.0 * unit - 1.0) * scale);
+  }
+}
+
+template <typename T>
+void put(std::string& out, const T& value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// Reads typed fields from the file's bytes, with errors that name the file and the offset.
+class Reader {
+ public:
+  Reader(const std::string& bytes, const std::string& path) : bytes_(bytes), path_(path) {}
+  template <typename T>
+  T get(const char* what) {
+    T value;
+    need(sizeof value, what);
+    std::memcpy(&value, bytes_.data() + pos_, sizeof value);
+    pos_ += sizeof value;
+    return value;
+  }
+  std::string get_string(uint32_t length, const char* what) {
+    need(length, what);
+    std::string s = bytes_.substr(pos_, length);
+    pos_ += length;
+    return s;
+  }
+  void get_floats(float* out, size_t count, const char* what) {
+    need(count * sizeof(float), what);
+    std::memcpy(out, bytes_.data() + pos_, count * sizeof(float));
+    pos_ += count * sizeof(float);
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw UsageError("edb::Model::load(): '" + path_ + "' at byte " + std::to_string(pos_) + ": " +
+                     what);
+  }
+  size_t position() const { return pos_; }
+
+ private:
+  void need(size_t count, const char* what) {
+    if (bytes_.size() - pos_ < count) fail(std::string("file ends inside ") + what + " (truncated?)");
+  }
+  const std::string& bytes_;
+  const std::string& path_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+namespace detail {
+
+ir::ParameterInfo ModelState::info(uint32_t index) const {
+  const ParameterStorage& p = *parameters[index];
+  return {p.uid, name + "/" + p.name, ir::Shape{p.rows, p.cols}, p.values.data()};
+}
+
+}  // namespace detail
+
+float Tensor::scalar() const {
+  if (rows != 1 || cols != 1)
+    throw UsageError("edb::Tensor::scalar(): tensor is " + std::to_string(rows) + "x" +
+                     std::to_string(cols) + ", not 1x1");
+  return data[0];
+}
+
+const std::string& Parameter::name() const { return model_->at(index_).name; }
+int Parameter::rows() const { return model_->at(index_).rows; }
+int Parameter::cols() const { return model_->at(index_).cols; }
+std::span<float> Parameter::values() const { return model_->at(index_).values; }
+
+const std::string& LookupTable::name() const { return model_->at(index_).name; }
+int LookupTable::dim() const { return model_->at(index_).rows; }
+int LookupTable::entries() const { return model_->at(index_).cols; }
+std::span<float> LookupTable::values() const { return model_->at(index_).values; }
+
+Model::Model(std::string name, uint64_t seed) : state_(std::make_unique<detail::ModelState>()) {
+  if (name.empty() || name.find('/') != std::string::npos)
+    throw UsageError("edb::Model(): name '" + name + "' must be non-empty and contain no '/'");
+  state_->name = std::move(name);
+  state_->seed = seed;
+}
+
+Model::~Model() = default;
+
+namespace {
+
+uint32_t add_storage(detail::ModelState& model, const std::string& name, bool is_lookup, int rows,
+                     int cols, const char* function) {
+  if (name.empty()) throw UsageError(std::string(function) + ": the name is empty");
+  if (rows <= 0 || cols <= 0)
+    throw UsageError(std::string(function) + ": '" + name + "' has shape " + std::to_string(rows) +
+                     "x" + std::to_string(cols) + "; both sizes must be positive");
+  for (const auto& p : model.parameters)
+    if (p->name == name)
+      throw UsageError(std::string(function) + ": model '" + model.name +
+                       "' already has a parameter named '" + name + "'");
+  auto p = std::make_unique<detail::ParameterStorage>();
+  p->name = name;
+  p->is_lookup = is_lookup;
+  p->rows = rows;
+  p->cols = cols;
+  p->uid = next_parameter_uid.fetch_add(1);
+  p->values.resize(size_t(rows) * cols);
+  const float scale = is_lookup ? std::sqrt(3.0f / float(rows)) : std::sqrt(6.0f / float(rows + cols));
+  fill_uniform(p->values, scale, model.seed, name);
+  model.parameters.push_back(std::move(p));
+  return static_cast<uint32_t>(model.parameters.size() - 1);
+}
+
+uint32_t find_storage(const detail::ModelState& model, const std::string& name, bool is_lookup,
+                      const char* function) {
+  for (uint32_t i = 0; i < model.parameters.size(); ++i)
+    if (model.parameters[i]->name == name && model.parameters[i]->is_lookup == is_lookup) return i;
+  throw UsageError(std::string(function) + ": model '" + model.name + "' has no " +
+                   (is_lookup ? "lookup table" : "parameter") + " named '" + name + "'");
+}
+
+}  // namespace
+
+Parameter Model::add_parameter(const std::string& name, int rows, int cols) {
+  return Parameter(state_.get(), add_storage(*state_, name, false, rows, cols, "edb::Model::add_parameter()"));
+}
+
+LookupTable Model::add_lookup(const std::string& name, int entries, int dim) {
+  return LookupTable(state_.get(), add_storage(*state_, name, true, dim, entries, "edb::Model::add_lookup()"));
+}
+
+Parameter Model::parameter(const std::string& name) const {
+  return Parameter(state_.get(), find_storage(*state_, name, false, "edb::Model::parameter()"));
+}
+
+LookupTable Model::lookup(const std::string& name) const {
+  return LookupTable(state_.get(), find_storage(*state_, name, true, "edb::Model::lookup()"));
+}
+
+const std::string& Model::name() const { return state_->name; }
+size_t Model::parameter_count() const { return state_->parameters.size(); }
+
+int64_t Model::value_count() const {
+  int64_t count = 0;
+  for (const auto& p : state_->parameters) count += static_cast<int64_t>(p->values.size());
+  return count;
+}
+
+void Model::save(const std::string& path) const {
+  std::string body;
+  put(body, static_cast<uint32_t>(state_->parameters.size()));
+  for (const auto& p : state_->parameters) {
+    put(body, static_cast<uint32_t>(p->name.size()));
+    body += p->name;
+    put(body, static_cast<uint8_t>(p->is_lookup));
+    put(body, static_cast<int32_t>(p->rows));
+    put(body, static_cast<int32_t>(p->cols));
+    body.append(reinterpret_cast<const char*>(p->values.data()), p->values.size() * sizeof(float));
+  }
+  std::string file(kMagic, sizeof kMagic);
+  put(file, kFormatVersion);
+  put(file, static_cast<uint64_t>(body.size()));
+  put(file, checksum(body));
+  file += body;
+  // Temp file + rename: a crash mid-write never leaves a half-written model under `path`.
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) throw UsageError("edb::Model::save(): cannot write '" + temp + "': " + std::strerror(errno));
+    out.write(file.data(), static_cast<std::streamsize>(file.size()));
+    if (!out.flush())
+      throw UsageError("edb::Model::save(): writing '" + temp + "' failed: " + std::strerror(errno));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0)
+    throw UsageError("edb::Model::save(): cannot rename '" + temp + "' to '" + path + "': " +
+                     std::strerror(errno));
+}
+
+void Model::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("edb::Model::load(): cannot open '" + path + "': " + std::strerror(errno));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Reader header(bytes, path);
+  if (header.get_string(sizeof kMagic, "the header") != std::string(kMagic, sizeof kMagic))
+    header.fail("not an edbatch model file (bad magic)");
+  const uint32_t version = header.get<uint32_t>("the header");
+  if (version != kFormatVersion)
+    header.fail("format version " + std::to_string(version) + ", this build reads version " +
+                std::to_string(kFormatVersion));
+  const uint64_t body_size = header.get<uint64_t>("the header");
+  const uint64_t expected = header.get<uint64_t>("the header");
+  const std::string body = bytes.substr(header.position());
+  if (body.size() != body_size)
+    header.fail("body is " + std::to_string(body.size()) + " bytes, header says " +
+                std::to_string(body_size) + " (truncated?)");
+  if (checksum(body) != expected) header.fail("checksum mismatch (the file is damaged)");
+
+  // Parse everything before touching the model, so a bad file changes nothing.
+  Reader reader(body, path);
+  const uint32_t count = reader.get<uint32_t>("the entry count");
+  if (count != state_->parameters.size())
+    reader.fail("has " + std::to_string(count) + " parameters, model '" + state_->name + "' has " +
+                std::to_string(state_->parameters.size()));
+  std::vector<std::vector<float>> loaded(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t length = reader.get<uint32_t>("a name length");
+    const std::string name = reader.get_string(length, "a name");
+    const bool is_lookup = reader.get<uint8_t>("an entry kind") != 0;
+    const int32_t rows = reader.get<int32_t>("a shape");
+    const int32_t cols = reader.get<int32_t>("a shape");
+    const uint32_t index = find_storage(*state_, name, is_lookup, "edb::Model::load()");
+    const detail::ParameterStorage& p = state_->at(index);
+    if (p.rows != rows || p.cols != cols)
+      reader.fail("'" + name + "' is " + std::to_string(rows) + "x" + std::to_string(cols) +
+                  " in the file but " + std::to_string(p.rows) + "x" + std::to_string(p.cols) +
+                  " in the model");
+    loaded[index].resize(size_t(rows) * cols);
+    reader.get_floats(loaded[index].data(), loaded[index].size(), "parameter values");
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    if (loaded[i].empty())
+      throw UsageError("edb::Model::load(): '" + path + "' has no values for '" +
+                       state_->at(i).name + "'");
+  }
+  // Copy in place: graphs hold pointers to the parameter storage.
+  for (uint32_t i = 0; i < count; ++i)
+    std::copy(loaded[i].begin(), loaded[i].end(), state_->at(i).values.begin());
+}
+
+}  // namespace edb

@@ -1,0 +1,55 @@
+// The private state behind the public handles (Model, Engine, Trace, Expr). trace/ only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edbatch/edbatch.h"
+#include "ir/ir.h"
+#include "runtime/driver.h"
+
+namespace edb::detail {
+
+struct ParameterStorage {
+  std::string name;  // as given by the user; the graph sees "model/name"
+  bool is_lookup = false;
+  int rows = 0;      // lookup: dim
+  int cols = 0;      // lookup: entries
+  uint64_t uid = 0;  // process-unique
+  std::vector<float> values;
+};
+
+struct ModelState {
+  std::string name;
+  uint64_t seed = 1;
+  std::vector<std::unique_ptr<ParameterStorage>> parameters;  // stable addresses
+
+  ParameterStorage& at(uint32_t index) { return *parameters[index]; }
+  ir::ParameterInfo info(uint32_t index) const;
+};
+
+struct EngineState {
+  explicit EngineState(const EngineOptions& options) : driver(options) {}
+  runtime::Driver driver;
+};
+
+// One recording scope. States are pooled and never freed, so a stale Expr always points at a
+// live state whose generation has moved on: using it is a clean UsageError, never a dangling read.
+struct TraceState {
+  uint32_t generation = 0;
+  bool active = false;
+  EngineState* engine = nullptr;
+  runtime::TraceData data;
+  std::vector<std::pair<uint64_t, ir::NodeId>> parameter_nodes;  // uid -> node, this trace
+
+  static TraceState* acquire(EngineState* engine);
+  void release();
+
+  // The node behind `e`, after checking it belongs to this live trace; `function` names the caller.
+  static TraceState& of(const Expr& e, const char* function);
+  Expr make(ir::NodeId id) { return Expr(this, generation, id); }
+};
+
+}  // namespace edb::detail

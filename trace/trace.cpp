@@ -1,0 +1,269 @@
+// Trace scopes, Expr, the op functions (shape-checked at record time) and Engine.
+#include <mutex>
+
+#include "trace/state.h"
+
+namespace edb {
+
+namespace detail {
+
+namespace {
+
+// The pool of trace states. Never freed (see TraceState); reuse keeps graphs' and arenas' capacity.
+struct TracePool {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<TraceState>> all;
+  std::vector<TraceState*> free;
+};
+
+TracePool& pool() {
+  static TracePool* p = new TracePool;  // intentionally leaked: Exprs may outlive static destructors
+  return *p;
+}
+
+}  // namespace
+
+TraceState* TraceState::acquire(EngineState* engine) {
+  TracePool& p = pool();
+  std::lock_guard lock(p.mutex);
+  TraceState* state;
+  if (p.free.empty()) {
+    p.all.push_back(std::make_unique<TraceState>());
+    state = p.all.back().get();
+  } else {
+    state = p.free.back();
+    p.free.pop_back();
+  }
+  state->active = true;
+  state->engine = engine;
+  return state;
+}
+
+void TraceState::release() {
+  ++generation;
+  active = false;
+  engine = nullptr;
+  data.clear();
+  parameter_nodes.clear();
+  TracePool& p = pool();
+  std::lock_guard lock(p.mutex);
+  p.free.push_back(this);
+}
+
+TraceState& TraceState::of(const Expr& e, const char* function) {
+  if (!e.state_) throw UsageError(std::string(function) + ": the expression is empty (default-constructed)");
+  if (e.generation_ != e.state_->generation || !e.state_->active)
+    throw UsageError(std::string(function) + ": the expression belongs to a trace that has finished");
+  return *e.state_;
+}
+
+}  // namespace detail
+
+using detail::TraceState;
+
+// ---- Expr ----
+
+int Expr::rows() const { return TraceState::of(*this, "edb::Expr::rows()").data.graph.node(id_).shape.rows; }
+int Expr::cols() const { return TraceState::of(*this, "edb::Expr::cols()").data.graph.node(id_).shape.cols; }
+
+Tensor Expr::value() const {
+  TraceState& state = TraceState::of(*this, "edb::Expr::value()");
+  if (id_ >= state.data.evaluated) state.engine->driver.evaluate(state.data);
+  const ir::Shape shape = state.data.graph.node(id_).shape;
+  const float* v = state.data.values().in(id_);
+  return Tensor{shape.rows, shape.cols, std::vector<float>(v, v + shape.size())};
+}
+
+// ---- Trace ----
+
+Trace::Trace(Engine& engine) : state_(TraceState::acquire(engine.state_.get())) {}
+
+Trace::~Trace() {
+  if (state_) state_->release();
+}
+
+void Trace::finish() {
+  if (state_) state_->release();
+  state_ = nullptr;
+}
+
+namespace {
+
+TraceState& live(TraceState* state, const char* function) {
+  if (!state) throw UsageError(std::string(function) + ": the trace has finished");
+  return *state;
+}
+
+}  // namespace
+
+Expr Trace::input(int rows, int cols, std::span<const float> values) {
+  TraceState& s = live(state_, "edb::Trace::input()");
+  if (rows <= 0 || cols <= 0 || int64_t(rows) * cols != int64_t(values.size()))
+    throw UsageError("edb::Trace::input(): shape " + std::to_string(rows) + "x" + std::to_string(cols) +
+                     " does not match " + std::to_string(values.size()) + " values");
+  ir::Attributes attrs;
+  attrs.index = s.data.graph.add_constants(values);
+  return s.make(s.data.graph.add(ir::Op::input, {}, ir::Shape{rows, cols}, attrs));
+}
+
+Expr Trace::input(std::span<const float> column) { return input(int(column.size()), 1, column); }
+Expr Trace::input(std::initializer_list<float> column) {
+  return input(std::span<const float>(column.begin(), column.size()));
+}
+
+Expr Trace::param(Parameter parameter) {
+  TraceState& s = live(state_, "edb::Trace::param()");
+  if (!parameter.model_) throw UsageError("edb::Trace::param(): the parameter handle is empty");
+  const ir::ParameterInfo info = parameter.model_->info(parameter.index_);
+  for (const auto& [uid, node] : s.parameter_nodes)
+    if (uid == info.uid) return s.make(node);
+  ir::Attributes attrs;
+  attrs.parameter = s.data.graph.add_parameter(info);
+  const ir::NodeId node = s.data.graph.add(ir::Op::parameter, {}, info.shape, attrs);
+  s.parameter_nodes.emplace_back(info.uid, node);
+  return s.make(node);
+}
+
+Expr Trace::lookup(LookupTable table, int64_t entry) {
+  TraceState& s = live(state_, "edb::Trace::lookup()");
+  if (!table.model_) throw UsageError("edb::Trace::lookup(): the lookup table handle is empty");
+  if (entry < 0 || entry >= table.entries())
+    throw UsageError("edb::Trace::lookup(): entry " + std::to_string(entry) + " is outside table '" +
+                     table.name() + "' of " + std::to_string(table.entries()) + " entries");
+  const ir::ParameterInfo info = table.model_->info(table.index_);
+  ir::Attributes attrs;
+  attrs.parameter = s.data.graph.add_parameter(info);
+  attrs.index = entry;
+  return s.make(s.data.graph.add(ir::Op::lookup, {}, ir::Shape{info.shape.rows, 1}, attrs));
+}
+
+void Trace::run() {
+  TraceState& s = live(state_, "edb::Trace::run()");
+  s.engine->driver.evaluate(s.data);
+}
+
+size_t Trace::node_count() const { return state_ ? state_->data.graph.size() : 0; }
+std::string Trace::dump() const { return state_ ? ir::print(state_->data.graph) : std::string(); }
+
+// ---- ops ----
+
+namespace {
+
+constexpr size_t kInlineArgs = 8;
+
+// Records `op` on `args`: checks they share one live trace, infers the shape, appends the node.
+const std::string& function_name(ir::Op op) {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (int i = 0; i < ir::kOpCount; ++i)
+      n.push_back("edb::" + std::string(ir::op_name(static_cast<ir::Op>(i))) + "()");
+    return n;
+  }();
+  return names[static_cast<size_t>(op)];
+}
+
+Expr record(ir::Op op, std::span<const Expr> args, const ir::Attributes& attrs = {}) {
+  const std::string& function = function_name(op);
+  if (args.empty()) throw UsageError(function + ": needs at least one argument");
+  TraceState& s = TraceState::of(args[0], function.c_str());
+  ir::NodeId ids_inline[kInlineArgs];
+  ir::Shape shapes_inline[kInlineArgs];
+  std::vector<ir::NodeId> ids_heap;
+  std::vector<ir::Shape> shapes_heap;
+  ir::NodeId* ids = ids_inline;
+  ir::Shape* shapes = shapes_inline;
+  if (args.size() > kInlineArgs) {
+    ids_heap.resize(args.size());
+    shapes_heap.resize(args.size());
+    ids = ids_heap.data();
+    shapes = shapes_heap.data();
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (&TraceState::of(args[i], function.c_str()) != &s)
+      throw UsageError(function + ": argument " + std::to_string(i + 1) +
+                       " belongs to a different trace than argument 1");
+    ids[i] = args[i].node_id();
+    shapes[i] = s.data.graph.node(ids[i]).shape;
+  }
+  const ir::Shape shape = ir::infer_shape(op, std::span(shapes, args.size()), attrs);
+  return s.make(s.data.graph.add(op, std::span(ids, args.size()), shape, attrs));
+}
+
+Expr record1(ir::Op op, const Expr& x, const ir::Attributes& attrs = {}) {
+  return record(op, std::span(&x, 1), attrs);
+}
+
+Expr record2(ir::Op op, const Expr& a, const Expr& b) {
+  const Expr args[2] = {a, b};
+  return record(op, args);
+}
+
+ir::Attributes constant_attr(float constant) {
+  ir::Attributes attrs;
+  attrs.constant = constant;
+  return attrs;
+}
+
+}  // namespace
+
+Expr matmul(const Expr& a, const Expr& b) { return record2(ir::Op::matmul, a, b); }
+Expr affine(std::span<const Expr> xs) { return record(ir::Op::affine, xs); }
+Expr affine(std::initializer_list<Expr> xs) { return affine(std::span(xs.begin(), xs.size())); }
+Expr matvec(const Expr& matrix, const Expr& vector) { return record2(ir::Op::matvec, matrix, vector); }
+Expr operator+(const Expr& a, const Expr& b) { return record2(ir::Op::add, a, b); }
+Expr operator-(const Expr& a, const Expr& b) { return record2(ir::Op::sub, a, b); }
+Expr cmult(const Expr& a, const Expr& b) { return record2(ir::Op::cmult, a, b); }
+Expr operator*(const Expr& x, float c) { return record1(ir::Op::scale, x, constant_attr(c)); }
+Expr operator*(float c, const Expr& x) { return x * c; }
+Expr operator+(const Expr& x, float c) { return record1(ir::Op::add_const, x, constant_attr(c)); }
+Expr operator+(float c, const Expr& x) { return x + c; }
+Expr tanh(const Expr& x) { return record1(ir::Op::tanh, x); }
+Expr sigmoid(const Expr& x) { return record1(ir::Op::sigmoid, x); }
+Expr relu(const Expr& x) { return record1(ir::Op::relu, x); }
+Expr sum(std::span<const Expr> xs) { return record(ir::Op::sum, xs); }
+Expr sum(std::initializer_list<Expr> xs) { return sum(std::span(xs.begin(), xs.size())); }
+Expr concat(std::span<const Expr> xs) { return record(ir::Op::concat, xs); }
+Expr concat(std::initializer_list<Expr> xs) { return concat(std::span(xs.begin(), xs.size())); }
+Expr softmax(const Expr& x) { return record1(ir::Op::softmax, x); }
+Expr log_softmax(const Expr& x) { return record1(ir::Op::log_softmax, x); }
+
+Expr slice(const Expr& x, int begin_row, int end_row) {
+  ir::Attributes attrs;
+  attrs.begin = begin_row;
+  attrs.end = end_row;
+  return record1(ir::Op::slice, x, attrs);
+}
+
+Expr pick_neg_log_softmax(const Expr& x, int64_t label) {
+  ir::Attributes attrs;
+  attrs.index = label;
+  return record1(ir::Op::pick_neg_log_softmax, x, attrs);
+}
+
+// ---- Engine ----
+
+Engine::Engine(EngineOptions options) : state_(std::make_unique<detail::EngineState>(options)) {}
+Engine::~Engine() = default;
+const EngineOptions& Engine::options() const { return state_->driver.options(); }
+const Stats& Engine::stats() const { return state_->driver.stats; }
+void Engine::reset_stats() { state_->driver.stats = Stats{}; }
+size_t Engine::signature_count() const { return state_->driver.signatures.size(); }
+
+Stats& Stats::operator+=(const Stats& o) {
+  nodes += o.nodes;
+  batches += o.batches;
+  lower_bound += o.lower_bound;
+  kernel_calls += o.kernel_calls;
+  bytes_gathered += o.bytes_gathered;
+  kernels_compiled += o.kernels_compiled;
+  cache_hits += o.cache_hits;
+  flops += o.flops;
+  time.schedule_ms += o.time.schedule_ms;
+  time.plan_ms += o.time.plan_ms;
+  time.compile_ms += o.time.compile_ms;
+  time.execute_ms += o.time.execute_ms;
+  time.lower_bound_ms += o.time.lower_bound_ms;
+  return *this;
+}
+
+}  // namespace edb
