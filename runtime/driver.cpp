@@ -62,14 +62,11 @@ DumpFlags DumpFlags::from_environment() {
 Driver::Driver(const EngineOptions& options)
     : options_(options),
       policy_(scheduler::make_policy(options.policy)),
-      executor_(make_executor(options.executor)),
+      executor_(make_executor(options.executor, options.threads)),
       dump_(DumpFlags::from_environment()) {
   if (options.device != "cpu")
     throw UsageError("edb::Engine: device '" + options.device +
                      "' is not available in this build (available: cpu)");
-  if (options.threads != 1)
-    throw UsageError("edb::Engine: threads = " + std::to_string(options.threads) +
-                     ", but the " + options.executor + " executor runs on one thread only");
 }
 
 void Driver::evaluate(TraceData& trace) {

@@ -48,6 +48,6 @@ void evaluate_node(const Values& values, ir::NodeId id);
 
 std::vector<std::string> executor_names();
 // UsageError naming the accepted executors when `name` is unknown.
-std::unique_ptr<Executor> make_executor(std::string_view name);
+std::unique_ptr<Executor> make_executor(std::string_view name, int threads);
 
 }  // namespace edb::runtime

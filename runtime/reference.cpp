@@ -129,14 +129,4 @@ void ReferenceExecutor::execute(const scheduler::Schedule& schedule, const Value
   stats.kernel_calls += static_cast<int64_t>(schedule.nodes.size());
 }
 
-std::vector<std::string> executor_names() { return {"reference"}; }
-
-std::unique_ptr<Executor> make_executor(std::string_view name) {
-  if (name == "reference") return std::make_unique<ReferenceExecutor>();
-  std::string known;
-  for (const std::string& n : executor_names()) known += (known.empty() ? "" : ", ") + n;
-  throw UsageError("edb::Engine: unknown executor '" + std::string(name) + "' (available: " +
-                   known + ")");
-}
-
 }  // namespace edb::runtime

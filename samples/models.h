@@ -43,5 +43,8 @@ const std::vector<ModelEntry>& model_registry();
 const ModelEntry* find_model(const std::string& name);
 
 std::unique_ptr<SampleModel> make_treelstm(const ModelConfig& config);
+std::unique_ptr<SampleModel> make_treegru(const ModelConfig& config);
+std::unique_ptr<SampleModel> make_mvrnn(const ModelConfig& config);
+std::unique_ptr<SampleModel> make_bilstm(const ModelConfig& config);
 
 }  // namespace edb::samples

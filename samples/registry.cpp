@@ -7,6 +7,12 @@ const std::vector<ModelEntry>& model_registry() {
   static const std::vector<ModelEntry> registry = {
       {"treelstm", "binary TreeLSTM over SST-style trees, a label loss at every node", 128, 128,
        make_treelstm},
+      {"treegru", "binary TreeGRU over SST-style trees, a label loss at every node", 128, 128,
+       make_treegru},
+      {"mvrnn", "MV-RNN (a vector and a matrix per word) over SST-style trees, a loss at every node",
+       64, 64, make_mvrnn},
+      {"bilstm", "BiLSTM tagger over word|tag sentences (LSTM 50 each way, MLP 32), a loss per word",
+       128, 50, make_bilstm},
   };
   return registry;
 }

@@ -1,0 +1,38 @@
+// The batched CPU executor on Eigen: one call per batch. Operands already contiguous and in member
+// order are used in place, shared ones (one weight for every member) once, and the rest are
+// gathered into scratch memory (counted in Stats::bytes_gathered). Matrix products over a shared
+// weight become one GEMM over all members, split into column blocks across the thread pool.
+// Precondition: the plan puts each batch's outputs consecutively in member order (memplan's C1).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/executor.h"
+#include "runtime/thread_pool.h"
+
+namespace edb::runtime {
+
+class BatchedExecutor final : public Executor {
+ public:
+  explicit BatchedExecutor(int threads);
+  std::string_view name() const override { return "batched"; }
+  void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
+
+  // Grow-only scratch blocks, reset per batch (pointers stay valid within a batch).
+  class Scratch {
+   public:
+    float* allocate(size_t floats);
+    void reset() { used_block_ = 0; used_in_block_ = 0; }
+
+   private:
+    std::vector<std::vector<float>> blocks_;
+    size_t used_block_ = 0, used_in_block_ = 0;
+  };
+
+ private:
+  ThreadPool pool_;
+  Scratch scratch_;
+};
+
+}  // namespace edb::runtime

@@ -1,0 +1,87 @@
+// The pool's job hand-off: a generation counter announces a job, tasks are claimed with an atomic
+// index, and the caller waits for the finished count.
+#include "runtime/thread_pool.h"
+
+#include <immintrin.h>
+
+namespace edb::runtime {
+
+namespace {
+constexpr int kSpinIterations = 4000;  // about 10-20 us of pause instructions before sleeping
+}
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (std::thread& w : workers_) w.join();
+}
+
+void ThreadPool::run_tasks(uint64_t job) {
+  for (;;) {
+    uint64_t ticket = ticket_.load(std::memory_order_acquire);
+    if ((ticket >> 32) != (job & 0xffffffffu)) return;
+    const int i = static_cast<int>(ticket & 0xffffffffu);
+    if (i >= count_.load(std::memory_order_acquire)) return;
+    if (!ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel)) continue;
+    try {
+      (*task_.load(std::memory_order_acquire))(i);
+    } catch (...) {
+      std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    finished_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
+      _mm_pause();
+      ++spins;
+    }
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    {
+      std::lock_guard lock(mutex_);
+      if (stop_) return;
+    }
+    run_tasks(seen);
+  }
+}
+
+void ThreadPool::parallel_for(int count, const std::function<void(int)>& task) {
+  if (count <= 0) return;
+  if (workers_.empty() || count == 1) {
+    for (int i = 0; i < count; ++i) task(i);
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    task_.store(&task, std::memory_order_release);
+    count_.store(count, std::memory_order_release);
+    finished_.store(0);
+    error_ = nullptr;
+    const uint64_t job = generation_.load() + 1;
+    ticket_.store((job & 0xffffffffu) << 32, std::memory_order_release);
+    generation_.store(job, std::memory_order_release);
+  }
+  wake_.notify_all();
+  run_tasks(generation_.load());
+  while (finished_.load(std::memory_order_acquire) < count) _mm_pause();
+  if (error_) std::rethrow_exception(error_);
+}
+
+}  // namespace edb::runtime

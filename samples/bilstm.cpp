@@ -1,0 +1,122 @@
+// BiLSTM tagger (the DyNet benchmark's bilstm-tagger, word embeddings only): a forward and a
+// backward LSTM over the sentence, then per word tanh(MLP [fwd_h; bwd_h]) -> tag logits -> a loss.
+// LSTM step: [i; f; o; g] = W x + U h_prev + b (one affine); c = f*c_prev + i*g; h = o*tanh(c).
+#include "samples/data/data.h"
+#include "samples/models.h"
+
+namespace edb::samples {
+
+namespace {
+
+constexpr int kMlpHidden = 32;
+
+class BiLstmTagger final : public SampleModel {
+ public:
+  explicit BiLstmTagger(const ModelConfig& config)
+      : model_("bilstm", config.seed), hidden_(config.hidden), zeros_(size_t(config.hidden), 0.0f) {
+    if (config.data_path.empty()) {
+      sentences_ = generate_tagged(config.limit > 0 ? int(config.limit) : 1000, config.seed);
+      source_ = "generated (seed " + std::to_string(config.seed) + ")";
+    } else {
+      sentences_ = read_tagged(config.data_path);
+      source_ = config.data_path;
+    }
+    if (config.limit > 0 && size_t(config.limit) < sentences_.size()) sentences_.resize(size_t(config.limit));
+    if (sentences_.empty()) throw UsageError("edb-run bilstm: no sentences in " + source_);
+    // Word and tag ids by first appearance, fixed once so recording a trace does no string work.
+    // Tags need no <unk>: Vocabulary's id 0 is skipped so tag t is output row t.
+    for (const TaggedSentence& sentence : sentences_) {
+      std::vector<int>& words = word_ids_.emplace_back();
+      std::vector<int>& tags = tag_ids_.emplace_back();
+      for (size_t w = 0; w < sentence.words.size(); ++w) {
+        words.push_back(vocabulary_.add(sentence.words[w]));
+        tags.push_back(tags_.add(sentence.tags[w]) - 1);
+      }
+    }
+    vocabulary_.freeze();
+    tags_.freeze();
+    const int h = hidden_;
+    embeddings_ = model_.add_lookup("E", vocabulary_.size(), config.embed);
+    forward_ = {model_.add_parameter("W_fwd", 4 * h, config.embed), model_.add_parameter("U_fwd", 4 * h, h),
+                model_.add_parameter("b_fwd", 4 * h, 1)};
+    backward_ = {model_.add_parameter("W_bwd", 4 * h, config.embed), model_.add_parameter("U_bwd", 4 * h, h),
+                 model_.add_parameter("b_bwd", 4 * h, 1)};
+    w_mlp_ = model_.add_parameter("W_mlp", kMlpHidden, 2 * h);
+    b_mlp_ = model_.add_parameter("b_mlp", kMlpHidden, 1);
+    w_out_ = model_.add_parameter("W_out", tags_.size() - 1, kMlpHidden);
+    b_out_ = model_.add_parameter("b_out", tags_.size() - 1, 1);
+  }
+
+  size_t instance_count() const override { return sentences_.size(); }
+  Model& model() override { return model_; }
+  std::string describe_data() const override {
+    return std::to_string(sentences_.size()) + " sentences, " + std::to_string(vocabulary_.size()) +
+           " word types, " + std::to_string(tags_.size() - 1) + " tags, " + source_;
+  }
+
+  Expr record_loss(Trace& trace, size_t i) override {
+    const std::vector<int>& words = word_ids_[i];
+    const std::vector<int>& tags = tag_ids_[i];
+    const size_t length = words.size();
+    std::vector<Expr> embedded(length);
+    for (size_t w = 0; w < length; ++w) embedded[w] = trace.lookup(embeddings_, words[w]);
+    // The zero initial h and c: an input rather than a parameter, so the first step's affine has
+    // the same signature as every later step and batches with them.
+    const Expr zero = trace.input(zeros_);
+    std::vector<Expr> forward_h(length), backward_h(length);
+    State state{zero, zero};
+    for (size_t w = 0; w < length; ++w) {
+      state = step(trace, forward_, embedded[w], state);
+      forward_h[w] = state.h;
+    }
+    state = {zero, zero};
+    for (size_t w = length; w-- > 0;) {
+      state = step(trace, backward_, embedded[w], state);
+      backward_h[w] = state.h;
+    }
+    std::vector<Expr> losses;
+    losses.reserve(length);
+    for (size_t w = 0; w < length; ++w) {
+      const Expr mlp = tanh(affine({trace.param(b_mlp_), trace.param(w_mlp_), concat({forward_h[w], backward_h[w]})}));
+      const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), mlp});
+      losses.push_back(pick_neg_log_softmax(logits, tags[w]));
+    }
+    return sum(losses);
+  }
+
+ private:
+  struct Lstm { Parameter w, u, b; };
+  struct State { Expr h, c; };
+
+  State step(Trace& trace, const Lstm& lstm, const Expr& x, const State& previous) const {
+    const int h = hidden_;
+    const Expr gates = affine({trace.param(lstm.b), trace.param(lstm.w), x, trace.param(lstm.u), previous.h});
+    const Expr in = sigmoid(slice(gates, 0, h));
+    const Expr forget = sigmoid(slice(gates, h, 2 * h));
+    const Expr out = sigmoid(slice(gates, 2 * h, 3 * h));
+    const Expr candidate = tanh(slice(gates, 3 * h, 4 * h));
+    State next;
+    next.c = cmult(forget, previous.c) + cmult(in, candidate);
+    next.h = cmult(out, tanh(next.c));
+    return next;
+  }
+
+  Model model_;
+  int hidden_;
+  std::vector<float> zeros_;
+  std::vector<TaggedSentence> sentences_;
+  std::vector<std::vector<int>> word_ids_, tag_ids_;
+  Vocabulary vocabulary_, tags_;
+  std::string source_;
+  LookupTable embeddings_;
+  Lstm forward_, backward_;
+  Parameter w_mlp_, b_mlp_, w_out_, b_out_;
+};
+
+}  // namespace
+
+std::unique_ptr<SampleModel> make_bilstm(const ModelConfig& config) {
+  return std::make_unique<BiLstmTagger>(config);
+}
+
+}  // namespace edb::samples

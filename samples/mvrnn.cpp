@@ -1,0 +1,103 @@
+// MV-RNN (Socher et al. 2012) over SST-style trees: every word has a vector a (table "A") and an
+// n x n matrix A (table "M", one n*n column per word, column-major). A node over (a, A), (b, B):
+//   p = tanh(W [B a; A b] + b_W),  P = W_M [A; B];  a label loss from p (a leaf's: from a) at every node.
+// --embed is unused: word vectors are --hidden long, like phrase vectors. The public API cannot
+// view a lookup as n x n, so each leaf's matrix is copied in with trace.input(): correct and
+// batchable, but a copy per leaf, and not trainable through the trace (a reshape op would fix both).
+#include "samples/data/data.h"
+#include "samples/models.h"
+
+namespace edb::samples {
+
+namespace {
+
+constexpr int kLabels = 5;
+
+class MvRnn final : public SampleModel {
+ public:
+  explicit MvRnn(const ModelConfig& config) : model_("mvrnn", config.seed), size_(config.hidden) {
+    if (config.data_path.empty()) {
+      trees_ = generate_trees(config.limit > 0 ? int(config.limit) : 1000, config.seed);
+      source_ = "generated (seed " + std::to_string(config.seed) + ")";
+    } else {
+      trees_ = read_trees(config.data_path);
+      source_ = config.data_path;
+    }
+    if (config.limit > 0 && size_t(config.limit) < trees_.size()) trees_.resize(size_t(config.limit));
+    if (trees_.empty()) throw UsageError("edb-run mvrnn: no trees in " + source_);
+    // Word ids, fixed once so recording a trace does no string work.
+    for (const Tree& tree : trees_) {
+      std::vector<int>& ids = word_ids_.emplace_back(tree.nodes.size(), -1);
+      for (size_t n = 0; n < tree.nodes.size(); ++n)
+        if (tree.nodes[n].is_leaf()) ids[n] = vocabulary_.add(tree.nodes[n].word);
+    }
+    vocabulary_.freeze();
+    // The vector size is --hidden: the composition keeps word and phrase vectors the same size.
+    const int n = size_;
+    word_vectors_ = model_.add_lookup("A", vocabulary_.size(), n);
+    word_matrices_ = model_.add_lookup("M", vocabulary_.size(), n * n);
+    // Socher et al. start every word matrix at the identity plus noise, so it first passes vectors on.
+    const std::span<float> matrices = word_matrices_.values();
+    for (size_t word = 0; word < size_t(vocabulary_.size()); ++word)
+      for (size_t d = 0; d < size_t(n); ++d) matrices[word * n * n + d * n + d] += 1.0f;
+    w_ = model_.add_parameter("W", n, 2 * n);
+    b_w_ = model_.add_parameter("b_W", n, 1);
+    w_m_ = model_.add_parameter("W_M", n, 2 * n);
+    w_out_ = model_.add_parameter("W_out", kLabels, n);
+    b_out_ = model_.add_parameter("b_out", kLabels, 1);
+  }
+
+  size_t instance_count() const override { return trees_.size(); }
+  Model& model() override { return model_; }
+  std::string describe_data() const override {
+    return std::to_string(trees_.size()) + " trees, " + std::to_string(vocabulary_.size()) +
+           " word types, " + source_;
+  }
+
+  Expr record_loss(Trace& trace, size_t i) override {
+    const Tree& tree = trees_[i];
+    const std::vector<int>& ids = word_ids_[i];
+    const int n = size_;
+    struct State { Expr vector, matrix; };
+    std::vector<State> states(tree.nodes.size());
+    std::vector<Expr> losses;
+    losses.reserve(tree.nodes.size());
+    for (size_t k = 0; k < tree.nodes.size(); ++k) {
+      const TreeNode& node = tree.nodes[k];
+      State& s = states[k];
+      if (node.is_leaf()) {
+        s.vector = trace.lookup(word_vectors_, ids[k]);
+        const size_t entry_size = size_t(n) * size_t(n);
+        s.matrix = trace.input(n, n, word_matrices_.values().subspan(size_t(ids[k]) * entry_size, entry_size));
+      } else {
+        const State& l = states[size_t(node.left)];
+        const State& r = states[size_t(node.right)];
+        s.vector = tanh(affine({trace.param(b_w_), trace.param(w_),
+                                concat({matvec(r.matrix, l.vector), matvec(l.matrix, r.vector)})}));
+        // The root's matrix would feed nothing.
+        if (k + 1 < tree.nodes.size()) s.matrix = matmul(trace.param(w_m_), concat({l.matrix, r.matrix}));
+      }
+      const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), s.vector});
+      losses.push_back(pick_neg_log_softmax(logits, node.label));
+    }
+    return sum(losses);
+  }
+
+ private:
+  Model model_;
+  int size_;
+  std::vector<Tree> trees_;
+  std::vector<std::vector<int>> word_ids_;
+  Vocabulary vocabulary_;
+  std::string source_;
+  LookupTable word_vectors_, word_matrices_;
+  Parameter w_, b_w_, w_m_, w_out_, b_out_;
+};
+
+}  // namespace
+
+std::unique_ptr<SampleModel> make_mvrnn(const ModelConfig& config) {
+  return std::make_unique<MvRnn>(config);
+}
+
+}  // namespace edb::samples

@@ -1,0 +1,103 @@
+// Binary TreeGRU over SST-style trees, a label loss at every node as in the TreeLSTM. Equations:
+//   leaf (a GRU step from h_prev = 0, so no reset gate): [z; u] = W x + b_leaf,
+//     h = (1 - sigmoid(z)) * tanh(u)
+//   internal node over children h1, h2: [z; r1; r2] = sigmoid(U [h1; h2] + b_gates),
+//     h~ = tanh(W_c [r1*h1; r2*h2] + b_c),  h = z*h~ + (1 - z)*(h1 + h2)/2,
+//     computed as m + z*(h~ - m) with m = (h1 + h2)/2.
+#include "samples/data/data.h"
+#include "samples/models.h"
+
+namespace edb::samples {
+
+namespace {
+
+constexpr int kLabels = 5;
+
+class TreeGru final : public SampleModel {
+ public:
+  explicit TreeGru(const ModelConfig& config) : model_("treegru", config.seed), hidden_(config.hidden) {
+    if (config.data_path.empty()) {
+      trees_ = generate_trees(config.limit > 0 ? int(config.limit) : 1000, config.seed);
+      source_ = "generated (seed " + std::to_string(config.seed) + ")";
+    } else {
+      trees_ = read_trees(config.data_path);
+      source_ = config.data_path;
+    }
+    if (config.limit > 0 && size_t(config.limit) < trees_.size()) trees_.resize(size_t(config.limit));
+    if (trees_.empty()) throw UsageError("edb-run treegru: no trees in " + source_);
+    // Word ids, fixed once so recording a trace does no string work.
+    for (const Tree& tree : trees_) {
+      std::vector<int>& ids = word_ids_.emplace_back(tree.nodes.size(), -1);
+      for (size_t n = 0; n < tree.nodes.size(); ++n)
+        if (tree.nodes[n].is_leaf()) ids[n] = vocabulary_.add(tree.nodes[n].word);
+    }
+    vocabulary_.freeze();
+    const int h = hidden_;
+    embeddings_ = model_.add_lookup("E", vocabulary_.size(), config.embed);
+    w_leaf_ = model_.add_parameter("W_leaf", 2 * h, config.embed);
+    b_leaf_ = model_.add_parameter("b_leaf", 2 * h, 1);
+    u_gates_ = model_.add_parameter("U_gates", 3 * h, 2 * h);
+    b_gates_ = model_.add_parameter("b_gates", 3 * h, 1);
+    w_candidate_ = model_.add_parameter("W_c", h, 2 * h);
+    b_candidate_ = model_.add_parameter("b_c", h, 1);
+    w_out_ = model_.add_parameter("W_out", kLabels, h);
+    b_out_ = model_.add_parameter("b_out", kLabels, 1);
+  }
+
+  size_t instance_count() const override { return trees_.size(); }
+  Model& model() override { return model_; }
+  std::string describe_data() const override {
+    return std::to_string(trees_.size()) + " trees, " + std::to_string(vocabulary_.size()) +
+           " word types, " + source_;
+  }
+
+  Expr record_loss(Trace& trace, size_t i) override {
+    const Tree& tree = trees_[i];
+    const std::vector<int>& ids = word_ids_[i];
+    const int h = hidden_;
+    std::vector<Expr> states(tree.nodes.size());
+    std::vector<Expr> losses;
+    losses.reserve(tree.nodes.size());
+    for (size_t n = 0; n < tree.nodes.size(); ++n) {
+      const TreeNode& node = tree.nodes[n];
+      if (node.is_leaf()) {
+        const Expr x = trace.lookup(embeddings_, ids[n]);
+        const Expr zu = affine({trace.param(b_leaf_), trace.param(w_leaf_), x});
+        const Expr keep = sigmoid(slice(zu, 0, h)) * -1.0f + 1.0f;  // 1 - z
+        states[n] = cmult(keep, tanh(slice(zu, h, 2 * h)));
+      } else {
+        const Expr& h1 = states[size_t(node.left)];
+        const Expr& h2 = states[size_t(node.right)];
+        const Expr gates = sigmoid(affine({trace.param(b_gates_), trace.param(u_gates_), concat({h1, h2})}));
+        const Expr z = slice(gates, 0, h);
+        const Expr r1 = slice(gates, h, 2 * h);
+        const Expr r2 = slice(gates, 2 * h, 3 * h);
+        const Expr candidate = tanh(affine({trace.param(b_candidate_), trace.param(w_candidate_),
+                                            concat({cmult(r1, h1), cmult(r2, h2)})}));
+        const Expr mean = (h1 + h2) * 0.5f;
+        states[n] = mean + cmult(z, candidate - mean);
+      }
+      const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), states[n]});
+      losses.push_back(pick_neg_log_softmax(logits, node.label));
+    }
+    return sum(losses);
+  }
+
+ private:
+  Model model_;
+  int hidden_;
+  std::vector<Tree> trees_;
+  std::vector<std::vector<int>> word_ids_;
+  Vocabulary vocabulary_;
+  std::string source_;
+  LookupTable embeddings_;
+  Parameter w_leaf_, b_leaf_, u_gates_, b_gates_, w_candidate_, b_candidate_, w_out_, b_out_;
+};
+
+}  // namespace
+
+std::unique_ptr<SampleModel> make_treegru(const ModelConfig& config) {
+  return std::make_unique<TreeGru>(config);
+}
+
+}  // namespace edb::samples

@@ -1,0 +1,93 @@
+// The ready frontier that every dynamic policy walks: per-type lists of nodes whose arguments
+// have all run. Policies choose a type; run() moves all its ready nodes into one batch and
+// releases their consumers. Building it is linear in nodes + edges; run() is linear in the
+// batch's out-edges, so a whole schedule costs O(nodes + edges + batches x types).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "scheduler/schedule.h"
+
+namespace edb::scheduler {
+
+// Dense local type numbers for the types present in the scheduled range (0..count-1).
+struct LocalTypes {
+  std::vector<uint32_t> of_node;     // per node in range (index id - begin); kNone for leaves
+  std::vector<ir::TypeId> global;    // local -> global TypeId
+  static constexpr uint32_t kNone = ~0u;
+
+  explicit LocalTypes(const ScheduleInput& input);
+  size_t count() const { return global.size(); }
+};
+
+class Frontier {
+ public:
+  Frontier(const ScheduleInput& input, const LocalTypes& types);
+
+  bool done() const { return remaining_ == 0; }
+  const std::vector<ir::NodeId>& ready(uint32_t type) const { return ready_[type]; }
+  // Local types with at least one ready node, in no particular order.
+  const std::vector<uint32_t>& ready_types() const { return ready_types_; }
+
+  // Runs every ready node of `type` as one batch appended to `out`; calls on_ready(node, type)
+  // for each node that becomes ready as a result (policies keep their own per-type tallies).
+  template <typename OnReady>
+  void run(uint32_t type, Schedule& out, OnReady&& on_ready);
+
+  // Nodes ready at the start, reported through the same callback.
+  template <typename OnReady>
+  void seed(OnReady&& on_ready) {
+    for (ir::NodeId id : initially_ready_) push(id, on_ready);
+  }
+
+ private:
+  template <typename OnReady>
+  void push(ir::NodeId id, OnReady& on_ready) {
+    const uint32_t t = types_.of_node[id - begin_];
+    if (ready_[t].empty()) ready_types_.push_back(t);
+    ready_[t].push_back(id);
+    on_ready(id, t);
+  }
+
+  const ScheduleInput& input_;
+  const LocalTypes& types_;
+  ir::NodeId begin_;
+  std::vector<uint32_t> pending_;       // unmet in-range arguments per node
+  std::vector<uint32_t> users_begin_;   // CSR of consumers
+  std::vector<ir::NodeId> users_;
+  std::vector<std::vector<ir::NodeId>> ready_;
+  std::vector<uint32_t> ready_types_;
+  std::vector<ir::NodeId> initially_ready_;
+  std::vector<ir::NodeId> batch_;
+  std::vector<bool> unbatchable_;       // per local type
+  size_t remaining_ = 0;
+};
+
+template <typename OnReady>
+void Frontier::run(uint32_t type, Schedule& out, OnReady&& on_ready) {
+  if (unbatchable_[type]) {
+    // Runs alone: the oldest ready node only.
+    batch_.assign(1, ready_[type].front());
+    ready_[type].erase(ready_[type].begin());
+  } else {
+    batch_.swap(ready_[type]);
+    ready_[type].clear();
+  }
+  if (ready_[type].empty())
+    for (size_t i = 0; i < ready_types_.size(); ++i)
+      if (ready_types_[i] == type) {
+        ready_types_[i] = ready_types_.back();
+        ready_types_.pop_back();
+        break;
+      }
+  out.add_batch(types_.global[type], batch_);
+  remaining_ -= batch_.size();
+  for (ir::NodeId id : batch_)
+    for (uint32_t u = users_begin_[id - begin_]; u < users_begin_[id - begin_ + 1]; ++u) {
+      const ir::NodeId user = users_[u];
+      if (--pending_[user - begin_] == 0) push(user, on_ready);
+    }
+}
+
+}  // namespace edb::scheduler

@@ -1,0 +1,139 @@
+// depth, agenda and greedy over the shared Frontier.
+#include "scheduler/policies.h"
+
+#include <algorithm>
+
+#include "edbatch/errors.h"
+#include "scheduler/frontier.h"
+#include "scheduler/type_chains.h"
+
+namespace edb::scheduler {
+
+namespace {
+
+// Longest path from a leaf or evaluated node, counting scheduled nodes only (those are 0).
+std::vector<uint32_t> node_depths(const ScheduleInput& input, const LocalTypes& types) {
+  const ir::Graph& graph = input.graph;
+  std::vector<uint32_t> depth(graph.size() - input.begin, 0);
+  for (ir::NodeId id = input.begin; id < graph.size(); ++id) {
+    if (types.of_node[id - input.begin] == LocalTypes::kNone) continue;
+    uint32_t d = 0;
+    for (ir::NodeId arg : graph.args(id))
+      if (arg >= input.begin) d = std::max(d, depth[arg - input.begin]);
+    depth[id - input.begin] = d + 1;
+  }
+  return depth;
+}
+
+}  // namespace
+
+void DepthPolicy::schedule(const ScheduleInput& input, Schedule& out) {
+  out.clear();
+  const LocalTypes types(input);
+  const std::vector<uint32_t> depth = node_depths(input, types);
+  // Counting sort by (depth, local type): every argument has a smaller depth, so batches of one
+  // depth can run in any type order.
+  const uint32_t max_depth = depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
+  const size_t width = types.count();
+  std::vector<uint32_t> start((size_t(max_depth) + 1) * width + 1, 0);
+  for (size_t i = 0; i < depth.size(); ++i)
+    if (types.of_node[i] != LocalTypes::kNone) ++start[depth[i] * width + types.of_node[i] + 1];
+  for (size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
+  std::vector<ir::NodeId> sorted(start.back());
+  std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+  for (size_t i = 0; i < depth.size(); ++i)
+    if (types.of_node[i] != LocalTypes::kNone)
+      sorted[fill[depth[i] * width + types.of_node[i]]++] = input.begin + static_cast<ir::NodeId>(i);
+  for (size_t bucket = 0; bucket + 1 < start.size(); ++bucket) {
+    if (start[bucket] == start[bucket + 1]) continue;
+    const std::span<const ir::NodeId> members(sorted.data() + start[bucket], start[bucket + 1] - start[bucket]);
+    const ir::TypeId type = types.global[bucket % width];
+    if (ir::has_flag(input.graph.node(members[0]).op, ir::kUnbatchable)) {
+      for (ir::NodeId id : members) out.add_batch(type, std::span(&id, 1));
+    } else {
+      out.add_batch(type, members);
+    }
+  }
+}
+
+void AgendaPolicy::schedule(const ScheduleInput& input, Schedule& out) {
+  out.clear();
+  const LocalTypes types(input);
+  const std::vector<uint32_t> depth = node_depths(input, types);
+  Frontier frontier(input, types);
+  std::vector<uint64_t> depth_sum(types.count(), 0);
+  auto on_ready = [&](ir::NodeId id, uint32_t t) { depth_sum[t] += depth[id - input.begin]; };
+  frontier.seed(on_ready);
+  while (!frontier.done()) {
+    // Lowest average depth: compare sum_a / n_a < sum_b / n_b without division.
+    uint32_t best = LocalTypes::kNone;
+    for (uint32_t t : frontier.ready_types()) {
+      if (best == LocalTypes::kNone) {
+        best = t;
+        continue;
+      }
+      const uint64_t lhs = depth_sum[t] * frontier.ready(best).size();
+      const uint64_t rhs = depth_sum[best] * frontier.ready(t).size();
+      if (lhs < rhs || (lhs == rhs && t < best)) best = t;
+    }
+    if (best == LocalTypes::kNone) throw InternalError("agenda policy: nothing ready but nodes remain (cycle?)");
+    depth_sum[best] = 0;  // every ready node of the type runs now
+    frontier.run(best, out, on_ready);
+  }
+  // Unbatchable types run one node at a time; their remaining ready nodes keep their depths.
+}
+
+void GreedyPolicy::schedule(const ScheduleInput& input, Schedule& out) {
+  out.clear();
+  const LocalTypes types(input);
+  const TypeChains chains = type_chains(input, types);
+  const size_t width = types.count();
+  // Per type, counts of unexecuted and of ready nodes at each chain rank (1-based), in one flat
+  // array: type t's ranks live at [rank_base[t], rank_base[t] + longest[t]).
+  std::vector<uint32_t> rank_base(width + 1, 0);
+  for (size_t t = 0; t < width; ++t) rank_base[t + 1] = rank_base[t] + chains.longest[t];
+  std::vector<uint32_t> unexecuted(rank_base[width], 0), ready_at(rank_base[width], 0);
+  std::vector<uint32_t> lowest(width, 1);  // lowest rank with unexecuted nodes, per type
+  for (size_t i = 0; i < chains.rank.size(); ++i)
+    if (chains.rank[i] > 0) ++unexecuted[rank_base[types.of_node[i]] + chains.rank[i] - 1];
+
+  Frontier frontier(input, types);
+  auto on_ready = [&](ir::NodeId id, uint32_t t) {
+    const uint32_t r = chains.rank[id - input.begin];
+    if (r > 0) ++ready_at[rank_base[t] + r - 1];
+  };
+  frontier.seed(on_ready);
+  while (!frontier.done()) {
+    uint32_t best = LocalTypes::kNone;
+    uint64_t best_f = 0, best_tf = 1;
+    for (uint32_t t : frontier.ready_types()) {
+      const uint64_t f = frontier.ready(t).size();
+      uint32_t& low = lowest[t];
+      while (low <= chains.longest[t] && unexecuted[rank_base[t] + low - 1] == 0) ++low;
+      uint64_t tf = f;
+      if (low <= chains.longest[t]) {
+        const uint32_t at = rank_base[t] + low - 1;
+        tf += unexecuted[at] - ready_at[at];
+      }
+      // f / tf > best_f / best_tf, ties to the larger f, then the lower local type.
+      const uint64_t lhs = f * best_tf, rhs = best_f * tf;
+      if (best == LocalTypes::kNone || lhs > rhs || (lhs == rhs && (f > best_f || (f == best_f && t < best)))) {
+        best = t;
+        best_f = f;
+        best_tf = tf;
+      }
+    }
+    if (best == LocalTypes::kNone) throw InternalError("greedy policy: nothing ready but nodes remain (cycle?)");
+    const size_t before = out.nodes.size();
+    frontier.run(best, out, on_ready);
+    for (size_t i = before; i < out.nodes.size(); ++i) {
+      const uint32_t r = chains.rank[out.nodes[i] - input.begin];
+      if (r == 0) continue;
+      const uint32_t at = rank_base[best] + r - 1;
+      --unexecuted[at];
+      --ready_at[at];
+    }
+  }
+}
+
+}  // namespace edb::scheduler

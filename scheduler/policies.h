@@ -1,0 +1,34 @@
+// The batching policies of DESIGN.md besides `sequential`, each a named type:
+//   depth  - one batch per (depth, type), TensorFlow Fold style;
+//   agenda - DyNet's rule: run the ready type with the lowest average depth;
+//   greedy - ED-Batch's typewise rule: run the ready type maximising |F_a| / |TF_a|.
+// Precondition: ScheduleInput.types assigned for every node (kNoType for leaves).
+#pragma once
+
+#include "scheduler/schedule.h"
+
+namespace edb::scheduler {
+
+class DepthPolicy final : public Policy {
+ public:
+  std::string_view name() const override { return "depth"; }
+  void schedule(const ScheduleInput& input, Schedule& out) override;
+};
+
+class AgendaPolicy final : public Policy {
+ public:
+  std::string_view name() const override { return "agenda"; }
+  void schedule(const ScheduleInput& input, Schedule& out) override;
+};
+
+// F_a: ready type-a nodes. TF_a: unexecuted type-a nodes with no unexecuted type-a ancestor.
+// TF_a is counted as F_a plus the unexecuted type-a nodes of the lowest unexecuted same-type
+// chain rank (all of which are in TF_a), which keeps the policy linear in graph size; ties go to
+// the larger |F_a|, then to the type seen first.
+class GreedyPolicy final : public Policy {
+ public:
+  std::string_view name() const override { return "greedy"; }
+  void schedule(const ScheduleInput& input, Schedule& out) override;
+};
+
+}  // namespace edb::scheduler

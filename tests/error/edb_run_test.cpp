@@ -1,0 +1,183 @@
+// Error tests for the edb-run front end: every bad invocation exits non-zero with one clear line
+// on stderr, --help lists the flags, and --json carries every field DESIGN.md's Runners lists.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/support/test_support.h"
+
+namespace edb {
+namespace {
+
+using edb::testing::read_file;
+using edb::testing::TempDir;
+using edb::testing::write_file;
+
+// EDB_RUN_BINARY if set, else build/tools/edb-run beside this binary's build/tests/.
+std::string edb_run_binary() {
+  if (const char* path = std::getenv("EDB_RUN_BINARY")) return path;
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return (self.parent_path() / ".." / "tools" / "edb-run").lexically_normal().string();
+}
+
+struct Outcome {
+  int status = -1;  // exit status, or -1 when the process did not exit normally
+  std::string out, err;
+};
+
+// Runs edb-run with `args` (already shell-quoted where needed), capturing both streams.
+Outcome run_edb(const std::string& args) {
+  TempDir dir;
+  std::string command = "'";  // built by appending: GCC 12 misreports "'" + std::string
+  command += edb_run_binary();
+  command += "' " + args + " >'" + dir.file("out") + "' 2>'" + dir.file("err") + "' </dev/null";
+  const int raw = std::system(command.c_str());
+  Outcome o;
+  if (raw != -1 && WIFEXITED(raw)) o.status = WEXITSTATUS(raw);
+  o.out = read_file(dir.file("out"));
+  o.err = read_file(dir.file("err"));
+  return o;
+}
+
+// A failing run: non-zero status, nothing on stdout, exactly one line on stderr; returns it.
+std::string one_error_line(const std::string& args) {
+  const Outcome o = run_edb(args);
+  EXPECT_NE(o.status, 0) << args;
+  EXPECT_NE(o.status, -1) << args << ": did not exit normally";
+  EXPECT_EQ(o.out, "") << args;
+  EXPECT_FALSE(o.err.empty()) << args;
+  if (o.err.empty()) return "";
+  EXPECT_EQ(o.err.back(), '\n') << args;
+  const std::string line = o.err.substr(0, o.err.size() - 1);
+  EXPECT_EQ(line.find('\n'), std::string::npos) << args << ": more than one line:\n" << o.err;
+  return line;
+}
+
+class EdbRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(edb_run_binary()))
+      GTEST_FAIL() << "edb-run not found at " << edb_run_binary() << " (set EDB_RUN_BINARY)";
+  }
+};
+
+TEST_F(EdbRun, HelpListsModelsAndFlags) {
+  const Outcome o = run_edb("--help");
+  EXPECT_EQ(o.status, 0);
+  EXPECT_EQ(o.err, "");
+  EXPECT_EQ(o.out.rfind("usage: edb-run MODEL [flags]\n", 0), 0u) << o.out;
+  EXPECT_NE(o.out.find("  treelstm "), std::string::npos);
+  for (const char* flag : {"--data FILE", "--limit N", "--batch N", "--embed N", "--hidden N",
+                           "--policy NAME", "--executor NAME", "--device NAME", "--threads N",
+                           "--repeat N", "--seed N", "--json", "--help"})
+    EXPECT_NE(o.out.find("  " + std::string(flag)), std::string::npos) << flag;
+  EXPECT_EQ(run_edb("treelstm --help").out, o.out);
+}
+
+TEST_F(EdbRun, ModelAndFlagErrors) {
+  EXPECT_EQ(one_error_line(""), "edb-run: which model? (see --help)");
+  EXPECT_EQ(one_error_line("nosuch"), "edb-run: unknown model 'nosuch' (see --help)");
+  EXPECT_EQ(one_error_line("treelstm bilstm"), "edb-run: expected one MODEL, got 2 arguments (see --help)");
+  EXPECT_EQ(one_error_line("treelstm --bogus"), "edb-run: unknown flag --bogus (see --help)");
+  EXPECT_EQ(one_error_line("treelstm --batch"), "edb-run: --batch needs a value");
+  EXPECT_EQ(one_error_line("treelstm --json=1"), "edb-run: --json takes no value");
+  EXPECT_EQ(one_error_line("treelstm --batch abc"), "edb-run: --batch expects an integer, got 'abc'");
+  EXPECT_EQ(one_error_line("treelstm --batch=12x"), "edb-run: --batch expects an integer, got '12x'");
+  EXPECT_EQ(one_error_line("treelstm --batch 0"), "edb-run: --batch must be in [1, 1048576], got 0");
+  EXPECT_EQ(one_error_line("treelstm --limit -3"),
+            "edb-run: --limit must be in [1, 1099511627776], got -3");
+}
+
+// The lists of available names grow as policies, executors and devices land; only their start
+// is pinned.
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+TEST_F(EdbRun, EngineErrorsNameTheBadValue) {
+  EXPECT_PRED2(starts_with, one_error_line("treelstm --policy nosuch"),
+               "edb::Engine: unknown policy 'nosuch' (available: sequential");
+  EXPECT_PRED2(starts_with, one_error_line("treelstm --executor nosuch"),
+               "edb::Engine: unknown executor 'nosuch' (available: reference");
+  EXPECT_PRED2(starts_with, one_error_line("treelstm --device tpu"),
+               "edb::Engine: device 'tpu' is not available in this build (available: cpu");
+  EXPECT_EQ(one_error_line("treelstm --threads 2"),
+            "edb::Engine: threads = 2, but the reference executor runs on one thread only");
+}
+
+TEST_F(EdbRun, DataFileErrors) {
+  EXPECT_EQ(one_error_line("treelstm --data /nonexistent"),
+            "edb::samples::read_trees(): cannot open '/nonexistent': No such file or directory");
+  TempDir dir;
+  const std::string bad = dir.file("bad trees.txt");  // a space, so quoting matters too
+  write_file(bad, "(2 (1 a) (3 b))\n(2 (1 a)\n");
+  EXPECT_EQ(one_error_line("treelstm --data '" + bad + "'"),
+            bad + ":2:9: expected '(' starting the second subtree, found end of line");
+  const std::string empty = dir.file("empty.txt");
+  write_file(empty, "\n");
+  EXPECT_EQ(one_error_line("treelstm --data '" + empty + "'"),
+            "edb-run treelstm: no trees in " + empty);
+}
+
+nlohmann::json run_json(const std::string& args) {
+  const Outcome o = run_edb(args);
+  EXPECT_EQ(o.status, 0) << args << "\n" << o.err;
+  EXPECT_EQ(o.err, "") << args;
+  nlohmann::json j = nlohmann::json::parse(o.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(j.is_object()) << o.out;
+  return j.is_object() ? j : nlohmann::json::object();
+}
+
+TEST_F(EdbRun, JsonCarriesEveryRunnerField) {
+  const nlohmann::json j = run_json("treelstm --limit 8 --repeat 1 --json");
+  for (const char* field : {"model", "policy", "executor", "device", "batch", "instances",
+                            "instances_per_sec", "batches", "lower_bound", "kernel_calls",
+                            "bytes_gathered", "kernels_compiled", "cache_hits", "flops", "loss",
+                            "time_ms"})
+    EXPECT_TRUE(j.contains(field)) << field;
+  ASSERT_TRUE(j.contains("time_ms") && j["time_ms"].is_object());
+  for (const char* stage : {"trace", "schedule", "plan", "compile", "execute", "total"}) {
+    EXPECT_TRUE(j["time_ms"].contains(stage)) << stage;
+    EXPECT_TRUE(j["time_ms"].value(stage, nlohmann::json()).is_number()) << stage;
+  }
+  EXPECT_EQ(j.value("model", ""), "treelstm");
+  EXPECT_EQ(j.value("policy", ""), "sequential");
+  EXPECT_EQ(j.value("executor", ""), "reference");
+  EXPECT_EQ(j.value("device", ""), "cpu");
+  EXPECT_EQ(j.value("batch", 0), 64);
+  EXPECT_EQ(j.value("instances", 0), 8);
+  const int64_t nodes = j.value("nodes", int64_t{0}), batches = j.value("batches", int64_t{-1});
+  EXPECT_GT(nodes, 0);
+  EXPECT_EQ(batches, nodes);  // sequential: one node per batch
+  EXPECT_EQ(j.value("kernel_calls", int64_t{0}), nodes);
+  EXPECT_GT(j.value("lower_bound", int64_t{0}), 0);
+  EXPECT_LE(j.value("lower_bound", INT64_MAX), batches);
+  EXPECT_EQ(j.value("bytes_gathered", -1), 0);
+  EXPECT_EQ(j.value("kernels_compiled", -1), 0);
+  EXPECT_GT(j.value("flops", int64_t{0}), 0);
+  EXPECT_GT(j.value("loss", 0.0), 0.0);
+  EXPECT_GT(j.value("instances_per_sec", 0.0), 0.0);
+  EXPECT_GE(j["time_ms"].value("total", 0.0), j["time_ms"].value("execute", 0.0));
+
+  // Two passes: counts double, the loss of one pass stays the same. Four traces of two
+  // instances do the same work except the per-trace 1x1 sum of losses: 4 nodes adding 1 flop
+  // each instead of one node adding 7.
+  const nlohmann::json twice = run_json("treelstm --limit 8 --repeat 2 --json");
+  EXPECT_EQ(twice.value("instances", 0), 16);
+  EXPECT_EQ(twice.value("nodes", int64_t{0}), 2 * nodes);
+  EXPECT_EQ(twice.value("flops", int64_t{0}), 2 * j.value("flops", int64_t{0}));
+  EXPECT_DOUBLE_EQ(twice.value("loss", 0.0), j.value("loss", 0.0));
+  const nlohmann::json small = run_json("treelstm --limit 8 --repeat 1 --batch 2 --json");
+  EXPECT_EQ(small.value("batch", 0), 2);
+  EXPECT_EQ(small.value("nodes", int64_t{0}), nodes + 3);
+  EXPECT_EQ(small.value("flops", int64_t{0}), j.value("flops", int64_t{0}) - 3);
+  EXPECT_NEAR(small.value("loss", 0.0), j.value("loss", 0.0), 1e-4 * j.value("loss", 0.0));
+}
+
+}  // namespace
+}  // namespace edb
