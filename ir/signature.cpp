@@ -116,6 +116,62 @@ std::vector<TypeId> SignatureTable::assign(const Graph& graph) {
   return types;
 }
 
+TypeId SignatureTable::intern_recorded(const Graph& graph, NodeId id, std::span<const TypeId> types) {
+  const Node& n = graph.node(id);
+  if (has_flag(n.op, kLeaf)) return kNoType;
+  uint64_t words[kRecordedWords];
+  size_t length = 0;
+  // Header: op and arity; then what the signature adds beyond the arguments' identities.
+  words[length++] = uint64_t(n.op) | (uint64_t{n.arg_count} << 8);
+  if (n.op == Op::lookup) words[length++] = graph.parameter(n.attrs.parameter).uid;
+  if (has_flag(n.op, kConstant)) words[length++] = std::bit_cast<uint32_t>(n.attrs.constant);
+  if (has_flag(n.op, kRange)) words[length++] = (uint64_t{uint32_t(n.attrs.begin)} << 32) | uint32_t(n.attrs.end);
+  if (length + n.arg_count > kRecordedWords) return intern(graph, id);
+  // An argument is its type (which fixes its shape), a parameter's uid, or an input's shape.
+  for (NodeId arg : graph.args(id)) {
+    const Node& a = graph.node(arg);
+    if (types[arg] != kNoType) words[length++] = uint64_t{types[arg]};
+    else if (a.op == Op::parameter) words[length++] = (uint64_t{1} << 63) | graph.parameter(a.attrs.parameter).uid;
+    else words[length++] = (uint64_t{3} << 62) | pack(a.shape);
+  }
+  uint64_t hash = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < length; ++i) {
+    hash = (hash ^ words[i]) * 0xbf58476d1ce4e5b9ull;
+    hash ^= hash >> 31;
+  }
+  hash |= 1;  // never 0, the empty mark
+  const size_t mask = recorded_.size() - 1;
+  for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
+    RecordedEntry& e = recorded_[slot];
+    if (e.hash == 0) break;
+    if (e.hash == hash && e.length == length && std::memcmp(e.words, words, length * sizeof(uint64_t)) == 0)
+      return e.type;
+  }
+  const TypeId type = intern(graph, id);
+  if ((recorded_count_ + 1) * 2 > recorded_.size()) {  // keep the load under one half
+    std::vector<RecordedEntry> old(recorded_.size() * 2);
+    old.swap(recorded_);
+    for (const RecordedEntry& e : old)
+      if (e.hash != 0)
+        for (size_t slot = e.hash & (recorded_.size() - 1);; slot = (slot + 1) & (recorded_.size() - 1))
+          if (recorded_[slot].hash == 0) {
+            recorded_[slot] = e;
+            break;
+          }
+  }
+  for (size_t slot = hash & (recorded_.size() - 1);; slot = (slot + 1) & (recorded_.size() - 1)) {
+    RecordedEntry& e = recorded_[slot];
+    if (e.hash != 0) continue;
+    e.hash = hash;
+    e.length = static_cast<uint32_t>(length);
+    e.type = type;
+    std::memcpy(e.words, words, length * sizeof(uint64_t));
+    ++recorded_count_;
+    break;
+  }
+  return type;
+}
+
 std::optional<TypeId> SignatureTable::find(std::string_view signature) const {
   if (auto it = by_name_.find(signature); it != by_name_.end()) return it->second;
   return std::nullopt;

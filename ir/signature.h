@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -30,6 +31,10 @@ class SignatureTable {
   std::vector<TypeId> assign(const Graph& graph);
   void assign(const Graph& graph, NodeId begin, std::vector<TypeId>& types);
   TypeId intern(const Graph& graph, NodeId id);
+  // The record-time path: the type of node `id` from its op, attributes and its arguments' types
+  // (`types` holds the types of every earlier node). A small exact cache keyed by those ids
+  // answers most nodes without building a key from shapes; a miss goes through intern().
+  TypeId intern_recorded(const Graph& graph, NodeId id, std::span<const TypeId> types);
 
   const std::string& name(TypeId type) const { return names_[type]; }
   std::optional<TypeId> find(std::string_view signature) const;
@@ -46,6 +51,17 @@ class SignatureTable {
   std::unordered_map<std::string, TypeId, Hash, std::equal_to<>> by_name_;
   std::vector<std::string> names_;
   std::string key_buffer_;
+
+  // Open-addressing cache for intern_recorded(): fixed-size keys compared word by word.
+  static constexpr size_t kRecordedWords = 12;
+  struct RecordedEntry {
+    uint64_t hash = 0;  // 0 marks an empty slot
+    uint32_t length = 0;
+    TypeId type = kNoType;
+    uint64_t words[kRecordedWords];
+  };
+  std::vector<RecordedEntry> recorded_ = std::vector<RecordedEntry>(256);
+  size_t recorded_count_ = 0;
 };
 
 }  // namespace edb::ir

@@ -7,7 +7,6 @@
 #include <iostream>
 #include <sstream>
 
-#include "scheduler/lower_bound.h"
 
 namespace edb::runtime {
 
@@ -76,19 +75,20 @@ void Driver::evaluate(TraceData& trace) {
   if (dump_.ir) std::cerr << "== ir\n" << ir::print(trace.graph);
 
   auto start = Clock::now();
-  signatures.assign(trace.graph, begin, trace.types);
-  const scheduler::ScheduleInput input{trace.graph, trace.types, begin};
+  if (trace.types.size() != trace.graph.size()) signatures.assign(trace.graph, begin, trace.types);
+  scheduler::ScheduleInput input{trace.graph, trace.types, begin, &analysis_};
+  // Local types and chain ranks: the policies' shared analysis, and the lower bound's.
+  analysis_.build(input);
   policy_->schedule(input, trace.schedule);
   stats.time.schedule_ms += elapsed_ms(start);
+  stats.lower_bound += analysis_.chains.lower_bound();
   if (options_.verify) scheduler::verify(input, trace.schedule);
   if (dump_.schedule) std::cerr << "== schedule\n" << print_schedule(trace, signatures);
-  start = Clock::now();
-  stats.lower_bound += scheduler::lower_bound(input);  // reporting, not scheduling: timed apart
-  stats.time.lower_bound_ms += elapsed_ms(start);
 
   start = Clock::now();
+  const int64_t live = trace.plan.arena_floats;  // values of earlier evaluations of this trace
   memplan::plan_batch_order(trace.graph, trace.schedule, trace.plan);
-  if (trace.arena.size() < size_t(trace.plan.arena_floats)) trace.arena.resize(trace.plan.arena_floats);
+  trace.arena.reserve(size_t(trace.plan.arena_floats), size_t(live));
   stats.time.plan_ms += elapsed_ms(start);
   if (options_.verify) memplan::verify(trace.graph, trace.plan);
   if (dump_.plan) std::cerr << "== plan\n" << print_plan(trace);
@@ -97,7 +97,10 @@ void Driver::evaluate(TraceData& trace) {
   executor_->execute(trace.schedule, trace.values(), stats);
   stats.time.execute_ms += elapsed_ms(start);
 
-  for (ir::NodeId id : trace.schedule.nodes) stats.flops += ir::node_flops(trace.graph, id);
+  for (size_t b = 0; b < trace.schedule.batch_count(); ++b) {
+    const auto members = trace.schedule.batch(b);  // one signature: the same flops each
+    stats.flops += ir::node_flops(trace.graph, members[0]) * static_cast<int64_t>(members.size());
+  }
   stats.nodes += static_cast<int64_t>(trace.schedule.nodes.size());
   trace.evaluated = static_cast<ir::NodeId>(trace.graph.size());
 }

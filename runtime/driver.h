@@ -10,18 +10,20 @@
 #include "ir/ir.h"
 #include "ir/signature.h"
 #include "memplan/plan.h"
+#include "runtime/arena.h"
 #include "runtime/executor.h"
 #include "scheduler/schedule.h"
+#include "scheduler/type_chains.h"
 
 namespace edb::runtime {
 
 // Everything one trace owns between evaluations. Reused across traces, so memory is too.
 struct TraceData {
   ir::Graph graph;
-  std::vector<ir::TypeId> types;
+  std::vector<ir::TypeId> types;  // per node; the trace interns them as it records
   scheduler::Schedule schedule;
   memplan::Plan plan;
-  std::vector<float> arena;
+  Arena arena;
   ir::NodeId evaluated = 0;  // nodes [0, evaluated) have values
 
   void clear();
@@ -48,6 +50,7 @@ class Driver {
   std::unique_ptr<scheduler::Policy> policy_;
   std::unique_ptr<Executor> executor_;
   DumpFlags dump_;
+  scheduler::Analysis analysis_;
 };
 
 }  // namespace edb::runtime

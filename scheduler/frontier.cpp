@@ -5,11 +5,13 @@
 
 namespace edb::scheduler {
 
-LocalTypes::LocalTypes(const ScheduleInput& input) {
+void LocalTypes::build(const ScheduleInput& input) {
   const ir::NodeId begin = input.begin;
   const size_t n = input.graph.size() - begin;
   of_node.assign(n, kNone);
-  std::vector<uint32_t> local_of_global;  // dense: TypeIds are dense per engine
+  global.clear();
+  std::vector<uint32_t>& local_of_global = local_of_global_;  // dense: TypeIds are dense per engine
+  local_of_global.clear();
   for (size_t i = 0; i < n; ++i) {
     const ir::TypeId t = input.types[begin + i];
     if (t == ir::kNoType) continue;
@@ -23,8 +25,12 @@ LocalTypes::LocalTypes(const ScheduleInput& input) {
   }
 }
 
-Frontier::Frontier(const ScheduleInput& input, const LocalTypes& types)
-    : input_(input), types_(types), begin_(input.begin) {
+void Frontier::reset(const ScheduleInput& input, const LocalTypes& types) {
+  types_ = &types;
+  begin_ = input.begin;
+  remaining_ = 0;
+  initially_ready_.clear();
+  ready_types_.clear();
   const ir::Graph& graph = input.graph;
   const size_t n = graph.size() - begin_;
   pending_.assign(n, 0);
@@ -41,14 +47,16 @@ Frontier::Frontier(const ScheduleInput& input, const LocalTypes& types)
   }
   for (size_t i = 0; i < n; ++i) users_begin_[i + 1] += users_begin_[i];
   users_.resize(users_begin_[n]);
-  std::vector<uint32_t> fill(users_begin_.begin(), users_begin_.end() - 1);
+  fill_.assign(users_begin_.begin(), users_begin_.end() - 1);
+  std::vector<uint32_t>& fill = fill_;
   for (ir::NodeId id = begin_; id < graph.size(); ++id) {
     if (!scheduled(id)) continue;
     for (ir::NodeId arg : graph.args(id))
       if (scheduled(arg)) users_[fill[arg - begin_]++] = id;
     if (pending_[id - begin_] == 0) initially_ready_.push_back(id);
   }
-  ready_.resize(types.count());
+  if (ready_.size() < types.count()) ready_.resize(types.count());
+  for (auto& list : ready_) list.clear();
   unbatchable_.assign(types.count(), false);
   for (ir::NodeId id = begin_; id < graph.size(); ++id)
     if (scheduled(id) && ir::has_flag(graph.node(id).op, ir::kUnbatchable))

@@ -17,13 +17,21 @@ struct LocalTypes {
   std::vector<ir::TypeId> global;    // local -> global TypeId
   static constexpr uint32_t kNone = ~0u;
 
-  explicit LocalTypes(const ScheduleInput& input);
+  LocalTypes() = default;
+  explicit LocalTypes(const ScheduleInput& input) { build(input); }
+  void build(const ScheduleInput& input);  // reuses this object's buffers
   size_t count() const { return global.size(); }
+
+ private:
+  std::vector<uint32_t> local_of_global_;
 };
 
 class Frontier {
  public:
-  Frontier(const ScheduleInput& input, const LocalTypes& types);
+  Frontier() = default;
+  Frontier(const ScheduleInput& input, const LocalTypes& types) { reset(input, types); }
+  // Starts over on a new input, reusing this object's buffers (policies keep one frontier).
+  void reset(const ScheduleInput& input, const LocalTypes& types);
 
   bool done() const { return remaining_ == 0; }
   const std::vector<ir::NodeId>& ready(uint32_t type) const { return ready_[type]; }
@@ -44,15 +52,14 @@ class Frontier {
  private:
   template <typename OnReady>
   void push(ir::NodeId id, OnReady& on_ready) {
-    const uint32_t t = types_.of_node[id - begin_];
+    const uint32_t t = types_->of_node[id - begin_];
     if (ready_[t].empty()) ready_types_.push_back(t);
     ready_[t].push_back(id);
     on_ready(id, t);
   }
 
-  const ScheduleInput& input_;
-  const LocalTypes& types_;
-  ir::NodeId begin_;
+  const LocalTypes* types_ = nullptr;
+  ir::NodeId begin_ = 0;
   std::vector<uint32_t> pending_;       // unmet in-range arguments per node
   std::vector<uint32_t> users_begin_;   // CSR of consumers
   std::vector<ir::NodeId> users_;
@@ -60,6 +67,7 @@ class Frontier {
   std::vector<uint32_t> ready_types_;
   std::vector<ir::NodeId> initially_ready_;
   std::vector<ir::NodeId> batch_;
+  std::vector<uint32_t> fill_;
   std::vector<bool> unbatchable_;       // per local type
   size_t remaining_ = 0;
 };
@@ -81,7 +89,7 @@ void Frontier::run(uint32_t type, Schedule& out, OnReady&& on_ready) {
         ready_types_.pop_back();
         break;
       }
-  out.add_batch(types_.global[type], batch_);
+  out.add_batch(types_->global[type], batch_);
   remaining_ -= batch_.size();
   for (ir::NodeId id : batch_)
     for (uint32_t u = users_begin_[id - begin_]; u < users_begin_[id - begin_ + 1]; ++u) {

@@ -6,11 +6,9 @@
 namespace edb::scheduler {
 
 int64_t lower_bound(const ScheduleInput& input) {
-  const LocalTypes types(input);
-  const TypeChains chains = type_chains(input, types);
-  int64_t bound = chains.unbatchable;
-  for (uint32_t l : chains.longest) bound += l;
-  return bound;
+  Analysis analysis;
+  analysis.build(input);
+  return analysis.chains.lower_bound();
 }
 
 }  // namespace edb::scheduler

@@ -12,9 +12,9 @@ namespace edb::scheduler {
 namespace {
 
 // Longest path from a leaf or evaluated node, counting scheduled nodes only (those are 0).
-std::vector<uint32_t> node_depths(const ScheduleInput& input, const LocalTypes& types) {
+void node_depths(const ScheduleInput& input, const LocalTypes& types, std::vector<uint32_t>& depth) {
   const ir::Graph& graph = input.graph;
-  std::vector<uint32_t> depth(graph.size() - input.begin, 0);
+  depth.assign(graph.size() - input.begin, 0);
   for (ir::NodeId id = input.begin; id < graph.size(); ++id) {
     if (types.of_node[id - input.begin] == LocalTypes::kNone) continue;
     uint32_t d = 0;
@@ -22,25 +22,34 @@ std::vector<uint32_t> node_depths(const ScheduleInput& input, const LocalTypes& 
       if (arg >= input.begin) d = std::max(d, depth[arg - input.begin]);
     depth[id - input.begin] = d + 1;
   }
-  return depth;
 }
 
 }  // namespace
 
+const Analysis& analysis_for(const ScheduleInput& input, Analysis& own) {
+  if (input.analysis) return *input.analysis;
+  own.build(input);
+  return own;
+}
+
 void DepthPolicy::schedule(const ScheduleInput& input, Schedule& out) {
   out.clear();
-  const LocalTypes types(input);
-  const std::vector<uint32_t> depth = node_depths(input, types);
+  const LocalTypes& types = analysis_for(input, own_).types;
+  std::vector<uint32_t>& depth = depth_;
+  node_depths(input, types, depth);
   // Counting sort by (depth, local type): every argument has a smaller depth, so batches of one
   // depth can run in any type order.
   const uint32_t max_depth = depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
   const size_t width = types.count();
-  std::vector<uint32_t> start((size_t(max_depth) + 1) * width + 1, 0);
+  std::vector<uint32_t>& start = start_;
+  start.assign((size_t(max_depth) + 1) * width + 1, 0);
   for (size_t i = 0; i < depth.size(); ++i)
     if (types.of_node[i] != LocalTypes::kNone) ++start[depth[i] * width + types.of_node[i] + 1];
   for (size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
-  std::vector<ir::NodeId> sorted(start.back());
-  std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+  std::vector<ir::NodeId>& sorted = sorted_;
+  sorted.resize(start.back());
+  std::vector<uint32_t>& fill = fill_;
+  fill.assign(start.begin(), start.end() - 1);
   for (size_t i = 0; i < depth.size(); ++i)
     if (types.of_node[i] != LocalTypes::kNone)
       sorted[fill[depth[i] * width + types.of_node[i]]++] = input.begin + static_cast<ir::NodeId>(i);
@@ -58,10 +67,13 @@ void DepthPolicy::schedule(const ScheduleInput& input, Schedule& out) {
 
 void AgendaPolicy::schedule(const ScheduleInput& input, Schedule& out) {
   out.clear();
-  const LocalTypes types(input);
-  const std::vector<uint32_t> depth = node_depths(input, types);
-  Frontier frontier(input, types);
-  std::vector<uint64_t> depth_sum(types.count(), 0);
+  const LocalTypes& types = analysis_for(input, own_).types;
+  std::vector<uint32_t>& depth = depth_;
+  node_depths(input, types, depth);
+  Frontier& frontier = frontier_;
+  frontier.reset(input, types);
+  std::vector<uint64_t>& depth_sum = depth_sum_;
+  depth_sum.assign(types.count(), 0);
   auto on_ready = [&](ir::NodeId id, uint32_t t) { depth_sum[t] += depth[id - input.begin]; };
   frontier.seed(on_ready);
   while (!frontier.done()) {
@@ -85,19 +97,25 @@ void AgendaPolicy::schedule(const ScheduleInput& input, Schedule& out) {
 
 void GreedyPolicy::schedule(const ScheduleInput& input, Schedule& out) {
   out.clear();
-  const LocalTypes types(input);
-  const TypeChains chains = type_chains(input, types);
+  const Analysis& analysis = analysis_for(input, own_);
+  const LocalTypes& types = analysis.types;
+  const TypeChains& chains = analysis.chains;
   const size_t width = types.count();
   // Per type, counts of unexecuted and of ready nodes at each chain rank (1-based), in one flat
   // array: type t's ranks live at [rank_base[t], rank_base[t] + longest[t]).
-  std::vector<uint32_t> rank_base(width + 1, 0);
+  std::vector<uint32_t>& rank_base = rank_base_;
+  rank_base.assign(width + 1, 0);
   for (size_t t = 0; t < width; ++t) rank_base[t + 1] = rank_base[t] + chains.longest[t];
-  std::vector<uint32_t> unexecuted(rank_base[width], 0), ready_at(rank_base[width], 0);
-  std::vector<uint32_t> lowest(width, 1);  // lowest rank with unexecuted nodes, per type
+  std::vector<uint32_t>&unexecuted = unexecuted_, &ready_at = ready_at_;
+  unexecuted.assign(rank_base[width], 0);
+  ready_at.assign(rank_base[width], 0);
+  std::vector<uint32_t>& lowest = lowest_;  // lowest rank with unexecuted nodes, per type
+  lowest.assign(width, 1);
   for (size_t i = 0; i < chains.rank.size(); ++i)
     if (chains.rank[i] > 0) ++unexecuted[rank_base[types.of_node[i]] + chains.rank[i] - 1];
 
-  Frontier frontier(input, types);
+  Frontier& frontier = frontier_;
+  frontier.reset(input, types);
   auto on_ready = [&](ir::NodeId id, uint32_t t) {
     const uint32_t r = chains.rank[id - input.begin];
     if (r > 0) ++ready_at[rank_base[t] + r - 1];

@@ -5,7 +5,9 @@
 // Precondition: ScheduleInput.types assigned for every node (kNoType for leaves).
 #pragma once
 
+#include "scheduler/frontier.h"
 #include "scheduler/schedule.h"
+#include "scheduler/type_chains.h"
 
 namespace edb::scheduler {
 
@@ -13,12 +15,26 @@ class DepthPolicy final : public Policy {
  public:
   std::string_view name() const override { return "depth"; }
   void schedule(const ScheduleInput& input, Schedule& out) override;
+
+ private:
+  Analysis own_;
+  std::vector<uint32_t> depth_, start_, fill_;
+  std::vector<ir::NodeId> sorted_;
 };
+
+// The input's analysis, or `own` built for it.
+const Analysis& analysis_for(const ScheduleInput& input, Analysis& own);
 
 class AgendaPolicy final : public Policy {
  public:
   std::string_view name() const override { return "agenda"; }
   void schedule(const ScheduleInput& input, Schedule& out) override;
+
+ private:
+  Analysis own_;  // used when the input carries no analysis
+  Frontier frontier_;
+  std::vector<uint32_t> depth_;
+  std::vector<uint64_t> depth_sum_;
 };
 
 // F_a: ready type-a nodes. TF_a: unexecuted type-a nodes with no unexecuted type-a ancestor.
@@ -29,6 +45,11 @@ class GreedyPolicy final : public Policy {
  public:
   std::string_view name() const override { return "greedy"; }
   void schedule(const ScheduleInput& input, Schedule& out) override;
+
+ private:
+  Analysis own_;
+  Frontier frontier_;
+  std::vector<uint32_t> rank_base_, unexecuted_, ready_at_, lowest_;
 };
 
 }  // namespace edb::scheduler

@@ -27,11 +27,14 @@ struct Schedule {
   void clear();
 };
 
+struct Analysis;
+
 // Which nodes to schedule: [begin, graph.size()). Earlier nodes are already evaluated.
 struct ScheduleInput {
   const ir::Graph& graph;
   std::span<const ir::TypeId> types;  // one per node, kNoType for leaves
   ir::NodeId begin = 0;
+  const Analysis* analysis = nullptr;  // local types and chain ranks, when the caller has them
 };
 
 // A batching policy: a named type chosen by name, never by an integer code.

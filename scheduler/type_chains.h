@@ -11,14 +11,33 @@
 
 namespace edb::scheduler {
 
-struct TypeChains {
+class TypeChains {
+ public:
+  // One pass in topological order over a row of per-type counts per node (a vector max per
+  // edge), so the cost is nodes x types / vector width. Reuses this object's buffers.
+  void build(const ScheduleInput& input, const LocalTypes& types);
+
   std::vector<uint32_t> rank;     // per node in range (index id - begin); 0 for leaves
   std::vector<uint32_t> longest;  // per local type
   int64_t unbatchable = 0;        // nodes whose op is kUnbatchable (not in any chain)
+
+  int64_t lower_bound() const;  // unbatchable + sum of longest
+
+ private:
+  template <typename Count>
+  void fill(const ScheduleInput& input, const LocalTypes& types, std::vector<Count>& table);
+  std::vector<uint16_t> table16_;
+  std::vector<uint32_t> table32_;
 };
 
-// One pass in topological order over a dense row of per-type counts per node (a vector max per
-// edge), so the cost is nodes x types / vector width.
-TypeChains type_chains(const ScheduleInput& input, const LocalTypes& types);
+// The analyses every policy may use, computed once per evaluation by the driver.
+struct Analysis {
+  LocalTypes types;
+  TypeChains chains;
+  void build(const ScheduleInput& input) {
+    types.build(input);
+    chains.build(input, types);
+  }
+};
 
 }  // namespace edb::scheduler

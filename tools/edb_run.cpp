@@ -83,7 +83,6 @@ nlohmann::json to_json(const Report& r) {
         {"plan", t.plan_ms},
         {"compile", t.compile_ms},
         {"execute", t.execute_ms},
-        {"lower_bound", t.lower_bound_ms},
         {"total", r.result.total_ms}}},
   };
 }
@@ -124,7 +123,6 @@ void print_table(const Report& r) {
   row("time: plan", share(s.time.plan_ms));
   row("time: compile", share(s.time.compile_ms));
   row("time: execute", share(s.time.execute_ms));
-  row("time: lower bound", share(s.time.lower_bound_ms));
   row("time: total", fixed(total, 1) + " ms");
 }
 

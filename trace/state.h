@@ -50,6 +50,12 @@ struct TraceState {
   // The node behind `e`, after checking it belongs to this live trace; `function` names the caller.
   static TraceState& of(const Expr& e, const char* function);
   Expr make(ir::NodeId id) { return Expr(this, generation, id); }
+  // Appends a node and its batching type (interned now, while its arguments are in cache).
+  Expr add(ir::Op op, std::span<const ir::NodeId> args, ir::Shape shape, const ir::Attributes& attrs) {
+    const ir::NodeId id = data.graph.add(op, args, shape, attrs);
+    data.types.push_back(engine->driver.signatures.intern_recorded(data.graph, id, data.types));
+    return make(id);
+  }
 };
 
 }  // namespace edb::detail

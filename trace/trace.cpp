@@ -103,7 +103,7 @@ Expr Trace::input(int rows, int cols, std::span<const float> values) {
                      " does not match " + std::to_string(values.size()) + " values");
   ir::Attributes attrs;
   attrs.index = s.data.graph.add_constants(values);
-  return s.make(s.data.graph.add(ir::Op::input, {}, ir::Shape{rows, cols}, attrs));
+  return s.add(ir::Op::input, {}, ir::Shape{rows, cols}, attrs);
 }
 
 Expr Trace::input(std::span<const float> column) { return input(int(column.size()), 1, column); }
@@ -119,9 +119,9 @@ Expr Trace::param(Parameter parameter) {
     if (uid == info.uid) return s.make(node);
   ir::Attributes attrs;
   attrs.parameter = s.data.graph.add_parameter(info);
-  const ir::NodeId node = s.data.graph.add(ir::Op::parameter, {}, info.shape, attrs);
-  s.parameter_nodes.emplace_back(info.uid, node);
-  return s.make(node);
+  const Expr e = s.add(ir::Op::parameter, {}, info.shape, attrs);
+  s.parameter_nodes.emplace_back(info.uid, e.node_id());
+  return e;
 }
 
 Expr Trace::lookup(LookupTable table, int64_t entry) {
@@ -134,7 +134,7 @@ Expr Trace::lookup(LookupTable table, int64_t entry) {
   ir::Attributes attrs;
   attrs.parameter = s.data.graph.add_parameter(info);
   attrs.index = entry;
-  return s.make(s.data.graph.add(ir::Op::lookup, {}, ir::Shape{info.shape.rows, 1}, attrs));
+  return s.add(ir::Op::lookup, {}, ir::Shape{info.shape.rows, 1}, attrs);
 }
 
 void Trace::run() {
@@ -186,7 +186,7 @@ Expr record(ir::Op op, std::span<const Expr> args, const ir::Attributes& attrs =
     shapes[i] = s.data.graph.node(ids[i]).shape;
   }
   const ir::Shape shape = ir::infer_shape(op, std::span(shapes, args.size()), attrs);
-  return s.make(s.data.graph.add(op, std::span(ids, args.size()), shape, attrs));
+  return s.add(op, std::span(ids, args.size()), shape, attrs);
 }
 
 Expr record1(ir::Op op, const Expr& x, const ir::Attributes& attrs = {}) {
@@ -262,7 +262,6 @@ Stats& Stats::operator+=(const Stats& o) {
   time.plan_ms += o.time.plan_ms;
   time.compile_ms += o.time.compile_ms;
   time.execute_ms += o.time.execute_ms;
-  time.lower_bound_ms += o.time.lower_bound_ms;
   return *this;
 }
 

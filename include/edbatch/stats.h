@@ -10,7 +10,6 @@ struct StageTimes {
   double plan_ms = 0;
   double compile_ms = 0;
   double execute_ms = 0;
-  double lower_bound_ms = 0;  // computing the reported lower bound (not part of any stage)
 };
 
 struct Stats {
