@@ -1,30 +1,11 @@
 // Op tables generated from ops.def, the Graph container, the verifier and the printer.
+#include <cstdio>
 #include <sstream>
 
 #include "edbatch/errors.h"
 #include "ir/ir.h"
 
 namespace edb::ir {
-
-namespace {
-
-struct OpInfo {
-  std::string_view name;
-  int arity;
-  uint32_t flags;
-};
-
-constexpr OpInfo kOpInfo[] = {
-#define EDB_OP(name, arity, flags) {#name, arity, flags},
-#include "ir/ops.def"
-#undef EDB_OP
-};
-
-}  // namespace
-
-std::string_view op_name(Op op) { return kOpInfo[static_cast<int>(op)].name; }
-int op_arity(Op op) { return kOpInfo[static_cast<int>(op)].arity; }
-uint32_t op_flags(Op op) { return kOpInfo[static_cast<int>(op)].flags; }
 
 std::string to_string(Shape shape) {
   return std::to_string(shape.rows) + "x" + std::to_string(shape.cols);
@@ -56,13 +37,6 @@ int64_t Graph::add_constants(std::span<const float> values) {
   return offset;
 }
 
-const float* Graph::leaf_data(NodeId id) const {
-  const Node& n = nodes_[id];
-  if (n.op == Op::input) return constants_.data() + n.attrs.index;
-  if (n.op == Op::parameter) return parameters_[n.attrs.parameter].data;
-  return nullptr;
-}
-
 void Graph::clear() {
   nodes_.clear();
   arg_pool_.clear();
@@ -90,9 +64,18 @@ void verify(const Graph& graph) {
     if (n.op == Op::parameter || n.op == Op::lookup) {
       if (n.attrs.parameter >= graph.parameters().size()) fail("parameter index out of range");
     }
+    if (n.op == Op::lookup) {
+      const int64_t entries = graph.parameter(n.attrs.parameter).shape.cols;
+      if (n.attrs.index < 0 || n.attrs.index >= entries)
+        fail("entry " + std::to_string(n.attrs.index) + " is outside the table's " +
+             std::to_string(entries) + " entries");
+    }
     if (n.op == Op::input) {
       // The constant pool must hold the whole input.
-      if (n.attrs.index < 0) fail("negative constant offset");
+      if (n.attrs.index < 0 || n.attrs.index + n.shape.size() > graph.constant_count())
+        fail("reads constants [" + std::to_string(n.attrs.index) + ", " +
+             std::to_string(n.attrs.index + n.shape.size()) + ") of a pool of " +
+             std::to_string(graph.constant_count()));
       continue;
     }
     Shape inferred;
@@ -122,7 +105,11 @@ std::string print(const Graph& graph) {
     out << ") : " << to_string(n.shape);
     if (n.op == Op::parameter || n.op == Op::lookup)
       out << " param=" << graph.parameter(n.attrs.parameter).name;
-    if (has_flag(n.op, kConstant)) out << " constant=" << n.attrs.constant;
+    if (has_flag(n.op, kConstant)) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.9g", n.attrs.constant);  // round-trips every float
+      out << " constant=" << text;
+    }
     if (has_flag(n.op, kRange)) out << " rows=[" << n.attrs.begin << ',' << n.attrs.end << ')';
     if (has_flag(n.op, kPerMemberIndex)) out << " index=" << n.attrs.index;
     out << '\n';

@@ -38,9 +38,22 @@ inline constexpr int kOpCount = 0
 #undef EDB_OP
     ;
 
-std::string_view op_name(Op op);
-int op_arity(Op op);  // -1 for variadic
-uint32_t op_flags(Op op);
+namespace detail {
+struct OpInfo {
+  std::string_view name;
+  int arity;
+  uint32_t flags;
+};
+inline constexpr OpInfo kOpInfo[] = {
+#define EDB_OP(name, arity, flags) {#name, arity, flags},
+#include "ir/ops.def"
+#undef EDB_OP
+};
+}  // namespace detail
+
+inline std::string_view op_name(Op op) { return detail::kOpInfo[static_cast<int>(op)].name; }
+inline int op_arity(Op op) { return detail::kOpInfo[static_cast<int>(op)].arity; }  // -1: variadic
+inline uint32_t op_flags(Op op) { return detail::kOpInfo[static_cast<int>(op)].flags; }
 inline bool has_flag(Op op, OpFlag flag) { return (op_flags(op) & flag) != 0; }
 
 // Column-major rows x cols; vectors are rows x 1.
@@ -99,9 +112,15 @@ class Graph {
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
   const ParameterInfo& parameter(uint32_t index) const { return parameters_[index]; }
   const float* constants(int64_t offset) const { return constants_.data() + offset; }
+  int64_t constant_count() const { return static_cast<int64_t>(constants_.size()); }
 
   // Where a leaf's data lives (input or parameter node); null for other nodes.
-  const float* leaf_data(NodeId id) const;
+  const float* leaf_data(NodeId id) const {
+    const Node& n = nodes_[id];
+    if (n.op == Op::input) return constants_.data() + n.attrs.index;
+    if (n.op == Op::parameter) return parameters_[n.attrs.parameter].data;
+    return nullptr;
+  }
 
   void clear();  // keeps capacity, so a reused graph does not allocate
 

@@ -23,6 +23,7 @@ class BatchedExecutor final : public Executor {
   class Scratch {
    public:
     float* allocate(size_t floats);
+    const float** allocate_pointers(size_t count);
     void reset() { used_block_ = 0; used_in_block_ = 0; }
 
    private:

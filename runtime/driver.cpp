@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 
 namespace edb::runtime {
@@ -42,6 +43,7 @@ void TraceData::clear() {
   types.clear();
   schedule.clear();
   plan.offset.clear();
+  plan.view.clear();
   plan.arena_floats = 0;
   evaluated = 0;
 }
@@ -58,17 +60,96 @@ DumpFlags DumpFlags::from_environment() {
   return flags;
 }
 
+ExecutionQueue::ExecutionQueue(Executor& executor) : executor_(executor), thread_([this] { loop(); }) {}
+
+ExecutionQueue::~ExecutionQueue() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void ExecutionQueue::push(TraceData& trace) {
+  {
+    std::lock_guard lock(mutex_);
+    trace.pending = true;
+    trace.error = nullptr;
+    queue_.push_back(&trace);
+  }
+  changed_.notify_all();
+}
+
+void ExecutionQueue::wait(TraceData& trace) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return !trace.pending; });
+  if (trace.error) std::rethrow_exception(std::exchange(trace.error, nullptr));
+}
+
+Stats ExecutionQueue::take_stats() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return queue_.empty(); });
+  return std::exchange(stats_, Stats{});
+}
+
+void ExecutionQueue::loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_ and nothing left
+    TraceData& trace = *queue_.front();
+    lock.unlock();
+    Stats stats;
+    std::exception_ptr error;
+    const auto start = Clock::now();
+    try {
+      executor_.execute(trace.schedule, trace.values(), stats);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    stats.time.execute_ms += elapsed_ms(start);
+    lock.lock();
+    stats_ += stats;
+    trace.error = error;
+    trace.pending = false;
+    queue_.pop_front();
+    changed_.notify_all();
+  }
+}
+
 Driver::Driver(const EngineOptions& options)
     : options_(options),
       policy_(scheduler::make_policy(options.policy)),
-      executor_(make_executor(options.executor, options.threads)),
       dump_(DumpFlags::from_environment()) {
   if (options.device != "cpu")
     throw UsageError("edb::Engine: device '" + options.device +
                      "' is not available in this build (available: cpu)");
+  // Two or more threads: one executes in the background while the caller records and schedules
+  // the next trace; the executor's own pool gets the rest.
+  const bool pipelined = options.threads >= 2 && options.executor != "reference";
+  executor_ = make_executor(options.executor, pipelined ? options.threads - 1 : options.threads);
+  if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_);
 }
 
-void Driver::evaluate(TraceData& trace) {
+Driver::~Driver() = default;
+
+void Driver::wait(TraceData& trace) {
+  if (queue_) queue_->wait(trace);
+}
+
+const Stats& Driver::stats() {
+  if (queue_) stats_ += queue_->take_stats();
+  return stats_;
+}
+
+void Driver::reset_stats() {
+  if (queue_) queue_->take_stats();
+  stats_ = Stats{};
+}
+
+void Driver::submit(TraceData& trace) {
+  wait(trace);  // its previous execution must finish before the schedule, plan and arena change
   const ir::NodeId begin = trace.evaluated;
   if (begin == trace.graph.size()) return;
   if (options_.verify) ir::verify(trace.graph);
@@ -80,8 +161,8 @@ void Driver::evaluate(TraceData& trace) {
   // Local types and chain ranks: the policies' shared analysis, and the lower bound's.
   analysis_.build(input);
   policy_->schedule(input, trace.schedule);
-  stats.time.schedule_ms += elapsed_ms(start);
-  stats.lower_bound += analysis_.chains.lower_bound();
+  stats_.time.schedule_ms += elapsed_ms(start);
+  stats_.lower_bound += analysis_.chains.lower_bound();
   if (options_.verify) scheduler::verify(input, trace.schedule);
   if (dump_.schedule) std::cerr << "== schedule\n" << print_schedule(trace, signatures);
 
@@ -89,20 +170,21 @@ void Driver::evaluate(TraceData& trace) {
   const int64_t live = trace.plan.arena_floats;  // values of earlier evaluations of this trace
   memplan::plan_batch_order(trace.graph, trace.schedule, trace.plan);
   trace.arena.reserve(size_t(trace.plan.arena_floats), size_t(live));
-  stats.time.plan_ms += elapsed_ms(start);
+  stats_.time.plan_ms += elapsed_ms(start);
   if (options_.verify) memplan::verify(trace.graph, trace.plan);
   if (dump_.plan) std::cerr << "== plan\n" << print_plan(trace);
 
-  start = Clock::now();
-  executor_->execute(trace.schedule, trace.values(), stats);
-  stats.time.execute_ms += elapsed_ms(start);
-
   for (size_t b = 0; b < trace.schedule.batch_count(); ++b) {
     const auto members = trace.schedule.batch(b);  // one signature: the same flops each
-    stats.flops += ir::node_flops(trace.graph, members[0]) * static_cast<int64_t>(members.size());
+    stats_.flops += ir::node_flops(trace.graph, members[0]) * static_cast<int64_t>(members.size());
   }
-  stats.nodes += static_cast<int64_t>(trace.schedule.nodes.size());
+  stats_.nodes += static_cast<int64_t>(trace.schedule.nodes.size());
   trace.evaluated = static_cast<ir::NodeId>(trace.graph.size());
+
+  if (queue_) return queue_->push(trace);
+  start = Clock::now();
+  executor_->execute(trace.schedule, trace.values(), stats_);
+  stats_.time.execute_ms += elapsed_ms(start);
 }
 
 }  // namespace edb::runtime

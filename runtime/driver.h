@@ -1,9 +1,16 @@
 // The driver: evaluates the not-yet-evaluated part of a trace's graph, stage by stage
-// (types -> schedule -> plan -> execute), with EDB_DUMP printing each stage's output.
+// (types -> schedule -> plan -> execute), with EDB_DUMP printing each stage's output. With two or
+// more threads, execution runs on a background thread (an ExecutionQueue) so the caller can record
+// and schedule the next trace meanwhile; reading a value waits for its trace.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "edbatch/edbatch.h"
@@ -24,7 +31,9 @@ struct TraceData {
   scheduler::Schedule schedule;
   memplan::Plan plan;
   Arena arena;
-  ir::NodeId evaluated = 0;  // nodes [0, evaluated) have values
+  ir::NodeId evaluated = 0;  // nodes [0, evaluated) have values (once `pending` clears)
+  bool pending = false;      // an execution is queued or running (guarded by the queue)
+  std::exception_ptr error;  // what the last execution threw
 
   void clear();
   Values values() { return Values{graph, plan, arena.data()}; }
@@ -36,21 +45,52 @@ struct DumpFlags {
   static DumpFlags from_environment();
 };
 
+// Executions in submission order on one background thread.
+class ExecutionQueue {
+ public:
+  explicit ExecutionQueue(Executor& executor);
+  ~ExecutionQueue();
+  void push(TraceData& trace);
+  void wait(TraceData& trace);  // rethrows what its execution threw
+  Stats take_stats();           // waits for everything queued, then hands over the counters
+
+ private:
+  void loop();
+  Executor& executor_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<TraceData*> queue_;
+  Stats stats_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 class Driver {
  public:
   explicit Driver(const EngineOptions& options);
-  void evaluate(TraceData& trace);
+  ~Driver();
+  // Starts evaluating what the trace recorded since its last evaluation; with a queue the
+  // execution may still run when this returns.
+  void submit(TraceData& trace);
+  void wait(TraceData& trace);
+  void evaluate(TraceData& trace) {
+    submit(trace);
+    wait(trace);
+  }
 
   const EngineOptions& options() const { return options_; }
-  Stats stats;
+  const Stats& stats();  // waits for queued executions
+  void reset_stats();
   ir::SignatureTable signatures;
 
  private:
   EngineOptions options_;
   std::unique_ptr<scheduler::Policy> policy_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<ExecutionQueue> queue_;  // null: execute on the caller's thread
   DumpFlags dump_;
   scheduler::Analysis analysis_;
+  Stats stats_;
 };
 
 }  // namespace edb::runtime

@@ -22,8 +22,8 @@ struct Values {
   float* arena;
 
   const float* in(ir::NodeId id) const {
-    const float* leaf = graph.leaf_data(id);
-    return leaf ? leaf : arena + plan.offset[id];
+    const int64_t offset = plan.offset[id];  // -1 for leaves, which live outside the arena
+    return offset >= 0 ? arena + offset : graph.leaf_data(id);
   }
   float* out(ir::NodeId id) const { return arena + plan.offset[id]; }
 };

@@ -124,7 +124,8 @@ void evaluate_node(const Values& values, ir::NodeId id) {
 
 void ReferenceExecutor::execute(const scheduler::Schedule& schedule, const Values& values,
                                 Stats& stats) {
-  for (ir::NodeId id : schedule.nodes) evaluate_node(values, id);
+  for (ir::NodeId id : schedule.nodes)
+    if (!values.plan.is_view(id)) evaluate_node(values, id);
   stats.batches += static_cast<int64_t>(schedule.batch_count());
   stats.kernel_calls += static_cast<int64_t>(schedule.nodes.size());
 }

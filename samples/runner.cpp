@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 namespace edb::samples {
 
@@ -20,22 +21,36 @@ struct PassResult {
   double total_ms = 0;
 };
 
+// Records trace i+1 while trace i evaluates (in the background when the engine has two or more
+// threads): each trace is started with run() and its loss read only after the next is recorded.
 PassResult run_pass(SampleModel& model, Engine& engine, size_t count, int batch,
                     const std::function<void(size_t)>& on_trace) {
   PassResult pass;
   const auto pass_start = Clock::now();
+  std::optional<Trace> traces[2];
+  Expr totals[2];
+  size_t ends[2] = {0, 0};
   std::vector<Expr> losses;
-  for (size_t first = 0; first < count; first += size_t(batch)) {
+  auto collect = [&](int slot) {
+    if (!traces[slot]) return;
+    pass.loss += totals[slot].scalar();
+    traces[slot].reset();
+    if (on_trace) on_trace(ends[slot]);
+  };
+  int slot = 0;
+  for (size_t first = 0; first < count; first += size_t(batch), slot ^= 1) {
     const size_t last = std::min(count, first + size_t(batch));
-    Trace trace(engine);
+    Trace& trace = traces[slot].emplace(engine);
     const auto record_start = Clock::now();
     losses.clear();
     for (size_t i = first; i < last; ++i) losses.push_back(model.record_loss(trace, i));
-    const Expr total = sum(losses);
+    totals[slot] = sum(losses);
     pass.trace_ms += ms_since(record_start);
-    pass.loss += total.scalar();
-    if (on_trace) on_trace(last);
+    ends[slot] = last;
+    trace.run();
+    collect(slot ^ 1);
   }
+  collect(slot ^ 1);
   pass.total_ms = ms_since(pass_start);
   return pass;
 }

@@ -35,10 +35,12 @@ void Frontier::reset(const ScheduleInput& input, const LocalTypes& types) {
   const size_t n = graph.size() - begin_;
   pending_.assign(n, 0);
   users_begin_.assign(n + 1, 0);
+  unbatchable_.assign(types.count(), false);
   auto scheduled = [&](ir::NodeId id) { return id >= begin_ && types.of_node[id - begin_] != LocalTypes::kNone; };
   for (ir::NodeId id = begin_; id < graph.size(); ++id) {
     if (!scheduled(id)) continue;
     ++remaining_;
+    if (ir::has_flag(graph.node(id).op, ir::kUnbatchable)) unbatchable_[types.of_node[id - begin_]] = true;
     for (ir::NodeId arg : graph.args(id))
       if (scheduled(arg)) {
         ++pending_[id - begin_];
@@ -57,10 +59,6 @@ void Frontier::reset(const ScheduleInput& input, const LocalTypes& types) {
   }
   if (ready_.size() < types.count()) ready_.resize(types.count());
   for (auto& list : ready_) list.clear();
-  unbatchable_.assign(types.count(), false);
-  for (ir::NodeId id = begin_; id < graph.size(); ++id)
-    if (scheduled(id) && ir::has_flag(graph.node(id).op, ir::kUnbatchable))
-      unbatchable_[types.of_node[id - begin_]] = true;
 }
 
 }  // namespace edb::scheduler

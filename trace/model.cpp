@@ -40,7 +40,9 @@ void put(std::string& out, const T& value) {
 // Reads typed fields from the file's bytes, with errors that name the file and the offset.
 class Reader {
  public:
-  Reader(const std::string& bytes, const std::string& path) : bytes_(bytes), path_(path) {}
+  // `base`: where `bytes` start in the file, so messages give file offsets.
+  Reader(const std::string& bytes, const std::string& path, size_t base = 0)
+      : bytes_(bytes), path_(path), base_(base) {}
   template <typename T>
   T get(const char* what) {
     T value;
@@ -61,8 +63,8 @@ class Reader {
     pos_ += count * sizeof(float);
   }
   [[noreturn]] void fail(const std::string& what) const {
-    throw UsageError("edb::Model::load(): '" + path_ + "' at byte " + std::to_string(pos_) + ": " +
-                     what);
+    throw UsageError("edb::Model::load(): '" + path_ + "' at byte " + std::to_string(base_ + pos_) +
+                     ": " + what);
   }
   size_t position() const { return pos_; }
 
@@ -72,6 +74,7 @@ class Reader {
   }
   const std::string& bytes_;
   const std::string& path_;
+  size_t base_ = 0;
   size_t pos_ = 0;
 };
 
@@ -118,8 +121,10 @@ uint32_t add_storage(detail::ModelState& model, const std::string& name, bool is
                      int cols, const char* function) {
   if (name.empty()) throw UsageError(std::string(function) + ": the name is empty");
   if (rows <= 0 || cols <= 0)
-    throw UsageError(std::string(function) + ": '" + name + "' has shape " + std::to_string(rows) +
-                     "x" + std::to_string(cols) + "; both sizes must be positive");
+    throw UsageError(std::string(function) + ": '" + name + "' has " +
+                     (is_lookup ? std::to_string(cols) + " entries of dimension " + std::to_string(rows)
+                                : "shape " + std::to_string(rows) + "x" + std::to_string(cols)) +
+                     "; both sizes must be positive");
   for (const auto& p : model.parameters)
     if (p->name == name)
       throw UsageError(std::string(function) + ": model '" + model.name +
@@ -216,13 +221,16 @@ void Model::load(const std::string& path) {
   const uint64_t body_size = header.get<uint64_t>("the header");
   const uint64_t expected = header.get<uint64_t>("the header");
   const std::string body = bytes.substr(header.position());
-  if (body.size() != body_size)
+  if (body.size() < body_size)
     header.fail("body is " + std::to_string(body.size()) + " bytes, header says " +
                 std::to_string(body_size) + " (truncated?)");
+  if (body.size() > body_size)
+    header.fail("has " + std::to_string(body.size() - body_size) + " extra bytes after the " +
+                std::to_string(body_size) + "-byte body");
   if (checksum(body) != expected) header.fail("checksum mismatch (the file is damaged)");
 
   // Parse everything before touching the model, so a bad file changes nothing.
-  Reader reader(body, path);
+  Reader reader(body, path, header.position());
   const uint32_t count = reader.get<uint32_t>("the entry count");
   if (count != state_->parameters.size())
     reader.fail("has " + std::to_string(count) + " parameters, model '" + state_->name + "' has " +
@@ -234,7 +242,13 @@ void Model::load(const std::string& path) {
     const bool is_lookup = reader.get<uint8_t>("an entry kind") != 0;
     const int32_t rows = reader.get<int32_t>("a shape");
     const int32_t cols = reader.get<int32_t>("a shape");
-    const uint32_t index = find_storage(*state_, name, is_lookup, "edb::Model::load()");
+    uint32_t index = 0;
+    try {
+      index = find_storage(*state_, name, is_lookup, "edb::Model::load()");
+    } catch (const UsageError&) {
+      reader.fail(std::string("the file has ") + (is_lookup ? "lookup table" : "parameter") + " '" +
+                  name + "', which model '" + state_->name + "' lacks");
+    }
     const detail::ParameterStorage& p = state_->at(index);
     if (p.rows != rows || p.cols != cols)
       reader.fail("'" + name + "' is " + std::to_string(rows) + "x" + std::to_string(cols) +

@@ -43,6 +43,17 @@ struct TraceState {
   EngineState* engine = nullptr;
   runtime::TraceData data;
   std::vector<std::pair<uint64_t, ir::NodeId>> parameter_nodes;  // uid -> node, this trace
+  std::vector<std::pair<uint64_t, uint32_t>> tables;  // uid -> index in the graph's parameters
+
+  // The graph's parameter index of a lookup table, registering it on first use.
+  uint32_t table_index(ModelState& model, uint32_t index) {
+    const uint64_t uid = model.at(index).uid;
+    for (const auto& [seen, graph_index] : tables)
+      if (seen == uid) return graph_index;
+    const uint32_t graph_index = data.graph.add_parameter(model.info(index));
+    tables.emplace_back(uid, graph_index);
+    return graph_index;
+  }
 
   static TraceState* acquire(EngineState* engine);
   void release();

@@ -40,11 +40,13 @@ TraceState* TraceState::acquire(EngineState* engine) {
 }
 
 void TraceState::release() {
+  engine->driver.wait(data);  // a queued execution still writes into this state's arena
   ++generation;
   active = false;
   engine = nullptr;
   data.clear();
   parameter_nodes.clear();
+  tables.clear();
   TracePool& p = pool();
   std::lock_guard lock(p.mutex);
   p.free.push_back(this);
@@ -68,7 +70,8 @@ int Expr::cols() const { return TraceState::of(*this, "edb::Expr::cols()").data.
 
 Tensor Expr::value() const {
   TraceState& state = TraceState::of(*this, "edb::Expr::value()");
-  if (id_ >= state.data.evaluated) state.engine->driver.evaluate(state.data);
+  if (id_ >= state.data.evaluated) state.engine->driver.submit(state.data);
+  state.engine->driver.wait(state.data);
   const ir::Shape shape = state.data.graph.node(id_).shape;
   const float* v = state.data.values().in(id_);
   return Tensor{shape.rows, shape.cols, std::vector<float>(v, v + shape.size())};
@@ -114,9 +117,10 @@ Expr Trace::input(std::initializer_list<float> column) {
 Expr Trace::param(Parameter parameter) {
   TraceState& s = live(state_, "edb::Trace::param()");
   if (!parameter.model_) throw UsageError("edb::Trace::param(): the parameter handle is empty");
+  const uint64_t uid = parameter.model_->at(parameter.index_).uid;
+  for (const auto& [seen, node] : s.parameter_nodes)
+    if (seen == uid) return s.make(node);
   const ir::ParameterInfo info = parameter.model_->info(parameter.index_);
-  for (const auto& [uid, node] : s.parameter_nodes)
-    if (uid == info.uid) return s.make(node);
   ir::Attributes attrs;
   attrs.parameter = s.data.graph.add_parameter(info);
   const Expr e = s.add(ir::Op::parameter, {}, info.shape, attrs);
@@ -130,16 +134,15 @@ Expr Trace::lookup(LookupTable table, int64_t entry) {
   if (entry < 0 || entry >= table.entries())
     throw UsageError("edb::Trace::lookup(): entry " + std::to_string(entry) + " is outside table '" +
                      table.name() + "' of " + std::to_string(table.entries()) + " entries");
-  const ir::ParameterInfo info = table.model_->info(table.index_);
   ir::Attributes attrs;
-  attrs.parameter = s.data.graph.add_parameter(info);
+  attrs.parameter = s.table_index(*table.model_, table.index_);
   attrs.index = entry;
-  return s.add(ir::Op::lookup, {}, ir::Shape{info.shape.rows, 1}, attrs);
+  return s.add(ir::Op::lookup, {}, ir::Shape{table.dim(), 1}, attrs);
 }
 
 void Trace::run() {
   TraceState& s = live(state_, "edb::Trace::run()");
-  s.engine->driver.evaluate(s.data);
+  s.engine->driver.submit(s.data);
 }
 
 size_t Trace::node_count() const { return state_ ? state_->data.graph.size() : 0; }
@@ -245,8 +248,8 @@ Expr pick_neg_log_softmax(const Expr& x, int64_t label) {
 Engine::Engine(EngineOptions options) : state_(std::make_unique<detail::EngineState>(options)) {}
 Engine::~Engine() = default;
 const EngineOptions& Engine::options() const { return state_->driver.options(); }
-const Stats& Engine::stats() const { return state_->driver.stats; }
-void Engine::reset_stats() { state_->driver.stats = Stats{}; }
+const Stats& Engine::stats() const { return state_->driver.stats(); }
+void Engine::reset_stats() { state_->driver.reset_stats(); }
 size_t Engine::signature_count() const { return state_->driver.signatures.size(); }
 
 Stats& Stats::operator+=(const Stats& o) {

@@ -157,7 +157,10 @@ class Trace {
   Expr param(Parameter parameter);  // the same node for every use within this trace
   Expr lookup(LookupTable table, int64_t entry);
 
-  void run();      // evaluates every node recorded since the last run
+  // Starts evaluating every node recorded since the last run. With threads >= 2 the execution
+  // continues in the background while the caller records more (in this trace or the next);
+  // Expr::value() waits for it.
+  void run();
   void finish();   // ends the trace; its Exprs become invalid
   size_t node_count() const;
   std::string dump() const;  // the recorded IR, one node per line

@@ -248,10 +248,7 @@ TEST(IrVerify, WrongShapeWrongArityAndFailedInference) {
   }
 }
 
-// BUG: ir/graph.cpp verify() promises "attribute ranges" but never checks a lookup's entry
-// against its table (ir/graph.cpp:90-92 checks only the parameter index), so a bad entry
-// passes verify and only fails later inside the reference executor (runtime/reference.cpp:41).
-TEST(IrVerify, DISABLED_LookupEntryOutsideTable) {
+TEST(IrVerify, LookupEntryOutsideTable) {
   Graph graph;
   std::vector<float> table(4 * 10, 0.0f);
   Attributes a;
@@ -261,9 +258,7 @@ TEST(IrVerify, DISABLED_LookupEntryOutsideTable) {
   EXPECT_THROW(verify(graph), InternalError);
 }
 
-// BUG: ir/graph.cpp:93-96 says "the constant pool must hold the whole input" but checks only
-// that the offset is non-negative; an input reading past the pool passes verify.
-TEST(IrVerify, DISABLED_InputPastTheConstantPool) {
+TEST(IrVerify, InputPastTheConstantPool) {
   Graph graph;
   const float two[2] = {1, 2};
   Attributes a;

@@ -1,0 +1,281 @@
+// The random DAG generator: shapes are compatible by construction (every argument is chosen among
+// earlier nodes of the shape it needs, or recorded as a fresh input when there is none).
+#include "tests/support/random_graph.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace edb::testing {
+
+namespace {
+
+// splitmix64: the same numbers with every standard library, unlike std distributions.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
+  double unit() { return double(next() >> 11) * 0x1.0p-53; }
+  bool chance(double p) { return unit() < p; }
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t mix(uint64_t a, uint64_t b) { return Rng(a * 0x2545f4914f6cdd1dull ^ (b + 0x632be59bd9b4e019ull)).next(); }
+
+int size_index(int size) {
+  const auto& sizes = RandomGraphModel::kSizes;
+  const auto it = std::find(sizes.begin(), sizes.end(), size);
+  return it == sizes.end() ? -1 : static_cast<int>(it - sizes.begin());
+}
+
+bool is_size(int rows) { return size_index(rows) >= 0; }
+
+enum class Kind {
+  affine1, affine2, matmul, matvec, add, sub, cmult, scale, add_const, tanh, sigmoid, relu, sum,
+  concat, slice, softmax, log_softmax, pick, lookup, count
+};
+
+// Row splits whose totals are sizes, for concat.
+const std::vector<std::vector<int>> kConcatParts = {
+    {2, 2}, {2, 3}, {3, 2}, {3, 5}, {5, 3}, {4, 4}, {1, 3}, {2, 2, 4}, {3, 3, 2}, {4, 2, 2}, {3, 1, 4}};
+
+struct Node {
+  Expr expr;
+  int rows = 0, cols = 0;
+  bool is_op = false;
+  int uses = 0;
+  const char* op = "input";
+};
+
+class Recorder {
+ public:
+  Recorder(Trace& trace, const RandomGraphModel& model, const RandomGraphOptions& options)
+      : trace_(trace), model_(model), options_(options) {}
+
+  void record_instance(Rng& structure, Rng& values, int ops) {
+    previous_begin_ = instance_begin_;
+    instance_begin_ = nodes_.size();
+    s_ = &structure;
+    v_ = &values;
+    // Two inputs up front, so that early ops share leaves.
+    input(size(), 1);
+    input(size(), 1);
+    for (int i = 0; i < ops; ++i) record_op(static_cast<Kind>(s_->below(int(Kind::count))));
+  }
+
+  const std::vector<Node>& nodes() const { return nodes_; }
+
+ private:
+  int size() { return RandomGraphModel::kSizes[size_t(s_->below(int(RandomGraphModel::kSizes.size())))]; }
+
+  size_t add(Expr e, const char* op) {
+    nodes_.push_back({e, e.rows(), e.cols(), true, 0, op});
+    return nodes_.size() - 1;
+  }
+
+  size_t input(int rows, int cols) {
+    std::vector<float> data(size_t(rows) * size_t(cols));
+    for (float& x : data) x = float(v_->unit() * 2.0 - 1.0);
+    nodes_.push_back({trace_.input(rows, cols, data), rows, cols, false, 0, "input"});
+    return nodes_.size() - 1;
+  }
+
+  // An earlier node satisfying `fits` (mostly of this instance, favouring recent ones), or a new
+  // input of rows x cols when none does. Draws the same count of numbers either way. Only exact-
+  // shape picks reach into the previous instance, so instances of one template keep their shapes.
+  size_t pick(const std::function<bool(const Node&)>& fits, int rows, int cols, bool exact_shape = false) {
+    const bool cross = s_->chance(options_.cross_instance) && exact_shape;
+    const bool recent = s_->chance(0.5);
+    const uint64_t draw = s_->next();
+    candidates_.clear();
+    if (cross)
+      for (size_t i = previous_begin_; i < instance_begin_; ++i)
+        if (fits(nodes_[i])) candidates_.push_back(i);
+    if (candidates_.empty())
+      for (size_t i = instance_begin_; i < nodes_.size(); ++i)
+        if (fits(nodes_[i])) candidates_.push_back(i);
+    if (candidates_.empty()) return input(rows, cols);
+    const size_t n = candidates_.size(), window = std::min<size_t>(n, 3);
+    return recent ? candidates_[n - 1 - draw % window] : candidates_[draw % n];
+  }
+  size_t pick_shape(int rows, int cols) {
+    return pick([=](const Node& n) { return n.rows == rows && n.cols == cols; }, rows, cols, true);
+  }
+  size_t pick_any() {
+    const int rows = size();
+    return pick([](const Node&) { return true; }, rows, 1);
+  }
+  size_t pick_vector() {  // a column whose rows a weight can take
+    const int rows = size();
+    return pick([](const Node& n) { return n.cols == 1 && is_size(n.rows); }, rows, 1);
+  }
+  Expr use(size_t i) {
+    ++nodes_[i].uses;
+    return nodes_[i].expr;
+  }
+  Expr param(Parameter p) { return trace_.param(p); }
+
+  void record_op(Kind kind) {
+    switch (kind) {
+      case Kind::affine1: {
+        const int rows = size();
+        const size_t x = pick_vector();
+        const Parameter w = model_.weight(rows, nodes_[x].rows, s_->below(2));
+        add(affine({param(model_.bias(rows)), param(w), use(x)}), "affine");
+        return;
+      }
+      case Kind::affine2: {
+        const int rows = size();
+        const size_t x1 = pick_vector(), x2 = pick_vector();
+        const Parameter w1 = model_.weight(rows, nodes_[x1].rows, s_->below(2));
+        const Parameter w2 = model_.weight(rows, nodes_[x2].rows, s_->below(2));
+        add(affine({param(model_.bias(rows)), param(w1), use(x1), param(w2), use(x2)}), "affine");
+        return;
+      }
+      case Kind::matmul: {
+        const int rows = size(), fallback_rows = size(), fallback_cols = s_->chance(0.5) ? 1 : size();
+        const size_t b = pick([](const Node& n) { return is_size(n.rows); }, fallback_rows, fallback_cols);
+        const Parameter w = model_.weight(rows, nodes_[b].rows, s_->below(2));
+        add(matmul(param(w), use(b)), "matmul");
+        return;
+      }
+      case Kind::matvec: {
+        const int fallback_rows = size(), fallback_cols = size();
+        const size_t m = pick([](const Node& n) { return n.cols > 1; }, fallback_rows, fallback_cols);
+        const size_t x = pick_shape(nodes_[m].cols, 1);
+        add(matvec(use(m), use(x)), "matvec");
+        return;
+      }
+      case Kind::add:
+      case Kind::sub:
+      case Kind::cmult: {
+        const size_t a = pick_any();
+        const size_t b = pick_shape(nodes_[a].rows, nodes_[a].cols);
+        if (kind == Kind::add) add(use(a) + use(b), "add");
+        else if (kind == Kind::sub) add(use(a) - use(b), "sub");
+        else add(cmult(use(a), use(b)), "cmult");
+        return;
+      }
+      case Kind::scale: {
+        static constexpr float kScales[] = {0.5f, -1.5f, 2.0f};
+        const float c = kScales[s_->below(3)];
+        add(use(pick_any()) * c, "scale");
+        return;
+      }
+      case Kind::add_const: {
+        static constexpr float kConstants[] = {0.25f, -1.0f, 1.5f};
+        const float c = kConstants[s_->below(3)];
+        add(use(pick_any()) + c, "add_const");
+        return;
+      }
+      case Kind::tanh: add(edb::tanh(use(pick_any())), "tanh"); return;
+      case Kind::sigmoid: add(sigmoid(use(pick_any())), "sigmoid"); return;
+      case Kind::relu: add(relu(use(pick_any())), "relu"); return;
+      case Kind::softmax: add(softmax(use(pick_any())), "softmax"); return;
+      case Kind::log_softmax: add(log_softmax(use(pick_any())), "log_softmax"); return;
+      case Kind::sum: {
+        const int count = 2 + s_->below(3);
+        const size_t first = pick_any();
+        std::vector<Expr> terms{use(first)};
+        for (int i = 1; i < count; ++i) terms.push_back(use(pick_shape(nodes_[first].rows, nodes_[first].cols)));
+        add(sum(terms), "sum");
+        return;
+      }
+      case Kind::concat: {
+        const std::vector<int>& parts = kConcatParts[size_t(s_->below(int(kConcatParts.size())))];
+        const int cols = s_->chance(0.75) ? 1 : size();
+        std::vector<Expr> pieces;
+        for (int rows : parts) pieces.push_back(use(pick_shape(rows, cols)));
+        add(concat(pieces), "concat");
+        return;
+      }
+      case Kind::slice: {
+        const size_t x = pick([](const Node& n) { return n.rows >= 2; }, 8, 1);
+        const int rows = nodes_[x].rows;
+        std::vector<int> lengths{1};
+        for (int s : RandomGraphModel::kSizes)
+          if (s < rows) lengths.push_back(s);
+        const int length = lengths[size_t(s_->below(int(lengths.size())))];
+        const int begin = s_->below(rows - length + 1);
+        add(slice(use(x), begin, begin + length), "slice");
+        return;
+      }
+      case Kind::pick: {
+        const int fallback_rows = size();
+        const size_t x = pick([](const Node& n) { return n.cols == 1 && n.rows >= 2; }, fallback_rows, 1);
+        add(pick_neg_log_softmax(use(x), v_->below(nodes_[x].rows)), "pick_neg_log_softmax");
+        return;
+      }
+      case Kind::lookup:
+        add(trace_.lookup(model_.table(size()), v_->below(RandomGraphModel::kLookupEntries)), "lookup");
+        return;
+      case Kind::count: break;
+    }
+  }
+
+  Trace& trace_;
+  const RandomGraphModel& model_;
+  const RandomGraphOptions& options_;
+  Rng* s_ = nullptr;  // structure: ops, shapes, constants, which nodes are reused
+  Rng* v_ = nullptr;  // data: input values, lookup entries, labels
+  std::vector<Node> nodes_;
+  std::vector<size_t> candidates_;
+  size_t instance_begin_ = 0, previous_begin_ = 0;
+};
+
+}  // namespace
+
+RandomGraphModel::RandomGraphModel() : model_("random_graph", 11) {
+  for (int rows : kSizes) {
+    for (int cols : kSizes)
+      for (int variant = 0; variant < 2; ++variant)
+        weights_.push_back(model_.add_parameter(
+            "W" + std::to_string(rows) + "x" + std::to_string(cols) + "_" + std::to_string(variant), rows, cols));
+    biases_.push_back(model_.add_parameter("b" + std::to_string(rows), rows, 1));
+    tables_.push_back(model_.add_lookup("E" + std::to_string(rows), kLookupEntries, rows));
+  }
+}
+
+Parameter RandomGraphModel::weight(int rows, int cols, int variant) const {
+  return weights_[(size_t(size_index(rows)) * kSizes.size() + size_t(size_index(cols))) * 2 + size_t(variant)];
+}
+Parameter RandomGraphModel::bias(int rows) const { return biases_[size_t(size_index(rows))]; }
+LookupTable RandomGraphModel::table(int dim) const { return tables_[size_t(size_index(dim))]; }
+
+RandomGraph record_random_graph(Trace& trace, const RandomGraphModel& model, uint64_t seed,
+                                const RandomGraphOptions& options) {
+  Rng graph_rng(mix(seed, 0));
+  RandomGraph result;
+  result.instances = options.min_instances + graph_rng.below(options.max_instances - options.min_instances + 1);
+  Recorder recorder(trace, model, options);
+  for (int i = 0; i < result.instances; ++i) {
+    // Five in eight instances share template 1, two in eight template 2, one in eight is unique.
+    const int shape = graph_rng.below(8);
+    Rng structure(mix(seed, shape < 5 ? 1 : shape < 7 ? 2 : 1000 + uint64_t(i)));
+    Rng values(mix(seed, 2000 + uint64_t(i)));
+    const int ops = options.min_ops + structure.below(options.max_ops - options.min_ops + 1);
+    recorder.record_instance(structure, values, ops);
+  }
+  int op_index = 0;
+  for (const Node& n : recorder.nodes()) {
+    if (!n.is_op) continue;
+    ++result.op_nodes;
+    const bool sink = n.uses == 0;
+    result.sinks += sink ? 1 : 0;
+    if (sink || op_index % options.compare_every == 0) {
+      result.compared.push_back(n.expr);
+      result.ops.push_back(n.op);
+    }
+    ++op_index;
+  }
+  return result;
+}
+
+}  // namespace edb::testing
