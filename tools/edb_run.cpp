@@ -8,6 +8,8 @@
 #include <edbatch/edbatch.h>
 
 #include "jit/host.h"
+#include "runtime/executor.h"
+#include "scheduler/schedule.h"
 #include "samples/models.h"
 #include "samples/runner.h"
 #include "tools/flags.h"
@@ -16,6 +18,12 @@
 namespace {
 
 using edb::samples::ModelEntry;
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
 
 void print_help() {
   std::string models;
@@ -32,16 +40,16 @@ void print_help() {
       "  --batch N          instances per trace (default 64)\n"
       "  --embed N          embedding size (default: the model's, 128 for treelstm)\n"
       "  --hidden N         hidden size (default: the model's, 128 for treelstm)\n"
-      "  --policy NAME      batching policy: sequential (default sequential)\n"
-      "  --executor NAME    reference (default reference)\n"
+      "  --policy NAME      batching policy: %s (default greedy)\n"
+      "  --executor NAME    %s (default batched)\n"
       "  --device NAME      cpu, cuda or auto (default cpu)\n"
-      "  --threads N        worker threads (default 1)\n"
+      "  --threads N        threads (default 1); with 2 or more, execution overlaps recording\n"
       "  --repeat N         measured passes over the workload; the median is reported (default 3)\n"
       "  --seed N           seed for parameters and generated data (default 1)\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
       "Environment: EDB_DUMP=ir,schedule,plan (or all) prints each stage's output to stderr.\n",
-      models.c_str());
+      models.c_str(), joined(edb::scheduler::policy_names()).c_str(), joined(edb::runtime::executor_names()).c_str());
 }
 
 struct Report {
@@ -151,8 +159,8 @@ int run(int argc, char** argv) {
   config.seed = uint64_t(flags.get_int("seed", 1, 0, INT64_MAX));
 
   edb::EngineOptions options;
-  options.policy = flags.get("policy", "sequential");
-  options.executor = flags.get("executor", "reference");
+  options.policy = flags.get("policy", options.policy);
+  options.executor = flags.get("executor", options.executor);
   options.device = flags.get("device", "cpu");
   options.threads = int(flags.get_int("threads", 1, 1, 1024));
   if (options.device == "auto") {

@@ -57,6 +57,7 @@ struct TraceState {
 
   static TraceState* acquire(EngineState* engine);
   void release();
+  static void release_all(EngineState* engine);  // the engine is going away
 
   // The node behind `e`, after checking it belongs to this live trace; `function` names the caller.
   static TraceState& of(const Expr& e, const char* function);

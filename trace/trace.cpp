@@ -52,6 +52,17 @@ void TraceState::release() {
   p.free.push_back(this);
 }
 
+void TraceState::release_all(EngineState* engine) {
+  std::vector<TraceState*> owned;
+  {
+    TracePool& p = pool();
+    std::lock_guard lock(p.mutex);
+    for (const auto& state : p.all)
+      if (state->active && state->engine == engine) owned.push_back(state.get());
+  }
+  for (TraceState* state : owned) state->release();
+}
+
 TraceState& TraceState::of(const Expr& e, const char* function) {
   if (!e.state_) throw UsageError(std::string(function) + ": the expression is empty (default-constructed)");
   if (e.generation_ != e.state_->generation || !e.state_->active)
@@ -79,28 +90,28 @@ Tensor Expr::value() const {
 
 // ---- Trace ----
 
-Trace::Trace(Engine& engine) : state_(TraceState::acquire(engine.state_.get())) {}
+Trace::Trace(Engine& engine) : state_(TraceState::acquire(engine.state_.get())), generation_(state_->generation) {}
 
-Trace::~Trace() {
-  if (state_) state_->release();
-}
+Trace::~Trace() { finish(); }
 
 void Trace::finish() {
-  if (state_) state_->release();
+  // The state may already have been released by the engine's destructor (and even reused).
+  if (active()) state_->release();
   state_ = nullptr;
 }
 
 namespace {
 
-TraceState& live(TraceState* state, const char* function) {
-  if (!state) throw UsageError(std::string(function) + ": the trace has finished");
+TraceState& live(TraceState* state, uint32_t generation, const char* function) {
+  if (!state || state->generation != generation || !state->active)
+    throw UsageError(std::string(function) + ": the trace has finished (or its Engine was destroyed)");
   return *state;
 }
 
 }  // namespace
 
 Expr Trace::input(int rows, int cols, std::span<const float> values) {
-  TraceState& s = live(state_, "edb::Trace::input()");
+  TraceState& s = live(state_, generation_, "edb::Trace::input()");
   if (rows <= 0 || cols <= 0 || int64_t(rows) * cols != int64_t(values.size()))
     throw UsageError("edb::Trace::input(): shape " + std::to_string(rows) + "x" + std::to_string(cols) +
                      " does not match " + std::to_string(values.size()) + " values");
@@ -115,7 +126,7 @@ Expr Trace::input(std::initializer_list<float> column) {
 }
 
 Expr Trace::param(Parameter parameter) {
-  TraceState& s = live(state_, "edb::Trace::param()");
+  TraceState& s = live(state_, generation_, "edb::Trace::param()");
   if (!parameter.model_) throw UsageError("edb::Trace::param(): the parameter handle is empty");
   const uint64_t uid = parameter.model_->at(parameter.index_).uid;
   for (const auto& [seen, node] : s.parameter_nodes)
@@ -129,7 +140,7 @@ Expr Trace::param(Parameter parameter) {
 }
 
 Expr Trace::lookup(LookupTable table, int64_t entry) {
-  TraceState& s = live(state_, "edb::Trace::lookup()");
+  TraceState& s = live(state_, generation_, "edb::Trace::lookup()");
   if (!table.model_) throw UsageError("edb::Trace::lookup(): the lookup table handle is empty");
   if (entry < 0 || entry >= table.entries())
     throw UsageError("edb::Trace::lookup(): entry " + std::to_string(entry) + " is outside table '" +
@@ -141,12 +152,13 @@ Expr Trace::lookup(LookupTable table, int64_t entry) {
 }
 
 void Trace::run() {
-  TraceState& s = live(state_, "edb::Trace::run()");
+  TraceState& s = live(state_, generation_, "edb::Trace::run()");
   s.engine->driver.submit(s.data);
 }
 
-size_t Trace::node_count() const { return state_ ? state_->data.graph.size() : 0; }
-std::string Trace::dump() const { return state_ ? ir::print(state_->data.graph) : std::string(); }
+bool Trace::active() const { return state_ && state_->generation == generation_ && state_->active; }
+size_t Trace::node_count() const { return active() ? state_->data.graph.size() : 0; }
+std::string Trace::dump() const { return active() ? ir::print(state_->data.graph) : std::string(); }
 
 // ---- ops ----
 
@@ -246,7 +258,7 @@ Expr pick_neg_log_softmax(const Expr& x, int64_t label) {
 // ---- Engine ----
 
 Engine::Engine(EngineOptions options) : state_(std::make_unique<detail::EngineState>(options)) {}
-Engine::~Engine() = default;
+Engine::~Engine() { TraceState::release_all(state_.get()); }
 const EngineOptions& Engine::options() const { return state_->driver.options(); }
 const Stats& Engine::stats() const { return state_->driver.stats(); }
 void Engine::reset_stats() { state_->driver.reset_stats(); }

@@ -96,10 +96,11 @@ class Model {
 
 // Which policy, executor and device evaluate traces. Unknown names are a UsageError.
 struct EngineOptions {
-  std::string policy = "sequential";  // sequential (more come with the batched executors)
-  std::string executor = "reference"; // reference: unbatched, node by node, plain Eigen
+  std::string policy = "greedy";     // sequential, depth, agenda, greedy
+  std::string executor = "batched";  // batched (Eigen, one call per batch), or reference: the
+                                     // unbatched node-by-node oracle
   std::string device = "cpu";
-  int threads = 1;
+  int threads = 1;  // 2 or more: execution overlaps recording; the executor's pool gets the rest
   bool verify = false;  // check the IR, schedule and plan between stages (tests turn it on)
 };
 
@@ -143,7 +144,8 @@ class Expr {
 };
 
 // A recording scope. Ops record into its graph; nothing runs until run() or Expr::value().
-// Destroying (or finish()ing) the trace ends it. One thread records into a trace at a time.
+// Destroying (or finish()ing) the trace ends it, and so does destroying its Engine (then using
+// the trace is a UsageError). One thread records into a trace at a time.
 class Trace {
  public:
   explicit Trace(Engine& engine);
@@ -162,11 +164,13 @@ class Trace {
   // Expr::value() waits for it.
   void run();
   void finish();   // ends the trace; its Exprs become invalid
-  size_t node_count() const;
-  std::string dump() const;  // the recorded IR, one node per line
+  bool active() const;         // not finished, and its Engine still lives
+  size_t node_count() const;   // 0 once finished
+  std::string dump() const;    // the recorded IR, one node per line ("" once finished)
 
  private:
   detail::TraceState* state_;
+  uint32_t generation_;  // the state's generation while this trace owns it
 };
 
 // Ops. Shapes are checked when an op is recorded; a mismatch throws UsageError naming the op and

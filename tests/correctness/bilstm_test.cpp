@@ -124,7 +124,9 @@ TEST_F(BiLstmReference, EachSentenceLossEqualsDirectEigen) {
   // One output row per tag seen in the data, and the MLP is 32 wide as in the DyNet benchmark.
   EXPECT_EQ(sample->model().parameter("W_out").rows(), ids.tag_count);
   EXPECT_EQ(sample->model().parameter("W_mlp").rows(), 32);
-  EngineOptions options;
+  EngineOptions options;  // the oracle: sequential policy, reference executor
+  options.policy = "sequential";
+  options.executor = "reference";
   options.verify = true;
   Engine engine(options);
   for (size_t i = 0; i < sentences_.size(); ++i) {
@@ -141,7 +143,9 @@ TEST_F(BiLstmReference, BatchOfSentencesInOneTraceSumsTheSameLosses) {
   config.embed = 16;
   config.hidden = 16;
   auto sample = samples::make_bilstm(config);
-  EngineOptions options;
+  EngineOptions options;  // the oracle: sequential policy, reference executor
+  options.policy = "sequential";
+  options.executor = "reference";
   options.verify = true;
   Engine engine(options);
   samples::RunOptions run;

@@ -88,7 +88,9 @@ TEST_F(MvRnnReference, EachTreeLossEqualsDirectEigen) {
   config.seed = 3;
   auto sample = samples::make_mvrnn(config);
   ASSERT_EQ(sample->instance_count(), trees_.size());
-  EngineOptions options;
+  EngineOptions options;  // the oracle: sequential policy, reference executor
+  options.policy = "sequential";
+  options.executor = "reference";
   options.verify = true;
   Engine engine(options);
   const auto ids = word_ids();
@@ -105,7 +107,9 @@ TEST_F(MvRnnReference, BatchOfTreesInOneTraceSumsTheSameLosses) {
   config.data_path = path_;
   config.hidden = 8;
   auto sample = samples::make_mvrnn(config);
-  EngineOptions options;
+  EngineOptions options;  // the oracle: sequential policy, reference executor
+  options.policy = "sequential";
+  options.executor = "reference";
   options.verify = true;
   Engine engine(options);
   samples::RunOptions run;

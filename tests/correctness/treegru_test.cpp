@@ -98,7 +98,9 @@ TEST_F(TreeGruReference, EachTreeLossEqualsDirectEigen) {
   config.seed = 3;
   auto sample = samples::make_treegru(config);
   ASSERT_EQ(sample->instance_count(), trees_.size());
-  EngineOptions options;
+  EngineOptions options;  // the oracle: sequential policy, reference executor
+  options.policy = "sequential";
+  options.executor = "reference";
   options.verify = true;
   Engine engine(options);
   const auto ids = word_ids();
@@ -116,7 +118,9 @@ TEST_F(TreeGruReference, BatchOfTreesInOneTraceSumsTheSameLosses) {
   config.embed = 16;
   config.hidden = 8;
   auto sample = samples::make_treegru(config);
-  EngineOptions options;
+  EngineOptions options;  // the oracle: sequential policy, reference executor
+  options.policy = "sequential";
+  options.executor = "reference";
   options.verify = true;
   Engine engine(options);
   samples::RunOptions run;

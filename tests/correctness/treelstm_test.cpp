@@ -93,7 +93,9 @@ TEST_F(TreeLstmReference, EachTreeLossEqualsDirectEigen) {
   config.seed = 3;
   auto sample = samples::make_treelstm(config);
   ASSERT_EQ(sample->instance_count(), trees_.size());
-  EngineOptions options;
+  EngineOptions options;  // the oracle: sequential policy, reference executor
+  options.policy = "sequential";
+  options.executor = "reference";
   options.verify = true;
   Engine engine(options);
   const auto ids = word_ids();
@@ -111,7 +113,9 @@ TEST_F(TreeLstmReference, BatchOfTreesInOneTraceSumsTheSameLosses) {
   config.embed = 32;
   config.hidden = 32;
   auto sample = samples::make_treelstm(config);
-  EngineOptions options;
+  EngineOptions options;  // the oracle: sequential policy, reference executor
+  options.policy = "sequential";
+  options.executor = "reference";
   options.verify = true;
   Engine engine(options);
   samples::RunOptions run;

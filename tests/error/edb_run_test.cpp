@@ -106,7 +106,7 @@ TEST_F(EdbRun, EngineErrorsNameTheBadValue) {
                "edb::Engine: unknown executor 'nosuch' (available: reference");
   EXPECT_PRED2(starts_with, one_error_line("treelstm --device tpu"),
                "edb::Engine: device 'tpu' is not available in this build (available: cpu");
-  EXPECT_EQ(one_error_line("treelstm --threads 2"),
+  EXPECT_EQ(one_error_line("treelstm --executor reference --threads 2"),
             "edb::Engine: threads = 2, but the reference executor runs on one thread only");
 }
 
@@ -134,7 +134,7 @@ nlohmann::json run_json(const std::string& args) {
 }
 
 TEST_F(EdbRun, JsonCarriesEveryRunnerField) {
-  const nlohmann::json j = run_json("treelstm --limit 8 --repeat 1 --json");
+  const nlohmann::json j = run_json("treelstm --policy sequential --executor reference --limit 8 --repeat 1 --json");
   for (const char* field : {"model", "policy", "executor", "device", "batch", "instances",
                             "instances_per_sec", "batches", "lower_bound", "kernel_calls",
                             "bytes_gathered", "kernels_compiled", "cache_hits", "flops", "loss",
@@ -167,12 +167,12 @@ TEST_F(EdbRun, JsonCarriesEveryRunnerField) {
   // Two passes: counts double, the loss of one pass stays the same. Four traces of two
   // instances do the same work except the per-trace 1x1 sum of losses: 4 nodes adding 1 flop
   // each instead of one node adding 7.
-  const nlohmann::json twice = run_json("treelstm --limit 8 --repeat 2 --json");
+  const nlohmann::json twice = run_json("treelstm --policy sequential --executor reference --limit 8 --repeat 2 --json");
   EXPECT_EQ(twice.value("instances", 0), 16);
   EXPECT_EQ(twice.value("nodes", int64_t{0}), 2 * nodes);
   EXPECT_EQ(twice.value("flops", int64_t{0}), 2 * j.value("flops", int64_t{0}));
   EXPECT_DOUBLE_EQ(twice.value("loss", 0.0), j.value("loss", 0.0));
-  const nlohmann::json small = run_json("treelstm --limit 8 --repeat 1 --batch 2 --json");
+  const nlohmann::json small = run_json("treelstm --policy sequential --executor reference --limit 8 --repeat 1 --batch 2 --json");
   EXPECT_EQ(small.value("batch", 0), 2);
   EXPECT_EQ(small.value("nodes", int64_t{0}), nodes + 3);
   EXPECT_EQ(small.value("flops", int64_t{0}), j.value("flops", int64_t{0}) - 3);

@@ -35,7 +35,7 @@ struct RandomGraphOptions {
   int min_instances = 4, max_instances = 8;
   int min_ops = 10, max_ops = 22;  // ops recorded per instance (inputs not counted)
   int compare_every = 1;           // compare every k-th op node, plus every sink
-  double cross_instance = 0.08;    // chance that an argument comes from the previous instance
+  double cross_instance = 0.08;    // chance that an exact-shape argument comes from the previous instance
 };
 
 struct RandomGraph {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,8 @@ std::vector<GraphCase> graph_cases() {
       {"ShapesSplitBatches", [](Builder& b) { shapes_split(b, 3); }, 6, 2, 2, 2, 2},
   };
 }
+
+void PrintTo(const GraphCase& c, std::ostream* out) { *out << c.name; }
 
 class PolicyBatchCounts : public ::testing::TestWithParam<GraphCase> {};
 
