@@ -25,38 +25,45 @@ void LocalTypes::build(const ScheduleInput& input) {
   }
 }
 
-void Frontier::reset(const ScheduleInput& input, const LocalTypes& types) {
-  types_ = &types;
-  begin_ = input.begin;
-  remaining_ = 0;
-  initially_ready_.clear();
-  ready_types_.clear();
+void Dependencies::build(const ScheduleInput& input, const LocalTypes& types) {
   const ir::Graph& graph = input.graph;
-  const size_t n = graph.size() - begin_;
-  pending_.assign(n, 0);
-  users_begin_.assign(n + 1, 0);
-  unbatchable_.assign(types.count(), false);
-  auto scheduled = [&](ir::NodeId id) { return id >= begin_ && types.of_node[id - begin_] != LocalTypes::kNone; };
-  for (ir::NodeId id = begin_; id < graph.size(); ++id) {
-    if (!scheduled(id)) continue;
-    ++remaining_;
-    if (ir::has_flag(graph.node(id).op, ir::kUnbatchable)) unbatchable_[types.of_node[id - begin_]] = true;
-    for (ir::NodeId arg : graph.args(id))
-      if (scheduled(arg)) {
-        ++pending_[id - begin_];
-        ++users_begin_[arg - begin_ + 1];
+  const ir::NodeId begin = input.begin;
+  const size_t n = graph.size() - begin;
+  pending.assign(n, 0);
+  users_begin.assign(n + 1, 0);
+  initially_ready.clear();
+  unbatchable.assign(types.count(), 0);
+  scheduled = 0;
+  auto is_scheduled = [&](ir::NodeId id) { return id >= begin && types.of_node[id - begin] != LocalTypes::kNone; };
+  for (ir::NodeId id = begin; id < graph.size(); ++id) {
+    if (!is_scheduled(id)) continue;
+    ++scheduled;
+    const ir::Node& node = graph.node(id);
+    if (ir::has_flag(node.op, ir::kUnbatchable)) unbatchable[types.of_node[id - begin]] = 1;
+    for (ir::NodeId arg : graph.args(node))
+      if (is_scheduled(arg)) {
+        ++pending[id - begin];
+        ++users_begin[arg - begin + 1];
       }
   }
-  for (size_t i = 0; i < n; ++i) users_begin_[i + 1] += users_begin_[i];
-  users_.resize(users_begin_[n]);
-  fill_.assign(users_begin_.begin(), users_begin_.end() - 1);
-  std::vector<uint32_t>& fill = fill_;
-  for (ir::NodeId id = begin_; id < graph.size(); ++id) {
-    if (!scheduled(id)) continue;
+  for (size_t i = 0; i < n; ++i) users_begin[i + 1] += users_begin[i];
+  users.resize(users_begin[n]);
+  fill_.assign(users_begin.begin(), users_begin.end() - 1);
+  for (ir::NodeId id = begin; id < graph.size(); ++id) {
+    if (!is_scheduled(id)) continue;
     for (ir::NodeId arg : graph.args(id))
-      if (scheduled(arg)) users_[fill[arg - begin_]++] = id;
-    if (pending_[id - begin_] == 0) initially_ready_.push_back(id);
+      if (is_scheduled(arg)) users[fill_[arg - begin]++] = id;
+    if (pending[id - begin] == 0) initially_ready.push_back(id);
   }
+}
+
+void Frontier::reset(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies) {
+  types_ = &types;
+  dependencies_ = &dependencies;
+  begin_ = input.begin;
+  remaining_ = dependencies.scheduled;
+  ready_types_.clear();
+  pending_ = dependencies.pending;
   if (ready_.size() < types.count()) ready_.resize(types.count());
   for (auto& list : ready_) list.clear();
 }

@@ -26,12 +26,28 @@ struct LocalTypes {
   std::vector<uint32_t> local_of_global_;
 };
 
+// Who consumes whom among the scheduled nodes of the range: built in two passes over the edges,
+// shared by the frontier and the chain ranks.
+struct Dependencies {
+  std::vector<uint32_t> pending;      // per node in range: scheduled in-range arguments (edges)
+  std::vector<uint32_t> users_begin;  // CSR of consumers: node i's are users[users_begin[i]...]
+  std::vector<ir::NodeId> users;
+  std::vector<ir::NodeId> initially_ready;
+  std::vector<uint8_t> unbatchable;   // per local type
+  size_t scheduled = 0;               // nodes to schedule
+
+  void build(const ScheduleInput& input, const LocalTypes& types);  // reuses buffers
+  uint32_t user_count(size_t index) const { return users_begin[index + 1] - users_begin[index]; }
+
+ private:
+  std::vector<uint32_t> fill_;
+};
+
 class Frontier {
  public:
   Frontier() = default;
-  Frontier(const ScheduleInput& input, const LocalTypes& types) { reset(input, types); }
   // Starts over on a new input, reusing this object's buffers (policies keep one frontier).
-  void reset(const ScheduleInput& input, const LocalTypes& types);
+  void reset(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies);
 
   bool done() const { return remaining_ == 0; }
   const std::vector<ir::NodeId>& ready(uint32_t type) const { return ready_[type]; }
@@ -46,7 +62,7 @@ class Frontier {
   // Nodes ready at the start, reported through the same callback.
   template <typename OnReady>
   void seed(OnReady&& on_ready) {
-    for (ir::NodeId id : initially_ready_) push(id, on_ready);
+    for (ir::NodeId id : dependencies_->initially_ready) push(id, on_ready);
   }
 
  private:
@@ -59,22 +75,18 @@ class Frontier {
   }
 
   const LocalTypes* types_ = nullptr;
+  const Dependencies* dependencies_ = nullptr;
   ir::NodeId begin_ = 0;
-  std::vector<uint32_t> pending_;       // unmet in-range arguments per node
-  std::vector<uint32_t> users_begin_;   // CSR of consumers
-  std::vector<ir::NodeId> users_;
+  std::vector<uint32_t> pending_;  // unmet in-range arguments per node
   std::vector<std::vector<ir::NodeId>> ready_;
   std::vector<uint32_t> ready_types_;
-  std::vector<ir::NodeId> initially_ready_;
   std::vector<ir::NodeId> batch_;
-  std::vector<uint32_t> fill_;
-  std::vector<bool> unbatchable_;       // per local type
   size_t remaining_ = 0;
 };
 
 template <typename OnReady>
 void Frontier::run(uint32_t type, Schedule& out, OnReady&& on_ready) {
-  if (unbatchable_[type]) {
+  if (dependencies_->unbatchable[type]) {
     // Runs alone: the oldest ready node only.
     batch_.assign(1, ready_[type].front());
     ready_[type].erase(ready_[type].begin());
@@ -91,9 +103,10 @@ void Frontier::run(uint32_t type, Schedule& out, OnReady&& on_ready) {
       }
   out.add_batch(types_->global[type], batch_);
   remaining_ -= batch_.size();
+  const Dependencies& d = *dependencies_;
   for (ir::NodeId id : batch_)
-    for (uint32_t u = users_begin_[id - begin_]; u < users_begin_[id - begin_ + 1]; ++u) {
-      const ir::NodeId user = users_[u];
+    for (uint32_t u = d.users_begin[id - begin_]; u < d.users_begin[id - begin_ + 1]; ++u) {
+      const ir::NodeId user = d.users[u];
       if (--pending_[user - begin_] == 0) push(user, on_ready);
     }
 }

@@ -67,11 +67,12 @@ void DepthPolicy::schedule(const ScheduleInput& input, Schedule& out) {
 
 void AgendaPolicy::schedule(const ScheduleInput& input, Schedule& out) {
   out.clear();
-  const LocalTypes& types = analysis_for(input, own_).types;
+  const Analysis& analysis = analysis_for(input, own_);
+  const LocalTypes& types = analysis.types;
   std::vector<uint32_t>& depth = depth_;
   node_depths(input, types, depth);
   Frontier& frontier = frontier_;
-  frontier.reset(input, types);
+  frontier.reset(input, types, analysis.dependencies);
   std::vector<uint64_t>& depth_sum = depth_sum_;
   depth_sum.assign(types.count(), 0);
   auto on_ready = [&](ir::NodeId id, uint32_t t) { depth_sum[t] += depth[id - input.begin]; };
@@ -115,7 +116,7 @@ void GreedyPolicy::schedule(const ScheduleInput& input, Schedule& out) {
     if (chains.rank[i] > 0) ++unexecuted[rank_base[types.of_node[i]] + chains.rank[i] - 1];
 
   Frontier& frontier = frontier_;
-  frontier.reset(input, types);
+  frontier.reset(input, types, analysis.dependencies);
   auto on_ready = [&](ir::NodeId id, uint32_t t) {
     const uint32_t r = chains.rank[id - input.begin];
     if (r > 0) ++ready_at[rank_base[t] + r - 1];

@@ -7,38 +7,58 @@
 namespace edb::scheduler {
 
 template <typename Count>
-void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, std::vector<Count>& table) {
+void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
+                      std::vector<Count>& rows) {
   const ir::Graph& graph = input.graph;
   const ir::NodeId begin = input.begin;
   // Rows padded to a whole vector register so the max loop runs without a remainder.
   constexpr size_t kLanes = 64 / sizeof(Count);
   const size_t width = (types.count() + kLanes - 1) / kLanes * kLanes;
-  table.assign((graph.size() - begin) * width, 0);
-  for (ir::NodeId id = begin; id < graph.size(); ++id) {
-    Count* __restrict row = table.data() + size_t(id - begin) * width;
-    for (ir::NodeId arg : graph.args(id)) {
-      if (arg < begin) continue;
-      const Count* __restrict from = table.data() + size_t(arg - begin) * width;
-      for (size_t t = 0; t < width; ++t) row[t] = row[t] > from[t] ? row[t] : from[t];
+  const size_t n = graph.size() - begin;
+  row_of_.resize(n);
+  unread_.resize(n);
+  free_rows_.clear();
+  rows.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const ir::NodeId id = begin + static_cast<ir::NodeId>(i);
+    const uint32_t t = types.of_node[i];
+    if (t == LocalTypes::kNone) continue;  // a leaf: no chain passes through it
+    uint32_t row_index;
+    if (free_rows_.empty()) {
+      row_index = static_cast<uint32_t>(rows.size() / width);
+      rows.resize(rows.size() + width);
+    } else {
+      row_index = free_rows_.back();
+      free_rows_.pop_back();
     }
-    const uint32_t t = types.of_node[id - begin];
-    if (t == LocalTypes::kNone) continue;
+    Count* __restrict row = rows.data() + size_t(row_index) * width;
+    std::fill(row, row + width, Count{0});
+    for (ir::NodeId arg : graph.args(id)) {
+      if (arg < begin || types.of_node[arg - begin] == LocalTypes::kNone) continue;
+      const uint32_t from_index = row_of_[arg - begin];
+      const Count* __restrict from = rows.data() + size_t(from_index) * width;
+      for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
+      if (--unread_[arg - begin] == 0) free_rows_.push_back(from_index);
+    }
     if (ir::has_flag(graph.node(id).op, ir::kUnbatchable)) {
       ++unbatchable;
-      continue;
+    } else {
+      rank[i] = ++row[t];
+      longest[t] = std::max<uint32_t>(longest[t], row[t]);
     }
-    rank[id - begin] = ++row[t];
-    longest[t] = std::max<uint32_t>(longest[t], row[t]);
+    row_of_[i] = row_index;
+    unread_[i] = dependencies.user_count(i);
+    if (unread_[i] == 0) free_rows_.push_back(row_index);
   }
 }
 
-void TypeChains::build(const ScheduleInput& input, const LocalTypes& types) {
+void TypeChains::build(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies) {
   const size_t n = input.graph.size() - input.begin;
   rank.assign(n, 0);
   longest.assign(types.count(), 0);
   unbatchable = 0;
-  if (n < std::numeric_limits<uint16_t>::max()) fill(input, types, table16_);
-  else fill(input, types, table32_);
+  if (n < std::numeric_limits<uint16_t>::max()) fill(input, types, dependencies, rows16_);
+  else fill(input, types, dependencies, rows32_);
 }
 
 int64_t TypeChains::lower_bound() const {

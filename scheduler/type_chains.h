@@ -14,8 +14,9 @@ namespace edb::scheduler {
 class TypeChains {
  public:
   // One pass in topological order over a row of per-type counts per node (a vector max per
-  // edge), so the cost is nodes x types / vector width. Reuses this object's buffers.
-  void build(const ScheduleInput& input, const LocalTypes& types);
+  // edge), so the cost is nodes x types / vector width. A row lives only until its node's last
+  // consumer has read it, so the rows in use stay few and in cache. Reuses this object's buffers.
+  void build(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies);
 
   std::vector<uint32_t> rank;     // per node in range (index id - begin); 0 for leaves
   std::vector<uint32_t> longest;  // per local type
@@ -25,18 +26,24 @@ class TypeChains {
 
  private:
   template <typename Count>
-  void fill(const ScheduleInput& input, const LocalTypes& types, std::vector<Count>& table);
-  std::vector<uint16_t> table16_;
-  std::vector<uint32_t> table32_;
+  void fill(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
+            std::vector<Count>& rows);
+  std::vector<uint16_t> rows16_;
+  std::vector<uint32_t> rows32_;
+  std::vector<uint32_t> row_of_;      // per node: its row while live
+  std::vector<uint32_t> unread_;      // per node: consumers that have not read its row yet
+  std::vector<uint32_t> free_rows_;
 };
 
 // The analyses every policy may use, computed once per evaluation by the driver.
 struct Analysis {
   LocalTypes types;
+  Dependencies dependencies;
   TypeChains chains;
   void build(const ScheduleInput& input) {
     types.build(input);
-    chains.build(input, types);
+    dependencies.build(input, types);
+    chains.build(input, types, dependencies);
   }
 };
 
