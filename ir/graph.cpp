@@ -18,7 +18,7 @@ NodeId Graph::add(Op op, std::span<const NodeId> args, Shape shape, const Attrib
   node.arg_count = static_cast<uint32_t>(args.size());
   node.shape = shape;
   node.attrs = attrs;
-  arg_pool_.insert(arg_pool_.end(), args.begin(), args.end());
+  for (NodeId arg : args) arg_pool_.push_back(arg);
   nodes_.push_back(node);
   return static_cast<NodeId>(nodes_.size() - 1);
 }

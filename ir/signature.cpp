@@ -144,8 +144,11 @@ TypeId SignatureTable::intern_recorded(const Graph& graph, NodeId id, std::span<
   for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
     RecordedEntry& e = recorded_[slot];
     if (e.hash == 0) break;
-    if (e.hash == hash && e.length == length && std::memcmp(e.words, words, length * sizeof(uint64_t)) == 0)
-      return e.type;
+    if (e.hash == hash && e.length == length) {
+      size_t i = 0;
+      while (i < length && e.words[i] == words[i]) ++i;
+      if (i == length) return e.type;
+    }
   }
   const TypeId type = intern(graph, id);
   if ((recorded_count_ + 1) * 2 > recorded_.size()) {  // keep the load under one half
