@@ -13,6 +13,8 @@ endif()
 add_compile_options(-Wall -Wextra -Wno-unused-parameter)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   add_compile_options(-Wno-restrict)  # GCC 12 false positives in std::string (GCC bug 105329)
+  # GCC 12's AVX-512 intrinsics initialise with `__Y = __Y`, flagged through Eigen (GCC bug 105593).
+  add_compile_options(-Wno-maybe-uninitialized)
 endif()
 if(EDB_NATIVE)
   add_compile_options(-march=native)

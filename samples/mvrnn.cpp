@@ -4,7 +4,7 @@
 // --embed is unused: word vectors are --hidden long, like phrase vectors. The public API cannot
 // view a lookup as n x n, so each leaf's matrix is copied in with trace.input(): correct and
 // batchable, but a copy per leaf, and not trainable through the trace (a reshape op would fix both).
-#include "samples/data/data.h"
+#include "samples/tree_dataset.h"
 #include "samples/models.h"
 
 namespace edb::samples {
@@ -15,30 +15,15 @@ constexpr int kLabels = 5;
 
 class MvRnn final : public SampleModel {
  public:
-  explicit MvRnn(const ModelConfig& config) : model_("mvrnn", config.seed), size_(config.hidden) {
-    if (config.data_path.empty()) {
-      trees_ = generate_trees(config.limit > 0 ? int(config.limit) : 1000, config.seed);
-      source_ = "generated (seed " + std::to_string(config.seed) + ")";
-    } else {
-      trees_ = read_trees(config.data_path);
-      source_ = config.data_path;
-    }
-    if (config.limit > 0 && size_t(config.limit) < trees_.size()) trees_.resize(size_t(config.limit));
-    if (trees_.empty()) throw UsageError("edb-run mvrnn: no trees in " + source_);
-    // Word ids, fixed once so recording a trace does no string work.
-    for (const Tree& tree : trees_) {
-      std::vector<int>& ids = word_ids_.emplace_back(tree.nodes.size(), -1);
-      for (size_t n = 0; n < tree.nodes.size(); ++n)
-        if (tree.nodes[n].is_leaf()) ids[n] = vocabulary_.add(tree.nodes[n].word);
-    }
-    vocabulary_.freeze();
+  explicit MvRnn(const ModelConfig& config)
+      : model_("mvrnn", config.seed), data_(TreeDataset::load(config, "mvrnn")), size_(config.hidden) {
     // The vector size is --hidden: the composition keeps word and phrase vectors the same size.
     const int n = size_;
-    word_vectors_ = model_.add_lookup("A", vocabulary_.size(), n);
-    word_matrices_ = model_.add_lookup("M", vocabulary_.size(), n * n);
+    word_vectors_ = model_.add_lookup("A", data_.vocabulary.size(), n);
+    word_matrices_ = model_.add_lookup("M", data_.vocabulary.size(), n * n);
     // Socher et al. start every word matrix at the identity plus noise, so it first passes vectors on.
     const std::span<float> matrices = word_matrices_.values();
-    for (size_t word = 0; word < size_t(vocabulary_.size()); ++word)
+    for (size_t word = 0; word < size_t(data_.vocabulary.size()); ++word)
       for (size_t d = 0; d < size_t(n); ++d) matrices[word * n * n + d * n + d] += 1.0f;
     w_ = model_.add_parameter("W", n, 2 * n);
     b_w_ = model_.add_parameter("b_W", n, 1);
@@ -47,16 +32,13 @@ class MvRnn final : public SampleModel {
     b_out_ = model_.add_parameter("b_out", kLabels, 1);
   }
 
-  size_t instance_count() const override { return trees_.size(); }
+  size_t instance_count() const override { return data_.trees.size(); }
   Model& model() override { return model_; }
-  std::string describe_data() const override {
-    return std::to_string(trees_.size()) + " trees, " + std::to_string(vocabulary_.size()) +
-           " word types, " + source_;
-  }
+  std::string describe_data() const override { return data_.describe(); }
 
   Expr record_loss(Trace& trace, size_t i) override {
-    const Tree& tree = trees_[i];
-    const std::vector<int>& ids = word_ids_[i];
+    const Tree& tree = data_.trees[i];
+    const std::vector<int>& ids = data_.word_ids[i];
     const int n = size_;
     struct State { Expr vector, matrix; };
     std::vector<State> states(tree.nodes.size());
@@ -85,11 +67,8 @@ class MvRnn final : public SampleModel {
 
  private:
   Model model_;
+  TreeDataset data_;
   int size_;
-  std::vector<Tree> trees_;
-  std::vector<std::vector<int>> word_ids_;
-  Vocabulary vocabulary_;
-  std::string source_;
   LookupTable word_vectors_, word_matrices_;
   Parameter w_, b_w_, w_m_, w_out_, b_out_;
 };

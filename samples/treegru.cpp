@@ -4,7 +4,7 @@
 //   internal node over children h1, h2: [z; r1; r2] = sigmoid(U [h1; h2] + b_gates),
 //     h~ = tanh(W_c [r1*h1; r2*h2] + b_c),  h = z*h~ + (1 - z)*(h1 + h2)/2,
 //     computed as m + z*(h~ - m) with m = (h1 + h2)/2.
-#include "samples/data/data.h"
+#include "samples/tree_dataset.h"
 #include "samples/models.h"
 
 namespace edb::samples {
@@ -15,25 +15,10 @@ constexpr int kLabels = 5;
 
 class TreeGru final : public SampleModel {
  public:
-  explicit TreeGru(const ModelConfig& config) : model_("treegru", config.seed), hidden_(config.hidden) {
-    if (config.data_path.empty()) {
-      trees_ = generate_trees(config.limit > 0 ? int(config.limit) : 1000, config.seed);
-      source_ = "generated (seed " + std::to_string(config.seed) + ")";
-    } else {
-      trees_ = read_trees(config.data_path);
-      source_ = config.data_path;
-    }
-    if (config.limit > 0 && size_t(config.limit) < trees_.size()) trees_.resize(size_t(config.limit));
-    if (trees_.empty()) throw UsageError("edb-run treegru: no trees in " + source_);
-    // Word ids, fixed once so recording a trace does no string work.
-    for (const Tree& tree : trees_) {
-      std::vector<int>& ids = word_ids_.emplace_back(tree.nodes.size(), -1);
-      for (size_t n = 0; n < tree.nodes.size(); ++n)
-        if (tree.nodes[n].is_leaf()) ids[n] = vocabulary_.add(tree.nodes[n].word);
-    }
-    vocabulary_.freeze();
+  explicit TreeGru(const ModelConfig& config)
+      : model_("treegru", config.seed), data_(TreeDataset::load(config, "treegru")), hidden_(config.hidden) {
     const int h = hidden_;
-    embeddings_ = model_.add_lookup("E", vocabulary_.size(), config.embed);
+    embeddings_ = model_.add_lookup("E", data_.vocabulary.size(), config.embed);
     w_leaf_ = model_.add_parameter("W_leaf", 2 * h, config.embed);
     b_leaf_ = model_.add_parameter("b_leaf", 2 * h, 1);
     u_gates_ = model_.add_parameter("U_gates", 3 * h, 2 * h);
@@ -44,16 +29,13 @@ class TreeGru final : public SampleModel {
     b_out_ = model_.add_parameter("b_out", kLabels, 1);
   }
 
-  size_t instance_count() const override { return trees_.size(); }
+  size_t instance_count() const override { return data_.trees.size(); }
   Model& model() override { return model_; }
-  std::string describe_data() const override {
-    return std::to_string(trees_.size()) + " trees, " + std::to_string(vocabulary_.size()) +
-           " word types, " + source_;
-  }
+  std::string describe_data() const override { return data_.describe(); }
 
   Expr record_loss(Trace& trace, size_t i) override {
-    const Tree& tree = trees_[i];
-    const std::vector<int>& ids = word_ids_[i];
+    const Tree& tree = data_.trees[i];
+    const std::vector<int>& ids = data_.word_ids[i];
     const int h = hidden_;
     std::vector<Expr> states(tree.nodes.size());
     std::vector<Expr> losses;
@@ -85,11 +67,8 @@ class TreeGru final : public SampleModel {
 
  private:
   Model model_;
+  TreeDataset data_;
   int hidden_;
-  std::vector<Tree> trees_;
-  std::vector<std::vector<int>> word_ids_;
-  Vocabulary vocabulary_;
-  std::string source_;
   LookupTable embeddings_;
   Parameter w_leaf_, b_leaf_, u_gates_, b_gates_, w_candidate_, b_candidate_, w_out_, b_out_;
 };

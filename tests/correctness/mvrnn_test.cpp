@@ -9,24 +9,17 @@
 #include "samples/data/data.h"
 #include "samples/models.h"
 #include "samples/runner.h"
-#include "tests/support/test_support.h"
+#include "tests/support/tree_reference.h"
 
 namespace edb {
 namespace {
 
 using Eigen::MatrixXf;
 using Eigen::VectorXf;
-
-MatrixXf matrix_of(const Parameter& p) {
-  return Eigen::Map<const MatrixXf>(p.values().data(), p.rows(), p.cols());
-}
+using testing::matrix_of;
+using testing::neg_log_softmax;
 
 VectorXf tanh_of(const VectorXf& x) { return x.array().tanh().matrix(); }
-
-double neg_log_softmax(const VectorXf& logits, int label) {
-  const double max = logits.maxCoeff();
-  return max + std::log((logits.array() - float(max)).exp().sum()) - logits(label);
-}
 
 // Socher et al.'s composition, summing every node's loss: p = tanh(W [B a; A b] + b_W),
 // P = W_M [A; B]; a leaf is its word's vector (table "A") and matrix (table "M", column-major).
@@ -57,28 +50,9 @@ double direct_tree_loss(const Model& model, const samples::Tree& tree, const std
   return loss;
 }
 
-class MvRnnReference : public ::testing::Test {
+class MvRnnReference : public testing::TreeFileTest {
  protected:
-  void SetUp() override {
-    trees_ = samples::generate_trees(12, 13);
-    path_ = dir_.file("trees.txt");
-    std::ofstream out(path_);
-    for (const samples::Tree& t : trees_) samples::write_tree(out, t);
-  }
-  // Word ids as the sample assigns them: first appearance in file order, from 1 (0 is <unk>).
-  std::vector<std::vector<int>> word_ids() const {
-    samples::Vocabulary vocabulary;
-    std::vector<std::vector<int>> ids;
-    for (const samples::Tree& t : trees_) {
-      auto& row = ids.emplace_back(t.nodes.size(), -1);
-      for (size_t n = 0; n < t.nodes.size(); ++n)
-        if (t.nodes[n].is_leaf()) row[n] = vocabulary.add(t.nodes[n].word);
-    }
-    return ids;
-  }
-  testing::TempDir dir_;
-  std::vector<samples::Tree> trees_;
-  std::string path_;
+  void SetUp() override { write_trees(12, 13); }
 };
 
 TEST_F(MvRnnReference, EachTreeLossEqualsDirectEigen) {
@@ -87,19 +61,9 @@ TEST_F(MvRnnReference, EachTreeLossEqualsDirectEigen) {
   config.hidden = 12;
   config.seed = 3;
   auto sample = samples::make_mvrnn(config);
-  ASSERT_EQ(sample->instance_count(), trees_.size());
-  EngineOptions options;  // the oracle: sequential policy, reference executor
-  options.policy = "sequential";
-  options.executor = "reference";
-  options.verify = true;
-  Engine engine(options);
-  const auto ids = word_ids();
-  for (size_t i = 0; i < trees_.size(); ++i) {
-    Trace trace(engine);
-    const double engine_loss = sample->record_loss(trace, i).scalar();
-    const double direct = direct_tree_loss(sample->model(), trees_[i], ids[i], config.hidden);
-    EXPECT_TRUE(testing::near_relative(engine_loss, direct, 1e-5)) << "tree " << i;
-  }
+  expect_each_tree_matches(*sample, [&](const Model& m, const samples::Tree& t, const std::vector<int>& ids) {
+    return direct_tree_loss(m, t, ids, config.hidden);
+  });
 }
 
 TEST_F(MvRnnReference, BatchOfTreesInOneTraceSumsTheSameLosses) {
@@ -107,22 +71,9 @@ TEST_F(MvRnnReference, BatchOfTreesInOneTraceSumsTheSameLosses) {
   config.data_path = path_;
   config.hidden = 8;
   auto sample = samples::make_mvrnn(config);
-  EngineOptions options;  // the oracle: sequential policy, reference executor
-  options.policy = "sequential";
-  options.executor = "reference";
-  options.verify = true;
-  Engine engine(options);
-  samples::RunOptions run;
-  run.batch = 5;  // uneven: the last trace holds 2 trees
-  run.repeat = 2;
-  const samples::RunResult result = samples::run_inference(*sample, engine, run);
-  const auto ids = word_ids();
-  double direct = 0;
-  for (size_t i = 0; i < trees_.size(); ++i) direct += direct_tree_loss(sample->model(), trees_[i], ids[i], 8);
-  EXPECT_TRUE(testing::near_relative(result.loss, direct, 1e-5));
-  EXPECT_EQ(result.instances, 12);
-  EXPECT_EQ(result.stats.batches, result.stats.nodes);  // sequential policy
-  EXPECT_GT(result.stats.flops, 0);
+  expect_batched_run_matches(*sample, [&](const Model& m, const samples::Tree& t, const std::vector<int>& ids) {
+    return direct_tree_loss(m, t, ids, config.hidden);
+  });
 }
 
 TEST(MvRnnSample, WordMatricesStartNearTheIdentityAndItIsRegistered) {

@@ -1,0 +1,24 @@
+// The tree workload shared by the tree models: trees from --data or the generator, cut to --limit,
+// with word ids fixed once (by first appearance; 0 is <unk>) so recording does no string work.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "samples/data/data.h"
+#include "samples/models.h"
+
+namespace edb::samples {
+
+struct TreeDataset {
+  std::vector<Tree> trees;
+  std::vector<std::vector<int>> word_ids;  // per tree, per node: the leaf's word id, -1 inside
+  Vocabulary vocabulary;                   // frozen
+  std::string source;
+
+  // UsageError naming `model` when there are no trees.
+  static TreeDataset load(const ModelConfig& config, const std::string& model);
+  std::string describe() const;  // "2000 trees, 4070 word types, FILE"
+};
+
+}  // namespace edb::samples
