@@ -122,6 +122,13 @@ Driver::Driver(const EngineOptions& options)
     : options_(options),
       policy_(scheduler::make_policy(options.policy)),
       dump_(DumpFlags::from_environment()) {
+  fsm_ = dynamic_cast<scheduler::FsmPolicy*>(policy_.get());
+  if (fsm_) {
+    *fsm_ = scheduler::FsmPolicy(scheduler::FsmPolicy::parse_encoding(options.policy_encoding));
+    if (!options.policy_file.empty()) fsm_->load(options.policy_file);
+  } else if (!options.policy_file.empty()) {
+    throw UsageError("edb::Engine: a policy file is for the fsm policy, not '" + options.policy + "'");
+  }
   if (options.device != "cpu")
     throw UsageError("edb::Engine: device '" + options.device +
                      "' is not available in this build (available: cpu)");
@@ -148,6 +155,32 @@ void Driver::reset_stats() {
   stats_ = Stats{};
 }
 
+PolicyProgress Driver::train_policy(std::span<TraceData* const> traces, const PolicyTraining& training,
+                                   const std::function<void(const PolicyProgress&)>& progress) {
+  if (!fsm_) throw UsageError("edb::Engine::train_policy(): the engine's policy is '" + options_.policy + "', not fsm");
+  std::vector<scheduler::ScheduleInput> inputs;
+  for (TraceData* trace : traces) {
+    if (trace->evaluated != 0)
+      throw UsageError("edb::Engine::train_policy(): a trace was already evaluated; record traces and train before running them");
+    inputs.push_back({trace->graph, trace->types, 0, nullptr, &signatures});
+  }
+  scheduler::FsmTraining options;
+  options.episodes = training.episodes;
+  options.seed = training.seed;
+  auto convert = [](const scheduler::FsmProgress& p) {
+    return PolicyProgress{p.episode, p.episodes, p.batches, p.best_batches, p.lower_bound};
+  };
+  const scheduler::FsmProgress result = fsm_->train(inputs, options, [&](const scheduler::FsmProgress& p) {
+    if (progress) progress(convert(p));
+  });
+  return convert(result);
+}
+
+void Driver::save_policy(const std::string& path) {
+  if (!fsm_) throw UsageError("edb::Engine::save_policy(): the engine's policy is '" + options_.policy + "', not fsm");
+  fsm_->save(path);
+}
+
 void Driver::submit(TraceData& trace) {
   wait(trace);  // its previous execution must finish before the schedule, plan and arena change
   const ir::NodeId begin = trace.evaluated;
@@ -157,10 +190,15 @@ void Driver::submit(TraceData& trace) {
 
   auto start = Clock::now();
   if (trace.types.size() != trace.graph.size()) signatures.assign(trace.graph, begin, trace.types);
-  scheduler::ScheduleInput input{trace.graph, trace.types, begin, &analysis_};
+  scheduler::ScheduleInput input{trace.graph, trace.types, begin, &analysis_, &signatures};
   // Local types and chain ranks: the policies' shared analysis, and the lower bound's.
   analysis_.build(input);
+  const int64_t decisions = fsm_ ? fsm_->decisions() : 0, unseen = fsm_ ? fsm_->unseen() : 0;
   policy_->schedule(input, trace.schedule);
+  if (fsm_) {
+    stats_.policy_decisions += fsm_->decisions() - decisions;
+    stats_.policy_unseen += fsm_->unseen() - unseen;
+  }
   stats_.time.schedule_ms += elapsed_ms(start);
   stats_.lower_bound += analysis_.chains.lower_bound();
   if (options_.verify) scheduler::verify(input, trace.schedule);

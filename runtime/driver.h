@@ -19,6 +19,7 @@
 #include "memplan/plan.h"
 #include "runtime/arena.h"
 #include "runtime/executor.h"
+#include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
 #include "scheduler/type_chains.h"
 
@@ -80,12 +81,17 @@ class Driver {
 
   const EngineOptions& options() const { return options_; }
   const Stats& stats();  // waits for queued executions
+  // The learned policy's training and file (UsageError unless the policy is "fsm").
+  PolicyProgress train_policy(std::span<TraceData* const> traces, const PolicyTraining& training,
+                              const std::function<void(const PolicyProgress&)>& progress);
+  void save_policy(const std::string& path);
   void reset_stats();
   ir::SignatureTable signatures;
 
  private:
   EngineOptions options_;
   std::unique_ptr<scheduler::Policy> policy_;
+  scheduler::FsmPolicy* fsm_ = nullptr;  // policy_ when it is the learned one
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ExecutionQueue> queue_;  // null: execute on the caller's thread
   DumpFlags dump_;

@@ -86,4 +86,23 @@ RunResult run_inference(SampleModel& model, Engine& engine, const RunOptions& op
   return result;
 }
 
+PolicyProgress train_policy(SampleModel& model, Engine& engine, int traces, int batch,
+                            const PolicyTraining& training,
+                            const std::function<void(const PolicyProgress&)>& progress) {
+  if (traces < 1) throw UsageError("--train-traces must be at least 1, got " + std::to_string(traces));
+  if (batch < 1) throw UsageError("--batch must be at least 1, got " + std::to_string(batch));
+  std::vector<std::unique_ptr<Trace>> recorded;
+  std::vector<Trace*> pointers;
+  const size_t count = model.instance_count();
+  size_t next = 0;
+  for (int t = 0; t < traces; ++t) {
+    recorded.push_back(std::make_unique<Trace>(engine));
+    std::vector<Expr> losses;
+    for (int i = 0; i < batch; ++i, next = (next + 1) % count) losses.push_back(model.record_loss(*recorded.back(), next));
+    sum(losses);
+    pointers.push_back(recorded.back().get());
+  }
+  return engine.train_policy(pointers, training, progress);
+}
+
 }  // namespace edb::samples

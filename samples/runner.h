@@ -30,4 +30,10 @@ struct RunResult {
 
 RunResult run_inference(SampleModel& model, Engine& engine, const RunOptions& options);
 
+// Learns the engine's fsm policy from `traces` traces of `batch` instances (the workload's first
+// ones, wrapping around), recorded but not run.
+PolicyProgress train_policy(SampleModel& model, Engine& engine, int traces, int batch,
+                            const PolicyTraining& training,
+                            const std::function<void(const PolicyProgress&)>& progress = nullptr);
+
 }  // namespace edb::samples

@@ -98,61 +98,8 @@ void AgendaPolicy::schedule(const ScheduleInput& input, Schedule& out) {
 
 void GreedyPolicy::schedule(const ScheduleInput& input, Schedule& out) {
   out.clear();
-  const Analysis& analysis = analysis_for(input, own_);
-  const LocalTypes& types = analysis.types;
-  const TypeChains& chains = analysis.chains;
-  const size_t width = types.count();
-  // Per type, counts of unexecuted and of ready nodes at each chain rank (1-based), in one flat
-  // array: type t's ranks live at [rank_base[t], rank_base[t] + longest[t]).
-  std::vector<uint32_t>& rank_base = rank_base_;
-  rank_base.assign(width + 1, 0);
-  for (size_t t = 0; t < width; ++t) rank_base[t + 1] = rank_base[t] + chains.longest[t];
-  std::vector<uint32_t>&unexecuted = unexecuted_, &ready_at = ready_at_;
-  unexecuted.assign(rank_base[width], 0);
-  ready_at.assign(rank_base[width], 0);
-  std::vector<uint32_t>& lowest = lowest_;  // lowest rank with unexecuted nodes, per type
-  lowest.assign(width, 1);
-  for (size_t i = 0; i < chains.rank.size(); ++i)
-    if (chains.rank[i] > 0) ++unexecuted[rank_base[types.of_node[i]] + chains.rank[i] - 1];
-
-  Frontier& frontier = frontier_;
-  frontier.reset(input, types, analysis.dependencies);
-  auto on_ready = [&](ir::NodeId id, uint32_t t) {
-    const uint32_t r = chains.rank[id - input.begin];
-    if (r > 0) ++ready_at[rank_base[t] + r - 1];
-  };
-  frontier.seed(on_ready);
-  while (!frontier.done()) {
-    uint32_t best = LocalTypes::kNone;
-    uint64_t best_f = 0, best_tf = 1;
-    for (uint32_t t : frontier.ready_types()) {
-      const uint64_t f = frontier.ready(t).size();
-      uint32_t& low = lowest[t];
-      while (low <= chains.longest[t] && unexecuted[rank_base[t] + low - 1] == 0) ++low;
-      uint64_t tf = f;
-      if (low <= chains.longest[t]) {
-        const uint32_t at = rank_base[t] + low - 1;
-        tf += unexecuted[at] - ready_at[at];
-      }
-      // f / tf > best_f / best_tf, ties to the larger f, then the lower local type.
-      const uint64_t lhs = f * best_tf, rhs = best_f * tf;
-      if (best == LocalTypes::kNone || lhs > rhs || (lhs == rhs && (f > best_f || (f == best_f && t < best)))) {
-        best = t;
-        best_f = f;
-        best_tf = tf;
-      }
-    }
-    if (best == LocalTypes::kNone) throw InternalError("greedy policy: nothing ready but nodes remain (cycle?)");
-    const size_t before = out.nodes.size();
-    frontier.run(best, out, on_ready);
-    for (size_t i = before; i < out.nodes.size(); ++i) {
-      const uint32_t r = chains.rank[out.nodes[i] - input.begin];
-      if (r == 0) continue;
-      const uint32_t at = rank_base[best] + r - 1;
-      --unexecuted[at];
-      --ready_at[at];
-    }
-  }
+  frontier_.reset(input, analysis_for(input, own_));
+  while (!frontier_.done()) frontier_.run(frontier_.greedy_choice(), out);
 }
 
 }  // namespace edb::scheduler

@@ -8,6 +8,7 @@
 #include "scheduler/frontier.h"
 #include "scheduler/schedule.h"
 #include "scheduler/type_chains.h"
+#include "scheduler/typewise.h"
 
 namespace edb::scheduler {
 
@@ -37,10 +38,7 @@ class AgendaPolicy final : public Policy {
   std::vector<uint64_t> depth_sum_;
 };
 
-// F_a: ready type-a nodes. TF_a: unexecuted type-a nodes with no unexecuted type-a ancestor.
-// TF_a is counted as F_a plus the unexecuted type-a nodes of the lowest unexecuted same-type
-// chain rank (all of which are in TF_a), which keeps the policy linear in graph size; ties go to
-// the larger |F_a|, then to the type seen first.
+// F_a and TF_a as TypewiseFrontier counts them (typewise.h).
 class GreedyPolicy final : public Policy {
  public:
   std::string_view name() const override { return "greedy"; }
@@ -48,8 +46,7 @@ class GreedyPolicy final : public Policy {
 
  private:
   Analysis own_;
-  Frontier frontier_;
-  std::vector<uint32_t> rank_base_, unexecuted_, ready_at_, lowest_;
+  TypewiseFrontier frontier_;
 };
 
 }  // namespace edb::scheduler

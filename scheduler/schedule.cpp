@@ -2,6 +2,7 @@
 #include "scheduler/schedule.h"
 
 #include "edbatch/errors.h"
+#include "scheduler/fsm.h"
 #include "scheduler/policies.h"
 
 namespace edb::scheduler {
@@ -24,13 +25,14 @@ void SequentialPolicy::schedule(const ScheduleInput& input, Schedule& out) {
     if (input.types[id] != ir::kNoType) out.add_batch(input.types[id], std::span(&id, 1));
 }
 
-std::vector<std::string> policy_names() { return {"sequential", "depth", "agenda", "greedy"}; }
+std::vector<std::string> policy_names() { return {"sequential", "depth", "agenda", "greedy", "fsm"}; }
 
 std::unique_ptr<Policy> make_policy(std::string_view name) {
   if (name == "sequential") return std::make_unique<SequentialPolicy>();
   if (name == "depth") return std::make_unique<DepthPolicy>();
   if (name == "agenda") return std::make_unique<AgendaPolicy>();
   if (name == "greedy") return std::make_unique<GreedyPolicy>();
+  if (name == "fsm") return std::make_unique<FsmPolicy>();
   std::string known;
   for (const std::string& n : policy_names()) known += (known.empty() ? "" : ", ") + n;
   throw UsageError("edb::Engine: unknown policy '" + std::string(name) + "' (available: " + known +

@@ -35,6 +35,7 @@ struct ScheduleInput {
   std::span<const ir::TypeId> types;  // one per node, kNoType for leaves
   ir::NodeId begin = 0;
   const Analysis* analysis = nullptr;  // local types and chain ranks, when the caller has them
+  const ir::SignatureTable* signatures = nullptr;  // names of the types (the learned policy needs them)
 };
 
 // A batching policy: a named type chosen by name, never by an integer code.

@@ -1,5 +1,6 @@
 // edb-run: runs a sample model on a workload with a chosen policy, executor and device, and prints
 // throughput, batching counts and the time split as a table (or one JSON object with --json).
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -46,6 +47,10 @@ void print_help() {
       "  --threads N        threads (default 1); with 2 or more, execution overlaps recording\n"
       "  --repeat N         measured passes over the workload; the median is reported (default 3)\n"
       "  --seed N           seed for parameters and generated data (default 1)\n"
+      "  --train-policy FILE  (fsm) learn the policy from --train-traces traces, save it to FILE, then run\n"
+      "  --train-traces N   traces to learn from (default 8)\n"
+      "  --policy-file FILE (fsm) load a learned policy\n"
+      "  --policy-encoding base|sort  (fsm) the state encoding (default base)\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
       "Environment: EDB_DUMP=ir,schedule,plan (or all) prints each stage's output to stderr.\n",
@@ -56,12 +61,15 @@ struct Report {
   std::string model, policy, executor, device, data, cpu;
   int batch = 0, embed = 0, hidden = 0;
   edb::samples::RunResult result;
+  bool trained = false;
+  edb::PolicyProgress training;
+  double training_ms = 0;
 };
 
 nlohmann::json to_json(const Report& r) {
   const edb::Stats& s = r.result.stats;
   const auto& t = s.time;
-  return {
+  nlohmann::json j = {
       {"model", r.model},
       {"policy", r.policy},
       {"executor", r.executor},
@@ -93,6 +101,11 @@ nlohmann::json to_json(const Report& r) {
         {"execute", t.execute_ms},
         {"total", r.result.total_ms}}},
   };
+  if (s.policy_decisions > 0) j["policy_unseen_rate"] = double(s.policy_unseen) / double(s.policy_decisions);
+  if (r.trained)
+    j["training"] = {{"episodes", r.training.episode}, {"batches", r.training.best_batches},
+                     {"lower_bound", r.training.lower_bound}, {"time_ms", r.training_ms}};
+  return j;
 }
 
 void print_table(const Report& r) {
@@ -125,6 +138,10 @@ void print_table(const Report& r) {
   row("bytes gathered", std::to_string(s.bytes_gathered));
   row("kernels compiled", std::to_string(s.kernels_compiled));
   row("GFLOP/s", fixed(total > 0 ? double(s.flops) / (total * 1e6) : 0, 2));
+  if (s.policy_decisions > 0)
+    row("unseen policy states", fixed(100.0 * double(s.policy_unseen) / double(s.policy_decisions), 2) + "%");
+  if (r.trained)
+    row("policy training", fixed(r.training_ms, 0) + " ms, " + std::to_string(r.training.episode) + " episodes");
   row("loss (one pass)", fixed(r.result.loss, 4));
   row("time: trace", share(r.result.trace_ms));
   row("time: schedule", share(s.time.schedule_ms));
@@ -137,7 +154,8 @@ void print_table(const Report& r) {
 int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-run",
                           {"data", "limit", "batch", "embed", "hidden", "policy", "executor", "device",
-                           "threads", "repeat", "seed"},
+                           "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file",
+                           "policy-encoding"},
                           {"json", "help"});
   const std::vector<std::string> positional = flags.parse(argc, argv, 1);
   if (flags.has("help")) {
@@ -167,6 +185,12 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "edb-run: --device auto: running on the CPU (this build has no GPU backend yet)\n");
     options.device = "cpu";
   }
+  options.policy_file = flags.get("policy-file", "");
+  options.policy_encoding = flags.get("policy-encoding", "base");
+  const std::string train_path = flags.get("train-policy", "");
+  const int train_traces = int(flags.get_int("train-traces", 8, 1, 10000));
+  if (!train_path.empty() && options.policy != "fsm")
+    throw edb::UsageError("edb-run: --train-policy learns the fsm policy; add --policy fsm");
   edb::samples::RunOptions run_options;
   run_options.batch = int(flags.get_int("batch", 64, 1, 1 << 20));
   run_options.repeat = int(flags.get_int("repeat", 3, 1, 1000));
@@ -174,9 +198,26 @@ int run(int argc, char** argv) {
   edb::Engine engine(options);  // rejects unknown or unavailable names before any work
   const std::unique_ptr<edb::samples::SampleModel> model = entry->make(config);
 
+  Report report;
+  if (!train_path.empty()) {
+    edb::tools::ProgressBar training_bar("learning the policy");
+    const auto start = std::chrono::steady_clock::now();
+    const edb::PolicyProgress learned = edb::samples::train_policy(
+        *model, engine, train_traces, run_options.batch, edb::PolicyTraining{},
+        [&](const edb::PolicyProgress& p) {
+          char note[96];
+          std::snprintf(note, sizeof note, "episodes; batches/LB %.3f, best %.3f", double(p.batches) / double(p.lower_bound),
+                        double(p.best_batches) / double(p.lower_bound));
+          training_bar.update(p.episode, p.episodes, note);
+        });
+    training_bar.done();
+    engine.save_policy(train_path);
+    report.training_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    report.training = learned;
+    report.trained = true;
+  }
   edb::tools::ProgressBar bar("edb-run " + entry->name);
   run_options.progress = [&](int64_t done, int64_t total) { bar.update(done, total, "instances"); };
-  Report report;
   report.result = edb::samples::run_inference(*model, engine, run_options);
   bar.done();
   report.model = entry->name;

@@ -264,6 +264,19 @@ const Stats& Engine::stats() const { return state_->driver.stats(); }
 void Engine::reset_stats() { state_->driver.reset_stats(); }
 size_t Engine::signature_count() const { return state_->driver.signatures.size(); }
 
+PolicyProgress Engine::train_policy(std::span<Trace* const> traces, const PolicyTraining& training,
+                                    const std::function<void(const PolicyProgress&)>& progress) {
+  std::vector<runtime::TraceData*> data;
+  for (Trace* trace : traces) {
+    TraceState& s = live(trace->state_, trace->generation_, "edb::Engine::train_policy()");
+    if (s.engine != state_.get()) throw UsageError("edb::Engine::train_policy(): a trace belongs to another engine");
+    data.push_back(&s.data);
+  }
+  return state_->driver.train_policy(data, training, progress);
+}
+
+void Engine::save_policy(const std::string& path) { state_->driver.save_policy(path); }
+
 Stats& Stats::operator+=(const Stats& o) {
   nodes += o.nodes;
   batches += o.batches;
@@ -273,6 +286,8 @@ Stats& Stats::operator+=(const Stats& o) {
   kernels_compiled += o.kernels_compiled;
   cache_hits += o.cache_hits;
   flops += o.flops;
+  policy_decisions += o.policy_decisions;
+  policy_unseen += o.policy_unseen;
   time.schedule_ms += o.time.schedule_ms;
   time.plan_ms += o.time.plan_ms;
   time.compile_ms += o.time.compile_ms;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -96,12 +97,28 @@ class Model {
 
 // Which policy, executor and device evaluate traces. Unknown names are a UsageError.
 struct EngineOptions {
-  std::string policy = "greedy";     // sequential, depth, agenda, greedy
+  std::string policy = "greedy";     // sequential, depth, agenda, greedy, fsm (learned)
   std::string executor = "batched";  // batched (Eigen, one call per batch), or reference: the
                                      // unbatched node-by-node oracle
   std::string device = "cpu";
   int threads = 1;  // 2 or more: execution overlaps recording; the executor's pool gets the rest
   bool verify = false;  // check the IR, schedule and plan between stages (tests turn it on)
+  std::string policy_file;              // fsm: a table saved by save_policy(), loaded at start
+  std::string policy_encoding = "base"; // fsm state: "base" (set of ready types) or "sort"
+};
+
+// Learning the fsm policy (DESIGN.md): tabular n-step Q-learning over recorded traces.
+struct PolicyTraining {
+  int episodes = 1000;
+  uint64_t seed = 1;
+};
+
+struct PolicyProgress {
+  int episode = 0;
+  int episodes = 0;
+  int64_t batches = 0;       // the last greedy rollout over all training traces
+  int64_t best_batches = 0;  // the best table's
+  int64_t lower_bound = 0;   // over all training traces
 };
 
 class Engine {
@@ -115,6 +132,12 @@ class Engine {
   const Stats& stats() const;  // summed over every evaluation since construction or reset
   void reset_stats();
   size_t signature_count() const;  // distinct batching signatures seen
+
+  // policy "fsm" only. Learns from traces that were recorded but not evaluated (their graphs are
+  // read, not run); keeps the table whose greedy rollout needs the fewest batches.
+  PolicyProgress train_policy(std::span<Trace* const> traces, const PolicyTraining& training = {},
+                              const std::function<void(const PolicyProgress&)>& progress = nullptr);
+  void save_policy(const std::string& path);
 
  private:
   friend class Trace;
@@ -169,6 +192,7 @@ class Trace {
   std::string dump() const;    // the recorded IR, one node per line ("" once finished)
 
  private:
+  friend class Engine;
   detail::TraceState* state_;
   uint32_t generation_;  // the state's generation while this trace owns it
 };

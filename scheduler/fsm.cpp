@@ -1,0 +1,200 @@
+// The learned policy: encoding the frontier, acting from the table, and Q-learning it.
+#include "scheduler/fsm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "edbatch/errors.h"
+
+namespace edb::scheduler {
+
+namespace {
+constexpr uint32_t kNone = LocalTypes::kNone;
+}
+
+FsmPolicy::Encoding FsmPolicy::parse_encoding(const std::string& name) {
+  if (name == "base") return Encoding::base;
+  if (name == "sort") return Encoding::sort;
+  throw UsageError("edb::Engine: unknown policy encoding '" + name + "' (available: base, sort)");
+}
+
+size_t FsmPolicy::KeyHash::operator()(const Key& key) const {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ key.size();
+  for (uint32_t v : key) {
+    h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+  }
+  return static_cast<size_t>(h);
+}
+
+uint32_t FsmPolicy::index_of(const std::string& signature) {
+  auto [it, inserted] = index_of_name_.emplace(signature, static_cast<uint32_t>(names_.size()));
+  if (inserted) names_.push_back(signature);
+  return it->second;
+}
+
+void FsmPolicy::map_types(const ScheduleInput& input, const Analysis& analysis) {
+  // Without the engine's signature table (a bare graph), types are named by their ids: such a
+  // table works within the process only.
+  index_of_local_.resize(analysis.types.count());
+  for (size_t t = 0; t < analysis.types.count(); ++t) {
+    const ir::TypeId type = analysis.types.global[t];
+    index_of_local_[t] = index_of(input.signatures ? input.signatures->name(type) : "#" + std::to_string(type));
+  }
+}
+
+void FsmPolicy::encode(TypewiseFrontier& frontier, Key& key) const {
+  key.clear();
+  for (uint32_t t : frontier.ready_types()) key.push_back(t);
+  if (encoding_ == Encoding::sort) {
+    std::sort(key.begin(), key.end(), [&](uint32_t a, uint32_t b) {
+      const uint64_t ca = frontier.ready_count(a), cb = frontier.ready_count(b);
+      return ca != cb ? ca > cb : index_of_local_[a] < index_of_local_[b];
+    });
+    for (uint32_t& t : key) t = index_of_local_[t];
+  } else {
+    for (uint32_t& t : key) t = index_of_local_[t];
+    std::sort(key.begin(), key.end());
+  }
+}
+
+uint32_t FsmPolicy::best_known(TypewiseFrontier& frontier, const Actions& actions) const {
+  uint32_t best = kNone;
+  double best_q = -INFINITY;
+  for (uint32_t t : frontier.ready_types())
+    for (const auto& [action, q] : actions)
+      if (action == index_of_local_[t] &&
+          (best == kNone || q > best_q || (q == best_q && index_of_local_[t] < index_of_local_[best]))) {
+        best = t;
+        best_q = q;
+      }
+  return best;
+}
+
+double FsmPolicy::max_q(const Key& key) const {
+  // Over the state's actions; an action never tried counts as 0 (rewards are <= 0, so untried
+  // actions look promising and get explored).
+  auto it = table_.find(key);
+  double best = 0;
+  if (it == table_.end()) return best;
+  bool all_tried = it->second.size() == key.size();
+  double max_tried = -INFINITY;
+  for (const auto& [action, q] : it->second) max_tried = std::max(max_tried, q);
+  return all_tried ? max_tried : std::max(best, max_tried);
+}
+
+int64_t FsmPolicy::rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count) {
+  out.clear();
+  map_types(input, analysis);
+  frontier_.reset(input, analysis);
+  while (!frontier_.done()) {
+    encode(frontier_, key_);
+    uint32_t choice = kNone;
+    if (auto it = table_.find(key_); it != table_.end()) choice = best_known(frontier_, it->second);
+    if (choice == kNone) {
+      choice = frontier_.greedy_choice();
+      if (count) ++unseen_;
+    }
+    if (count) ++decisions_;
+    frontier_.run(choice, out);
+  }
+  return static_cast<int64_t>(out.batch_count());
+}
+
+void FsmPolicy::schedule(const ScheduleInput& input, Schedule& out) {
+  rollout(input, analysis_for(input, own_), out, true);
+}
+
+FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTraining& options,
+                             const std::function<void(const FsmProgress&)>& progress) {
+  if (graphs.empty()) throw UsageError("edb::Engine::train_policy(): no traces to learn from");
+  std::vector<Analysis> analyses(graphs.size());
+  FsmProgress state;
+  state.episodes = options.episodes;
+  for (size_t g = 0; g < graphs.size(); ++g) {
+    analyses[g].build(graphs[g]);
+    state.lower_bound += analyses[g].chains.lower_bound();
+  }
+  Schedule scratch;
+  auto rollout_all = [&] {
+    int64_t total = 0;
+    for (size_t g = 0; g < graphs.size(); ++g) total += rollout(graphs[g], analyses[g], scratch, false);
+    return total;
+  };
+  state.best_batches = state.batches = rollout_all();
+  Table best = table_;
+  std::mt19937_64 rng(options.seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  double epsilon = options.epsilon;
+  std::vector<Key> states;
+  std::vector<uint32_t> actions;
+  std::vector<double> rewards;
+  for (int episode = 0; episode < options.episodes; ++episode) {
+    if (state.best_batches <= int64_t(std::floor((1.0 + options.stop_within) * double(state.lower_bound)))) break;
+    const size_t g = size_t(episode) % graphs.size();
+    map_types(graphs[g], analyses[g]);
+    frontier_.reset(graphs[g], analyses[g]);
+    states.clear();
+    actions.clear();
+    rewards.clear();
+    scratch.clear();
+    while (!frontier_.done()) {
+      encode(frontier_, key_);
+      const auto& ready = frontier_.ready_types();
+      uint32_t choice;
+      if (unit(rng) < epsilon) {
+        choice = ready[size_t(rng() % ready.size())];
+      } else {
+        // Highest Q; untried actions count as 0; ties go to the greedy rule's choice.
+        const uint32_t greedy = frontier_.greedy_choice();
+        auto it = table_.find(key_);
+        choice = greedy;
+        double best_q = -INFINITY;
+        for (uint32_t t : ready) {
+          double q = 0;
+          if (it != table_.end())
+            for (const auto& [a, value] : it->second)
+              if (a == index_of_local_[t]) q = value;
+          if (q > best_q || (q == best_q && t == greedy)) {
+            best_q = q;
+            choice = t;
+          }
+        }
+      }
+      const double f = double(frontier_.ready_count(choice)), tf = double(frontier_.frontier_count(choice));
+      states.push_back(key_);
+      actions.push_back(index_of_local_[choice]);
+      rewards.push_back(-1.0 + f / tf);
+      frontier_.run(choice, scratch);
+    }
+    // n-step returns, bootstrapped from the table at t + n.
+    const size_t steps = rewards.size();
+    for (size_t t = 0; t < steps; ++t) {
+      double ret = 0, discount = 1;
+      const size_t end = std::min(steps, t + size_t(options.n_step));
+      for (size_t k = t; k < end; ++k, discount *= options.gamma) ret += discount * rewards[k];
+      if (end < steps) ret += discount * max_q(states[end]);
+      Actions& entry = table_[states[t]];
+      auto it = std::find_if(entry.begin(), entry.end(), [&](const auto& p) { return p.first == actions[t]; });
+      if (it == entry.end()) {
+        entry.emplace_back(actions[t], 0.0);
+        it = entry.end() - 1;
+      }
+      it->second += options.alpha * (ret - it->second);
+    }
+    epsilon = std::max(options.epsilon_min, epsilon * options.decay);
+    state.episode = episode + 1;
+    if ((episode + 1) % options.rollout_every == 0 || episode + 1 == options.episodes) {
+      state.batches = rollout_all();
+      if (state.batches < state.best_batches) {
+        state.best_batches = state.batches;
+        best = table_;
+      }
+      if (progress) progress(state);
+    }
+  }
+  table_ = std::move(best);
+  return state;
+}
+
+}  // namespace edb::scheduler

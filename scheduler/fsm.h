@@ -1,0 +1,93 @@
+// The learned policy of ED-Batch: a finite state machine over the ready frontier, learned by
+// tabular n-step Q-learning. State: the ready types ("base": as a set; "sort": ordered by how
+// many nodes are ready). Action: a ready type, all of whose ready nodes run as one batch.
+// Reward per step: -1 + |F_a| / |TF_a| (TypewiseFrontier's counts). Types are kept by signature
+// string, so a table trained in one process schedules graphs of another. Unseen states fall back
+// to the greedy rule, and the policy counts how often that happens.
+// ScheduleInput should carry the engine's SignatureTable (without it, types go by id).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "scheduler/policies.h"
+#include "scheduler/typewise.h"
+
+namespace edb::scheduler {
+
+struct FsmTraining {
+  int episodes = 1000;       // at most
+  int n_step = 10;
+  double alpha = 0.4;
+  double gamma = 1.0;
+  double epsilon = 0.5;      // exploration, times `decay` per episode down to `epsilon_min`
+  double decay = 0.9;
+  double epsilon_min = 0.05;
+  int rollout_every = 50;    // greedy rollouts keep the best table
+  double stop_within = 0.01; // stop once the rollout is within this fraction of the lower bound
+  uint64_t seed = 1;
+};
+
+struct FsmProgress {
+  int episode = 0;
+  int episodes = 0;
+  int64_t batches = 0;       // of the last rollout, over all training graphs
+  int64_t best_batches = 0;
+  int64_t lower_bound = 0;   // over all training graphs
+};
+
+class FsmPolicy final : public Policy {
+ public:
+  enum class Encoding { base, sort };
+  explicit FsmPolicy(Encoding encoding = Encoding::base) : encoding_(encoding) {}
+  static Encoding parse_encoding(const std::string& name);  // UsageError when unknown
+
+  std::string_view name() const override { return "fsm"; }
+  void schedule(const ScheduleInput& input, Schedule& out) override;
+
+  // Learns from several graphs (each input with its types and signatures); returns the final
+  // progress (the best table is kept). Deterministic for a fixed seed.
+  FsmProgress train(std::span<const ScheduleInput> graphs, const FsmTraining& options,
+                    const std::function<void(const FsmProgress&)>& progress = nullptr);
+
+  void save(const std::string& path) const;  // UsageError when it cannot be written
+  void load(const std::string& path);        // UsageError naming the path and the problem
+
+  size_t state_count() const { return table_.size(); }
+  int64_t decisions() const { return decisions_; }
+  int64_t unseen() const { return unseen_; }  // decisions that fell back to greedy
+
+ private:
+  using Key = std::vector<uint32_t>;  // policy type indexes of the ready types, encoded
+  struct KeyHash {
+    size_t operator()(const Key& key) const;
+  };
+  using Actions = std::vector<std::pair<uint32_t, double>>;  // policy type index -> Q
+  using Table = std::unordered_map<Key, Actions, KeyHash>;
+
+  uint32_t index_of(const std::string& signature);
+  void map_types(const ScheduleInput& input, const Analysis& analysis);
+  void encode(TypewiseFrontier& frontier, Key& key) const;
+  // The ready local type with the highest Q in `actions`, or kNone.
+  uint32_t best_known(TypewiseFrontier& frontier, const Actions& actions) const;
+  int64_t rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count);
+  double max_q(const Key& key) const;
+
+  Encoding encoding_;
+  Table table_;
+  std::vector<std::string> names_;  // policy type index -> signature
+  std::unordered_map<std::string, uint32_t> index_of_name_;
+  std::vector<uint32_t> index_of_local_;  // for the current input
+  Analysis own_;
+  TypewiseFrontier frontier_;
+  Key key_;
+  int64_t decisions_ = 0;
+  int64_t unseen_ = 0;
+};
+
+}  // namespace edb::scheduler

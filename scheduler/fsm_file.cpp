@@ -1,0 +1,99 @@
+// The learned policy's file: JSON, versioned, types by signature string, and a checksum over the
+// content, so a table moves between processes and a damaged file is refused with a clear error.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "edbatch/errors.h"
+#include "scheduler/fsm.h"
+
+namespace edb::scheduler {
+
+namespace {
+
+constexpr const char* kFormat = "edbatch-fsm-policy";
+constexpr int kVersion = 1;
+
+std::string checksum(const nlohmann::json& content) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the compact dump
+  for (unsigned char c : content.dump()) h = (h ^ c) * 1099511628211ull;
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw UsageError("edb::Engine: policy file '" + path + "': " + what);
+}
+
+}  // namespace
+
+void FsmPolicy::save(const std::string& path) const {
+  nlohmann::json states = nlohmann::json::array();
+  for (const auto& [key, actions] : table_) {
+    nlohmann::json q = nlohmann::json::array();
+    for (const auto& [action, value] : actions) q.push_back({action, value});
+    states.push_back({{"ready", key}, {"q", q}});
+  }
+  // Deterministic files for a deterministic training: order the states.
+  std::sort(states.begin(), states.end(), [](const auto& a, const auto& b) { return a["ready"] < b["ready"]; });
+  const nlohmann::json content = {{"encoding", encoding_ == Encoding::sort ? "sort" : "base"},
+                                  {"types", names_},
+                                  {"states", states}};
+  const nlohmann::json file = {{"format", kFormat}, {"version", kVersion}, {"content", content},
+                               {"checksum", checksum(content)}};
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    if (!out) fail(path, std::string("cannot write '") + temp + "': " + std::strerror(errno));
+    out << file.dump(1) << '\n';
+    if (!out.flush()) fail(path, std::string("writing failed: ") + std::strerror(errno));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) fail(path, std::string("cannot rename the temporary file: ") + std::strerror(errno));
+}
+
+void FsmPolicy::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  nlohmann::json file;
+  try {
+    file = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, "not valid JSON (byte " + std::to_string(e.byte) + ")");
+  }
+  try {
+    if (!file.is_object() || file.value("format", "") != kFormat) fail(path, std::string("not an ") + kFormat + " file");
+    const int version = file.at("version").get<int>();
+    if (version != kVersion)
+      fail(path, "format version " + std::to_string(version) + ", this build reads version " + std::to_string(kVersion));
+    const nlohmann::json& content = file.at("content");
+    if (file.at("checksum").get<std::string>() != checksum(content)) fail(path, "checksum mismatch (the file is damaged)");
+    const Encoding encoding = content.at("encoding").get<std::string>() == "sort" ? Encoding::sort : Encoding::base;
+    const auto types = content.at("types").get<std::vector<std::string>>();
+    // Parse everything before replacing this policy's table.
+    Table table;
+    for (const auto& state : content.at("states")) {
+      Key key = state.at("ready").get<Key>();
+      Actions actions;
+      for (const auto& pair : state.at("q")) actions.emplace_back(pair.at(0).get<uint32_t>(), pair.at(1).get<double>());
+      for (uint32_t t : key)
+        if (t >= types.size()) fail(path, "a state names type " + std::to_string(t) + " of " + std::to_string(types.size()));
+      for (const auto& [a, q] : actions)
+        if (a >= types.size() || std::find(key.begin(), key.end(), a) == key.end())
+          fail(path, "an action names type " + std::to_string(a) + ", which is not ready in its state");
+      table.emplace(std::move(key), std::move(actions));
+    }
+    encoding_ = encoding;
+    names_ = types;
+    index_of_name_.clear();
+    for (uint32_t i = 0; i < names_.size(); ++i) index_of_name_.emplace(names_[i], i);
+    table_ = std::move(table);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, std::string("unexpected content: ") + e.what());
+  }
+}
+
+}  // namespace edb::scheduler

@@ -1,0 +1,37 @@
+// The frontier with ED-Batch's typewise counts: for a ready type a, F_a (its ready nodes) and TF_a
+// (unexecuted type-a nodes with no unexecuted type-a ancestor). TF_a is counted as F_a plus the
+// unexecuted type-a nodes of the lowest unexecuted same-type chain rank, all of which are in TF_a,
+// which keeps the counts linear in graph size. The greedy and learned policies both walk this.
+// Precondition: an Analysis built for the same input.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "scheduler/frontier.h"
+#include "scheduler/type_chains.h"
+
+namespace edb::scheduler {
+
+class TypewiseFrontier {
+ public:
+  void reset(const ScheduleInput& input, const Analysis& analysis);  // reuses buffers
+
+  bool done() const { return frontier_.done(); }
+  const std::vector<uint32_t>& ready_types() const { return frontier_.ready_types(); }
+  uint64_t ready_count(uint32_t type) const { return frontier_.ready(type).size(); }
+  uint64_t frontier_count(uint32_t type);  // |TF_type| (advances the type's lowest rank lazily)
+  // The ready type maximising |F_a| / |TF_a|; ties to the larger |F_a|, then the lower type.
+  uint32_t greedy_choice();
+  void run(uint32_t type, Schedule& out);  // all ready nodes of `type` as one batch
+
+ private:
+  const ScheduleInput* input_ = nullptr;
+  const Analysis* analysis_ = nullptr;
+  Frontier frontier_;
+  // Per type, unexecuted and ready nodes at each chain rank (1-based), in one flat array:
+  // type t's ranks live at [rank_base_[t], rank_base_[t] + longest[t]).
+  std::vector<uint32_t> rank_base_, unexecuted_, ready_at_, lowest_;
+};
+
+}  // namespace edb::scheduler
