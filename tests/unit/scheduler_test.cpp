@@ -13,6 +13,7 @@
 
 #include "ir/ir.h"
 #include "ir/signature.h"
+#include "samples/data/data.h"
 #include "samples/models.h"
 #include "scheduler/lower_bound.h"
 #include "scheduler/schedule.h"
@@ -322,6 +323,49 @@ TEST(GreedyOnTreeLstm, NoWorseThanAgendaOrDepth) {
         EXPECT_LE(greedy[t].batches, depth[t].batches);
         EXPECT_LT(greedy[t].batches, greedy[t].nodes);
       }
+    }
+}
+
+// Greedy reaches the lower bound exactly on tree-structured graphs: a tree RNN (leaf
+// h = tanh(W x + b), internal h = tanh(U [h_l; h_r] + c)) over generated trees, with a label loss
+// at the root only and at every node; agenda needs many more batches on the same graphs.
+TEST(SchedulerLowerBound, GreedyReachesLowerBoundOnTreeRnn) {
+  for (bool loss_everywhere : {false, true})
+    for (uint64_t seed : {1, 2, 3, 4}) {
+      const auto trees = samples::generate_trees(16, seed);
+      int64_t greedy_batches = 0, agenda_batches = 0;
+      for (const char* policy : {"greedy", "agenda"}) {
+        EngineOptions options;
+        options.policy = policy;
+        options.executor = "reference";
+        options.verify = true;
+        Engine engine(options);
+        Model model("rnn", 1);
+        const LookupTable words = model.add_lookup("E", 5000, 4);
+        const Parameter w = model.add_parameter("W", 4, 4), b = model.add_parameter("b", 4, 1);
+        const Parameter u = model.add_parameter("U", 4, 8), c = model.add_parameter("c", 4, 1);
+        const Parameter out = model.add_parameter("O", 5, 4), d = model.add_parameter("d", 5, 1);
+        Trace trace(engine);
+        std::vector<Expr> losses;
+        for (const samples::Tree& tree : trees) {
+          std::vector<Expr> h(tree.nodes.size());
+          for (size_t n = 0; n < tree.nodes.size(); ++n) {
+            const samples::TreeNode& node = tree.nodes[n];
+            if (node.is_leaf())
+              h[n] = tanh(affine({trace.param(b), trace.param(w), trace.lookup(words, std::stoi(node.word.substr(1)))}));
+            else
+              h[n] = tanh(affine({trace.param(c), trace.param(u), concat({h[size_t(node.left)], h[size_t(node.right)]})}));
+            if (loss_everywhere || n + 1 == tree.nodes.size())
+              losses.push_back(pick_neg_log_softmax(affine({trace.param(d), trace.param(out), h[n]}), node.label));
+          }
+        }
+        sum(losses);
+        trace.run();
+        (std::string(policy) == "greedy" ? greedy_batches : agenda_batches) = engine.stats().batches;
+        if (std::string(policy) == "greedy")
+          EXPECT_EQ(engine.stats().batches, engine.stats().lower_bound) << "seed " << seed << ", loss everywhere " << loss_everywhere;
+      }
+      EXPECT_LT(greedy_batches, agenda_batches) << "seed " << seed;
     }
 }
 
