@@ -65,8 +65,9 @@ RunResult run_inference(SampleModel& model, Engine& engine, const RunOptions& op
   result.instances = static_cast<int64_t>(count);
   result.repeat = options.repeat;
 
-  // Warm-up: one trace, so first-use costs (allocation, compilation) are not in the median.
-  run_pass(model, engine, std::min(count, size_t(options.batch)), options.batch, nullptr);
+  // Warm-up: one whole pass, so first-use costs (the arena growing to its largest trace, page
+  // faults, compilation) stay out of the measured passes.
+  run_pass(model, engine, count, options.batch, nullptr);
   engine.reset_stats();
 
   std::vector<double> rates;

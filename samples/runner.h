@@ -1,4 +1,4 @@
-// The measurement loop shared by every sample model: warm up, then run the whole workload
+// The measurement loop shared by every sample model: warm up with one pass, then run the workload
 // `repeat` times in traces of `batch` instances, timing recording apart from the engine's stages.
 #pragma once
 
