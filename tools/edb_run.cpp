@@ -1,7 +1,9 @@
 // edb-run: runs a sample model on a workload with a chosen policy, executor and device, and prints
 // throughput, batching counts and the time split as a table (or one JSON object with --json).
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -197,6 +199,15 @@ int run(int argc, char** argv) {
   const int train_traces = int(flags.get_int("train-traces", 8, 1, 10000));
   if (!train_path.empty() && options.policy != "fsm")
     throw edb::UsageError("edb-run: --train-policy learns the fsm policy; add --policy fsm");
+  if (!train_path.empty()) {
+    // Find out now, not after training, whether the policy can be written there.
+    const std::string probe = train_path + ".tmp";
+    std::FILE* file = std::fopen(probe.c_str(), "w");
+    if (!file)
+      throw edb::UsageError("edb-run: --train-policy: cannot write '" + probe + "': " + std::strerror(errno));
+    std::fclose(file);
+    std::remove(probe.c_str());
+  }
   edb::samples::RunOptions run_options;
   run_options.batch = int(flags.get_int("batch", 64, 1, 1 << 20));
   run_options.repeat = int(flags.get_int("repeat", 3, 1, 1000));
