@@ -33,6 +33,46 @@ uint32_t FsmPolicy::index_of(const std::string& signature) {
   return it->second;
 }
 
+void FsmPolicy::Entry::set(uint32_t action, double value) {
+  auto it = std::find_if(q.begin(), q.end(), [&](const auto& p) { return p.first == action; });
+  if (it == q.end()) q.emplace_back(action, value);
+  else it->second = value;
+  if (best == action || best == kNone) {
+    // The best may have dropped: rescan (entries hold a handful of actions).
+    best = kNone;
+    double best_value = -INFINITY;
+    for (const auto& [a, v] : q)
+      if (v > best_value || (v == best_value && a < best)) best = a, best_value = v;
+  } else if (value > best_q() || (value == best_q() && action < best)) {
+    best = action;
+  }
+}
+
+double FsmPolicy::Entry::best_q() const {
+  for (const auto& [a, v] : q)
+    if (a == best) return v;
+  return -INFINITY;
+}
+
+FsmPolicy::Key FsmPolicy::key_of(std::vector<uint32_t> ready) const {
+  if (encoding_ == Encoding::sort) return ready;
+  Key key;
+  for (uint32_t index : ready) {
+    if (index / 32 >= key.size()) key.resize(index / 32 + 1, 0);
+    key[index / 32] |= 1u << (index % 32);
+  }
+  return key;
+}
+
+std::vector<uint32_t> FsmPolicy::ready_of(const Key& key) const {
+  if (encoding_ == Encoding::sort) return key;
+  std::vector<uint32_t> ready;
+  for (uint32_t word = 0; word < key.size(); ++word)
+    for (uint32_t bit = 0; bit < 32; ++bit)
+      if (key[word] >> bit & 1u) ready.push_back(word * 32 + bit);
+  return ready;
+}
+
 void FsmPolicy::map_types(const ScheduleInput& input, const Analysis& analysis) {
   // Without the engine's signature table (a bare graph), types are named by their ids: such a
   // table works within the process only.
@@ -41,46 +81,36 @@ void FsmPolicy::map_types(const ScheduleInput& input, const Analysis& analysis) 
     const ir::TypeId type = analysis.types.global[t];
     index_of_local_[t] = index_of(input.signatures ? input.signatures->name(type) : "#" + std::to_string(type));
   }
+  local_of_index_.assign(names_.size(), kNone);
+  for (uint32_t t = 0; t < index_of_local_.size(); ++t) local_of_index_[index_of_local_[t]] = t;
 }
 
 void FsmPolicy::encode(TypewiseFrontier& frontier, Key& key) const {
   key.clear();
-  for (uint32_t t : frontier.ready_types()) key.push_back(t);
-  if (encoding_ == Encoding::sort) {
-    std::sort(key.begin(), key.end(), [&](uint32_t a, uint32_t b) {
-      const uint64_t ca = frontier.ready_count(a), cb = frontier.ready_count(b);
-      return ca != cb ? ca > cb : index_of_local_[a] < index_of_local_[b];
-    });
-    for (uint32_t& t : key) t = index_of_local_[t];
-  } else {
-    for (uint32_t& t : key) t = index_of_local_[t];
-    std::sort(key.begin(), key.end());
+  if (encoding_ == Encoding::base) {
+    for (uint32_t t : frontier.ready_types()) {
+      const uint32_t index = index_of_local_[t];
+      if (index / 32 >= key.size()) key.resize(index / 32 + 1, 0);
+      key[index / 32] |= 1u << (index % 32);
+    }
+    return;
   }
-}
-
-uint32_t FsmPolicy::best_known(TypewiseFrontier& frontier, const Actions& actions) const {
-  uint32_t best = kNone;
-  double best_q = -INFINITY;
-  for (uint32_t t : frontier.ready_types())
-    for (const auto& [action, q] : actions)
-      if (action == index_of_local_[t] &&
-          (best == kNone || q > best_q || (q == best_q && index_of_local_[t] < index_of_local_[best]))) {
-        best = t;
-        best_q = q;
-      }
-  return best;
+  for (uint32_t t : frontier.ready_types()) key.push_back(t);
+  std::sort(key.begin(), key.end(), [&](uint32_t a, uint32_t b) {
+    const uint64_t ca = frontier.ready_count(a), cb = frontier.ready_count(b);
+    return ca != cb ? ca > cb : index_of_local_[a] < index_of_local_[b];
+  });
+  for (uint32_t& t : key) t = index_of_local_[t];
 }
 
 double FsmPolicy::max_q(const Key& key) const {
   // Over the state's actions; an action never tried counts as 0 (rewards are <= 0, so untried
   // actions look promising and get explored).
   auto it = table_.find(key);
-  double best = 0;
-  if (it == table_.end()) return best;
-  bool all_tried = it->second.size() == key.size();
-  double max_tried = -INFINITY;
-  for (const auto& [action, q] : it->second) max_tried = std::max(max_tried, q);
-  return all_tried ? max_tried : std::max(best, max_tried);
+  if (it == table_.end()) return 0;
+  const double best = it->second.best_q();
+  const bool all_tried = it->second.q.size() == ready_of(key).size();
+  return all_tried ? best : std::max(0.0, best);
 }
 
 int64_t FsmPolicy::rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count) {
@@ -90,7 +120,8 @@ int64_t FsmPolicy::rollout(const ScheduleInput& input, const Analysis& analysis,
   while (!frontier_.done()) {
     encode(frontier_, key_);
     uint32_t choice = kNone;
-    if (auto it = table_.find(key_); it != table_.end()) choice = best_known(frontier_, it->second);
+    if (auto it = table_.find(key_); it != table_.end() && it->second.best != kNone)
+      choice = local_of_index_[it->second.best];
     if (choice == kNone) {
       choice = frontier_.greedy_choice();
       if (count) ++unseen_;
@@ -153,7 +184,7 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
         for (uint32_t t : ready) {
           double q = 0;
           if (it != table_.end())
-            for (const auto& [a, value] : it->second)
+            for (const auto& [a, value] : it->second.q)
               if (a == index_of_local_[t]) q = value;
           if (q > best_q || (q == best_q && t == greedy)) {
             best_q = q;
@@ -174,13 +205,11 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
       const size_t end = std::min(steps, t + size_t(options.n_step));
       for (size_t k = t; k < end; ++k, discount *= options.gamma) ret += discount * rewards[k];
       if (end < steps) ret += discount * max_q(states[end]);
-      Actions& entry = table_[states[t]];
-      auto it = std::find_if(entry.begin(), entry.end(), [&](const auto& p) { return p.first == actions[t]; });
-      if (it == entry.end()) {
-        entry.emplace_back(actions[t], 0.0);
-        it = entry.end() - 1;
-      }
-      it->second += options.alpha * (ret - it->second);
+      Entry& entry = table_[states[t]];
+      double q = 0;
+      for (const auto& [a, value] : entry.q)
+        if (a == actions[t]) q = value;
+      entry.set(actions[t], q + options.alpha * (ret - q));
     }
     epsilon = std::max(options.epsilon_min, epsilon * options.decay);
     state.episode = episode + 1;

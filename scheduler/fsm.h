@@ -63,18 +63,27 @@ class FsmPolicy final : public Policy {
   int64_t unseen() const { return unseen_; }  // decisions that fell back to greedy
 
  private:
-  using Key = std::vector<uint32_t>;  // policy type indexes of the ready types, encoded
+  // The ready types in policy type indexes: "base" as a bitset (32 per word, up to the highest
+  // set word, so equal sets give equal keys); "sort" as a list ordered by ready count.
+  using Key = std::vector<uint32_t>;
   struct KeyHash {
     size_t operator()(const Key& key) const;
   };
-  using Actions = std::vector<std::pair<uint32_t, double>>;  // policy type index -> Q
-  using Table = std::unordered_map<Key, Actions, KeyHash>;
+  // Q of the actions tried in a state, and the best of them (kept current on every update, so a
+  // decision is a key, a lookup and no scan).
+  struct Entry {
+    std::vector<std::pair<uint32_t, double>> q;  // policy type index -> Q
+    uint32_t best = ~0u;
+    void set(uint32_t action, double value);
+    double best_q() const;
+  };
+  using Table = std::unordered_map<Key, Entry, KeyHash>;
 
   uint32_t index_of(const std::string& signature);
   void map_types(const ScheduleInput& input, const Analysis& analysis);
   void encode(TypewiseFrontier& frontier, Key& key) const;
-  // The ready local type with the highest Q in `actions`, or kNone.
-  uint32_t best_known(TypewiseFrontier& frontier, const Actions& actions) const;
+  Key key_of(std::vector<uint32_t> ready) const;           // from policy type indexes
+  std::vector<uint32_t> ready_of(const Key& key) const;   // back to policy type indexes
   int64_t rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count);
   double max_q(const Key& key) const;
 
@@ -83,6 +92,7 @@ class FsmPolicy final : public Policy {
   std::vector<std::string> names_;  // policy type index -> signature
   std::unordered_map<std::string, uint32_t> index_of_name_;
   std::vector<uint32_t> index_of_local_;  // for the current input
+  std::vector<uint32_t> local_of_index_;  // policy type index -> local type (kNone: absent)
   Analysis own_;
   TypewiseFrontier frontier_;
   Key key_;

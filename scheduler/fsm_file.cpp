@@ -33,10 +33,10 @@ std::string checksum(const nlohmann::json& content) {
 
 void FsmPolicy::save(const std::string& path) const {
   nlohmann::json states = nlohmann::json::array();
-  for (const auto& [key, actions] : table_) {
+  for (const auto& [key, entry] : table_) {
     nlohmann::json q = nlohmann::json::array();
-    for (const auto& [action, value] : actions) q.push_back({action, value});
-    states.push_back({{"ready", key}, {"q", q}});
+    for (const auto& [action, value] : entry.q) q.push_back({action, value});
+    states.push_back({{"ready", ready_of(key)}, {"q", q}});
   }
   // Deterministic files for a deterministic training: order the states.
   std::sort(states.begin(), states.end(), [](const auto& a, const auto& b) { return a["ready"] < b["ready"]; });
@@ -59,6 +59,7 @@ void FsmPolicy::load(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   nlohmann::json file;
+  const Encoding previous_encoding = encoding_;
   try {
     file = nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
@@ -72,19 +73,28 @@ void FsmPolicy::load(const std::string& path) {
     const nlohmann::json& content = file.at("content");
     if (file.at("checksum").get<std::string>() != checksum(content)) fail(path, "checksum mismatch (the file is damaged)");
     const Encoding encoding = content.at("encoding").get<std::string>() == "sort" ? Encoding::sort : Encoding::base;
+    const Encoding previous = encoding_;
+    encoding_ = encoding;  // key_of() encodes for the file's encoding
     const auto types = content.at("types").get<std::vector<std::string>>();
     // Parse everything before replacing this policy's table.
     Table table;
     for (const auto& state : content.at("states")) {
-      Key key = state.at("ready").get<Key>();
-      Actions actions;
-      for (const auto& pair : state.at("q")) actions.emplace_back(pair.at(0).get<uint32_t>(), pair.at(1).get<double>());
-      for (uint32_t t : key)
-        if (t >= types.size()) fail(path, "a state names type " + std::to_string(t) + " of " + std::to_string(types.size()));
-      for (const auto& [a, q] : actions)
-        if (a >= types.size() || std::find(key.begin(), key.end(), a) == key.end())
-          fail(path, "an action names type " + std::to_string(a) + ", which is not ready in its state");
-      table.emplace(std::move(key), std::move(actions));
+      const auto ready = state.at("ready").get<std::vector<uint32_t>>();
+      for (uint32_t t : ready)
+        if (t >= types.size()) {
+          encoding_ = previous;
+          fail(path, "a state names type " + std::to_string(t) + " of " + std::to_string(types.size()));
+        }
+      Entry entry;
+      for (const auto& pair : state.at("q")) {
+        const uint32_t action = pair.at(0).get<uint32_t>();
+        if (std::find(ready.begin(), ready.end(), action) == ready.end()) {
+          encoding_ = previous;
+          fail(path, "an action names type " + std::to_string(action) + ", which is not ready in its state");
+        }
+        entry.set(action, pair.at(1).get<double>());
+      }
+      table.emplace(key_of(ready), std::move(entry));
     }
     encoding_ = encoding;
     names_ = types;
@@ -92,6 +102,7 @@ void FsmPolicy::load(const std::string& path) {
     for (uint32_t i = 0; i < names_.size(); ++i) index_of_name_.emplace(names_[i], i);
     table_ = std::move(table);
   } catch (const nlohmann::json::exception& e) {
+    encoding_ = previous_encoding;
     fail(path, std::string("unexpected content: ") + e.what());
   }
 }
