@@ -70,11 +70,15 @@ void ThreadPool::parallel_for(int count, const std::function<void(int)>& task) {
   }
   {
     std::lock_guard lock(mutex_);
+    // Close the previous job's ticket first: a worker still in it that reads the new count
+    // must not be able to claim an index (its compare-and-swap now fails).
+    uint64_t job = generation_.load() + 1;
+    if ((job & 0xffffffffu) == 0xffffffffu) ++job;  // that number marks "no job" in the ticket
+    ticket_.store(uint64_t{0xffffffffu} << 32, std::memory_order_release);
     task_.store(&task, std::memory_order_release);
     count_.store(count, std::memory_order_release);
     finished_.store(0);
     error_ = nullptr;
-    const uint64_t job = generation_.load() + 1;
     ticket_.store((job & 0xffffffffu) << 32, std::memory_order_release);
     generation_.store(job, std::memory_order_release);
   }

@@ -120,8 +120,14 @@ int64_t FsmPolicy::rollout(const ScheduleInput& input, const Analysis& analysis,
   while (!frontier_.done()) {
     encode(frontier_, key_);
     uint32_t choice = kNone;
-    if (auto it = table_.find(key_); it != table_.end() && it->second.best != kNone)
-      choice = local_of_index_[it->second.best];
+    if (auto it = table_.find(key_); it != table_.end() && it->second.best != kNone) {
+      // As in training: leave greedy's choice (0 while untried) only for a better learned action.
+      const uint32_t greedy = frontier_.greedy_choice();
+      double greedy_q = 0;
+      for (const auto& [a, value] : it->second.q)
+        if (a == index_of_local_[greedy]) greedy_q = value;
+      choice = it->second.best_q() > greedy_q ? local_of_index_[it->second.best] : greedy;
+    }
     if (choice == kNone) {
       choice = frontier_.greedy_choice();
       if (count) ++unseen_;
@@ -176,20 +182,16 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
       if (unit(rng) < epsilon) {
         choice = ready[size_t(rng() % ready.size())];
       } else {
-        // Highest Q; untried actions count as 0; ties go to the greedy rule's choice.
+        // The best tried action, unless greedy's choice (0 while untried) is at least as good:
+        // the policy starts as the greedy rule and leaves it where it has learned better.
         const uint32_t greedy = frontier_.greedy_choice();
-        auto it = table_.find(key_);
         choice = greedy;
-        double best_q = -INFINITY;
-        for (uint32_t t : ready) {
-          double q = 0;
-          if (it != table_.end())
-            for (const auto& [a, value] : it->second.q)
-              if (a == index_of_local_[t]) q = value;
-          if (q > best_q || (q == best_q && t == greedy)) {
-            best_q = q;
-            choice = t;
-          }
+        auto it = table_.find(key_);
+        if (it != table_.end() && it->second.best != kNone) {
+          double greedy_q = 0;
+          for (const auto& [a, value] : it->second.q)
+            if (a == index_of_local_[greedy]) greedy_q = value;
+          if (it->second.best_q() > greedy_q) choice = local_of_index_[it->second.best];
         }
       }
       const double f = double(frontier_.ready_count(choice)), tf = double(frontier_.frontier_count(choice));
