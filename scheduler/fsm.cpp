@@ -103,14 +103,8 @@ void FsmPolicy::encode(TypewiseFrontier& frontier, Key& key) const {
   for (uint32_t& t : key) t = index_of_local_[t];
 }
 
-double FsmPolicy::max_q(const Key& key) const {
-  // Over the state's actions; an action never tried counts as 0 (rewards are <= 0, so untried
-  // actions look promising and get explored).
-  auto it = table_.find(key);
-  if (it == table_.end()) return 0;
-  const double best = it->second.best_q();
-  const bool all_tried = it->second.q.size() == ready_of(key).size();
-  return all_tried ? best : std::max(0.0, best);
+size_t FsmPolicy::state_count() const {
+  return static_cast<size_t>(std::count_if(table_.begin(), table_.end(), [](const auto& s) { return !s.second.q.empty(); }));
 }
 
 int64_t FsmPolicy::rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count) {
@@ -163,22 +157,35 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
   std::mt19937_64 rng(options.seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   double epsilon = options.epsilon;
-  std::vector<Key> states;
-  std::vector<uint32_t> actions;
-  std::vector<double> rewards;
+  // One step of an episode. Entries are looked up once (an unordered_map's nodes stay put), so the
+  // n-step updates below need no hashing.
+  struct Step {
+    Entry* entry;
+    uint32_t action;
+    uint32_t ready;  // how many types were ready (actions available) in that state
+    double reward;
+  };
+  std::vector<Step> steps;
+  // max_a Q(s, a) over the state's actions; an action never tried there counts as 0.
+  auto max_q_of = [](const Step& step) {
+    if (step.entry->best == kNone) return 0.0;
+    const double best = step.entry->best_q();
+    return step.entry->q.size() == step.ready ? best : std::max(0.0, best);
+  };
+  int stale_rollouts = 0;
   for (int episode = 0; episode < options.episodes; ++episode) {
     if (state.best_batches <= int64_t(std::floor((1.0 + options.stop_within) * double(state.lower_bound)))) break;
+    if (stale_rollouts >= options.patience) break;
     const size_t g = size_t(episode) % graphs.size();
     map_types(graphs[g], analyses[g]);
     frontier_.reset(graphs[g], analyses[g]);
-    states.clear();
-    actions.clear();
-    rewards.clear();
+    steps.clear();
     scratch.clear();
     while (!frontier_.done()) {
       encode(frontier_, key_);
       const auto& ready = frontier_.ready_types();
       uint32_t choice;
+      Entry& entry = table_[key_];
       if (unit(rng) < epsilon) {
         choice = ready[size_t(rng() % ready.size())];
       } else {
@@ -186,32 +193,28 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
         // the policy starts as the greedy rule and leaves it where it has learned better.
         const uint32_t greedy = frontier_.greedy_choice();
         choice = greedy;
-        auto it = table_.find(key_);
-        if (it != table_.end() && it->second.best != kNone) {
+        if (entry.best != kNone) {
           double greedy_q = 0;
-          for (const auto& [a, value] : it->second.q)
+          for (const auto& [a, value] : entry.q)
             if (a == index_of_local_[greedy]) greedy_q = value;
-          if (it->second.best_q() > greedy_q) choice = local_of_index_[it->second.best];
+          if (entry.best_q() > greedy_q) choice = local_of_index_[entry.best];
         }
       }
       const double f = double(frontier_.ready_count(choice)), tf = double(frontier_.frontier_count(choice));
-      states.push_back(key_);
-      actions.push_back(index_of_local_[choice]);
-      rewards.push_back(-1.0 + f / tf);
+      steps.push_back({&entry, index_of_local_[choice], static_cast<uint32_t>(ready.size()), -1.0 + f / tf});
       frontier_.run(choice, scratch);
     }
     // n-step returns, bootstrapped from the table at t + n.
-    const size_t steps = rewards.size();
-    for (size_t t = 0; t < steps; ++t) {
+    for (size_t t = 0; t < steps.size(); ++t) {
       double ret = 0, discount = 1;
-      const size_t end = std::min(steps, t + size_t(options.n_step));
-      for (size_t k = t; k < end; ++k, discount *= options.gamma) ret += discount * rewards[k];
-      if (end < steps) ret += discount * max_q(states[end]);
-      Entry& entry = table_[states[t]];
+      const size_t end = std::min(steps.size(), t + size_t(options.n_step));
+      for (size_t k = t; k < end; ++k, discount *= options.gamma) ret += discount * steps[k].reward;
+      if (end < steps.size()) ret += discount * max_q_of(steps[end]);
+      Entry& entry = *steps[t].entry;
       double q = 0;
       for (const auto& [a, value] : entry.q)
-        if (a == actions[t]) q = value;
-      entry.set(actions[t], q + options.alpha * (ret - q));
+        if (a == steps[t].action) q = value;
+      entry.set(steps[t].action, q + options.alpha * (ret - q));
     }
     epsilon = std::max(options.epsilon_min, epsilon * options.decay);
     state.episode = episode + 1;
@@ -220,6 +223,9 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
       if (state.batches < state.best_batches) {
         state.best_batches = state.batches;
         best = table_;
+        stale_rollouts = 0;
+      } else {
+        ++stale_rollouts;
       }
       if (progress) progress(state);
     }

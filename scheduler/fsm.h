@@ -30,6 +30,7 @@ struct FsmTraining {
   double epsilon_min = 0.05;
   int rollout_every = 50;    // greedy rollouts keep the best table
   double stop_within = 0.01; // stop once the rollout is within this fraction of the lower bound
+  int patience = 6;          // ... or after this many rollouts in a row without a better table
   uint64_t seed = 1;
 };
 
@@ -58,7 +59,7 @@ class FsmPolicy final : public Policy {
   void save(const std::string& path) const;  // UsageError when it cannot be written
   void load(const std::string& path);        // UsageError naming the path and the problem
 
-  size_t state_count() const { return table_.size(); }
+  size_t state_count() const;  // states with at least one tried action
   int64_t decisions() const { return decisions_; }
   int64_t unseen() const { return unseen_; }  // decisions that fell back to greedy
 
@@ -85,7 +86,6 @@ class FsmPolicy final : public Policy {
   Key key_of(std::vector<uint32_t> ready) const;           // from policy type indexes
   std::vector<uint32_t> ready_of(const Key& key) const;   // back to policy type indexes
   int64_t rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count);
-  double max_q(const Key& key) const;
 
   Encoding encoding_;
   Table table_;

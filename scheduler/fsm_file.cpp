@@ -34,6 +34,7 @@ std::string checksum(const nlohmann::json& content) {
 void FsmPolicy::save(const std::string& path) const {
   nlohmann::json states = nlohmann::json::array();
   for (const auto& [key, entry] : table_) {
+    if (entry.q.empty()) continue;  // visited during training, never acted on
     nlohmann::json q = nlohmann::json::array();
     for (const auto& [action, value] : entry.q) q.push_back({action, value});
     states.push_back({{"ready", ready_of(key)}, {"q", q}});
