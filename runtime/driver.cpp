@@ -46,6 +46,7 @@ void TraceData::clear() {
   plan.view.clear();
   plan.arena_floats = 0;
   evaluated = 0;
+  error = nullptr;
 }
 
 DumpFlags DumpFlags::from_environment() {
@@ -75,7 +76,6 @@ void ExecutionQueue::push(TraceData& trace) {
   {
     std::lock_guard lock(mutex_);
     trace.pending = true;
-    trace.error = nullptr;
     queue_.push_back(&trace);
   }
   changed_.notify_all();
@@ -84,7 +84,6 @@ void ExecutionQueue::push(TraceData& trace) {
 void ExecutionQueue::wait(TraceData& trace) {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return !trace.pending; });
-  if (trace.error) std::rethrow_exception(std::exchange(trace.error, nullptr));
 }
 
 Stats ExecutionQueue::take_stats() {
@@ -143,6 +142,8 @@ Driver::~Driver() = default;
 
 void Driver::wait(TraceData& trace) {
   if (queue_) queue_->wait(trace);
+  // Sticky: once an execution failed, the trace's values are not to be trusted again.
+  if (trace.error) std::rethrow_exception(trace.error);
 }
 
 const Stats& Driver::stats() {
@@ -221,7 +222,12 @@ void Driver::submit(TraceData& trace) {
 
   if (queue_) return queue_->push(trace);
   start = Clock::now();
-  executor_->execute(trace.schedule, trace.values(), stats_);
+  try {
+    executor_->execute(trace.schedule, trace.values(), stats_);
+  } catch (...) {
+    trace.error = std::current_exception();
+    throw;
+  }
   stats_.time.execute_ms += elapsed_ms(start);
 }
 

@@ -34,7 +34,7 @@ struct TraceData {
   Arena arena;
   ir::NodeId evaluated = 0;  // nodes [0, evaluated) have values (once `pending` clears)
   bool pending = false;      // an execution is queued or running (guarded by the queue)
-  std::exception_ptr error;  // what the last execution threw
+  std::exception_ptr error;  // what an execution threw; every later wait rethrows it
 
   void clear();
   Values values() { return Values{graph, plan, arena.data()}; }
@@ -52,7 +52,7 @@ class ExecutionQueue {
   explicit ExecutionQueue(Executor& executor);
   ~ExecutionQueue();
   void push(TraceData& trace);
-  void wait(TraceData& trace);  // rethrows what its execution threw
+  void wait(TraceData& trace);  // until the trace's queued execution is done
   Stats take_stats();           // waits for everything queued, then hands over the counters
 
  private:
