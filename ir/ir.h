@@ -81,6 +81,7 @@ struct Attributes {
   int32_t end = 0;
   int64_t index = 0;       // lookup row, pick label (kPerMemberIndex); input: offset in the constant pool
   uint32_t parameter = 0;  // parameter, lookup: index into Graph::parameters()
+  Shape target;            // reshape: the shape asked for
 };
 
 struct Node {

@@ -108,6 +108,11 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
         shape_error(op, "rows [" + std::to_string(attrs.begin) + ", " + std::to_string(attrs.end) +
                             ") are not a non-empty range inside " + to_string(args[0]));
       return {attrs.end - attrs.begin, args[0].cols};
+    case Op::reshape:
+      if (attrs.target.rows <= 0 || attrs.target.cols <= 0 || attrs.target.size() != args[0].size())
+        shape_error(op, "cannot view " + to_string(args[0]) + " (" + std::to_string(args[0].size()) +
+                            " values) as " + to_string(attrs.target));
+      return attrs.target;
     case Op::pick_neg_log_softmax:
       if (args[0].cols != 1)
         shape_error(op, "x must be a column vector, got " + to_string(args[0]));
@@ -129,6 +134,7 @@ int64_t node_flops(const Graph& graph, NodeId id) {
     case Op::lookup:
     case Op::concat:
     case Op::slice:
+    case Op::reshape:
       return 0;
     case Op::matmul:
     case Op::matvec:

@@ -9,12 +9,16 @@ namespace edb::memplan {
 
 namespace {
 
-// A slice of a planned column vector can alias its argument's rows.
+// A slice of a planned column vector can alias its argument's rows, and a reshape of a planned
+// node is its argument's values as they lie.
 bool can_view(const ir::Graph& graph, const Plan& plan, ir::NodeId id) {
   const ir::Node& n = graph.node(id);
-  if (n.op != ir::Op::slice || n.shape.cols != 1) return false;
-  return plan.offset[graph.args(n)[0]] >= 0;
+  const bool viewable = (n.op == ir::Op::slice && n.shape.cols == 1) || n.op == ir::Op::reshape;
+  return viewable && plan.offset[graph.args(n)[0]] >= 0;
 }
+
+// Where a view starts inside its argument.
+int64_t view_offset(const ir::Node& n) { return n.op == ir::Op::slice ? n.attrs.begin : 0; }
 
 }  // namespace
 
@@ -29,7 +33,7 @@ void plan_batch_order(const ir::Graph& graph, const scheduler::Schedule& schedul
     for (ir::NodeId id : members) {
       if (views) {
         const ir::Node& n = graph.node(id);
-        plan.offset[id] = plan.offset[graph.args(n)[0]] + n.attrs.begin;
+        plan.offset[id] = plan.offset[graph.args(n)[0]] + view_offset(n);
         plan.view[id] = 1;
       } else {
         plan.offset[id] = end;
@@ -50,11 +54,10 @@ void verify(const ir::Graph& graph, const Plan& plan) {
     }
     const ir::Node& n = graph.node(id);
     const ir::NodeId source = graph.args(n)[0];
-    if (n.op != ir::Op::slice || plan.offset[source] < 0 ||
-        plan.offset[id] != plan.offset[source] + n.attrs.begin)
-      throw InternalError("memplan::verify: view %" + std::to_string(id) + " is not rows [" +
-                          std::to_string(n.attrs.begin) + ", " + std::to_string(n.attrs.end) +
-                          ") of its argument %" + std::to_string(source));
+    if ((n.op != ir::Op::slice && n.op != ir::Op::reshape) || plan.offset[source] < 0 ||
+        plan.offset[id] != plan.offset[source] + view_offset(n))
+      throw InternalError("memplan::verify: view %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) +
+                          ") does not start where its argument %" + std::to_string(source) + " says");
   }
   std::sort(spans.begin(), spans.end());
   int64_t previous_end = 0;

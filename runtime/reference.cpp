@@ -86,6 +86,11 @@ void eval_slice(const NodeContext& c) {
   c.out() = c.arg(0).middleRows(c.node.attrs.begin, c.node.attrs.end - c.node.attrs.begin);
 }
 
+void eval_reshape(const NodeContext& c) {
+  const ir::NodeId a = c.values.graph.args(c.node)[0];
+  std::copy_n(c.values.in(a), c.node.shape.size(), c.values.out(c.id));
+}
+
 // Per column: log sum exp, stabilised by the column maximum.
 Eigen::RowVectorXf log_sum_exp(const ConstMatrix& x) {
   const Eigen::RowVectorXf max = x.colwise().maxCoeff();

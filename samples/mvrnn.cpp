@@ -1,9 +1,8 @@
 // MV-RNN (Socher et al. 2012) over SST-style trees: every word has a vector a (table "A") and an
 // n x n matrix A (table "M", one n*n column per word, column-major). A node over (a, A), (b, B):
 //   p = tanh(W [B a; A b] + b_W),  P = W_M [A; B];  a label loss from p (a leaf's: from a) at every node.
-// --embed is unused: word vectors are --hidden long, like phrase vectors. The public API cannot
-// view a lookup as n x n, so each leaf's matrix is copied in with trace.input(): correct and
-// batchable, but a copy per leaf, and not trainable through the trace (a reshape op would fix both).
+// --embed is unused: word vectors are --hidden long, like phrase vectors. A word's matrix is its
+// n*n lookup viewed as n x n with reshape (no copy; the planner makes it a view).
 #include "samples/tree_dataset.h"
 #include "samples/models.h"
 
@@ -49,8 +48,7 @@ class MvRnn final : public SampleModel {
       State& s = states[k];
       if (node.is_leaf()) {
         s.vector = trace.lookup(word_vectors_, ids[k]);
-        const size_t entry_size = size_t(n) * size_t(n);
-        s.matrix = trace.input(n, n, word_matrices_.values().subspan(size_t(ids[k]) * entry_size, entry_size));
+        s.matrix = reshape(trace.lookup(word_matrices_, ids[k]), n, n);
       } else {
         const State& l = states[size_t(node.left)];
         const State& r = states[size_t(node.right)];

@@ -249,6 +249,12 @@ Expr slice(const Expr& x, int begin_row, int end_row) {
   return record1(ir::Op::slice, x, attrs);
 }
 
+Expr reshape(const Expr& x, int rows, int cols) {
+  ir::Attributes attrs;
+  attrs.target = ir::Shape{rows, cols};
+  return record1(ir::Op::reshape, x, attrs);
+}
+
 Expr pick_neg_log_softmax(const Expr& x, int64_t label) {
   ir::Attributes attrs;
   attrs.index = label;

@@ -218,6 +218,7 @@ Expr sum(std::initializer_list<Expr> xs);
 Expr concat(std::span<const Expr> xs);
 Expr concat(std::initializer_list<Expr> xs);
 Expr slice(const Expr& x, int begin_row, int end_row);  // rows [begin_row, end_row)
+Expr reshape(const Expr& x, int rows, int cols);        // the same values (column-major), rows x cols
 Expr softmax(const Expr& x);
 Expr log_softmax(const Expr& x);
 Expr pick_neg_log_softmax(const Expr& x, int64_t label);  // -log softmax(x)[label], 1x1

@@ -39,7 +39,7 @@ bool is_size(int rows) { return size_index(rows) >= 0; }
 
 enum class Kind {
   affine1, affine2, matmul, matvec, add, sub, cmult, scale, add_const, tanh, sigmoid, relu, sum,
-  concat, slice, softmax, log_softmax, pick, lookup, count
+  concat, slice, softmax, log_softmax, pick, lookup, reshape, count
 };
 
 // Row splits whose totals are sizes, for concat.
@@ -216,6 +216,14 @@ class Recorder {
       case Kind::lookup:
         add(trace_.lookup(model_.table(size()), v_->below(RandomGraphModel::kLookupEntries)), "lookup");
         return;
+      case Kind::reshape: {
+        // The same values with rows and columns swapped, or as one column.
+        const size_t x = pick_any();
+        const int rows = nodes_[x].rows, cols = nodes_[x].cols;
+        if (s_->chance(0.5)) add(reshape(use(x), cols, rows), "reshape");
+        else add(reshape(use(x), rows * cols, 1), "reshape");
+        return;
+      }
       case Kind::count: break;
     }
   }

@@ -50,7 +50,7 @@ const std::vector<Op> kUnaryShapePreserving = {Op::scale,   Op::add_const, Op::t
                                                Op::relu,    Op::softmax,   Op::log_softmax};
 
 TEST(IrOps, TableMatchesOpsDef) {
-  EXPECT_EQ(kOpCount, 20);
+  EXPECT_EQ(kOpCount, 21);
   std::set<std::string> names;
   for (int i = 0; i < kOpCount; ++i) names.insert(std::string(op_name(static_cast<Op>(i))));
   EXPECT_EQ(names.size(), size_t(kOpCount));
@@ -329,6 +329,25 @@ TEST(IrFlops, MatrixProductsAndElementwise) {
   EXPECT_EQ(node_flops(graph, sum), 2 * 384);
   EXPECT_EQ(node_flops(graph, concat), 0);
   EXPECT_EQ(node_flops(graph, softmax), 3 * 384);
+}
+
+}  // namespace
+}  // namespace edb::ir
+
+namespace edb::ir {
+namespace {
+
+TEST(IrShape, ReshapeKeepsTheValueCount) {
+  Attributes to;
+  to.target = {4, 4};
+  EXPECT_EQ(infer_shape(Op::reshape, std::vector<Shape>{{16, 1}}, to), (Shape{4, 4}));
+  to.target = {3, 5};
+  try {
+    infer_shape(Op::reshape, std::vector<Shape>{{16, 1}}, to);
+    FAIL() << "expected a UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "edb::reshape(): cannot view 16x1 (16 values) as 3x5");
+  }
 }
 
 }  // namespace
