@@ -12,10 +12,9 @@ namespace {
 
 constexpr int kLabels = 5;
 
-class MvRnn final : public SampleModel {
+class MvRnn final : public TreeSample {
  public:
-  explicit MvRnn(const ModelConfig& config)
-      : model_("mvrnn", config.seed), data_(TreeDataset::load(config, "mvrnn")), size_(config.hidden) {
+  explicit MvRnn(const ModelConfig& config) : TreeSample("mvrnn", config), size_(config.hidden) {
     // The vector size is --hidden: the composition keeps word and phrase vectors the same size.
     const int n = size_;
     word_vectors_ = model_.add_lookup("A", data_.vocabulary.size(), n);
@@ -30,10 +29,6 @@ class MvRnn final : public SampleModel {
     w_out_ = model_.add_parameter("W_out", kLabels, n);
     b_out_ = model_.add_parameter("b_out", kLabels, 1);
   }
-
-  size_t instance_count() const override { return data_.trees.size(); }
-  Model& model() override { return model_; }
-  std::string describe_data() const override { return data_.describe(); }
 
   Expr record_loss(Trace& trace, size_t i) override {
     const Tree& tree = data_.trees[i];
@@ -64,8 +59,6 @@ class MvRnn final : public SampleModel {
   }
 
  private:
-  Model model_;
-  TreeDataset data_;
   int size_;
   LookupTable word_vectors_, word_matrices_;
   Parameter w_, b_w_, w_m_, w_out_, b_out_;

@@ -21,4 +21,18 @@ struct TreeDataset {
   std::string describe() const;  // "2000 trees, 4070 word types, FILE"
 };
 
+// What every tree model shares: its Model (named after it) and its TreeDataset.
+class TreeSample : public SampleModel {
+ public:
+  size_t instance_count() const override { return data_.trees.size(); }
+  Model& model() override { return model_; }
+  std::string describe_data() const override { return data_.describe(); }
+
+ protected:
+  TreeSample(const std::string& name, const ModelConfig& config)
+      : model_(name, config.seed), data_(TreeDataset::load(config, name)) {}
+  Model model_;
+  TreeDataset data_;
+};
+
 }  // namespace edb::samples

@@ -13,10 +13,9 @@ namespace {
 
 constexpr int kLabels = 5;
 
-class TreeGru final : public SampleModel {
+class TreeGru final : public TreeSample {
  public:
-  explicit TreeGru(const ModelConfig& config)
-      : model_("treegru", config.seed), data_(TreeDataset::load(config, "treegru")), hidden_(config.hidden) {
+  explicit TreeGru(const ModelConfig& config) : TreeSample("treegru", config), hidden_(config.hidden) {
     const int h = hidden_;
     embeddings_ = model_.add_lookup("E", data_.vocabulary.size(), config.embed);
     w_leaf_ = model_.add_parameter("W_leaf", 2 * h, config.embed);
@@ -28,10 +27,6 @@ class TreeGru final : public SampleModel {
     w_out_ = model_.add_parameter("W_out", kLabels, h);
     b_out_ = model_.add_parameter("b_out", kLabels, 1);
   }
-
-  size_t instance_count() const override { return data_.trees.size(); }
-  Model& model() override { return model_; }
-  std::string describe_data() const override { return data_.describe(); }
 
   Expr record_loss(Trace& trace, size_t i) override {
     const Tree& tree = data_.trees[i];
@@ -66,8 +61,6 @@ class TreeGru final : public SampleModel {
   }
 
  private:
-  Model model_;
-  TreeDataset data_;
   int hidden_;
   LookupTable embeddings_;
   Parameter w_leaf_, b_leaf_, u_gates_, b_gates_, w_candidate_, b_candidate_, w_out_, b_out_;

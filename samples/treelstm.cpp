@@ -12,10 +12,9 @@ namespace {
 
 constexpr int kLabels = 5;
 
-class TreeLstm final : public SampleModel {
+class TreeLstm final : public TreeSample {
  public:
-  explicit TreeLstm(const ModelConfig& config)
-      : model_("treelstm", config.seed), data_(TreeDataset::load(config, "treelstm")), hidden_(config.hidden) {
+  explicit TreeLstm(const ModelConfig& config) : TreeSample("treelstm", config), hidden_(config.hidden) {
     const int h = hidden_;
     embeddings_ = model_.add_lookup("E", data_.vocabulary.size(), config.embed);
     w_iou_ = model_.add_parameter("W_iou", 3 * h, config.embed);
@@ -28,10 +27,6 @@ class TreeLstm final : public SampleModel {
     w_out_ = model_.add_parameter("W_out", kLabels, h);
     b_out_ = model_.add_parameter("b_out", kLabels, 1);
   }
-
-  size_t instance_count() const override { return data_.trees.size(); }
-  Model& model() override { return model_; }
-  std::string describe_data() const override { return data_.describe(); }
 
   Expr record_loss(Trace& trace, size_t i) override {
     const Tree& tree = data_.trees[i];
@@ -71,8 +66,6 @@ class TreeLstm final : public SampleModel {
   }
 
  private:
-  Model model_;
-  TreeDataset data_;
   int hidden_;
   LookupTable embeddings_;
   Parameter w_iou_, b_iou_leaf_, u_iou_, b_iou_, u_f1_, u_f2_, b_f_, w_out_, b_out_;

@@ -253,14 +253,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const edb::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "edb-run: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return edb::tools::run_tool("edb-run", run, argc, argv); }

@@ -3,10 +3,24 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <exception>
 
 #include <edbatch/errors.h>
 
 namespace edb::tools {
+
+int run_tool(const char* program, int (*body)(int, char**), int argc, char** argv) {
+  try {
+    return body(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+}
 
 Flags::Flags(const std::string& program, std::vector<std::string> with_value, std::vector<std::string> switches)
     : program_(program), with_value_(std::move(with_value)), switches_(std::move(switches)) {}

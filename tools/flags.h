@@ -9,6 +9,10 @@
 
 namespace edb::tools {
 
+// Runs a tool's body: a UsageError is one line on stderr and exit status 2, any other exception
+// "PROGRAM: what" and status 1, so every tool fails the same clear way.
+int run_tool(const char* program, int (*body)(int, char**), int argc, char** argv);
+
 class Flags {
  public:
   // `with_value`: flags that take a value; `switches`: flags that do not.
