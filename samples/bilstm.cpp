@@ -14,15 +14,7 @@ class BiLstmTagger final : public SampleModel {
  public:
   explicit BiLstmTagger(const ModelConfig& config)
       : model_("bilstm", config.seed), hidden_(config.hidden), zeros_(size_t(config.hidden), 0.0f) {
-    if (config.data_path.empty()) {
-      sentences_ = generate_tagged(config.limit > 0 ? int(config.limit) : 1000, config.seed);
-      source_ = "generated (seed " + std::to_string(config.seed) + ")";
-    } else {
-      sentences_ = read_tagged(config.data_path);
-      source_ = config.data_path;
-    }
-    if (config.limit > 0 && size_t(config.limit) < sentences_.size()) sentences_.resize(size_t(config.limit));
-    if (sentences_.empty()) throw UsageError("edb-run bilstm: no sentences in " + source_);
+    sentences_ = load_instances<TaggedSentence>(config, "bilstm", "sentences", read_tagged, generate_tagged, source_);
     // Word and tag ids by first appearance, fixed once so recording a trace does no string work.
     // Tags need no <unk>: Vocabulary's id 0 is skipped so tag t is output row t.
     for (const TaggedSentence& sentence : sentences_) {

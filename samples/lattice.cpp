@@ -43,15 +43,7 @@ struct LatticeDataset {
 
   static LatticeDataset load(const ModelConfig& config, const std::string& model) {
     LatticeDataset data;
-    if (config.data_path.empty()) {
-      data.lattices = generate_lattices(config.limit > 0 ? int(config.limit) : 1000, config.seed);
-      data.source = "generated (seed " + std::to_string(config.seed) + ")";
-    } else {
-      data.lattices = read_lattices(config.data_path);
-      data.source = config.data_path;
-    }
-    if (config.limit > 0 && size_t(config.limit) < data.lattices.size()) data.lattices.resize(size_t(config.limit));
-    if (data.lattices.empty()) throw UsageError("edb-run " + model + ": no lattices in " + data.source);
+    data.lattices = load_instances<Lattice>(config, model, "lattices", read_lattices, generate_lattices, data.source);
     for (const Lattice& lattice : data.lattices) {
       Ids& ids = data.ids.emplace_back();
       const size_t length = lattice.chars.size();

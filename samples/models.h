@@ -30,6 +30,25 @@ class SampleModel {
   virtual std::string describe_data() const = 0;  // "2000 trees from FILE", "generated ..."
 };
 
+// A model's instances: read from config.data_path, or `generate`d (config.limit of them, default
+// 1000, from config.seed) when there is no file; cut to config.limit. `source` says which. A
+// UsageError names the model and the source when nothing is left.
+template <typename Instance, typename Read, typename Generate>
+std::vector<Instance> load_instances(const ModelConfig& config, const std::string& model, const std::string& noun,
+                                     Read&& read, Generate&& generate, std::string& source) {
+  std::vector<Instance> instances;
+  if (config.data_path.empty()) {
+    instances = generate(config.limit > 0 ? int(config.limit) : 1000, config.seed);
+    source = "generated (seed " + std::to_string(config.seed) + ")";
+  } else {
+    instances = read(config.data_path);
+    source = config.data_path;
+  }
+  if (config.limit > 0 && size_t(config.limit) < instances.size()) instances.resize(size_t(config.limit));
+  if (instances.empty()) throw UsageError("edb-run " + model + ": no " + noun + " in " + source);
+  return instances;
+}
+
 struct ModelEntry {
   std::string name;
   std::string summary;
