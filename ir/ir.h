@@ -112,7 +112,6 @@ class Graph {
   }
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
   const ParameterInfo& parameter(uint32_t index) const { return parameters_[index]; }
-  const float* constants(int64_t offset) const { return constants_.data() + offset; }
   int64_t constant_count() const { return static_cast<int64_t>(constants_.size()); }
 
   // Where a leaf's data lives (input or parameter node); null for other nodes.

@@ -25,6 +25,17 @@ class TempDir {
   std::string path_;
 };
 
+// The message of the UsageError that f() throws, or "" when it throws none.
+template <typename F>
+std::string usage_error(F&& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 void write_file(const std::string& path, const std::string& contents);
 std::string read_file(const std::string& path);
 

@@ -12,18 +12,11 @@
 namespace edb {
 namespace {
 
+using testing::usage_error;
+
 using testing::read_file;
 using testing::TempDir;
 using testing::write_file;
-
-std::string usage_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 EngineOptions fsm_options(const std::string& file = "") {
   EngineOptions o;

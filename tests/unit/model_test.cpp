@@ -16,6 +16,8 @@
 namespace edb {
 namespace {
 
+using testing::usage_error;
+
 using edb::testing::read_file;
 using edb::testing::TempDir;
 using edb::testing::write_file;
@@ -23,15 +25,6 @@ using edb::testing::write_file;
 constexpr size_t kHeaderBytes = 8 + 4 + 8 + 8;  // magic, version, body size, checksum
 
 std::vector<float> copy(std::span<const float> v) { return {v.begin(), v.end()}; }
-
-std::string usage_error(const auto& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // The layout the file tests use: two parameters and a lookup table.
 void add_layout(Model& model) {

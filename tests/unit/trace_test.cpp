@@ -13,6 +13,8 @@
 namespace edb {
 namespace {
 
+using testing::usage_error;
+
 using edb::testing::near_relative;
 
 // Deterministic values in [-2, 2) that differ per seed.
@@ -52,15 +54,6 @@ Tensor zip(const Tensor& a, const Tensor& b, F f) {
   Tensor out = a;
   for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = f(a.data[i], b.data[i]);
   return out;
-}
-
-std::string usage_error(const auto& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 EngineOptions verifying() {
