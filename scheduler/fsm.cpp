@@ -54,8 +54,8 @@ double FsmPolicy::Entry::best_q() const {
   return -INFINITY;
 }
 
-FsmPolicy::Key FsmPolicy::key_of(std::vector<uint32_t> ready) const {
-  if (encoding_ == Encoding::sort) return ready;
+FsmPolicy::Key FsmPolicy::key_of(std::vector<uint32_t> ready, Encoding encoding) {
+  if (encoding == Encoding::sort) return ready;
   Key key;
   for (uint32_t index : ready) {
     if (index / 32 >= key.size()) key.resize(index / 32 + 1, 0);

@@ -83,7 +83,7 @@ class FsmPolicy final : public Policy {
   uint32_t index_of(const std::string& signature);
   void map_types(const ScheduleInput& input, const Analysis& analysis);
   void encode(TypewiseFrontier& frontier, Key& key) const;
-  Key key_of(std::vector<uint32_t> ready) const;           // from policy type indexes
+  static Key key_of(std::vector<uint32_t> ready, Encoding encoding);  // from policy type indexes
   std::vector<uint32_t> ready_of(const Key& key) const;   // back to policy type indexes
   int64_t rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count);
 

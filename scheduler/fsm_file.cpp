@@ -60,7 +60,6 @@ void FsmPolicy::load(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   nlohmann::json file;
-  const Encoding previous_encoding = encoding_;
   try {
     file = nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
@@ -74,28 +73,21 @@ void FsmPolicy::load(const std::string& path) {
     const nlohmann::json& content = file.at("content");
     if (file.at("checksum").get<std::string>() != checksum(content)) fail(path, "checksum mismatch (the file is damaged)");
     const Encoding encoding = content.at("encoding").get<std::string>() == "sort" ? Encoding::sort : Encoding::base;
-    const Encoding previous = encoding_;
-    encoding_ = encoding;  // key_of() encodes for the file's encoding
     const auto types = content.at("types").get<std::vector<std::string>>();
     // Parse everything before replacing this policy's table.
     Table table;
     for (const auto& state : content.at("states")) {
-      const auto ready = state.at("ready").get<std::vector<uint32_t>>();
+      auto ready = state.at("ready").get<std::vector<uint32_t>>();
       for (uint32_t t : ready)
-        if (t >= types.size()) {
-          encoding_ = previous;
-          fail(path, "a state names type " + std::to_string(t) + " of " + std::to_string(types.size()));
-        }
+        if (t >= types.size()) fail(path, "a state names type " + std::to_string(t) + " of " + std::to_string(types.size()));
       Entry entry;
       for (const auto& pair : state.at("q")) {
         const uint32_t action = pair.at(0).get<uint32_t>();
-        if (std::find(ready.begin(), ready.end(), action) == ready.end()) {
-          encoding_ = previous;
+        if (std::find(ready.begin(), ready.end(), action) == ready.end())
           fail(path, "an action names type " + std::to_string(action) + ", which is not ready in its state");
-        }
         entry.set(action, pair.at(1).get<double>());
       }
-      table.emplace(key_of(ready), std::move(entry));
+      table.emplace(key_of(std::move(ready), encoding), std::move(entry));
     }
     encoding_ = encoding;
     names_ = types;
@@ -103,7 +95,6 @@ void FsmPolicy::load(const std::string& path) {
     for (uint32_t i = 0; i < names_.size(); ++i) index_of_name_.emplace(names_[i], i);
     table_ = std::move(table);
   } catch (const nlohmann::json::exception& e) {
-    encoding_ = previous_encoding;
     fail(path, std::string("unexpected content: ") + e.what());
   }
 }
