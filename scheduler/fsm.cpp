@@ -85,22 +85,42 @@ void FsmPolicy::map_types(const ScheduleInput& input, const Analysis& analysis) 
   for (uint32_t t = 0; t < index_of_local_.size(); ++t) local_of_index_[index_of_local_[t]] = t;
 }
 
-void FsmPolicy::encode(TypewiseFrontier& frontier, Key& key) const {
+uint32_t FsmPolicy::forced_choice() {
+  candidates_.clear();
+  if (const uint32_t t = frontier_.complete_choice(); t != kNone) return t;
+  for (uint32_t t : frontier_.ready_types())
+    if (!frontier_.single_rank(t)) candidates_.push_back(t);
+  if (candidates_.empty()) return frontier_.greedy_choice();
+  if (candidates_.size() == 1) return candidates_[0];
+  return kNone;
+}
+
+void FsmPolicy::encode(Key& key) const {
   key.clear();
   if (encoding_ == Encoding::base) {
-    for (uint32_t t : frontier.ready_types()) {
+    for (uint32_t t : candidates_) {
       const uint32_t index = index_of_local_[t];
       if (index / 32 >= key.size()) key.resize(index / 32 + 1, 0);
       key[index / 32] |= 1u << (index % 32);
     }
     return;
   }
-  for (uint32_t t : frontier.ready_types()) key.push_back(t);
+  key = candidates_;
   std::sort(key.begin(), key.end(), [&](uint32_t a, uint32_t b) {
-    const uint64_t ca = frontier.ready_count(a), cb = frontier.ready_count(b);
+    const uint64_t ca = frontier_.ready_count(a), cb = frontier_.ready_count(b);
     return ca != cb ? ca > cb : index_of_local_[a] < index_of_local_[b];
   });
   for (uint32_t& t : key) t = index_of_local_[t];
+}
+
+uint32_t FsmPolicy::learned_or_greedy(const Entry* entry) {
+  // Leave greedy's choice (Q 0 while untried) only for an action learned to be better.
+  const uint32_t greedy = frontier_.greedy_among(candidates_);
+  if (!entry || entry->best == kNone) return greedy;
+  double greedy_q = 0;
+  for (const auto& [a, value] : entry->q)
+    if (a == index_of_local_[greedy]) greedy_q = value;
+  return entry->best_q() > greedy_q ? local_of_index_[entry->best] : greedy;
 }
 
 size_t FsmPolicy::state_count() const {
@@ -112,21 +132,17 @@ int64_t FsmPolicy::rollout(const ScheduleInput& input, const Analysis& analysis,
   map_types(input, analysis);
   frontier_.reset(input, analysis);
   while (!frontier_.done()) {
-    encode(frontier_, key_);
-    uint32_t choice = kNone;
-    if (auto it = table_.find(key_); it != table_.end() && it->second.best != kNone) {
-      // As in training: leave greedy's choice (0 while untried) only for a better learned action.
-      const uint32_t greedy = frontier_.greedy_choice();
-      double greedy_q = 0;
-      for (const auto& [a, value] : it->second.q)
-        if (a == index_of_local_[greedy]) greedy_q = value;
-      choice = it->second.best_q() > greedy_q ? local_of_index_[it->second.best] : greedy;
-    }
+    uint32_t choice = forced_choice();
     if (choice == kNone) {
-      choice = frontier_.greedy_choice();
-      if (count) ++unseen_;
+      encode(key_);
+      const auto it = table_.find(key_);
+      const bool seen = it != table_.end() && it->second.best != kNone;
+      choice = learned_or_greedy(seen ? &it->second : nullptr);
+      if (count) {
+        ++decisions_;
+        if (!seen) ++unseen_;
+      }
     }
-    if (count) ++decisions_;
     frontier_.run(choice, out);
   }
   return static_cast<int64_t>(out.batch_count());
@@ -182,26 +198,15 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
     steps.clear();
     scratch.clear();
     while (!frontier_.done()) {
-      encode(frontier_, key_);
-      const auto& ready = frontier_.ready_types();
-      uint32_t choice;
-      Entry& entry = table_[key_];
-      if (unit(rng) < epsilon) {
-        choice = ready[size_t(rng() % ready.size())];
-      } else {
-        // The best tried action, unless greedy's choice (0 while untried) is at least as good:
-        // the policy starts as the greedy rule and leaves it where it has learned better.
-        const uint32_t greedy = frontier_.greedy_choice();
-        choice = greedy;
-        if (entry.best != kNone) {
-          double greedy_q = 0;
-          for (const auto& [a, value] : entry.q)
-            if (a == index_of_local_[greedy]) greedy_q = value;
-          if (entry.best_q() > greedy_q) choice = local_of_index_[entry.best];
-        }
+      // Forced steps are no decision, and their ED-Batch reward is 0 (the batch is all of TF_a).
+      uint32_t choice = forced_choice();
+      if (choice == kNone) {
+        encode(key_);
+        Entry& entry = table_[key_];
+        choice = unit(rng) < epsilon ? candidates_[size_t(rng() % candidates_.size())] : learned_or_greedy(&entry);
+        const double f = double(frontier_.ready_count(choice)), tf = double(frontier_.frontier_count(choice));
+        steps.push_back({&entry, index_of_local_[choice], static_cast<uint32_t>(candidates_.size()), -1.0 + f / tf});
       }
-      const double f = double(frontier_.ready_count(choice)), tf = double(frontier_.frontier_count(choice));
-      steps.push_back({&entry, index_of_local_[choice], static_cast<uint32_t>(ready.size()), -1.0 + f / tf});
       frontier_.run(choice, scratch);
     }
     // n-step returns, bootstrapped from the table at t + n.

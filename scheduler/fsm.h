@@ -1,6 +1,10 @@
 // The learned policy of ED-Batch: a finite state machine over the ready frontier, learned by
 // tabular n-step Q-learning. State: the ready types ("base": as a set; "sort": ordered by how
 // many nodes are ready). Action: a ready type, all of whose ready nodes run as one batch.
+// Two rules take no decision and keep states few: a type all of whose remaining nodes are ready
+// runs at once (provably never worse), and a single-rank type (the per-instance loss sums, whose
+// arity makes one type per sentence length) waits until it is complete; the state is the other
+// ready types.
 // Reward per step: -1 + |F_a| / |TF_a| (TypewiseFrontier's counts). Types are kept by signature
 // string, so a table trained in one process schedules graphs of another. Unseen states fall back
 // to the greedy rule, and the policy counts how often that happens.
@@ -82,7 +86,12 @@ class FsmPolicy final : public Policy {
 
   uint32_t index_of(const std::string& signature);
   void map_types(const ScheduleInput& input, const Analysis& analysis);
-  void encode(TypewiseFrontier& frontier, Key& key) const;
+  // A choice that needs no decision (a complete type; the only candidate; greedy when only
+  // single-rank types are ready), else kNone with candidates_ holding the ready types to choose
+  // from: single-rank types wait until they are complete.
+  uint32_t forced_choice();
+  void encode(Key& key) const;  // candidates_ as a key
+  uint32_t learned_or_greedy(const Entry* entry);  // among candidates_
   static Key key_of(std::vector<uint32_t> ready, Encoding encoding);  // from policy type indexes
   std::vector<uint32_t> ready_of(const Key& key) const;   // back to policy type indexes
   int64_t rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count);
@@ -96,6 +105,7 @@ class FsmPolicy final : public Policy {
   Analysis own_;
   TypewiseFrontier frontier_;
   Key key_;
+  std::vector<uint32_t> candidates_;  // local types
   int64_t decisions_ = 0;
   int64_t unseen_ = 0;
 };

@@ -15,8 +15,13 @@ void TypewiseFrontier::reset(const ScheduleInput& input, const Analysis& analysi
   unexecuted_.assign(rank_base_[width], 0);
   ready_at_.assign(rank_base_[width], 0);
   lowest_.assign(width, 1);
-  for (size_t i = 0; i < chains.rank.size(); ++i)
-    if (chains.rank[i] > 0) ++unexecuted_[rank_base_[analysis.types.of_node[i]] + chains.rank[i] - 1];
+  remaining_.assign(width, 0);
+  for (size_t i = 0; i < chains.rank.size(); ++i) {
+    if (chains.rank[i] == 0) continue;
+    const uint32_t t = analysis.types.of_node[i];
+    ++unexecuted_[rank_base_[t] + chains.rank[i] - 1];
+    ++remaining_[t];
+  }
   frontier_.reset(input, analysis.types, analysis.dependencies);
   frontier_.seed([&](ir::NodeId id, uint32_t t) {
     const uint32_t r = chains.rank[id - input.begin];
@@ -36,10 +41,16 @@ uint64_t TypewiseFrontier::frontier_count(uint32_t t) {
   return tf;
 }
 
-uint32_t TypewiseFrontier::greedy_choice() {
+uint32_t TypewiseFrontier::complete_choice() const {
+  for (uint32_t t : ready_types())
+    if (complete(t)) return t;
+  return LocalTypes::kNone;
+}
+
+uint32_t TypewiseFrontier::greedy_among(const std::vector<uint32_t>& types) {
   uint32_t best = LocalTypes::kNone;
   uint64_t best_f = 0, best_tf = 1;
-  for (uint32_t t : ready_types()) {
+  for (uint32_t t : types) {
     const uint64_t f = ready_count(t), tf = frontier_count(t);
     const uint64_t lhs = f * best_tf, rhs = best_f * tf;  // f / tf > best_f / best_tf
     if (best == LocalTypes::kNone || lhs > rhs || (lhs == rhs && (f > best_f || (f == best_f && t < best)))) {
@@ -64,6 +75,7 @@ void TypewiseFrontier::run(uint32_t type, Schedule& out) {
     const uint32_t r = chains.rank[out.nodes[i] - begin];
     if (r == 0) continue;
     const uint32_t at = rank_base_[type] + r - 1;
+    --remaining_[type];
     --unexecuted_[at];
     --ready_at_[at];
   }
