@@ -247,6 +247,33 @@ TEST_P(LatticeReference, BatchingPoliciesGiveTheOracleLoss) {
   }
 }
 
+// The learned policy, trained on the same lattices, keeps the oracle loss and never needs more
+// batches than greedy (training keeps a table only when its rollout beats greedy's).
+TEST_P(LatticeReference, TrainedFsmMatchesTheOracleWithNoMoreBatchesThanGreedy) {
+  const samples::ModelConfig c = config(8, 8);
+  auto sample = GetParam().make(c);
+  double expected = 0;
+  for (size_t i = 0; i < lattices_.size(); ++i) expected += direct(*sample, i, c.hidden);
+  samples::RunOptions run;
+  run.batch = 4;
+  run.repeat = 1;
+  EngineOptions options;
+  options.verify = true;
+  options.policy = "greedy";
+  Engine greedy(options);
+  const samples::RunResult by_greedy = samples::run_inference(*sample, greedy, run);
+  options.policy = "fsm";
+  Engine fsm(options);
+  PolicyTraining training;
+  training.episodes = 200;
+  training.seed = 3;
+  samples::train_policy(*sample, fsm, 2, run.batch, training);
+  const samples::RunResult by_fsm = samples::run_inference(*sample, fsm, run);
+  EXPECT_TRUE(testing::near_relative(by_fsm.loss, expected, 1e-5));
+  EXPECT_LE(by_fsm.stats.batches, by_greedy.stats.batches);
+  EXPECT_GT(by_fsm.stats.policy_decisions, 0);
+}
+
 TEST_P(LatticeReference, LimitTruncatesTheFile) {
   samples::ModelConfig c = config(8, 8);
   c.limit = 3;
