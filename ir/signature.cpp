@@ -92,7 +92,17 @@ TypeId SignatureTable::intern(const Graph& graph, NodeId id) {
   if (has_flag(graph.node(id).op, kLeaf)) return kNoType;
   build_key(graph, id, key_buffer_);
   if (auto it = by_key_.find(std::string_view(key_buffer_)); it != by_key_.end()) return it->second;
-  std::string name = signature(graph, id);
+  return add_type(signature(graph, id));
+}
+
+TypeId SignatureTable::intern_named(std::string_view key, const std::string& name) {
+  key_buffer_.assign("\xffnamed:");  // node keys start with an op number, never 0xff
+  key_buffer_.append(key);
+  if (auto it = by_key_.find(std::string_view(key_buffer_)); it != by_key_.end()) return it->second;
+  return add_type(name);
+}
+
+TypeId SignatureTable::add_type(std::string name) {
   if (by_name_.count(name)) {
     // Same printed form, different identity (two models that name a parameter alike).
     const std::string base = name;

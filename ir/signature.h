@@ -36,6 +36,10 @@ class SignatureTable {
   // answers most nodes without building a key from shapes; a miss goes through intern().
   TypeId intern_recorded(const Graph& graph, NodeId id, std::span<const TypeId> types);
 
+  // A type that is not one node's (a cell call): `key` identifies it exactly, `name` is how it
+  // prints. Keys live apart from node keys; two keys that print alike get a " #n" suffix.
+  TypeId intern_named(std::string_view key, const std::string& name);
+
   const std::string& name(TypeId type) const { return names_[type]; }
   std::optional<TypeId> find(std::string_view signature) const;
   size_t size() const { return names_.size(); }
@@ -51,6 +55,7 @@ class SignatureTable {
   std::unordered_map<std::string, TypeId, Hash, std::equal_to<>> by_name_;
   std::vector<std::string> names_;
   std::string key_buffer_;
+  TypeId add_type(std::string name);  // a new type for key_buffer_, printed as `name` (made unique)
 
   // Open-addressing cache for intern_recorded(): fixed-size keys compared word by word.
   static constexpr size_t kRecordedWords = 12;

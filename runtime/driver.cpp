@@ -8,6 +8,8 @@
 #include <sstream>
 #include <utility>
 
+#include "scheduler/lower_bound.h"
+
 
 namespace edb::runtime {
 
@@ -41,6 +43,7 @@ std::string print_plan(const TraceData& trace) {
 void TraceData::clear() {
   graph.clear();
   types.clear();
+  calls.clear();
   schedule.clear();
   plan.offset.clear();
   plan.view.clear();
@@ -163,7 +166,7 @@ PolicyProgress Driver::train_policy(std::span<TraceData* const> traces, const Po
   for (TraceData* trace : traces) {
     if (trace->evaluated != 0)
       throw UsageError("edb::Engine::train_policy(): a trace was already evaluated; record traces and train before running them");
-    inputs.push_back({trace->graph, trace->types, 0, nullptr, &signatures});
+    inputs.push_back({trace->graph, trace->types, 0, nullptr, &signatures, &trace->calls});
   }
   scheduler::FsmTraining options;
   options.episodes = training.episodes;
@@ -191,7 +194,11 @@ void Driver::submit(TraceData& trace) {
 
   auto start = Clock::now();
   if (trace.types.size() != trace.graph.size()) signatures.assign(trace.graph, begin, trace.types);
-  scheduler::ScheduleInput input{trace.graph, trace.types, begin, &analysis_, &signatures};
+  // With cell calls the policies see each call as one node; the schedule is then expanded into
+  // the cells' own batches, and checked and bounded over the nodes themselves. The sequential
+  // baseline stays one node per batch.
+  const bool calls = !trace.calls.empty() && options_.policy != "sequential";
+  scheduler::ScheduleInput input{trace.graph, trace.types, begin, &analysis_, &signatures, calls ? &trace.calls : nullptr};
   // Local types and chain ranks: the policies' shared analysis, and the lower bound's.
   analysis_.build(input);
   const int64_t decisions = fsm_ ? fsm_->decisions() : 0, unseen = fsm_ ? fsm_->unseen() : 0;
@@ -200,9 +207,11 @@ void Driver::submit(TraceData& trace) {
     stats_.policy_decisions += fsm_->decisions() - decisions;
     stats_.policy_unseen += fsm_->unseen() - unseen;
   }
+  const scheduler::ScheduleInput nodes{trace.graph, trace.types, begin, nullptr, &signatures};
+  if (calls) scheduler::expand_calls(trace.calls, trace.schedule);
   stats_.time.schedule_ms += elapsed_ms(start);
-  stats_.lower_bound += analysis_.chains.lower_bound();
-  if (options_.verify) scheduler::verify(input, trace.schedule);
+  stats_.lower_bound += calls ? scheduler::lower_bound(nodes) : analysis_.chains.lower_bound();
+  if (options_.verify) scheduler::verify(nodes, trace.schedule);
   if (dump_.schedule) std::cerr << "== schedule\n" << print_schedule(trace, signatures);
 
   start = Clock::now();

@@ -29,6 +29,7 @@ namespace edb::runtime {
 struct TraceData {
   ir::Graph graph;
   std::vector<ir::TypeId> types;  // per node; the trace interns them as it records
+  scheduler::CallGroups calls;    // cell calls recorded with EngineOptions::cells on
   scheduler::Schedule schedule;
   memplan::Plan plan;
   Arena arena;

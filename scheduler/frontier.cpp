@@ -13,7 +13,7 @@ void LocalTypes::build(const ScheduleInput& input) {
   std::vector<uint32_t>& local_of_global = local_of_global_;  // dense: TypeIds are dense per engine
   local_of_global.clear();
   for (size_t i = 0; i < n; ++i) {
-    const ir::TypeId t = input.types[begin + i];
+    const ir::TypeId t = scheduled_type(input, ir::NodeId(begin + i));
     if (t == ir::kNoType) continue;
     if (t >= local_of_global.size()) local_of_global.resize(size_t(t) + 1, kNone);
     uint32_t& local = local_of_global[t];
@@ -40,19 +40,21 @@ void Dependencies::build(const ScheduleInput& input, const LocalTypes& types) {
     ++scheduled;
     const ir::Node& node = graph.node(id);
     if (ir::has_flag(node.op, ir::kUnbatchable)) unbatchable[types.of_node[id - begin]] = 1;
-    for (ir::NodeId arg : graph.args(node))
+    for_each_argument(input, id, [&](ir::NodeId arg) {
       if (is_scheduled(arg)) {
         ++pending[id - begin];
         ++users_begin[arg - begin + 1];
       }
+    });
   }
   for (size_t i = 0; i < n; ++i) users_begin[i + 1] += users_begin[i];
   users.resize(users_begin[n]);
   fill_.assign(users_begin.begin(), users_begin.end() - 1);
   for (ir::NodeId id = begin; id < graph.size(); ++id) {
     if (!is_scheduled(id)) continue;
-    for (ir::NodeId arg : graph.args(id))
+    for_each_argument(input, id, [&](ir::NodeId arg) {
       if (is_scheduled(arg)) users[fill_[arg - begin]++] = id;
+    });
     if (pending[id - begin] == 0) initially_ready.push_back(id);
   }
 }

@@ -18,8 +18,9 @@ void node_depths(const ScheduleInput& input, const LocalTypes& types, std::vecto
   for (ir::NodeId id = input.begin; id < graph.size(); ++id) {
     if (types.of_node[id - input.begin] == LocalTypes::kNone) continue;
     uint32_t d = 0;
-    for (ir::NodeId arg : graph.args(id))
+    for_each_argument(input, id, [&](ir::NodeId arg) {
       if (arg >= input.begin) d = std::max(d, depth[arg - input.begin]);
+    });
     depth[id - input.begin] = d + 1;
   }
 }

@@ -22,7 +22,32 @@ void Schedule::clear() {
 void SequentialPolicy::schedule(const ScheduleInput& input, Schedule& out) {
   out.clear();
   for (ir::NodeId id = input.begin; id < input.graph.size(); ++id)
-    if (input.types[id] != ir::kNoType) out.add_batch(input.types[id], std::span(&id, 1));
+    if (const ir::TypeId type = scheduled_type(input, id); type != ir::kNoType) out.add_batch(type, std::span(&id, 1));
+}
+
+void expand_calls(const CallGroups& calls, Schedule& schedule) {
+  if (calls.empty()) return;
+  Schedule expanded;
+  expanded.nodes.reserve(schedule.nodes.size());
+  std::vector<ir::NodeId> members;
+  for (size_t b = 0; b < schedule.batch_count(); ++b) {
+    const auto batch = schedule.batch(b);
+    const uint32_t first_call = calls.call(batch[0]);
+    if (first_call == CallGroups::kNone) {
+      expanded.add_batch(schedule.batch_type[b], batch);
+      continue;
+    }
+    const Schedule& inner = calls.calls[first_call].schedule->batches;
+    for (size_t i = 0; i < inner.batch_count(); ++i) {
+      members.clear();
+      for (ir::NodeId id : batch) {
+        const ir::NodeId first = calls.calls[calls.call(id)].first;
+        for (ir::NodeId offset : inner.batch(i)) members.push_back(first + offset);
+      }
+      expanded.add_batch(inner.batch_type[i], members);
+    }
+  }
+  schedule = std::move(expanded);
 }
 
 std::vector<std::string> policy_names() { return {"sequential", "depth", "agenda", "greedy", "fsm"}; }

@@ -29,6 +29,36 @@ struct Schedule {
 
 struct Analysis;
 
+// Cell calls (edb::Cell): each call's body is copied into the graph as nodes [first, last], and the
+// policies see the whole call as one node, `last`, of the call's type, whose arguments are the
+// body's arguments from outside it. expand_calls() then replaces each batch of calls by the
+// cell's internal batches (planned once per cell), over the calls' copies.
+struct CellSchedule {
+  Schedule batches;  // members are offsets from a call's `first`
+};
+struct CallGroups {
+  static constexpr uint32_t kNone = ~0u;
+  struct Call {
+    ir::NodeId first, last;
+    ir::TypeId type;
+    const CellSchedule* schedule;
+  };
+  std::vector<uint32_t> call_of;  // per node (may be shorter than the graph: kNone beyond)
+  std::vector<Call> calls;
+
+  bool empty() const { return calls.empty(); }
+  uint32_t call(ir::NodeId id) const { return id < call_of.size() ? call_of[id] : kNone; }
+  // The node the scheduler sees for `id`: its call's `last`, or itself.
+  ir::NodeId outer(ir::NodeId id) const {
+    const uint32_t c = call(id);
+    return c == kNone ? id : calls[c].last;
+  }
+  void clear() {
+    call_of.clear();
+    calls.clear();
+  }
+};
+
 // Which nodes to schedule: [begin, graph.size()). Earlier nodes are already evaluated.
 struct ScheduleInput {
   const ir::Graph& graph;
@@ -36,7 +66,42 @@ struct ScheduleInput {
   ir::NodeId begin = 0;
   const Analysis* analysis = nullptr;  // local types and chain ranks, when the caller has them
   const ir::SignatureTable* signatures = nullptr;  // names of the types (the learned policy needs them)
+  const CallGroups* calls = nullptr;  // cell calls, each scheduled as one node (null or empty: none)
 };
+
+// The type the policies see for node `id`: a call's type at its `last`, nothing for the rest of
+// its body, the node's own type otherwise.
+inline ir::TypeId scheduled_type(const ScheduleInput& input, ir::NodeId id) {
+  if (input.calls) {
+    const uint32_t c = input.calls->call(id);
+    if (c != CallGroups::kNone) return id == input.calls->calls[c].last ? input.calls->calls[c].type : ir::kNoType;
+  }
+  return input.types[id];
+}
+
+// Calls f(argument) for each argument of scheduled node `id` as the policies see it (see
+// CallGroups); an argument may repeat.
+template <typename F>
+void for_each_argument(const ScheduleInput& input, ir::NodeId id, F&& f) {
+  const CallGroups* calls = input.calls;
+  if (!calls || calls->empty()) {
+    for (ir::NodeId arg : input.graph.args(id)) f(arg);
+    return;
+  }
+  const uint32_t c = calls->call(id);
+  if (c == CallGroups::kNone) {
+    for (ir::NodeId arg : input.graph.args(id)) f(calls->outer(arg));
+    return;
+  }
+  const CallGroups::Call& call = calls->calls[c];
+  for (ir::NodeId inner = call.first; inner <= call.last; ++inner)
+    for (ir::NodeId arg : input.graph.args(inner))
+      if (arg < call.first) f(calls->outer(arg));
+}
+
+// Replaces every batch of calls in `schedule` by its cell's internal batches over the calls'
+// copies (calls in the batch's order within each internal batch). Other batches stay as they are.
+void expand_calls(const CallGroups& calls, Schedule& schedule);
 
 // A batching policy: a named type chosen by name, never by an integer code.
 class Policy {

@@ -33,13 +33,13 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
     }
     Count* __restrict row = rows.data() + size_t(row_index) * width;
     std::fill(row, row + width, Count{0});
-    for (ir::NodeId arg : graph.args(id)) {
-      if (arg < begin || types.of_node[arg - begin] == LocalTypes::kNone) continue;
+    for_each_argument(input, id, [&](ir::NodeId arg) {
+      if (arg < begin || types.of_node[arg - begin] == LocalTypes::kNone) return;
       const uint32_t from_index = row_of_[arg - begin];
       const Count* __restrict from = rows.data() + size_t(from_index) * width;
       for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
       if (--unread_[arg - begin] == 0) free_rows_.push_back(from_index);
-    }
+    });
     if (ir::has_flag(graph.node(id).op, ir::kUnbatchable)) {
       ++unbatchable;
     } else {

@@ -53,6 +53,8 @@ void print_help() {
       "  --train-traces N   traces to learn from (default 8)\n"
       "  --policy-file FILE (fsm) load a learned policy\n"
       "  --policy-encoding base|sort  (fsm) the state encoding (default base)\n"
+      "  --cells on|off     on: each cell call is one node for the policy, with the cell's own\n"
+      "                     fewest-batch schedule inside; off: cells record node by node (default on)\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
       "Environment: EDB_DUMP=ir,schedule,plan (or all) prints each stage's output to stderr.\n",
@@ -61,6 +63,7 @@ void print_help() {
 
 struct Report {
   std::string model, policy, executor, device, data, cpu;
+  bool cells = true;
   int batch = 0, embed = 0, hidden = 0;
   edb::samples::RunResult result;
   bool trained = false;
@@ -80,6 +83,7 @@ nlohmann::json to_json(const Report& r) {
   nlohmann::json j = {
       {"model", r.model},
       {"policy", r.policy},
+      {"cells", r.cells},
       {"executor", r.executor},
       {"device", r.device},
       {"batch", r.batch},
@@ -131,9 +135,9 @@ void print_table(const Report& r) {
   };
   auto share = [&](double ms) { return fixed(ms, 1) + " ms (" + fixed(total > 0 ? 100 * ms / total : 0, 1) + "%)"; };
   std::printf("edb-run %s: %s\n", r.model.c_str(), r.data.c_str());
-  std::printf("policy %s, executor %s, device %s, batch %d, embed %d, hidden %d, CPU %s\n\n",
-              r.policy.c_str(), r.executor.c_str(), r.device.c_str(), r.batch, r.embed, r.hidden,
-              r.cpu.c_str());
+  std::printf("policy %s, cells %s, executor %s, device %s, batch %d, embed %d, hidden %d, CPU %s\n\n",
+              r.policy.c_str(), r.cells ? "on" : "off", r.executor.c_str(), r.device.c_str(), r.batch, r.embed,
+              r.hidden, r.cpu.c_str());
   std::printf("| %-22s | %22s |\n|%s|%s|\n", "measure", "value", std::string(24, '-').c_str(),
               std::string(24, '-').c_str());
   row("instances/s (median)", fixed(r.result.instances_per_sec, 1));
@@ -163,7 +167,7 @@ int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-run",
                           {"data", "limit", "batch", "embed", "hidden", "policy", "executor", "device",
                            "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file",
-                           "policy-encoding"},
+                           "policy-encoding", "cells"},
                           {"json", "help"});
   const std::vector<std::string> positional = flags.parse(argc, argv, 1);
   if (flags.has("help")) {
@@ -195,6 +199,9 @@ int run(int argc, char** argv) {
   }
   options.policy_file = flags.get("policy-file", "");
   options.policy_encoding = flags.get("policy-encoding", "base");
+  const std::string cells = flags.get("cells", "on");
+  if (cells != "on" && cells != "off") throw edb::UsageError("edb-run: --cells takes on or off, not '" + cells + "'");
+  options.cells = cells == "on";
   const std::string train_path = flags.get("train-policy", "");
   const int train_traces = int(flags.get_int("train-traces", 8, 1, 10000));
   if (!train_path.empty() && options.policy != "fsm")
@@ -240,6 +247,7 @@ int run(int argc, char** argv) {
   report.model = entry->name;
   report.policy = options.policy;
   report.executor = options.executor;
+  report.cells = options.cells;
   report.device = options.device;
   report.data = model->describe_data();
   report.cpu = edb::jit::host_cpu_name();

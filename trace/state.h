@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "edbatch/edbatch.h"
@@ -30,9 +31,24 @@ struct ModelState {
   ir::ParameterInfo info(uint32_t index) const;
 };
 
+// A cell as first called in one engine (trace/cell.cpp): the body it recorded, and what every
+// call copies into its trace.
+struct CellRecord {
+  ir::Graph body;
+  std::vector<ir::TypeId> types;          // per body node, in the engine's signature table
+  std::vector<ir::NodeId> placeholders;   // the body node standing for argument i
+  std::vector<ir::NodeId> outputs;
+  std::vector<ir::NodeId> operations;     // body nodes that run, in order; a call copies them
+                                          // contiguously, so offsets into this list name them
+  scheduler::CellSchedule schedule;       // the fewest-batch schedule over those offsets
+  bool optimal = false;                   // the search proved it fewest
+  ir::TypeId call_type = ir::kNoType;
+};
+
 struct EngineState {
   explicit EngineState(const EngineOptions& options) : driver(options) {}
   runtime::Driver driver;
+  std::unordered_map<uint64_t, std::unique_ptr<CellRecord>> cells;  // by Cell::id()
 };
 
 // One recording scope. States are pooled and never freed, so a stale Expr always points at a
@@ -62,6 +78,8 @@ struct TraceState {
   // The node behind `e`, after checking it belongs to this live trace; `function` names the caller.
   static TraceState& of(const Expr& e, const char* function);
   Expr make(ir::NodeId id) { return Expr(this, generation, id); }
+  // The trace's node for a parameter: one per parameter per trace.
+  ir::NodeId parameter_node(const ir::ParameterInfo& info);
   // Appends a node and its batching type (interned now, while its arguments are in cache).
   Expr add(ir::Op op, std::span<const ir::NodeId> args, ir::Shape shape, const ir::Attributes& attrs) {
     const ir::NodeId id = data.graph.add(op, args, shape, attrs);

@@ -63,6 +63,16 @@ void TraceState::release_all(EngineState* engine) {
   for (TraceState* state : owned) state->release();
 }
 
+ir::NodeId TraceState::parameter_node(const ir::ParameterInfo& info) {
+  for (const auto& [seen, node] : parameter_nodes)
+    if (seen == info.uid) return node;
+  ir::Attributes attrs;
+  attrs.parameter = data.graph.add_parameter(info);
+  const ir::NodeId id = add(ir::Op::parameter, {}, info.shape, attrs).node_id();
+  parameter_nodes.emplace_back(info.uid, id);
+  return id;
+}
+
 TraceState& TraceState::of(const Expr& e, const char* function) {
   if (!e.state_) throw UsageError(std::string(function) + ": the expression is empty (default-constructed)");
   if (e.generation_ != e.state_->generation || !e.state_->active)
@@ -91,6 +101,8 @@ Tensor Expr::value() const {
 // ---- Trace ----
 
 Trace::Trace(Engine& engine) : state_(TraceState::acquire(engine.state_.get())), generation_(state_->generation) {}
+
+Trace::Trace(TraceState* state) : state_(state), generation_(state->generation) {}
 
 Trace::~Trace() { finish(); }
 
@@ -131,12 +143,7 @@ Expr Trace::param(Parameter parameter) {
   const uint64_t uid = parameter.model_->at(parameter.index_).uid;
   for (const auto& [seen, node] : s.parameter_nodes)
     if (seen == uid) return s.make(node);
-  const ir::ParameterInfo info = parameter.model_->info(parameter.index_);
-  ir::Attributes attrs;
-  attrs.parameter = s.data.graph.add_parameter(info);
-  const Expr e = s.add(ir::Op::parameter, {}, info.shape, attrs);
-  s.parameter_nodes.emplace_back(info.uid, e.node_id());
-  return e;
+  return s.make(s.parameter_node(parameter.model_->info(parameter.index_)));
 }
 
 Expr Trace::lookup(LookupTable table, int64_t entry) {

@@ -18,6 +18,7 @@ namespace edb {
 class Model;
 class Trace;
 class Engine;
+class Cell;
 namespace detail {
 struct ModelState;
 struct TraceState;
@@ -103,6 +104,8 @@ struct EngineOptions {
   std::string device = "cpu";
   int threads = 1;  // 2 or more: execution overlaps recording; the executor's pool gets the rest
   bool verify = false;  // check the IR, schedule and plan between stages (tests turn it on)
+  bool cells = true;    // false: a Cell call records its body inline, node by node, as if there
+                        // were no cell (the baseline cells are measured against)
   std::string policy_file;              // fsm: a table saved by save_policy(), loaded at start
   std::string policy_encoding = "base"; // fsm state: "base" (set of ready types) or "sort"
 };
@@ -193,8 +196,34 @@ class Trace {
 
  private:
   friend class Engine;
+  friend class Cell;
+  explicit Trace(detail::TraceState* state);  // a scope on a state acquired by the caller
   detail::TraceState* state_;
   uint32_t generation_;  // the state's generation while this trace owns it
+};
+
+// A static subgraph (an LSTM step, a TreeLSTM node) declared once and called many times. Each
+// call is one node of the dynamic graph for the batching policies, and calls of one cell batch
+// together; inside, the cell runs its own schedule of fewest batches, found once (per engine) when
+// it is first called. The body records with the usual ops on the trace and inputs it is given; it
+// must not depend on anything but those inputs, parameters and constants (it is recorded once).
+class Cell {
+ public:
+  using Body = std::function<std::vector<Expr>(Trace& trace, std::span<const Expr> inputs)>;
+  // `inputs`: the (rows, cols) of each argument a call passes.
+  Cell(std::string name, std::vector<std::pair<int, int>> inputs, Body body);
+
+  // Records one call on arguments of the declared shapes; returns the body's outputs in order.
+  std::vector<Expr> operator()(Trace& trace, std::span<const Expr> arguments) const;
+  std::vector<Expr> operator()(Trace& trace, std::initializer_list<Expr> arguments) const;
+  const std::string& name() const { return name_; }
+  uint64_t id() const { return id_; }  // process-unique
+
+ private:
+  std::string name_;
+  std::vector<std::pair<int, int>> inputs_;
+  Body body_;
+  uint64_t id_;
 };
 
 // Ops. Shapes are checked when an op is recorded; a mismatch throws UsageError naming the op and

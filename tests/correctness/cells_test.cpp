@@ -1,0 +1,160 @@
+// Cells (edb::Cell): calls give the same values as the body recorded inline and as the reference
+// executor, calls of one cell batch together with the cell's own schedule inside, and bad calls
+// and bodies are clear errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+
+#include "samples/models.h"
+#include "samples/runner.h"
+#include "tests/support/test_support.h"
+
+namespace edb {
+namespace {
+
+using testing::usage_error;
+
+// out = tanh(x) + sigmoid(x) * y: internally tanh, sigmoid, cmult, add (4 batches).
+Cell mix_cell(const std::string& name = "mix") {
+  return Cell(name, {{3, 1}, {3, 1}}, [](Trace&, std::span<const Expr> in) {
+    return std::vector<Expr>{tanh(in[0]) + cmult(sigmoid(in[0]), in[1])};
+  });
+}
+
+float mix(float x, float y) { return std::tanh(x) + y / (1.0f + std::exp(-x)); }
+
+struct CallRun {
+  std::vector<Tensor> values;
+  Stats stats;
+};
+
+CallRun run_calls(const std::vector<const Cell*>& cells, int calls_each, EngineOptions options) {
+  options.verify = true;
+  Engine engine(options);
+  Trace trace(engine);
+  std::vector<Expr> outs;
+  for (const Cell* cell : cells)
+    for (int k = 0; k < calls_each; ++k) {
+      const float v = 0.1f * float(k) - 0.3f;
+      const Expr x = trace.input({v, 2 * v, -v});
+      const Expr y = trace.input({1.0f, v, 0.5f});
+      outs.push_back((*cell)(trace, {x, y})[0]);
+    }
+  trace.run();
+  CallRun run;
+  for (const Expr& e : outs) run.values.push_back(e.value());
+  run.stats = engine.stats();
+  return run;
+}
+
+TEST(Cells, CallsOfOneCellRunAsTheCellsOwnBatches) {
+  const Cell cell = mix_cell();
+  for (const char* policy : {"depth", "agenda", "greedy", "fsm"}) {
+    EngineOptions options;
+    options.policy = policy;
+    const CallRun run = run_calls({&cell}, 6, options);
+    EXPECT_EQ(run.stats.batches, 4) << policy;  // tanh and sigmoid, cmult, add: one batch each
+    ASSERT_EQ(run.values.size(), 6u);
+    for (int k = 0; k < 6; ++k) {
+      const float v = 0.1f * float(k) - 0.3f;
+      const float xs[3] = {v, 2 * v, -v}, ys[3] = {1.0f, v, 0.5f};
+      for (int r = 0; r < 3; ++r) EXPECT_NEAR(run.values[size_t(k)](r), mix(xs[r], ys[r]), 1e-6) << policy;
+    }
+  }
+}
+
+TEST(Cells, OffRecordsTheBodyInlineWithTheSameValues) {
+  const Cell cell = mix_cell();
+  EngineOptions on, off;
+  off.cells = false;
+  const CallRun a = run_calls({&cell}, 5, on), b = run_calls({&cell}, 5, off);
+  ASSERT_EQ(a.values.size(), b.values.size());
+  for (size_t i = 0; i < a.values.size(); ++i) EXPECT_EQ(a.values[i].data, b.values[i].data);
+  EXPECT_EQ(a.stats.nodes, b.stats.nodes);
+}
+
+TEST(Cells, DifferentCellsNeverShareABatchEvenWithTheSameName) {
+  const Cell first = mix_cell("same"), second = mix_cell("same");
+  EngineOptions options;
+  const CallRun run = run_calls({&first, &second}, 3, options);
+  EXPECT_EQ(run.stats.batches, 8);  // each cell's calls batch apart: 4 + 4
+  EngineOptions inline_options;
+  inline_options.cells = false;
+  EXPECT_EQ(run_calls({&first, &second}, 3, inline_options).stats.batches, 4);  // node by node they merge
+}
+
+// Every sample model, cells on and off, against the reference executor (which runs the same
+// calls unbatched).
+class CellsOnSampleModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CellsOnSampleModels, LossesEqualTheReferenceWithCellsOnAndOff) {
+  samples::ModelConfig config;
+  config.limit = 7;
+  config.embed = 6;
+  config.hidden = 5;
+  config.seed = 3;
+  auto sample = samples::find_model(GetParam())->make(config);
+  samples::RunOptions run;
+  run.batch = 4;
+  run.repeat = 1;
+  auto loss_with = [&](const char* executor, bool cells) {
+    EngineOptions options;
+    options.executor = executor;
+    options.cells = cells;
+    options.verify = true;
+    Engine engine(options);
+    return samples::run_inference(*sample, engine, run);
+  };
+  const samples::RunResult reference = loss_with("reference", false);
+  const samples::RunResult on = loss_with("batched", true), off = loss_with("batched", false);
+  EXPECT_TRUE(testing::near_relative(on.loss, reference.loss, 1e-5));
+  EXPECT_TRUE(testing::near_relative(off.loss, reference.loss, 1e-5));
+  EXPECT_TRUE(testing::near_relative(loss_with("reference", true).loss, reference.loss, 1e-5));
+  EXPECT_EQ(on.stats.nodes, off.stats.nodes);
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const samples::ModelEntry& entry : samples::model_registry()) names.push_back(entry.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, CellsOnSampleModels, ::testing::ValuesIn(model_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(CellErrors, BadCallsAndBodiesNameTheCellAndWhatWasWrong) {
+  Engine engine;
+  Trace trace(engine);
+  const Cell cell = mix_cell();
+  const Expr x = trace.input({1.0f, 2.0f, 3.0f});
+  EXPECT_EQ(usage_error([&] { cell(trace, {x}); }), "edb::Cell: cell 'mix' takes 2 arguments, got 1");
+  const Expr wide = trace.input({1.0f, 2.0f});
+  EXPECT_EQ(usage_error([&] { cell(trace, {x, wide}); }),
+            "edb::Cell: cell 'mix': argument 2 is 2x1, the cell declares 3x1");
+  Trace other(engine);
+  const Expr elsewhere = other.input({1.0f, 2.0f, 3.0f});
+  EXPECT_EQ(usage_error([&] { cell(trace, {x, elsewhere}); }),
+            "edb::Cell: cell 'mix': argument 2 belongs to a different trace");
+
+  const Cell empty("empty", {{3, 1}}, [](Trace&, std::span<const Expr>) { return std::vector<Expr>{}; });
+  EXPECT_EQ(usage_error([&] { empty(trace, {x}); }), "edb::Cell: cell 'empty': the body returned no outputs");
+  const Cell passthrough("passthrough", {{3, 1}}, [](Trace&, std::span<const Expr> in) {
+    return std::vector<Expr>{in[0]};
+  });
+  EXPECT_EQ(usage_error([&] { passthrough(trace, {x}); }),
+            "edb::Cell: cell 'passthrough': output 1 is an input, constant or parameter; outputs must be "
+            "computed by the body");
+  const Cell leaking("leaking", {{3, 1}}, [&](Trace&, std::span<const Expr>) { return std::vector<Expr>{tanh(x)}; });
+  EXPECT_EQ(usage_error([&] { leaking(trace, {x}); }),
+            "edb::Cell: cell 'leaking': output 1 was not recorded by the body on the trace it was given");
+  EXPECT_EQ(usage_error([] { Cell("bad", {{0, 1}}, [](Trace&, std::span<const Expr>) { return std::vector<Expr>{}; }); }),
+            "edb::Cell: cell 'bad' input 1 has shape 0x1; rows and cols must be positive");
+  // After the errors the trace still records and runs calls.
+  EXPECT_NEAR(cell(trace, {x, x})[0].value()(0), mix(1.0f, 1.0f), 1e-6);
+}
+
+}  // namespace
+}  // namespace edb

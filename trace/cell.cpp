@@ -1,0 +1,158 @@
+// edb::Cell: the body is recorded once per engine, its fewest-batch schedule found once, and each
+// call copies the body's operations into the caller's trace as one call group (scheduler/
+// schedule.h, CallGroups) that the policies batch as one node.
+#include <atomic>
+
+#include "scheduler/exact.h"
+#include "trace/state.h"
+
+namespace edb {
+
+using detail::CellRecord;
+using detail::TraceState;
+
+namespace {
+
+std::atomic<uint64_t> next_cell_id{1};
+
+std::string shape_text(int rows, int cols) { return std::to_string(rows) + "x" + std::to_string(cols); }
+
+}  // namespace
+
+Cell::Cell(std::string name, std::vector<std::pair<int, int>> inputs, Body body)
+    : name_(std::move(name)), inputs_(std::move(inputs)), body_(std::move(body)), id_(next_cell_id++) {
+  if (!body_) throw UsageError("edb::Cell: cell '" + name_ + "' has no body");
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    if (inputs_[i].first <= 0 || inputs_[i].second <= 0)
+      throw UsageError("edb::Cell: cell '" + name_ + "' input " + std::to_string(i + 1) + " has shape " +
+                       shape_text(inputs_[i].first, inputs_[i].second) + "; rows and cols must be positive");
+}
+
+std::vector<Expr> Cell::operator()(Trace& trace, std::initializer_list<Expr> arguments) const {
+  return (*this)(trace, std::span<const Expr>(arguments.begin(), arguments.size()));
+}
+
+namespace {
+
+// Records the body of `cell` in a scope of its own on `engine`, and plans its schedule.
+// `scope` is a fresh trace on `engine` for the body alone.
+std::unique_ptr<CellRecord> record_body(detail::EngineState& engine, const Cell& cell,
+                                        const std::vector<std::pair<int, int>>& inputs, const Cell::Body& body,
+                                        Trace& scope, TraceState* state) {
+  auto record = std::make_unique<CellRecord>();
+  const std::string who = "edb::Cell: cell '" + cell.name() + "'";
+  std::vector<Expr> placeholders;
+  for (const auto& [rows, cols] : inputs)
+    placeholders.push_back(scope.input(rows, cols, std::vector<float>(size_t(rows) * size_t(cols), 0.0f)));
+  const std::vector<Expr> outputs = body(scope, placeholders);
+  if (outputs.empty()) throw UsageError(who + ": the body returned no outputs");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].valid() || &TraceState::of(outputs[i], "edb::Cell") != state)
+      throw UsageError(who + ": output " + std::to_string(i + 1) +
+                       " was not recorded by the body on the trace it was given");
+    if (ir::has_flag(state->data.graph.node(outputs[i].node_id()).op, ir::kLeaf))
+      throw UsageError(who + ": output " + std::to_string(i + 1) +
+                       " is an input, constant or parameter; outputs must be computed by the body");
+    record->outputs.push_back(outputs[i].node_id());
+  }
+  if (!state->data.calls.empty())
+    throw UsageError(who + ": the body calls another cell; cells do not nest yet");
+  record->body = state->data.graph;
+  record->types = state->data.types;
+  for (const Expr& p : placeholders) record->placeholders.push_back(p.node_id());
+  std::vector<uint32_t> offset_of(record->body.size(), 0);
+  for (ir::NodeId id = 0; id < record->body.size(); ++id)
+    if (!ir::has_flag(record->body.node(id).op, ir::kLeaf)) {
+      offset_of[id] = uint32_t(record->operations.size());
+      record->operations.push_back(id);
+    }
+  if (record->operations.empty()) throw UsageError(who + ": the body records no operations");
+  const scheduler::ExactResult planned = scheduler::schedule_fewest_batches({record->body, record->types});
+  record->optimal = planned.optimal;
+  std::vector<ir::NodeId> offsets;
+  for (size_t b = 0; b < planned.schedule.batch_count(); ++b) {
+    offsets.clear();
+    for (ir::NodeId id : planned.schedule.batch(b)) offsets.push_back(offset_of[id]);
+    record->schedule.batches.add_batch(planned.schedule.batch_type[b], offsets);
+  }
+  std::string printed = "cell " + cell.name() + "(";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    printed += (i ? ", " : "") + shape_text(inputs[i].first, inputs[i].second);
+  printed += ")";
+  record->call_type = engine.driver.signatures.intern_named(std::to_string(cell.id()), printed);
+  return record;
+}
+
+}  // namespace
+
+std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments) const {
+  const std::string who = "edb::Cell: cell '" + name_ + "'";
+  if (!trace.active()) throw UsageError(who + ": the trace has finished (or its Engine was destroyed)");
+  TraceState& s = *trace.state_;
+  if (arguments.size() != inputs_.size())
+    throw UsageError(who + " takes " + std::to_string(inputs_.size()) + " arguments, got " +
+                     std::to_string(arguments.size()));
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (&TraceState::of(arguments[i], "edb::Cell") != &s)
+      throw UsageError(who + ": argument " + std::to_string(i + 1) + " belongs to a different trace");
+    const ir::Shape shape = s.data.graph.node(arguments[i].node_id()).shape;
+    if (shape.rows != inputs_[i].first || shape.cols != inputs_[i].second)
+      throw UsageError(who + ": argument " + std::to_string(i + 1) + " is " + shape_text(shape.rows, shape.cols) +
+                       ", the cell declares " + shape_text(inputs_[i].first, inputs_[i].second));
+  }
+  if (!s.engine->driver.options().cells) return body_(trace, arguments);
+
+  std::unique_ptr<CellRecord>& slot = s.engine->cells[id_];
+  if (!slot) {
+    try {
+      TraceState* state = TraceState::acquire(s.engine);
+      Trace scope(state);  // returns the state to the pool when the body is recorded
+      slot = record_body(*s.engine, *this, inputs_, body_, scope, state);
+    } catch (...) {
+      s.engine->cells.erase(id_);
+      throw;
+    }
+  }
+  const CellRecord& record = *slot;
+
+  // Body node -> trace node: arguments for placeholders, the trace's own parameter nodes, copied
+  // constants, then the operations, contiguously.
+  ir::Graph& graph = s.data.graph;
+  const ir::Graph& body = record.body;
+  std::vector<ir::NodeId> to(body.size(), ir::kNoNode);
+  for (size_t i = 0; i < arguments.size(); ++i) to[record.placeholders[i]] = arguments[i].node_id();
+  for (ir::NodeId id = 0; id < body.size(); ++id) {
+    const ir::Node& n = body.node(id);
+    if (to[id] != ir::kNoNode) continue;
+    if (n.op == ir::Op::parameter) {
+      to[id] = s.parameter_node(body.parameter(n.attrs.parameter));
+    } else if (n.op == ir::Op::input) {
+      ir::Attributes attrs = n.attrs;
+      attrs.index = graph.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
+      to[id] = s.add(ir::Op::input, {}, n.shape, attrs).node_id();
+    }
+  }
+  const ir::NodeId first = ir::NodeId(graph.size());
+  std::vector<ir::NodeId> args;
+  for (ir::NodeId id : record.operations) {
+    const ir::Node& n = body.node(id);
+    args.clear();
+    for (ir::NodeId arg : body.args(n)) args.push_back(to[arg]);
+    ir::Attributes attrs = n.attrs;
+    if (n.op == ir::Op::lookup)
+      attrs.parameter = graph.add_parameter(body.parameter(n.attrs.parameter));
+    to[id] = graph.add(n.op, args, n.shape, attrs);
+    s.data.types.push_back(record.types[id]);
+  }
+  const ir::NodeId last = ir::NodeId(graph.size() - 1);
+  scheduler::CallGroups& calls = s.data.calls;
+  calls.call_of.resize(graph.size(), scheduler::CallGroups::kNone);
+  for (ir::NodeId id = first; id <= last; ++id) calls.call_of[id] = uint32_t(calls.calls.size());
+  calls.calls.push_back({first, last, record.call_type, &record.schedule});
+
+  std::vector<Expr> outputs;
+  for (ir::NodeId id : record.outputs) outputs.push_back(s.make(to[id]));
+  return outputs;
+}
+
+}  // namespace edb
