@@ -1,6 +1,8 @@
 // BiLSTM tagger (the DyNet benchmark's bilstm-tagger, word embeddings only): a forward and a
 // backward LSTM over the sentence, then per word tanh(MLP [fwd_h; bwd_h]) -> tag logits -> a loss.
 // LSTM step: [i; f; o; g] = W x + U h_prev + b (one affine); c = f*c_prev + i*g; h = o*tanh(c).
+#include <optional>
+
 #include "samples/data/data.h"
 #include "samples/models.h"
 
@@ -33,6 +35,7 @@ class BiLstmTagger final : public SampleModel {
                 model_.add_parameter("b_fwd", 4 * h, 1)};
     backward_ = {model_.add_parameter("W_bwd", 4 * h, config.embed), model_.add_parameter("U_bwd", 4 * h, h),
                  model_.add_parameter("b_bwd", 4 * h, 1)};
+    step_.emplace(step_cell(config.embed));
     w_mlp_ = model_.add_parameter("W_mlp", kMlpHidden, 2 * h);
     b_mlp_ = model_.add_parameter("b_mlp", kMlpHidden, 1);
     w_out_ = model_.add_parameter("W_out", tags_.size() - 1, kMlpHidden);
@@ -55,16 +58,19 @@ class BiLstmTagger final : public SampleModel {
     // The zero initial h and c: an input rather than a parameter, so the first step's affine has
     // the same signature as every later step and batches with them.
     const Expr zero = trace.input(zeros_);
+    // One cell call per position runs the forward step at word w and the backward step at word
+    // length-1-w: both chains are the sentence's length, and inside the cell their elementwise
+    // ops batch together.
     std::vector<Expr> forward_h(length), backward_h(length);
-    State state{zero, zero};
+    State forward{zero, zero}, backward{zero, zero};
     for (size_t w = 0; w < length; ++w) {
-      state = step(trace, forward_, embedded[w], state);
-      forward_h[w] = state.h;
-    }
-    state = {zero, zero};
-    for (size_t w = length; w-- > 0;) {
-      state = step(trace, backward_, embedded[w], state);
-      backward_h[w] = state.h;
+      const size_t v = length - 1 - w;
+      const std::vector<Expr> out =
+          (*step_)(trace, {embedded[w], forward.h, forward.c, embedded[v], backward.h, backward.c});
+      forward = {out[0], out[1]};
+      backward = {out[2], out[3]};
+      forward_h[w] = forward.h;
+      backward_h[v] = backward.h;
     }
     std::vector<Expr> losses;
     losses.reserve(length);
@@ -79,6 +85,17 @@ class BiLstmTagger final : public SampleModel {
  private:
   struct Lstm { Parameter w, u, b; };
   struct State { Expr h, c; };
+
+  // Both directions' steps as one cell: (x_f, h_f, c_f, x_b, h_b, c_b) -> (h_f', c_f', h_b', c_b').
+  Cell step_cell(int embed) const {
+    const int h = hidden_;
+    return Cell("bilstm_step", {{embed, 1}, {h, 1}, {h, 1}, {embed, 1}, {h, 1}, {h, 1}},
+                [this](Trace& trace, std::span<const Expr> in) {
+                  const State f = step(trace, forward_, in[0], State{in[1], in[2]});
+                  const State b = step(trace, backward_, in[3], State{in[4], in[5]});
+                  return std::vector<Expr>{f.h, f.c, b.h, b.c};
+                });
+  }
 
   State step(Trace& trace, const Lstm& lstm, const Expr& x, const State& previous) const {
     const int h = hidden_;
@@ -102,6 +119,7 @@ class BiLstmTagger final : public SampleModel {
   std::string source_;
   LookupTable embeddings_;
   Lstm forward_, backward_;
+  std::optional<Cell> step_;
   Parameter w_mlp_, b_mlp_, w_out_, b_out_;
 };
 

@@ -19,6 +19,7 @@
 // op pattern whatever the arc counts (arc terms are summed pairwise, off the char chain, and the
 // 1/(1+n) is a cmult by an input), so they all batch together across positions and lattices.
 #include <algorithm>
+#include <optional>
 
 #include "samples/data/data.h"
 #include "samples/models.h"
@@ -89,27 +90,34 @@ class LatticeTagger : public SampleModel {
     // The zero initial state is an input, so the first char's cell batches with every later one.
     const Expr zero = trace.input(zeros_);
     std::vector<Expr> scales(size_t(data_.max_incoming) + 1);  // 1/(1+n) per arc count n, made on demand
-    std::vector<State> chars(length), words(ids.words.size());
+    std::vector<State> chars(length);
     std::vector<Expr> losses;
     losses.reserve(length);
+    std::vector<Expr> carried(ids.words.size());  // per arc: the state part its gate merges
     for (size_t j = 0; j < length; ++j) {
       const Expr x = trace.lookup(char_embeddings_, ids.chars[j]);
-      const State previous = j == 0 ? State{zero, zero} : chars[j - 1];
+      std::vector<Expr> args{x};
+      append(args, j == 0 ? State{zero, cell_state_ ? zero : Expr{}} : chars[j - 1]);
       const std::vector<int>& incoming = ids.ending[j];
       if (incoming.empty()) {
-        chars[j] = char_cell(trace, x, previous, Merge{});
+        chars[j] = state_of((*plain_char_)(trace, args));
       } else {
         Expr arcs;  // sum of g_w * state_w, summed pairwise so each add has the same signature
         for (int a : incoming) {
-          const Expr term = arc_term(trace, x, words[size_t(a)]);
+          const Expr term = (*arc_)(trace, {x, carried[size_t(a)]})[0];
           arcs = arcs.valid() ? arcs + term : term;
         }
         Expr& scale = scales[incoming.size()];
         if (!scale.valid()) scale = trace.input(scale_values_[incoming.size()]);
-        chars[j] = char_cell(trace, x, previous, Merge{arcs, scale});
+        args.push_back(arcs);
+        args.push_back(scale);
+        chars[j] = state_of((*merge_char_)(trace, args));
       }
-      for (int a : ids.starting[j])
-        words[size_t(a)] = word_cell(trace, trace.lookup(word_embeddings_, ids.words[size_t(a)]), chars[j]);
+      for (int a : ids.starting[j]) {
+        std::vector<Expr> word_args{trace.lookup(word_embeddings_, ids.words[size_t(a)])};
+        append(word_args, chars[j]);
+        carried[size_t(a)] = (*word_)(trace, word_args)[0];
+      }
       const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), chars[j].h});
       losses.push_back(pick_neg_log_softmax(logits, ids.labels[j]));
     }
@@ -123,9 +131,11 @@ class LatticeTagger : public SampleModel {
     Expr scale;  // 1/(1 + arc count), hidden rows
   };
 
-  LatticeTagger(const ModelConfig& config, const std::string& name)
+  // `cell_state`: the model carries c beside h (the LSTM) or h alone (the GRU).
+  LatticeTagger(const ModelConfig& config, const std::string& name, bool cell_state)
       : model_(name, config.seed), data_(LatticeDataset::load(config, name)), hidden_(config.hidden),
-        zeros_(size_t(config.hidden), 0.0f) {
+        cell_state_(cell_state), zeros_(size_t(config.hidden), 0.0f) {
+    make_cells(name, config.embed);
     for (int n = 0; n <= data_.max_incoming; ++n)
       scale_values_.emplace_back(size_t(hidden_), 1.0f / float(1 + n));
     char_embeddings_ = model_.add_lookup("E_char", data_.chars.size(), config.embed);
@@ -137,6 +147,39 @@ class LatticeTagger : public SampleModel {
     b_out_ = model_.add_parameter("b_out", data_.labels.size() - 1, 1);
   }
 
+  // The cells, over the virtual steps below: a char without arcs, a char merging arcs, a word
+  // (returning the part of its state that its arc carries), and an arc's gated term.
+  void make_cells(const std::string& name, int embed) {
+    const std::pair<int, int> x{embed, 1}, v{hidden_, 1};
+    std::vector<std::pair<int, int>> with_state{x, v};
+    if (cell_state_) with_state.push_back(v);
+    std::vector<std::pair<int, int>> merging = with_state;
+    merging.push_back(v);
+    merging.push_back(v);
+    plain_char_.emplace(name + "_char", with_state, [this](Trace& t, std::span<const Expr> in) {
+      return exprs_of(char_cell(t, in[0], state_of(in.subspan(1)), Merge{}));
+    });
+    merge_char_.emplace(name + "_char_merge", merging, [this](Trace& t, std::span<const Expr> in) {
+      const size_t arcs = in.size() - 2;
+      return exprs_of(char_cell(t, in[0], state_of(in.subspan(1, arcs - 1)), Merge{in[arcs], in[arcs + 1]}));
+    });
+    word_.emplace(name + "_word", with_state, [this](Trace& t, std::span<const Expr> in) {
+      const State word = word_cell(t, in[0], state_of(in.subspan(1)));
+      return std::vector<Expr>{word.c.valid() ? word.c : word.h};
+    });
+    arc_.emplace(name + "_arc", std::vector<std::pair<int, int>>{x, v}, [this](Trace& t, std::span<const Expr> in) {
+      return std::vector<Expr>{gated_term(t, in[0], in[1])};
+    });
+  }
+  State state_of(std::span<const Expr> hc) const { return State{hc[0], cell_state_ ? hc[1] : Expr{}}; }
+  std::vector<Expr> exprs_of(const State& s) const {
+    return cell_state_ ? std::vector<Expr>{s.h, s.c} : std::vector<Expr>{s.h};
+  }
+  void append(std::vector<Expr>& args, const State& s) const {
+    args.push_back(s.h);
+    if (cell_state_) args.push_back(s.c);
+  }
+
   // Char j's new state from its embedding, char j-1's state and the merged arcs ending at j.
   virtual State char_cell(Trace& trace, const Expr& x, const State& previous, const Merge& merge) const = 0;
   // An arc's state from its word embedding and its start char's state.
@@ -146,22 +189,23 @@ class LatticeTagger : public SampleModel {
     const Expr gate = sigmoid(affine({trace.param(b_gate_), trace.param(w_gate_), x_end, trace.param(u_gate_), gated}));
     return cmult(gate, gated);
   }
-  virtual Expr arc_term(Trace& trace, const Expr& x_end, const State& word) const = 0;
 
   Model model_;
   LatticeDataset data_;
   int hidden_;
+  bool cell_state_;
 
  private:
   std::vector<float> zeros_;
   std::vector<std::vector<float>> scale_values_;
   LookupTable char_embeddings_, word_embeddings_;
   Parameter w_gate_, u_gate_, b_gate_, w_out_, b_out_;
+  std::optional<Cell> plain_char_, merge_char_, word_, arc_;
 };
 
 class LatticeLstm final : public LatticeTagger {
  public:
-  explicit LatticeLstm(const ModelConfig& config) : LatticeTagger(config, "latticelstm") {
+  explicit LatticeLstm(const ModelConfig& config) : LatticeTagger(config, "latticelstm", true) {
     const int h = hidden_;
     w_char_ = model_.add_parameter("W_char", 4 * h, config.embed);
     u_char_ = model_.add_parameter("U_char", 4 * h, h);
@@ -195,16 +239,12 @@ class LatticeLstm final : public LatticeTagger {
     return State{Expr{}, cmult(forget, start.c) + cmult(in, candidate)};
   }
 
-  Expr arc_term(Trace& trace, const Expr& x_end, const State& word) const override {
-    return gated_term(trace, x_end, word.c);
-  }
-
   Parameter w_char_, u_char_, b_char_, w_word_, u_word_, b_word_;
 };
 
 class LatticeGru final : public LatticeTagger {
  public:
-  explicit LatticeGru(const ModelConfig& config) : LatticeTagger(config, "latticegru") {
+  explicit LatticeGru(const ModelConfig& config) : LatticeTagger(config, "latticegru", false) {
     char_ = Gru(model_, "char", config.embed, hidden_);
     word_ = Gru(model_, "word", config.embed, hidden_);
   }
@@ -238,10 +278,6 @@ class LatticeGru final : public LatticeTagger {
 
   State word_cell(Trace& trace, const Expr& x_word, const State& start) const override {
     return State{step(trace, word_, x_word, start.h), Expr{}};
-  }
-
-  Expr arc_term(Trace& trace, const Expr& x_end, const State& word) const override {
-    return gated_term(trace, x_end, word.h);
   }
 
   Gru char_, word_;

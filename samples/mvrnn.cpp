@@ -47,10 +47,14 @@ class MvRnn final : public TreeSample {
       } else {
         const State& l = states[size_t(node.left)];
         const State& r = states[size_t(node.right)];
-        s.vector = tanh(affine({trace.param(b_w_), trace.param(w_),
-                                concat({matvec(r.matrix, l.vector), matvec(l.matrix, r.vector)})}));
-        // The root's matrix would feed nothing.
-        if (k + 1 < tree.nodes.size()) s.matrix = matmul(trace.param(w_m_), concat({l.matrix, r.matrix}));
+        // The root's matrix would feed nothing: the root's cell makes the vector only.
+        if (k + 1 < tree.nodes.size()) {
+          const std::vector<Expr> vm = internal_(trace, {l.vector, l.matrix, r.vector, r.matrix});
+          s.vector = vm[0];
+          s.matrix = vm[1];
+        } else {
+          s.vector = root_(trace, {l.vector, l.matrix, r.vector, r.matrix})[0];
+        }
       }
       const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), s.vector});
       losses.push_back(pick_neg_log_softmax(logits, node.label));
@@ -59,9 +63,23 @@ class MvRnn final : public TreeSample {
   }
 
  private:
+  // p = tanh(W [B a; A b] + b_W) and P = W_M [A; B], for children (a, A) and (b, B).
+  Expr vector(Trace& trace, std::span<const Expr> in) const {
+    return tanh(affine({trace.param(b_w_), trace.param(w_), concat({matvec(in[3], in[0]), matvec(in[1], in[2])})}));
+  }
+  Expr matrix(Trace& trace, std::span<const Expr> in) const {
+    return matmul(trace.param(w_m_), concat({in[1], in[3]}));
+  }
+
   int size_;
   LookupTable word_vectors_, word_matrices_;
   Parameter w_, b_w_, w_m_, w_out_, b_out_;
+  std::vector<std::pair<int, int>> children_{{size_, 1}, {size_, size_}, {size_, 1}, {size_, size_}};
+  Cell internal_{"mvrnn_internal", children_, [this](Trace& t, std::span<const Expr> in) {
+                   return std::vector<Expr>{vector(t, in), matrix(t, in)};
+                 }};
+  Cell root_{"mvrnn_root", children_,
+             [this](Trace& t, std::span<const Expr> in) { return std::vector<Expr>{vector(t, in)}; }};
 };
 
 }  // namespace

@@ -15,7 +15,8 @@ constexpr int kLabels = 5;
 
 class TreeGru final : public TreeSample {
  public:
-  explicit TreeGru(const ModelConfig& config) : TreeSample("treegru", config), hidden_(config.hidden) {
+  explicit TreeGru(const ModelConfig& config)
+      : TreeSample("treegru", config), hidden_(config.hidden), embed_(config.embed) {
     const int h = hidden_;
     embeddings_ = model_.add_lookup("E", data_.vocabulary.size(), config.embed);
     w_leaf_ = model_.add_parameter("W_leaf", 2 * h, config.embed);
@@ -31,29 +32,13 @@ class TreeGru final : public TreeSample {
   Expr record_loss(Trace& trace, size_t i) override {
     const Tree& tree = data_.trees[i];
     const std::vector<int>& ids = data_.word_ids[i];
-    const int h = hidden_;
     std::vector<Expr> states(tree.nodes.size());
     std::vector<Expr> losses;
     losses.reserve(tree.nodes.size());
     for (size_t n = 0; n < tree.nodes.size(); ++n) {
       const TreeNode& node = tree.nodes[n];
-      if (node.is_leaf()) {
-        const Expr x = trace.lookup(embeddings_, ids[n]);
-        const Expr zu = affine({trace.param(b_leaf_), trace.param(w_leaf_), x});
-        const Expr keep = sigmoid(slice(zu, 0, h)) * -1.0f + 1.0f;  // 1 - z
-        states[n] = cmult(keep, tanh(slice(zu, h, 2 * h)));
-      } else {
-        const Expr& h1 = states[size_t(node.left)];
-        const Expr& h2 = states[size_t(node.right)];
-        const Expr gates = sigmoid(affine({trace.param(b_gates_), trace.param(u_gates_), concat({h1, h2})}));
-        const Expr z = slice(gates, 0, h);
-        const Expr r1 = slice(gates, h, 2 * h);
-        const Expr r2 = slice(gates, 2 * h, 3 * h);
-        const Expr candidate = tanh(affine({trace.param(b_candidate_), trace.param(w_candidate_),
-                                            concat({cmult(r1, h1), cmult(r2, h2)})}));
-        const Expr mean = (h1 + h2) * 0.5f;
-        states[n] = mean + cmult(z, candidate - mean);
-      }
+      states[n] = node.is_leaf() ? leaf_(trace, {trace.lookup(embeddings_, ids[n])})[0]
+                                 : internal_(trace, {states[size_t(node.left)], states[size_t(node.right)]})[0];
       const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), states[n]});
       losses.push_back(pick_neg_log_softmax(logits, node.label));
     }
@@ -61,9 +46,34 @@ class TreeGru final : public TreeSample {
   }
 
  private:
-  int hidden_;
+  // Leaf: h = (1 - z) * tanh(u), [z; u] = W x + b.
+  std::vector<Expr> leaf(Trace& trace, std::span<const Expr> in) const {
+    const int h = hidden_;
+    const Expr zu = affine({trace.param(b_leaf_), trace.param(w_leaf_), in[0]});
+    const Expr keep = sigmoid(slice(zu, 0, h)) * -1.0f + 1.0f;  // 1 - z
+    return {cmult(keep, tanh(slice(zu, h, 2 * h)))};
+  }
+
+  // Internal node: gates z, r1, r2 from U [h1; h2]; h = mean + z * (candidate - mean).
+  std::vector<Expr> internal(Trace& trace, std::span<const Expr> in) const {
+    const int h = hidden_;
+    const Expr &h1 = in[0], &h2 = in[1];
+    const Expr gates = sigmoid(affine({trace.param(b_gates_), trace.param(u_gates_), concat({h1, h2})}));
+    const Expr z = slice(gates, 0, h);
+    const Expr r1 = slice(gates, h, 2 * h);
+    const Expr r2 = slice(gates, 2 * h, 3 * h);
+    const Expr candidate = tanh(affine({trace.param(b_candidate_), trace.param(w_candidate_),
+                                        concat({cmult(r1, h1), cmult(r2, h2)})}));
+    const Expr mean = (h1 + h2) * 0.5f;
+    return {mean + cmult(z, candidate - mean)};
+  }
+
+  int hidden_, embed_;
   LookupTable embeddings_;
   Parameter w_leaf_, b_leaf_, u_gates_, b_gates_, w_candidate_, b_candidate_, w_out_, b_out_;
+  Cell leaf_{"treegru_leaf", {{embed_, 1}}, [this](Trace& t, std::span<const Expr> in) { return leaf(t, in); }};
+  Cell internal_{"treegru_internal", {{hidden_, 1}, {hidden_, 1}},
+                 [this](Trace& t, std::span<const Expr> in) { return internal(t, in); }};
 };
 
 }  // namespace

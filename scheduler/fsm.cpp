@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "edbatch/errors.h"
+#include "scheduler/lower_bound.h"
 
 namespace edb::scheduler {
 
@@ -85,14 +86,12 @@ void FsmPolicy::map_types(const ScheduleInput& input, const Analysis& analysis) 
   for (uint32_t t = 0; t < index_of_local_.size(); ++t) local_of_index_[index_of_local_[t]] = t;
 }
 
-uint32_t FsmPolicy::forced_choice() {
+bool FsmPolicy::needs_decision() {
   candidates_.clear();
-  if (const uint32_t t = frontier_.complete_choice(); t != kNone) return t;
+  if (frontier_.ready_types().size() < 2) return false;
   for (uint32_t t : frontier_.ready_types())
     if (!frontier_.single_rank(t)) candidates_.push_back(t);
-  if (candidates_.empty()) return frontier_.greedy_choice();
-  if (candidates_.size() == 1) return candidates_[0];
-  return kNone;
+  return !candidates_.empty();
 }
 
 void FsmPolicy::encode(Key& key) const {
@@ -114,13 +113,15 @@ void FsmPolicy::encode(Key& key) const {
 }
 
 uint32_t FsmPolicy::learned_or_greedy(const Entry* entry) {
-  // Leave greedy's choice (Q 0 while untried) only for an action learned to be better.
-  const uint32_t greedy = frontier_.greedy_among(candidates_);
+  // Leave greedy's choice (Q 0 while untried) only for a ready action learned to be better.
+  const uint32_t greedy = frontier_.greedy_choice();
   if (!entry || entry->best == kNone) return greedy;
+  const uint32_t learned = local_of_index_[entry->best];
+  if (learned == kNone || frontier_.ready_count(learned) == 0) return greedy;
   double greedy_q = 0;
   for (const auto& [a, value] : entry->q)
     if (a == index_of_local_[greedy]) greedy_q = value;
-  return entry->best_q() > greedy_q ? local_of_index_[entry->best] : greedy;
+  return entry->best_q() > greedy_q ? learned : greedy;
 }
 
 size_t FsmPolicy::state_count() const {
@@ -132,8 +133,10 @@ int64_t FsmPolicy::rollout(const ScheduleInput& input, const Analysis& analysis,
   map_types(input, analysis);
   frontier_.reset(input, analysis);
   while (!frontier_.done()) {
-    uint32_t choice = forced_choice();
-    if (choice == kNone) {
+    uint32_t choice;
+    if (!needs_decision()) {
+      choice = frontier_.greedy_choice();
+    } else {
       encode(key_);
       const auto it = table_.find(key_);
       const bool seen = it != table_.end() && it->second.best != kNone;
@@ -145,7 +148,7 @@ int64_t FsmPolicy::rollout(const ScheduleInput& input, const Analysis& analysis,
     }
     frontier_.run(choice, out);
   }
-  return static_cast<int64_t>(out.batch_count());
+  return expanded_batch_count(input.calls, out);  // what the schedule costs once cells expand
 }
 
 void FsmPolicy::schedule(const ScheduleInput& input, Schedule& out) {
@@ -160,7 +163,9 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
   state.episodes = options.episodes;
   for (size_t g = 0; g < graphs.size(); ++g) {
     analyses[g].build(graphs[g]);
-    state.lower_bound += analyses[g].chains.lower_bound();
+    // Over the nodes themselves, like the batch counts (cell calls expand).
+    state.lower_bound += graphs[g].calls ? lower_bound(ScheduleInput{graphs[g].graph, graphs[g].types, graphs[g].begin})
+                                         : analyses[g].chains.lower_bound();
   }
   Schedule scratch;
   auto rollout_all = [&] {
@@ -194,18 +199,24 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
     if (stale_rollouts >= options.patience) break;
     const size_t g = size_t(episode) % graphs.size();
     map_types(graphs[g], analyses[g]);
+    expanded_batch_weights(graphs[g].calls, analyses[g].types.global, weight_);
     frontier_.reset(graphs[g], analyses[g]);
     steps.clear();
     scratch.clear();
     while (!frontier_.done()) {
-      // Forced steps are no decision, and their ED-Batch reward is 0 (the batch is all of TF_a).
-      uint32_t choice = forced_choice();
-      if (choice == kNone) {
+      // Steps without a decision take greedy's choice and stay out of the returns.
+      uint32_t choice;
+      if (!needs_decision()) {
+        choice = frontier_.greedy_choice();
+      } else {
         encode(key_);
         Entry& entry = table_[key_];
-        choice = unit(rng) < epsilon ? candidates_[size_t(rng() % candidates_.size())] : learned_or_greedy(&entry);
+        const auto& ready = frontier_.ready_types();
+        choice = unit(rng) < epsilon ? ready[size_t(rng() % ready.size())] : learned_or_greedy(&entry);
         const double f = double(frontier_.ready_count(choice)), tf = double(frontier_.frontier_count(choice));
-        steps.push_back({&entry, index_of_local_[choice], static_cast<uint32_t>(candidates_.size()), -1.0 + f / tf});
+        // A batch of cell calls is as many batches as the cell's schedule has.
+        const double reward = double(weight_[choice]) * (-1.0 + f / tf);
+        steps.push_back({&entry, index_of_local_[choice], static_cast<uint32_t>(ready.size()), reward});
       }
       frontier_.run(choice, scratch);
     }

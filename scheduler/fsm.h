@@ -1,10 +1,9 @@
 // The learned policy of ED-Batch: a finite state machine over the ready frontier, learned by
 // tabular n-step Q-learning. State: the ready types ("base": as a set; "sort": ordered by how
 // many nodes are ready). Action: a ready type, all of whose ready nodes run as one batch.
-// Two rules take no decision and keep states few: a type all of whose remaining nodes are ready
-// runs at once (provably never worse), and a single-rank type (the per-instance loss sums, whose
-// arity makes one type per sentence length) waits until it is complete; the state is the other
-// ready types.
+// The state leaves out single-rank types (chain length 1: the per-instance loss sums, whose arity
+// makes one type per sentence length and would make every state new); they stay actions. Without
+// a learned action, every step is exactly greedy's choice.
 // Reward per step: -1 + |F_a| / |TF_a| (TypewiseFrontier's counts). Types are kept by signature
 // string, so a table trained in one process schedules graphs of another. Unseen states fall back
 // to the greedy rule, and the policy counts how often that happens.
@@ -86,12 +85,12 @@ class FsmPolicy final : public Policy {
 
   uint32_t index_of(const std::string& signature);
   void map_types(const ScheduleInput& input, const Analysis& analysis);
-  // A choice that needs no decision (a complete type; the only candidate; greedy when only
-  // single-rank types are ready), else kNone with candidates_ holding the ready types to choose
-  // from: single-rank types wait until they are complete.
-  uint32_t forced_choice();
+  // Whether this step is a decision: two or more types ready, some not single-rank. Fills
+  // candidates_ with the ready types that are not single-rank: the state.
+  bool needs_decision();
   void encode(Key& key) const;  // candidates_ as a key
-  uint32_t learned_or_greedy(const Entry* entry);  // among candidates_
+  // The entry's best action when it is ready and learned better than greedy's choice; else greedy's.
+  uint32_t learned_or_greedy(const Entry* entry);
   static Key key_of(std::vector<uint32_t> ready, Encoding encoding);  // from policy type indexes
   std::vector<uint32_t> ready_of(const Key& key) const;   // back to policy type indexes
   int64_t rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count);
@@ -106,6 +105,7 @@ class FsmPolicy final : public Policy {
   TypewiseFrontier frontier_;
   Key key_;
   std::vector<uint32_t> candidates_;  // local types
+  std::vector<uint32_t> weight_;      // per local type: batches one batch expands to (training)
   int64_t decisions_ = 0;
   int64_t unseen_ = 0;
 };

@@ -83,8 +83,8 @@ void FsmPolicy::load(const std::string& path) {
       Entry entry;
       for (const auto& pair : state.at("q")) {
         const uint32_t action = pair.at(0).get<uint32_t>();
-        if (std::find(ready.begin(), ready.end(), action) == ready.end())
-          fail(path, "an action names type " + std::to_string(action) + ", which is not ready in its state");
+        if (action >= types.size())
+          fail(path, "an action names type " + std::to_string(action) + " of " + std::to_string(types.size()));
         entry.set(action, pair.at(1).get<double>());
       }
       table.emplace(key_of(std::move(ready), encoding), std::move(entry));

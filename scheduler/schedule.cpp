@@ -1,6 +1,8 @@
 // The Schedule container, the sequential policy, the policy registry and the schedule checker.
 #include "scheduler/schedule.h"
 
+#include <unordered_map>
+
 #include "edbatch/errors.h"
 #include "scheduler/fsm.h"
 #include "scheduler/policies.h"
@@ -48,6 +50,26 @@ void expand_calls(const CallGroups& calls, Schedule& schedule) {
     }
   }
   schedule = std::move(expanded);
+}
+
+int64_t expanded_batch_count(const CallGroups* calls, const Schedule& schedule) {
+  if (!calls || calls->empty()) return int64_t(schedule.batch_count());
+  int64_t count = 0;
+  for (size_t b = 0; b < schedule.batch_count(); ++b) {
+    const uint32_t c = calls->call(schedule.batch(b)[0]);
+    count += c == CallGroups::kNone ? 1 : int64_t(calls->calls[c].schedule->batches.batch_count());
+  }
+  return count;
+}
+
+void expanded_batch_weights(const CallGroups* calls, std::span<const ir::TypeId> types, std::vector<uint32_t>& weights) {
+  weights.assign(types.size(), 1);
+  if (!calls || calls->empty()) return;
+  std::unordered_map<ir::TypeId, uint32_t> of_call_type;
+  for (const CallGroups::Call& call : calls->calls)
+    of_call_type.emplace(call.type, uint32_t(call.schedule->batches.batch_count()));
+  for (size_t t = 0; t < types.size(); ++t)
+    if (auto it = of_call_type.find(types[t]); it != of_call_type.end()) weights[t] = it->second;
 }
 
 std::vector<std::string> policy_names() { return {"sequential", "depth", "agenda", "greedy", "fsm"}; }

@@ -102,6 +102,10 @@ void for_each_argument(const ScheduleInput& input, ir::NodeId id, F&& f) {
 // Replaces every batch of calls in `schedule` by its cell's internal batches over the calls'
 // copies (calls in the batch's order within each internal batch). Other batches stay as they are.
 void expand_calls(const CallGroups& calls, Schedule& schedule);
+// How many batches the schedule has once expanded (without expanding it).
+int64_t expanded_batch_count(const CallGroups* calls, const Schedule& schedule);
+// Per type of `types` (global ids): the batches one batch of it expands to (1 unless a call type).
+void expanded_batch_weights(const CallGroups* calls, std::span<const ir::TypeId> types, std::vector<uint32_t>& weights);
 
 // A batching policy: a named type chosen by name, never by an integer code.
 class Policy {

@@ -15,13 +15,8 @@ void TypewiseFrontier::reset(const ScheduleInput& input, const Analysis& analysi
   unexecuted_.assign(rank_base_[width], 0);
   ready_at_.assign(rank_base_[width], 0);
   lowest_.assign(width, 1);
-  remaining_.assign(width, 0);
-  for (size_t i = 0; i < chains.rank.size(); ++i) {
-    if (chains.rank[i] == 0) continue;
-    const uint32_t t = analysis.types.of_node[i];
-    ++unexecuted_[rank_base_[t] + chains.rank[i] - 1];
-    ++remaining_[t];
-  }
+  for (size_t i = 0; i < chains.rank.size(); ++i)
+    if (chains.rank[i] > 0) ++unexecuted_[rank_base_[analysis.types.of_node[i]] + chains.rank[i] - 1];
   frontier_.reset(input, analysis.types, analysis.dependencies);
   frontier_.seed([&](ir::NodeId id, uint32_t t) {
     const uint32_t r = chains.rank[id - input.begin];
@@ -39,12 +34,6 @@ uint64_t TypewiseFrontier::frontier_count(uint32_t t) {
     tf += unexecuted_[at] - ready_at_[at];
   }
   return tf;
-}
-
-uint32_t TypewiseFrontier::complete_choice() const {
-  for (uint32_t t : ready_types())
-    if (complete(t)) return t;
-  return LocalTypes::kNone;
 }
 
 uint32_t TypewiseFrontier::greedy_among(const std::vector<uint32_t>& types) {
@@ -75,7 +64,6 @@ void TypewiseFrontier::run(uint32_t type, Schedule& out) {
     const uint32_t r = chains.rank[out.nodes[i] - begin];
     if (r == 0) continue;
     const uint32_t at = rank_base_[type] + r - 1;
-    --remaining_[type];
     --unexecuted_[at];
     --ready_at_[at];
   }

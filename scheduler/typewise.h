@@ -21,14 +21,8 @@ class TypewiseFrontier {
   const std::vector<uint32_t>& ready_types() const { return frontier_.ready_types(); }
   uint64_t ready_count(uint32_t type) const { return frontier_.ready(type).size(); }
   uint64_t frontier_count(uint32_t type);  // |TF_type| (advances the type's lowest rank lazily)
-  // True when every unexecuted node of `type` is ready. Running such a type now is never worse
-  // than any other schedule: that schedule runs the type at least once more, and its batches
-  // without these nodes plus this one batch are no more batches.
-  bool complete(uint32_t type) const { return ready_count(type) == remaining_[type]; }
-  // A ready complete type, or LocalTypes::kNone.
-  uint32_t complete_choice() const;
-  // Types whose every node is alone of its type on any path (chain length 1): ideally one batch
-  // once they are all ready (the per-instance loss sums, the output layers).
+  // Types whose every node is alone of its type on any path (chain length 1): the per-instance
+  // loss sums, the output layers.
   bool single_rank(uint32_t type) const { return analysis_->chains.longest[type] == 1; }
   // The ready type maximising |F_a| / |TF_a|; ties to the larger |F_a|, then the lower type.
   uint32_t greedy_choice() { return greedy_among(ready_types()); }
@@ -42,7 +36,6 @@ class TypewiseFrontier {
   // Per type, unexecuted and ready nodes at each chain rank (1-based), in one flat array:
   // type t's ranks live at [rank_base_[t], rank_base_[t] + longest[t]).
   std::vector<uint32_t> rank_base_, unexecuted_, ready_at_, lowest_;
-  std::vector<uint32_t> remaining_;  // per type: unexecuted nodes
 };
 
 }  // namespace edb::scheduler
