@@ -55,6 +55,8 @@ void print_help() {
       "  --policy-encoding base|sort  (fsm) the state encoding (default base)\n"
       "  --cells on|off     on: each cell call is one node for the policy, with the cell's own\n"
       "                     fewest-batch schedule inside; off: cells record node by node (default on)\n"
+      "  --memplan on|off   on: the PQ-tree layout planner places batched operands in place;\n"
+      "                     off: each batch's outputs in schedule order (default off)\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
       "Environment: EDB_DUMP=ir,schedule,plan (or all) prints each stage's output to stderr.\n",
@@ -63,7 +65,7 @@ void print_help() {
 
 struct Report {
   std::string model, policy, executor, device, data, cpu;
-  bool cells = true;
+  bool cells = true, memplan = false;
   int batch = 0, embed = 0, hidden = 0;
   edb::samples::RunResult result;
   bool trained = false;
@@ -84,6 +86,7 @@ nlohmann::json to_json(const Report& r) {
       {"model", r.model},
       {"policy", r.policy},
       {"cells", r.cells},
+      {"memplan", r.memplan},
       {"executor", r.executor},
       {"device", r.device},
       {"batch", r.batch},
@@ -135,9 +138,9 @@ void print_table(const Report& r) {
   };
   auto share = [&](double ms) { return fixed(ms, 1) + " ms (" + fixed(total > 0 ? 100 * ms / total : 0, 1) + "%)"; };
   std::printf("edb-run %s: %s\n", r.model.c_str(), r.data.c_str());
-  std::printf("policy %s, cells %s, executor %s, device %s, batch %d, embed %d, hidden %d, CPU %s\n\n",
-              r.policy.c_str(), r.cells ? "on" : "off", r.executor.c_str(), r.device.c_str(), r.batch, r.embed,
-              r.hidden, r.cpu.c_str());
+  std::printf("policy %s, cells %s, memplan %s, executor %s, device %s, batch %d, embed %d, hidden %d, CPU %s\n\n",
+              r.policy.c_str(), r.cells ? "on" : "off", r.memplan ? "on" : "off", r.executor.c_str(),
+              r.device.c_str(), r.batch, r.embed, r.hidden, r.cpu.c_str());
   std::printf("| %-22s | %22s |\n|%s|%s|\n", "measure", "value", std::string(24, '-').c_str(),
               std::string(24, '-').c_str());
   row("instances/s (median)", fixed(r.result.instances_per_sec, 1));
@@ -167,7 +170,7 @@ int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-run",
                           {"data", "limit", "batch", "embed", "hidden", "policy", "executor", "device",
                            "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file",
-                           "policy-encoding", "cells"},
+                           "policy-encoding", "cells", "memplan"},
                           {"json", "help"});
   const std::vector<std::string> positional = flags.parse(argc, argv, 1);
   if (flags.has("help")) {
@@ -202,6 +205,10 @@ int run(int argc, char** argv) {
   const std::string cells = flags.get("cells", "on");
   if (cells != "on" && cells != "off") throw edb::UsageError("edb-run: --cells takes on or off, not '" + cells + "'");
   options.cells = cells == "on";
+  const std::string memplan = flags.get("memplan", "off");
+  if (memplan != "on" && memplan != "off")
+    throw edb::UsageError("edb-run: --memplan takes on or off, not '" + memplan + "'");
+  options.memplan = memplan == "on";
   const std::string train_path = flags.get("train-policy", "");
   const int train_traces = int(flags.get_int("train-traces", 8, 1, 10000));
   if (!train_path.empty() && options.policy != "fsm")
@@ -248,6 +255,7 @@ int run(int argc, char** argv) {
   report.policy = options.policy;
   report.executor = options.executor;
   report.cells = options.cells;
+  report.memplan = options.memplan;
   report.device = options.device;
   report.data = model->describe_data();
   report.cpu = edb::jit::host_cpu_name();

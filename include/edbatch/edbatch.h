@@ -106,6 +106,8 @@ struct EngineOptions {
   bool verify = false;  // check the IR, schedule and plan between stages (tests turn it on)
   bool cells = true;    // false: a Cell call records its body inline, node by node, as if there
                         // were no cell (the baseline cells are measured against)
+  bool memplan = false; // true: lay values out with the PQ-tree planner so batched operands sit in
+                        // place (memplan/layout.h); false: each batch's outputs in schedule order
   std::string policy_file;              // fsm: a table saved by save_policy(), loaded at start
   std::string policy_encoding = "base"; // fsm state: "base" (set of ready types) or "sort"
 };

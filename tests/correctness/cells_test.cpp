@@ -86,11 +86,11 @@ TEST(Cells, DifferentCellsNeverShareABatchEvenWithTheSameName) {
   EXPECT_EQ(run_calls({&first, &second}, 3, inline_options).stats.batches, 4);  // node by node they merge
 }
 
-// Every sample model, cells on and off, against the reference executor (which runs the same
-// calls unbatched).
+// Every sample model, cells on and off and with the PQ-tree layout planner, against the
+// reference executor (which runs the same calls unbatched).
 class CellsOnSampleModels : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(CellsOnSampleModels, LossesEqualTheReferenceWithCellsOnAndOff) {
+TEST_P(CellsOnSampleModels, LossesEqualTheReferenceWithCellsOnAndOffAndPlanning) {
   samples::ModelConfig config;
   config.limit = 7;
   config.embed = 6;
@@ -100,10 +100,11 @@ TEST_P(CellsOnSampleModels, LossesEqualTheReferenceWithCellsOnAndOff) {
   samples::RunOptions run;
   run.batch = 4;
   run.repeat = 1;
-  auto loss_with = [&](const char* executor, bool cells) {
+  auto loss_with = [&](const char* executor, bool cells, bool memplan = false) {
     EngineOptions options;
     options.executor = executor;
     options.cells = cells;
+    options.memplan = memplan;
     options.verify = true;
     Engine engine(options);
     return samples::run_inference(*sample, engine, run);
@@ -114,6 +115,9 @@ TEST_P(CellsOnSampleModels, LossesEqualTheReferenceWithCellsOnAndOff) {
   EXPECT_TRUE(testing::near_relative(off.loss, reference.loss, 1e-5));
   EXPECT_TRUE(testing::near_relative(loss_with("reference", true).loss, reference.loss, 1e-5));
   EXPECT_EQ(on.stats.nodes, off.stats.nodes);
+  const samples::RunResult planned = loss_with("batched", true, true);
+  EXPECT_TRUE(testing::near_relative(planned.loss, reference.loss, 1e-5));
+  EXPECT_LE(planned.stats.bytes_gathered, on.stats.bytes_gathered);
 }
 
 std::vector<std::string> model_names() {
