@@ -31,16 +31,10 @@ int run(int argc, char** argv) {
     return 0;
   }
   const std::string name = flags.get("model", "treelstm");
-  const edb::samples::ModelEntry* entry = edb::samples::find_model(name);
-  if (!entry) throw edb::UsageError("edb-bench-layout: unknown model '" + name + "'");
-  edb::samples::ModelConfig config;
-  config.data_path = flags.get("data", "");
-  config.embed = entry->default_embed;
-  config.hidden = entry->default_hidden;
   const int batch = int(flags.get_int("batch", 64, 1, 1 << 16));
   const int traces = int(flags.get_int("traces", 4, 1, 1000));
   const int rounds = int(flags.get_int("rounds", 5, 1, 1000));
-  auto model = entry->make(config);
+  auto model = edb::samples::make_default_model(name, flags.get("data", ""), "edb-bench-layout");
   std::printf("%s: %s; batch %d, %d traces, greedy schedule, no cells\n", name.c_str(), model->describe_data().c_str(),
               batch, traces);
 

@@ -60,6 +60,10 @@ struct ModelEntry {
 // Every runnable model, in the order --help lists them.
 const std::vector<ModelEntry>& model_registry();
 const ModelEntry* find_model(const std::string& name);
+// The model `name` at its default sizes on `data_path` (generated data when empty); a UsageError
+// starting with `tool` when there is no such model.
+std::unique_ptr<SampleModel> make_default_model(const std::string& name, const std::string& data_path,
+                                                const std::string& tool);
 
 std::unique_ptr<SampleModel> make_treelstm(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_treegru(const ModelConfig& config);

@@ -27,4 +27,15 @@ const ModelEntry* find_model(const std::string& name) {
   return nullptr;
 }
 
+std::unique_ptr<SampleModel> make_default_model(const std::string& name, const std::string& data_path,
+                                                const std::string& tool) {
+  const ModelEntry* entry = find_model(name);
+  if (!entry) throw UsageError(tool + ": unknown model '" + name + "'");
+  ModelConfig config;
+  config.data_path = data_path;
+  config.embed = entry->default_embed;
+  config.hidden = entry->default_hidden;
+  return entry->make(config);
+}
+
 }  // namespace edb::samples
