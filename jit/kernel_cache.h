@@ -1,0 +1,136 @@
+// The kernel cache: compiled kernels by exact 128-bit key, in memory and on disk. Compiling and
+// linking kernels is the JIT's job; this file only keys, stores, finds, checks and prunes them.
+#pragma once
+
+#include <atomic>
+#include <compare>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace edb::jit {
+
+// Bump when the file layout or the key recipe changes: every old key and file then misses.
+inline constexpr uint32_t kKernelCacheFormatVersion = 1;
+
+// 128-bit xxh3 of the canonical kernel text plus everything that changes the code. The same 32
+// lowercase hex digits name the kernel's symbol, its cache file and every log line about it.
+struct KernelKey {
+  uint64_t high = 0, low = 0;
+
+  std::string hex() const;                                      // 32 lowercase hex digits
+  std::string symbol() const { return "edb_kernel_" + hex(); }  // the JIT's function name
+  static std::optional<KernelKey> from_hex(const std::string& text);  // nullopt unless 32 hex
+  static KernelKey parse(const std::string& text);                    // UsageError unless 32 hex
+  auto operator<=>(const KernelKey&) const = default;
+};
+
+// The key of a kernel; fields are length-prefixed before hashing, so no two inputs collide by
+// concatenation. Throws UsageError when the description or backend is empty.
+KernelKey kernel_key(const std::string& description, const std::string& backend, const std::string& target,
+                     const std::string& flags, uint32_t format_version = kKernelCacheFormatVersion);
+
+// One compiled kernel. `key` must equal kernel_key(description, backend, target, flags).
+struct KernelEntry {
+  KernelKey key;
+  std::string description;  // canonical kernel text; its first line is the batch signature
+  std::string backend;      // "llvm", "cuda", ...
+  std::string target;       // target CPU or GPU architecture
+  std::string flags;        // code-generation flags (features, optimisation level)
+  double compile_ms = 0;
+  std::string object;    // compiled object bytes
+  std::string ir;        // optional LLVM IR text, for `edb-cache show`
+  std::string assembly;  // optional assembly text, for `edb-cache show`
+};
+
+// One disk entry as `list` shows it.
+struct KernelInfo {
+  KernelKey key;
+  std::string signature;  // the description's first line
+  std::string backend, target, flags;
+  uint64_t bytes = 0;  // size of the entry file
+  double compile_ms = 0;
+  uint64_t hits = 0;          // times a process found it on disk
+  int64_t last_used_ms = 0;   // Unix time in ms of the last store or disk hit
+};
+
+// Directory totals; hits and misses are lifetime counts over every process that used it.
+struct KernelCacheStats {
+  std::string directory;
+  uint64_t entries = 0, total_bytes = 0, max_bytes = 0;
+  uint64_t hits = 0, misses = 0, stores = 0;
+};
+
+// This object's own counts: every lookup, memory hits included.
+struct KernelCacheCounters {
+  uint64_t memory_hits = 0, disk_hits = 0, misses = 0, stores = 0;
+};
+
+struct VerifyResult {
+  std::string file;     // path of the entry file
+  std::string problem;  // empty when the entry is sound
+  bool ok() const { return problem.empty(); }
+};
+
+struct PruneResult {
+  uint64_t removed = 0, bytes_freed = 0, bytes_left = 0;
+};
+
+struct KernelCacheOptions {
+  std::string directory;                     // empty: $EDB_CACHE_DIR, else $HOME/.cache/edbatch
+  uint64_t max_bytes = uint64_t{256} << 20;  // disk cap, enforced by LRU pruning after each store
+  std::function<void(const std::string&)> warn;  // one line per call; default: stderr
+};
+
+// Disk layout: DIR/HASH.kernel (magic, version, header fields, sections, xxh3_64 checksum of all
+// before it), written to a unique temp file and renamed into place, so readers see whole files and
+// two processes storing one key both succeed. DIR/HASH.meta (hits, last use) and DIR/counters are
+// small text files rewritten the same way under flock(DIR/.lock), so counts from concurrent
+// processes add up. A bad entry file is a warning and a miss, and the next store replaces it. An
+// uncreatable or unwritable directory is one warning, then the cache runs from memory (reading
+// whatever the directory still offers). Nothing here throws for a disk problem. Thread-safe.
+class KernelCache {
+ public:
+  explicit KernelCache(KernelCacheOptions options = {});
+
+  static std::string default_directory();  // $EDB_CACHE_DIR, else $HOME/.cache/edbatch, else ""
+  const std::string& directory() const { return directory_; }
+  std::string entry_path(const KernelKey& key) const;
+
+  // Memory, then disk. A disk hit is kept in memory and counted in the entry's metadata.
+  std::optional<KernelEntry> lookup(const KernelKey& key);
+  // Keeps the entry in memory and writes it to disk, then prunes to max_bytes.
+  // Throws UsageError when entry.key is not the key of its fields.
+  void store(const KernelEntry& entry);
+
+  // For tools: the disk entry without counting a use; on failure `problem` says why ("" = absent).
+  std::optional<KernelEntry> read(const KernelKey& key, std::string* problem = nullptr) const;
+  std::vector<KernelInfo> list() const;       // sound disk entries, most recently used first
+  std::vector<VerifyResult> verify() const;   // every entry file, sorted by name
+  KernelCacheStats stats() const;
+  KernelCacheCounters counters() const;
+  PruneResult prune(uint64_t max_bytes);  // least recently used first, until total <= max_bytes
+  uint64_t clear();                       // memory and disk; returns entry files removed
+  bool disk_writable() const;
+
+ private:
+  void warn_once(const std::string& message) const;
+  bool ensure_directory() const;
+  bool write_atomically(const std::string& path, const std::string& contents) const;
+  void record_use(const KernelKey* key, bool hit, bool stored);  // metadata, under the dir lock
+  PruneResult prune_locked(uint64_t max_bytes);
+
+  std::string directory_;
+  uint64_t max_bytes_;
+  std::function<void(const std::string&)> warn_;
+  mutable std::mutex mutex_;
+  std::map<KernelKey, KernelEntry> memory_;
+  KernelCacheCounters counters_;
+  mutable std::atomic<bool> disk_failed_{false};  // set by the first failed write; later writes skip disk
+};
+
+}  // namespace edb::jit
