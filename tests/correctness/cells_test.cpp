@@ -86,6 +86,38 @@ TEST(Cells, DifferentCellsNeverShareABatchEvenWithTheSameName) {
   EXPECT_EQ(run_calls({&first, &second}, 3, inline_options).stats.batches, 4);  // node by node they merge
 }
 
+// A body may hold its own constants, a fixed lookup entry and parameters; calls may come after a
+// part of the trace was already evaluated.
+TEST(Cells, ConstantsLookupsAndEvaluationsBetweenCalls) {
+  Model model("cells", 7);
+  const Parameter w = model.add_parameter("W", 3, 3);
+  const LookupTable table = model.add_lookup("E", 4, 3);
+  const Cell cell("rich", {{3, 1}}, [&](Trace& t, std::span<const Expr> in) {
+    const Expr bias = t.input({0.5f, -0.25f, 1.0f});
+    return std::vector<Expr>{tanh(matmul(t.param(w), in[0]) + bias + t.lookup(table, 2)), sigmoid(in[0])};
+  });
+  auto run = [&](bool cells) {
+    EngineOptions options;
+    options.cells = cells;
+    options.verify = true;
+    Engine engine(options);
+    Trace trace(engine);
+    std::vector<Tensor> values;
+    Expr x = trace.input({0.1f, 0.2f, 0.3f});
+    for (int k = 0; k < 5; ++k) {
+      const std::vector<Expr> out = cell(trace, {x});
+      if (k == 2) values.push_back(out[0].value());  // evaluate part of the trace, then go on
+      x = out[0] + out[1];
+    }
+    values.push_back(x.value());
+    return values;
+  };
+  const std::vector<Tensor> on = run(true), off = run(false);
+  ASSERT_EQ(on.size(), off.size());
+  for (size_t i = 0; i < on.size(); ++i)
+    EXPECT_TRUE(testing::near_relative(on[i], off[i], 1e-6)) << i;
+}
+
 // Every sample model, cells on and off and with the PQ-tree layout planner, against the
 // reference executor (which runs the same calls unbatched).
 class CellsOnSampleModels : public ::testing::TestWithParam<std::string> {};
