@@ -76,7 +76,7 @@ TEST_F(EdbRun, HelpListsModelsAndFlags) {
   EXPECT_NE(o.out.find("  treelstm "), std::string::npos);
   for (const char* flag : {"--data FILE", "--limit N", "--batch N", "--embed N", "--hidden N",
                            "--policy NAME", "--executor NAME", "--device NAME", "--threads N",
-                           "--repeat N", "--seed N", "--json", "--help"})
+                           "--repeat N", "--seed N", "--cells on|off", "--memplan on|off", "--json", "--help"})
     EXPECT_NE(o.out.find("  " + std::string(flag)), std::string::npos) << flag;
   EXPECT_EQ(run_edb("treelstm --help").out, o.out);
 }
@@ -91,6 +91,8 @@ TEST_F(EdbRun, ModelAndFlagErrors) {
   EXPECT_EQ(one_error_line("treelstm --batch abc"), "edb-run: --batch expects an integer, got 'abc'");
   EXPECT_EQ(one_error_line("treelstm --batch=12x"), "edb-run: --batch expects an integer, got '12x'");
   EXPECT_EQ(one_error_line("treelstm --batch 0"), "edb-run: --batch must be in [1, 1048576], got 0");
+  EXPECT_EQ(one_error_line("treelstm --cells maybe"), "edb-run: --cells takes on or off, not 'maybe'");
+  EXPECT_EQ(one_error_line("treelstm --memplan yes"), "edb-run: --memplan takes on or off, not 'yes'");
   EXPECT_EQ(one_error_line("treelstm --limit -3"),
             "edb-run: --limit must be in [1, 1099511627776], got -3");
 }
