@@ -53,8 +53,11 @@ class BiLstmTagger final : public SampleModel {
     const std::vector<int>& words = word_ids_[i];
     const std::vector<int>& tags = tag_ids_[i];
     const size_t length = words.size();
-    std::vector<Expr> embedded(length);
-    for (size_t w = 0; w < length; ++w) embedded[w] = trace.lookup(embeddings_, words[w]);
+    // Each direction looks its words up itself, in the order its steps read them, so the planner
+    // can lay both operands out in place (one shared lookup could suit only one direction).
+    std::vector<Expr> forward_x(length), backward_x(length);
+    for (size_t w = 0; w < length; ++w) forward_x[w] = trace.lookup(embeddings_, words[w]);
+    for (size_t w = length; w-- > 0;) backward_x[w] = trace.lookup(embeddings_, words[w]);
     // The zero initial h and c: an input rather than a parameter, so the first step's affine has
     // the same signature as every later step and batches with them.
     const Expr zero = trace.input(zeros_);
@@ -66,7 +69,7 @@ class BiLstmTagger final : public SampleModel {
     for (size_t w = 0; w < length; ++w) {
       const size_t v = length - 1 - w;
       const std::vector<Expr> out =
-          (*step_)(trace, {embedded[w], forward.h, forward.c, embedded[v], backward.h, backward.c});
+          (*step_)(trace, {forward_x[w], forward.h, forward.c, backward_x[v], backward.h, backward.c});
       forward = {out[0], out[1]};
       backward = {out[2], out[3]};
       forward_h[w] = forward.h;
