@@ -104,7 +104,8 @@ class LatticeTagger : public SampleModel {
       } else {
         Expr arcs;  // sum of g_w * state_w, summed pairwise so each add has the same signature
         for (int a : incoming) {
-          const Expr term = (*arc_)(trace, {x, carried[size_t(a)]})[0];
+          // Its own lookup of x: the arc gates then read their embeddings in place.
+          const Expr term = (*arc_)(trace, {trace.lookup(char_embeddings_, ids.chars[j]), carried[size_t(a)]})[0];
           arcs = arcs.valid() ? arcs + term : term;
         }
         Expr& scale = scales[incoming.size()];
