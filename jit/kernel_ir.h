@@ -1,0 +1,100 @@
+// The kernel IR: one fused elementwise batch kernel, backend-neutral and free of LLVM types, with
+// its canonical text (the kernel cache's description) and a scalar interpreter (the test oracle).
+// Choosing what to fuse and filling KernelArgs from a batch are the executor's job, not this file's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace edb::jit {
+
+// Every kernel instruction once: name, number of value operands, whether it carries a constant.
+// Names follow ir/ops.def where the op exists there (cmult, scale, add_const); `load` reads input
+// operand `input` at the current element; `exp` has no graph op yet (softmax will want it).
+#define EDB_KERNEL_OPS(X) \
+  X(load, 0, false)       \
+  X(add, 2, false)        \
+  X(sub, 2, false)        \
+  X(cmult, 2, false)      \
+  X(scale, 1, true)       \
+  X(add_const, 1, true)   \
+  X(tanh, 1, false)       \
+  X(sigmoid, 1, false)    \
+  X(relu, 1, false)       \
+  X(exp, 1, false)
+
+enum class KernelOp : uint8_t {
+#define EDB_KERNEL_OP_ENUM(name, arity, has_constant) name,
+  EDB_KERNEL_OPS(EDB_KERNEL_OP_ENUM)
+#undef EDB_KERNEL_OP_ENUM
+};
+
+std::string_view kernel_op_name(KernelOp op);
+int kernel_op_arity(KernelOp op);           // value operands: 0, 1 or 2
+bool kernel_op_has_constant(KernelOp op);   // scale, add_const
+
+// How one input operand's member k is found; elements of one member are always contiguous.
+enum class OperandAccess : uint8_t {
+  shared,    // one pointer for every member (a weight, a bias)
+  strided,   // member k at base + k * stride
+  gathered,  // member k at pointers[k]: the gather is fused into the load
+};
+std::string_view operand_access_name(OperandAccess access);
+
+using ValueId = int32_t;  // index of the instruction that defines the value
+
+struct Instruction {
+  KernelOp op = KernelOp::load;
+  ValueId a = -1, b = -1;  // value operands (defined earlier); unused ones are -1
+  int32_t input = -1;      // load: the input operand read
+  float constant = 0;      // scale, add_const
+};
+
+// One fused elementwise kernel: for each member k < members, for each element e < elements, run
+// `body` as straight-line code and store output j's value at outputs[j] + k * elements + e.
+struct Kernel {
+  std::string name;                    // the batch signature it came from; first line of the text
+  std::vector<OperandAccess> inputs;   // access mode per input operand
+  std::vector<Instruction> body;       // in definition order
+  std::vector<ValueId> outputs;        // the value stored to each output
+
+  // Builders: append an instruction and return its value.
+  ValueId load(int32_t input);
+  ValueId unary(KernelOp op, ValueId a);
+  ValueId binary(KernelOp op, ValueId a, ValueId b);
+  ValueId with_constant(KernelOp op, ValueId a, float constant);
+  void store(ValueId value) { outputs.push_back(value); }
+};
+
+// Throws InternalError unless every instruction has the arity of its op, reads only earlier
+// values and existing inputs, and there is at least one output of a defined value.
+void verify(const Kernel& kernel);
+
+// Canonical text, stable across runs and builds: the name line, then one line per input,
+// instruction and output. Constants print by their exact bits (with a readable decimal beside).
+// Two kernels have the same text exactly when they compute the same thing the same way.
+std::string describe(const Kernel& kernel);
+
+// Runtime arguments of a kernel; this layout is also what compiled kernels read (C ABI).
+struct KernelInput {
+  const float* base = nullptr;              // shared, strided
+  int64_t stride = 0;                       // strided: floats from member k to member k + 1
+  const float* const* pointers = nullptr;   // gathered: one per member
+};
+
+// Outputs must not overlap each other or any input; inputs may overlap freely.
+struct KernelArgs {
+  int64_t members = 0;
+  int64_t elements = 0;                 // floats per member of every operand and output
+  const KernelInput* inputs = nullptr;  // one per kernel input
+  float* const* outputs = nullptr;      // one per kernel output, members contiguous
+};
+
+// The reference semantics, one element at a time in float, with libm's tanh and exp and
+// sigmoid(x) = 1 / (1 + exp(-x)); relu(x) = x > 0 ? x : 0. Verifies the kernel first.
+void interpret(const Kernel& kernel, const KernelArgs& args);
+
+}  // namespace edb::jit

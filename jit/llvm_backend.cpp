@@ -1,0 +1,358 @@
+// Kernel IR -> LLVM IR -> O3 -> native code through ORC LLJIT, for the host CPU. The element loop
+// sits in an always-inlined function whose pointers are noalias, so after inlining the vectoriser
+// needs no runtime alias checks; tanh, sigmoid and exp are branch-free polynomials it can widen.
+#include "jit/llvm_backend.h"
+
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <mutex>
+
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+#include <llvm/TargetParser/SubtargetFeature.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+
+#include "edbatch/errors.h"
+#include "jit/host.h"
+
+namespace edb::jit {
+
+namespace {
+
+// Bump when the emitted code changes, so cached kernels of the old code miss.
+constexpr const char* kCodeVersion = "llvm-kernel-1";
+
+// The compiled code reads KernelArgs and KernelInput by these byte offsets.
+static_assert(offsetof(KernelArgs, members) == 0 && offsetof(KernelArgs, elements) == 8 &&
+              offsetof(KernelArgs, inputs) == 16 && offsetof(KernelArgs, outputs) == 24);
+static_assert(sizeof(KernelInput) == 24 && offsetof(KernelInput, base) == 0 &&
+              offsetof(KernelInput, stride) == 8 && offsetof(KernelInput, pointers) == 16);
+
+[[noreturn]] void fail(const std::string& what, llvm::Error error) {
+  throw InternalError("LlvmBackend::compile: " + what + ": " + llvm::toString(std::move(error)));
+}
+
+template <typename T>
+T take(llvm::Expected<T> value, const std::string& what) {
+  if (!value) fail(what, value.takeError());
+  return std::move(*value);
+}
+
+void initialise_llvm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+  });
+}
+
+// The host CPU of jit/host.h, with every feature LLVM reports, disabled ones included (a CPU name
+// alone would switch on features that a virtual machine may have switched off).
+llvm::orc::JITTargetMachineBuilder host_machine() {
+  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(llvm::sys::getProcessTriple())};
+  builder.setCPU(host_cpu_name());
+  llvm::SubtargetFeatures features;
+  for (const auto& feature : llvm::sys::getHostCPUFeatures()) features.AddFeature(feature.getKey(), feature.getValue());
+  builder.addFeatures(features.getFeatures());
+  builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  return builder;
+}
+
+// Builds one kernel's module: the element loop, then the member loop that calls it.
+class Renderer {
+ public:
+  Renderer(llvm::Module& module)
+      : module_(module), b_(module.getContext()), f32_(b_.getFloatTy()), i32_(b_.getInt32Ty()),
+        i64_(b_.getInt64Ty()), ptr_(b_.getPtrTy()) {}
+
+  void render(const Kernel& kernel, const std::string& symbol) { member_loop(kernel, symbol, element_loop(kernel)); }
+
+ private:
+  llvm::Value* f(float value) { return llvm::ConstantFP::get(f32_, value); }
+  llvm::Value* fma(llvm::Value* a, llvm::Value* x, llvm::Value* c) {
+    return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32_}, {a, x, c});
+  }
+  // Horner: c[0] * x^(n-1) + ... + c[n-1].
+  llvm::Value* polynomial(llvm::Value* x, std::initializer_list<float> c) {
+    llvm::Value* p = f(*c.begin());
+    for (auto it = c.begin() + 1; it != c.end(); ++it) p = fma(p, x, f(*it));
+    return p;
+  }
+  // x clamped to [low, high]; a NaN stays NaN.
+  llvm::Value* clamp(llvm::Value* x, float low, float high) {
+    x = b_.CreateSelect(b_.CreateFCmpOLT(x, f(low)), f(low), x);
+    return b_.CreateSelect(b_.CreateFCmpOGT(x, f(high)), f(high), x);
+  }
+  // 2^n for n in [-126, 127], built from the exponent bits.
+  llvm::Value* power_of_two(llvm::Value* n) {
+    return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(n, b_.getInt32(127)), 23), f32_);
+  }
+
+  // Cephes expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so n ln2 is exact), a
+  // degree-7 polynomial for e^r, then 2^n applied as 2^(n/2) 2^(n - n/2), so results from
+  // gradual underflow (x ~ -104) to overflow (x > 88.72) come out right with one rounding.
+  llvm::Value* exp(llvm::Value* x) {
+    llvm::Value* clamped = clamp(x, -104.0f, 88.8f);
+    llvm::Value* n = b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, fma(clamped, f(1.44269504088896341f), f(0.5f)));
+    llvm::Value* r = fma(n, f(-0.693359375f), clamped);
+    r = fma(n, f(2.12194440e-4f), r);
+    llvm::Value* p = polynomial(r, {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
+                                    1.6666665459e-1f, 5.0000001201e-1f});
+    llvm::Value* e = b_.CreateFAdd(fma(p, b_.CreateFMul(r, r), r), f(1.0f));
+    llvm::Value* whole = b_.CreateFPToSI(n, i32_);  // poison for NaN: that lane is replaced below
+    llvm::Value* half = b_.CreateAShr(whole, 1);
+    llvm::Value* scaled = b_.CreateFMul(b_.CreateFMul(e, power_of_two(half)), power_of_two(b_.CreateSub(whole, half)));
+    return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, scaled);
+  }
+
+  // Cephes tanhf: an odd polynomial below |x| = 0.625 (relative accuracy near 0), above it
+  // 1 - 2 / (e^2|x| + 1) with the sign of x (saturates to exactly 1 from |x| ~ 9 on).
+  llvm::Value* tanh(llvm::Value* x) {
+    llvm::Value* z = b_.CreateFMul(x, x);
+    llvm::Value* p = polynomial(z, {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f,
+                                    -3.33332819422e-1f});
+    llvm::Value* small = fma(b_.CreateFMul(p, z), x, x);
+    llvm::Value* magnitude = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+    llvm::Value* e = exp(b_.CreateFMul(clamp(magnitude, 0.0f, 10.0f), f(2.0f)));
+    llvm::Value* large = b_.CreateFSub(f(1.0f), b_.CreateFDiv(f(2.0f), b_.CreateFAdd(e, f(1.0f))));
+    large = b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, large, x);
+    return b_.CreateSelect(b_.CreateFCmpOLT(magnitude, f(0.625f)), small, large);
+  }
+
+  llvm::Value* sigmoid(llvm::Value* x) {
+    return b_.CreateFDiv(f(1.0f), b_.CreateFAdd(f(1.0f), exp(b_.CreateFNeg(x))));
+  }
+
+  llvm::Value* instruction(const Instruction& in, llvm::Value* a, llvm::Value* c) {
+    switch (in.op) {
+      case KernelOp::load: break;
+      case KernelOp::add: return b_.CreateFAdd(a, c);
+      case KernelOp::sub: return b_.CreateFSub(a, c);
+      case KernelOp::cmult: return b_.CreateFMul(a, c);
+      case KernelOp::scale: return b_.CreateFMul(a, f(in.constant));
+      case KernelOp::add_const: return b_.CreateFAdd(a, f(in.constant));
+      case KernelOp::tanh: return tanh(a);
+      case KernelOp::sigmoid: return sigmoid(a);
+      case KernelOp::relu: return b_.CreateSelect(b_.CreateFCmpOGT(a, f(0.0f)), a, f(0.0f));
+      case KernelOp::exp: return exp(a);
+    }
+    throw InternalError("LlvmBackend::compile: no rule for kernel op " + std::string(kernel_op_name(in.op)));
+  }
+
+  // void edb_elements(i64 n, ptr noalias in0, ..., ptr noalias out0, ...): one member's elements.
+  llvm::Function* element_loop(const Kernel& kernel) {
+    const size_t inputs = kernel.inputs.size(), outputs = kernel.outputs.size();
+    std::vector<llvm::Type*> params(1 + inputs + outputs, ptr_);
+    params[0] = i64_;
+    auto* function = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
+                                            llvm::Function::InternalLinkage, "edb_elements", module_);
+    function->addFnAttr(llvm::Attribute::AlwaysInline);
+    function->addFnAttr(llvm::Attribute::NoUnwind);
+    for (unsigned i = 1; i < params.size(); ++i) {
+      function->addParamAttr(i, llvm::Attribute::NoAlias);
+      function->addParamAttr(i, llvm::Attribute::NoCapture);
+      function->addParamAttr(i, i <= inputs ? llvm::Attribute::ReadOnly : llvm::Attribute::WriteOnly);
+    }
+    auto* entry = llvm::BasicBlock::Create(module_.getContext(), "entry", function);
+    auto* loop = llvm::BasicBlock::Create(module_.getContext(), "elements", function);
+    auto* exit = llvm::BasicBlock::Create(module_.getContext(), "exit", function);
+    llvm::Value* n = function->getArg(0);
+    b_.SetInsertPoint(entry);
+    b_.CreateCondBr(b_.CreateICmpSGT(n, b_.getInt64(0)), loop, exit);
+
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* e = b_.CreatePHI(i64_, 2, "e");
+    e->addIncoming(b_.getInt64(0), entry);
+    std::vector<llvm::Value*> values(kernel.body.size());
+    for (size_t i = 0; i < kernel.body.size(); ++i) {
+      const Instruction& in = kernel.body[i];
+      if (in.op == KernelOp::load) {
+        llvm::Value* address = b_.CreateInBoundsGEP(f32_, function->getArg(1 + unsigned(in.input)), e);
+        values[i] = b_.CreateLoad(f32_, address, "x" + std::to_string(in.input));
+      } else {
+        values[i] = instruction(in, in.a >= 0 ? values[size_t(in.a)] : nullptr, in.b >= 0 ? values[size_t(in.b)] : nullptr);
+      }
+    }
+    for (size_t j = 0; j < outputs; ++j)
+      b_.CreateStore(values[size_t(kernel.outputs[j])],
+                     b_.CreateInBoundsGEP(f32_, function->getArg(1 + unsigned(inputs + j)), e));
+    llvm::Value* next = b_.CreateNUWAdd(e, b_.getInt64(1));
+    e->addIncoming(next, loop);
+    b_.CreateCondBr(b_.CreateICmpSLT(next, n), loop, exit);
+    b_.SetInsertPoint(exit);
+    b_.CreateRetVoid();
+    return function;
+  }
+
+  llvm::Value* field(llvm::Value* base, int64_t byte_offset, llvm::Type* type) {
+    return b_.CreateLoad(type, b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), base, uint64_t(byte_offset)));
+  }
+
+  // void <symbol>(const KernelArgs* args): reads the arguments once, then calls the element loop
+  // per member with that member's pointers.
+  void member_loop(const Kernel& kernel, const std::string& symbol, llvm::Function* elements_function) {
+    auto* function = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr_}, false),
+                                            llvm::Function::ExternalLinkage, symbol, module_);
+    function->addFnAttr(llvm::Attribute::NoUnwind);
+    function->addParamAttr(0, llvm::Attribute::NoAlias);
+    function->addParamAttr(0, llvm::Attribute::ReadOnly);
+    auto* entry = llvm::BasicBlock::Create(module_.getContext(), "entry", function);
+    auto* loop = llvm::BasicBlock::Create(module_.getContext(), "members", function);
+    auto* exit = llvm::BasicBlock::Create(module_.getContext(), "exit", function);
+    b_.SetInsertPoint(entry);
+    llvm::Value* args = function->getArg(0);
+    llvm::Value* members = field(args, offsetof(KernelArgs, members), i64_);
+    llvm::Value* elements = field(args, offsetof(KernelArgs, elements), i64_);
+    llvm::Value* inputs = field(args, offsetof(KernelArgs, inputs), ptr_);
+    llvm::Value* outputs = field(args, offsetof(KernelArgs, outputs), ptr_);
+    std::vector<llvm::Value*> bases, strides, outs;
+    for (size_t i = 0; i < kernel.inputs.size(); ++i) {
+      const int64_t at = int64_t(i * sizeof(KernelInput));
+      const bool gathered = kernel.inputs[i] == OperandAccess::gathered;
+      bases.push_back(field(inputs, at + (gathered ? offsetof(KernelInput, pointers) : offsetof(KernelInput, base)), ptr_));
+      strides.push_back(kernel.inputs[i] == OperandAccess::strided ? field(inputs, at + offsetof(KernelInput, stride), i64_)
+                                                                   : nullptr);
+    }
+    for (size_t j = 0; j < kernel.outputs.size(); ++j) outs.push_back(field(outputs, int64_t(j * sizeof(float*)), ptr_));
+    llvm::Value* work = b_.CreateAnd(b_.CreateICmpSGT(members, b_.getInt64(0)), b_.CreateICmpSGT(elements, b_.getInt64(0)));
+    b_.CreateCondBr(work, loop, exit);
+
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* k = b_.CreatePHI(i64_, 2, "k");
+    k->addIncoming(b_.getInt64(0), entry);
+    std::vector<llvm::Value*> call_args{elements};
+    for (size_t i = 0; i < kernel.inputs.size(); ++i) {
+      switch (kernel.inputs[i]) {
+        case OperandAccess::shared: call_args.push_back(bases[i]); break;
+        case OperandAccess::strided:
+          call_args.push_back(b_.CreateGEP(f32_, bases[i], b_.CreateMul(k, strides[i])));
+          break;
+        case OperandAccess::gathered:
+          call_args.push_back(b_.CreateLoad(ptr_, b_.CreateInBoundsGEP(ptr_, bases[i], k)));
+          break;
+      }
+    }
+    for (llvm::Value* out : outs) call_args.push_back(b_.CreateInBoundsGEP(f32_, out, b_.CreateMul(k, elements)));
+    b_.CreateCall(elements_function, call_args);
+    llvm::Value* next = b_.CreateNUWAdd(k, b_.getInt64(1));
+    k->addIncoming(next, loop);
+    b_.CreateCondBr(b_.CreateICmpSLT(next, members), loop, exit);
+    b_.SetInsertPoint(exit);
+    b_.CreateRetVoid();
+  }
+
+  llvm::Module& module_;
+  llvm::IRBuilder<> b_;
+  llvm::Type *f32_, *i32_, *i64_, *ptr_;
+};
+
+void optimise(llvm::Module& module, llvm::TargetMachine& machine) {
+  llvm::LoopAnalysisManager loops;
+  llvm::FunctionAnalysisManager functions;
+  llvm::CGSCCAnalysisManager cgscc;
+  llvm::ModuleAnalysisManager modules;
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopVectorization = true;
+  tuning.SLPVectorization = true;
+  llvm::PassBuilder builder(&machine, tuning);
+  builder.registerModuleAnalyses(modules);
+  builder.registerCGSCCAnalyses(cgscc);
+  builder.registerFunctionAnalyses(functions);
+  builder.registerLoopAnalyses(loops);
+  builder.crossRegisterProxies(loops, functions, cgscc, modules);
+  builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, modules);
+}
+
+std::string assembly_of(const llvm::Module& module, llvm::TargetMachine& machine) {
+  std::unique_ptr<llvm::Module> copy = llvm::CloneModule(module);  // code generation changes the IR
+  llvm::SmallString<0> text;
+  llvm::raw_svector_ostream out(text);
+  llvm::legacy::PassManager passes;
+  if (machine.addPassesToEmitFile(passes, out, nullptr, llvm::CodeGenFileType::AssemblyFile))
+    throw InternalError("LlvmBackend::compile: the target machine cannot emit assembly");
+  passes.run(*copy);
+  return std::string(text.str());
+}
+
+}  // namespace
+
+std::string llvm_kernel_flags() { return std::string(kCodeVersion) + " O3 " + host_cpu_features(); }
+
+struct LlvmBackend::State {
+  std::mutex mutex;
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::unique_ptr<llvm::TargetMachine> machine;  // the optimiser's cost model and the assembly printer
+  std::string target, flags;
+  std::map<KernelKey, CompiledKernel> compiled;  // without keep_alive, which would hold State itself
+};
+
+LlvmBackend::LlvmBackend(LlvmBackendOptions options) : options_(options), state_(std::make_shared<State>()) {
+  initialise_llvm();
+  state_->machine = take(host_machine().createTargetMachine(), "cannot create the host target machine");
+  state_->jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(host_machine()).create(), "cannot create the JIT");
+  state_->target = host_cpu_name();
+  state_->flags = llvm_kernel_flags();
+}
+
+LlvmBackend::~LlvmBackend() = default;
+
+size_t LlvmBackend::kernels() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->compiled.size();
+}
+
+CompiledKernel LlvmBackend::compile(const Kernel& kernel) {
+  const auto start = std::chrono::steady_clock::now();
+  CompiledKernel result;
+  result.description = describe(kernel);  // verifies the kernel
+  result.target = state_->target;
+  result.flags = state_->flags;
+  result.key = kernel_key(result.description, "llvm", result.target, result.flags);
+  const std::string symbol = result.key.symbol();
+
+  std::lock_guard lock(state_->mutex);
+  if (auto found = state_->compiled.find(result.key); found != state_->compiled.end()) {
+    result = found->second;
+    result.keep_alive = state_;
+    return result;
+  }
+  auto context = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>(symbol, *context);
+  module->setDataLayout(state_->jit->getDataLayout());
+  module->setTargetTriple(state_->jit->getTargetTriple().str());
+  Renderer(*module).render(kernel, symbol);
+  std::string problems;
+  llvm::raw_string_ostream problem_stream(problems);
+  if (llvm::verifyModule(*module, &problem_stream))
+    throw InternalError("LlvmBackend::compile: invalid LLVM IR for " + symbol + ": " + problems);
+  optimise(*module, *state_->machine);
+  if (options_.keep_ir) {
+    llvm::raw_string_ostream ir(result.ir);
+    module->print(ir, nullptr);
+  }
+  if (options_.keep_assembly) result.assembly = assembly_of(*module, *state_->machine);
+
+  if (llvm::Error error = state_->jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
+    fail("cannot add " + symbol, std::move(error));
+  llvm::orc::ExecutorAddr address = take(state_->jit->lookup(symbol), "cannot link " + symbol);
+  result.function = address.toPtr<KernelFunction>();
+  result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  state_->compiled.emplace(result.key, result);
+  result.keep_alive = state_;
+  return result;
+}
+
+}  // namespace edb::jit

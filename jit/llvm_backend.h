@@ -1,0 +1,60 @@
+// The LLVM backend: a kernel IR kernel compiled to native code for the host CPU with ORC LLJIT at
+// O3, its element loop vectorised, tanh / sigmoid / exp inlined as polynomials (no libm calls).
+// No LLVM types here; caching compiled objects on disk and calling kernels per batch come later.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "jit/kernel_cache.h"
+#include "jit/kernel_ir.h"
+
+namespace edb::jit {
+
+// The compiled function: `extern "C" void edb_kernel_<hex>(const KernelArgs*)`.
+using KernelFunction = void (*)(const KernelArgs*);
+
+// A compiled kernel; it keeps its JIT (and so its code) alive however long it is held.
+struct CompiledKernel {
+  KernelFunction function = nullptr;
+  KernelKey key;            // kernel_key(description, "llvm", target, flags)
+  std::string description;  // describe(kernel)
+  std::string target;       // host CPU name
+  std::string flags;        // llvm_kernel_flags()
+  std::string ir;           // optimised LLVM IR text (when LlvmBackendOptions::keep_ir)
+  std::string assembly;     // assembly text (when LlvmBackendOptions::keep_assembly)
+  double compile_ms = 0;    // IR building, optimisation and code generation
+  std::shared_ptr<void> keep_alive;
+
+  void operator()(const KernelArgs& args) const { function(&args); }
+  std::string symbol() const { return key.symbol(); }
+};
+
+struct LlvmBackendOptions {
+  bool keep_ir = true;         // print the optimised module into CompiledKernel::ir
+  bool keep_assembly = false;  // run the code generator a second time for CompiledKernel::assembly
+};
+
+// What goes into a key besides the text and the CPU: this backend's code version, the
+// optimisation level and the host features (bump the version when emitted code changes).
+std::string llvm_kernel_flags();
+
+// One JIT per backend object; compiling a kernel it already holds returns the same code.
+// Thread-safe. Throws InternalError (with LLVM's message) when LLVM rejects the module.
+class LlvmBackend {
+ public:
+  explicit LlvmBackend(LlvmBackendOptions options = {});
+  ~LlvmBackend();
+  LlvmBackend(const LlvmBackend&) = delete;
+  LlvmBackend& operator=(const LlvmBackend&) = delete;
+
+  CompiledKernel compile(const Kernel& kernel);
+  size_t kernels() const;  // distinct kernels compiled by this backend
+
+ private:
+  struct State;
+  LlvmBackendOptions options_;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace edb::jit

@@ -1,0 +1,444 @@
+// Kernel IR and the LLVM backend: canonical text, verification, compiled kernels against the
+// interpreter (and direct libm formulas) over random shapes and every operand access, accuracy
+// sweeps of the inlined tanh / sigmoid / exp against libm, symbols and keep-alive.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "edbatch/errors.h"
+#include "jit/host.h"
+#include "jit/kernel_ir.h"
+#include "jit/llvm_backend.h"
+
+namespace edb::jit {
+namespace {
+
+constexpr float kGuard = -12345.0f;  // fills gaps between members and the tail after outputs
+constexpr int64_t kTail = 16;        // guard floats after each output
+
+// Inputs laid out per access mode, and a guarded output buffer per kernel output.
+struct Buffers {
+  std::vector<std::vector<float>> storage;          // one per input
+  std::vector<std::vector<const float*>> pointers;  // gathered inputs: one per member
+  std::vector<KernelInput> inputs;
+  std::vector<std::vector<float>> outputs;
+  std::vector<float*> output_pointers;
+  int64_t members = 0, elements = 0;
+
+  KernelArgs args() const { return {members, elements, inputs.data(), output_pointers.data()}; }
+  void reset_outputs() {
+    output_pointers.clear();
+    for (auto& out : outputs) {
+      std::fill(out.begin(), out.end(), kGuard);
+      output_pointers.push_back(out.data());
+    }
+  }
+  // Member k's element e of input i, as the kernel should read it.
+  float input(const Kernel& kernel, size_t i, int64_t k, int64_t e) const {
+    switch (kernel.inputs[i]) {
+      case OperandAccess::shared: return inputs[i].base[e];
+      case OperandAccess::strided: return inputs[i].base[k * inputs[i].stride + e];
+      case OperandAccess::gathered: return inputs[i].pointers[k][e];
+    }
+    return 0;
+  }
+};
+
+// Random values in [-range, range]; strided and gathered members sit apart with guard values
+// between them, gathered members in shuffled order.
+Buffers make_buffers(const Kernel& kernel, int64_t members, int64_t elements, std::mt19937& rng, float range = 4) {
+  Buffers b;
+  b.members = members;
+  b.elements = elements;
+  std::uniform_real_distribution<float> value(-range, range);
+  std::uniform_int_distribution<int64_t> pad(1, 7);
+  b.storage.resize(kernel.inputs.size());
+  b.pointers.resize(kernel.inputs.size());
+  for (size_t i = 0; i < kernel.inputs.size(); ++i) {
+    KernelInput input;
+    std::vector<float>& data = b.storage[i];
+    if (kernel.inputs[i] == OperandAccess::shared) {
+      data.resize(size_t(elements));
+      for (float& x : data) x = value(rng);
+      input.base = data.data();
+    } else {
+      const int64_t stride = elements + pad(rng);
+      data.assign(size_t(members * stride), kGuard);
+      for (int64_t k = 0; k < members; ++k)
+        for (int64_t e = 0; e < elements; ++e) data[size_t(k * stride + e)] = value(rng);
+      input.base = data.data();
+      input.stride = stride;
+      if (kernel.inputs[i] == OperandAccess::gathered) {
+        std::vector<int64_t> order(static_cast<size_t>(members));
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+        for (int64_t k = 0; k < members; ++k) b.pointers[i].push_back(data.data() + order[size_t(k)] * stride);
+        input = {nullptr, 0, b.pointers[i].data()};
+      }
+    }
+    b.inputs.push_back(input);
+  }
+  b.outputs.assign(kernel.outputs.size(), std::vector<float>(size_t(members * elements + kTail)));
+  b.reset_outputs();
+  return b;
+}
+
+// |got - want| <= tolerance * max(1, |want|): relative above 1, absolute below (after a
+// subtraction a small result carries its operands' absolute error, so relative means nothing).
+::testing::AssertionResult near(const std::vector<float>& got, const std::vector<float>& want, int64_t count,
+                                double tolerance) {
+  for (int64_t n = 0; n < count; ++n) {
+    const double g = got[size_t(n)], w = want[size_t(n)];
+    if (std::isnan(w) ? !std::isnan(g) : !(std::abs(g - w) <= tolerance * std::max(1.0, std::abs(w))))
+      return ::testing::AssertionFailure() << "element " << n << ": got " << g << ", want " << w;
+  }
+  for (int64_t n = count; n < count + kTail; ++n)
+    if (got[size_t(n)] != kGuard) return ::testing::AssertionFailure() << "wrote past the end at " << n;
+  return ::testing::AssertionSuccess();
+}
+
+// Runs the compiled kernel and the interpreter on random shapes (members 1..70, elements
+// 1..300, plus the corners) and compares every output.
+void expect_matches_interpreter(LlvmBackend& backend, const Kernel& kernel, uint32_t seed, double tolerance = 1e-6,
+                                int shapes = 12) {
+  const CompiledKernel compiled = backend.compile(kernel);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> members(1, 70), elements(1, 300);
+  for (int s = 0; s < shapes; ++s) {
+    const int64_t m = s == 0 ? 1 : s == 1 ? 70 : members(rng);
+    const int64_t n = s == 0 ? 1 : s == 1 ? 300 : elements(rng);
+    Buffers b = make_buffers(kernel, m, n, rng);
+    compiled(b.args());
+    const std::vector<std::vector<float>> got = b.outputs;
+    b.reset_outputs();
+    interpret(kernel, b.args());
+    for (size_t j = 0; j < got.size(); ++j)
+      EXPECT_TRUE(near(got[j], b.outputs[j], m * n, tolerance))
+          << "output " << j << ", members " << m << ", elements " << n << "\n" << describe(kernel);
+  }
+}
+
+constexpr OperandAccess kAccesses[] = {OperandAccess::shared, OperandAccess::strided, OperandAccess::gathered};
+
+Kernel unary_kernel(KernelOp op, OperandAccess access, float constant = 0) {
+  Kernel k;
+  k.name = std::string(kernel_op_name(op));
+  k.inputs = {access};
+  const ValueId x = k.load(0);
+  k.store(op == KernelOp::load ? x : kernel_op_has_constant(op) ? k.with_constant(op, x, constant) : k.unary(op, x));
+  return k;
+}
+
+// c = sigmoid(i) * tanh(g) + sigmoid(f) * c_prev; h = sigmoid(o) * tanh(c), or tanh(c) without o.
+Kernel lstm_kernel(bool output_gate) {
+  Kernel k;
+  k.name = output_gate ? "lstm_cell" : "lstm_cell_no_output_gate";
+  k.inputs = {OperandAccess::strided, OperandAccess::strided, OperandAccess::strided, OperandAccess::gathered};
+  if (output_gate) k.inputs.push_back(OperandAccess::strided);
+  const ValueId i = k.unary(KernelOp::sigmoid, k.load(0));
+  const ValueId f = k.unary(KernelOp::sigmoid, k.load(1));
+  const ValueId g = k.unary(KernelOp::tanh, k.load(2));
+  const ValueId ig = k.binary(KernelOp::cmult, i, g);
+  const ValueId kept = k.binary(KernelOp::cmult, f, k.load(3));
+  const ValueId c = k.binary(KernelOp::add, ig, kept);
+  ValueId h = k.unary(KernelOp::tanh, c);
+  if (output_gate) {
+    const ValueId o = k.unary(KernelOp::sigmoid, k.load(4));
+    h = k.binary(KernelOp::cmult, o, h);
+  }
+  k.store(c);
+  k.store(h);
+  return k;
+}
+
+TEST(KernelIr, CanonicalTextIsStable) {
+  Kernel k;
+  k.name = "tanh(scale(cmult)) f32[32,1]";
+  k.inputs = {OperandAccess::strided, OperandAccess::gathered, OperandAccess::shared};
+  const ValueId x0 = k.load(0), x1 = k.load(1);  // one statement per value: argument order is unspecified
+  const ValueId product = k.binary(KernelOp::cmult, x0, x1);
+  const ValueId scaled = k.with_constant(KernelOp::scale, product, 0.5f);
+  const ValueId shifted = k.binary(KernelOp::add, scaled, k.load(2));
+  k.store(k.unary(KernelOp::tanh, shifted));
+  k.store(product);
+  EXPECT_EQ(describe(k),
+            "kernel f32 elementwise tanh(scale(cmult)) f32[32,1]\n"
+            "in x0 strided\n"
+            "in x1 gathered\n"
+            "in x2 shared\n"
+            "%0 = load x0\n"
+            "%1 = load x1\n"
+            "%2 = cmult %0 %1\n"
+            "%3 = scale %2 0x3f000000 (0.5)\n"
+            "%4 = load x2\n"
+            "%5 = add %3 %4\n"
+            "%6 = tanh %5\n"
+            "out y0 = %6\n"
+            "out y1 = %2\n");
+  EXPECT_EQ(describe(k), describe(Kernel(k)));
+}
+
+TEST(KernelIr, DifferentKernelsHaveDifferentTexts) {
+  std::vector<Kernel> kernels;
+  for (OperandAccess access : kAccesses)
+    for (int op = 0; op <= int(KernelOp::exp); ++op)
+      if (kernel_op_arity(KernelOp(op)) < 2) kernels.push_back(unary_kernel(KernelOp(op), access, 2.0f));
+  kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, std::nextafter(2.0f, 3.0f)));
+  kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, -0.0f));
+  kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, 0.0f));
+  kernels.push_back(lstm_kernel(true));
+  kernels.push_back(lstm_kernel(false));
+  Kernel swapped = lstm_kernel(true);
+  std::swap(swapped.outputs[0], swapped.outputs[1]);
+  kernels.push_back(swapped);
+  Kernel renamed = lstm_kernel(true);
+  renamed.name = "other signature";
+  kernels.push_back(renamed);
+  std::set<std::string> texts;
+  for (const Kernel& k : kernels) texts.insert(describe(k));
+  EXPECT_EQ(texts.size(), kernels.size());
+}
+
+TEST(KernelIr, VerifyRejectsMalformedKernels) {
+  auto broken = [](auto edit) {
+    Kernel k = lstm_kernel(false);
+    edit(k);
+    return k;
+  };
+  EXPECT_NO_THROW(verify(lstm_kernel(true)));
+  EXPECT_THROW(verify(broken([](Kernel& k) { k.outputs.clear(); })), InternalError);
+  EXPECT_THROW(verify(broken([](Kernel& k) { k.outputs.push_back(ValueId(k.body.size())); })), InternalError);
+  EXPECT_THROW(verify(broken([](Kernel& k) { k.body[2].a = 5; })), InternalError);  // use before def
+  EXPECT_THROW(verify(broken([](Kernel& k) { k.body[0].input = 9; })), InternalError);
+  EXPECT_THROW(verify(broken([](Kernel& k) { k.body[1].b = 0; })), InternalError);  // sigmoid is unary
+  EXPECT_THROW(verify(broken([](Kernel& k) { k.body[1].constant = 1.0f; })), InternalError);
+  EXPECT_THROW(describe(broken([](Kernel& k) { k.body[3].a = -1; })), InternalError);
+}
+
+TEST(LlvmBackend, EveryOpAloneMatchesTheInterpreter) {
+  LlvmBackend backend;
+  uint32_t seed = 1;
+  for (OperandAccess access : kAccesses) {
+    for (KernelOp op : {KernelOp::load, KernelOp::tanh, KernelOp::sigmoid, KernelOp::relu, KernelOp::exp})
+      expect_matches_interpreter(backend, unary_kernel(op, access), seed++);
+    expect_matches_interpreter(backend, unary_kernel(KernelOp::scale, access, -1.75f), seed++);
+    expect_matches_interpreter(backend, unary_kernel(KernelOp::add_const, access, 0.3f), seed++);
+    for (OperandAccess second : kAccesses)
+      for (KernelOp op : {KernelOp::add, KernelOp::sub, KernelOp::cmult}) {
+        Kernel k;
+        k.name = std::string(kernel_op_name(op));
+        k.inputs = {access, second};
+        k.store(k.binary(op, k.load(0), k.load(1)));
+        expect_matches_interpreter(backend, k, seed++, 0.0);  // no rounding differences: exact
+      }
+  }
+}
+
+TEST(LlvmBackend, FusedChainsMatchTheInterpreter) {
+  LlvmBackend backend;
+  {  // relu(1.5 (x0 + x1) - 0.25), and the sum itself
+    Kernel k;
+    k.inputs = {OperandAccess::gathered, OperandAccess::shared};
+    const ValueId sum = k.binary(KernelOp::add, k.load(0), k.load(1));
+    k.store(k.unary(KernelOp::relu, k.with_constant(KernelOp::add_const, k.with_constant(KernelOp::scale, sum, 1.5f), -0.25f)));
+    k.store(sum);
+    expect_matches_interpreter(backend, k, 101, 0.0);
+  }
+  {  // tanh(sigmoid(x0) * x1 - x2)
+    Kernel k;
+    k.inputs = {OperandAccess::strided, OperandAccess::gathered, OperandAccess::strided};
+    const ValueId gated = k.binary(KernelOp::cmult, k.unary(KernelOp::sigmoid, k.load(0)), k.load(1));
+    k.store(k.unary(KernelOp::tanh, k.binary(KernelOp::sub, gated, k.load(2))));
+    expect_matches_interpreter(backend, k, 102);
+  }
+  {  // exp(-x0 / 2) * x1 and x1 - tanh(x1) (a shared operand read twice)
+    Kernel k;
+    k.inputs = {OperandAccess::gathered, OperandAccess::shared};
+    k.store(k.binary(KernelOp::cmult, k.unary(KernelOp::exp, k.with_constant(KernelOp::scale, k.load(0), -0.5f)), k.load(1)));
+    k.store(k.binary(KernelOp::sub, k.load(1), k.unary(KernelOp::tanh, k.load(1))));
+    expect_matches_interpreter(backend, k, 103);
+  }
+  expect_matches_interpreter(backend, lstm_kernel(false), 104);
+  expect_matches_interpreter(backend, lstm_kernel(true), 105);
+}
+
+// The LSTM cell on gates laid out as one affine output per member (i, f, o, g slices of 4H
+// floats: strided with stride 4H + padding) and c_prev gathered, against direct double formulas.
+TEST(LlvmBackend, LstmCellMatchesDirectFormulas) {
+  LlvmBackend backend;
+  const CompiledKernel lstm = backend.compile(lstm_kernel(true));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-5, 5);
+  for (auto [members, hidden] : {std::pair<int64_t, int64_t>{1, 1}, {70, 300}, {13, 37}, {64, 128}, {5, 7}}) {
+    const int64_t stride = 4 * hidden + 3;
+    std::vector<float> gates(size_t(members * stride)), c_prev(size_t(members * hidden));
+    for (float& x : gates) x = value(rng);
+    for (float& x : c_prev) x = value(rng);
+    std::vector<const float*> c_pointers;
+    for (int64_t k = members - 1; k >= 0; --k) c_pointers.push_back(c_prev.data() + k * hidden);  // reversed
+    const KernelInput inputs[] = {{gates.data(), stride, nullptr},
+                                  {gates.data() + hidden, stride, nullptr},
+                                  {gates.data() + 3 * hidden, stride, nullptr},
+                                  {nullptr, 0, c_pointers.data()},
+                                  {gates.data() + 2 * hidden, stride, nullptr}};
+    std::vector<float> c(size_t(members * hidden)), h(size_t(members * hidden));
+    float* outputs[] = {c.data(), h.data()};
+    lstm({members, hidden, inputs, outputs});
+    auto sigmoid = [](double x) { return 1 / (1 + std::exp(-x)); };
+    double worst = 0;
+    for (int64_t k = 0; k < members; ++k)
+      for (int64_t e = 0; e < hidden; ++e) {
+        const float* gate = gates.data() + k * stride + e;
+        const double want_c = sigmoid(gate[0]) * std::tanh(double(gate[3 * hidden])) +
+                              sigmoid(gate[hidden]) * double(c_pointers[size_t(k)][e]);
+        const double want_h = sigmoid(gate[2 * hidden]) * std::tanh(want_c);
+        const size_t at = size_t(k * hidden + e);
+        worst = std::max({worst, std::abs(c[at] - want_c) / std::max(1.0, std::abs(want_c)),
+                          std::abs(h[at] - want_h) / std::max(1.0, std::abs(want_h))});
+      }
+    EXPECT_LE(worst, 1e-6) << "members " << members << ", hidden " << hidden;
+  }
+}
+
+struct Accuracy {
+  double max_relative = 0, max_absolute = 0, worst_x = 0;
+};
+
+// Runs a one-op kernel over `count` evenly spaced points in [low, high] against a double formula.
+Accuracy sweep(LlvmBackend& backend, KernelOp op, double (*reference)(double), float low, float high, int64_t count) {
+  const CompiledKernel compiled = backend.compile(unary_kernel(op, OperandAccess::strided));
+  std::vector<float> x(static_cast<size_t>(count)), y(static_cast<size_t>(count));
+  for (int64_t n = 0; n < count; ++n) x[size_t(n)] = low + float(double(high - low) * double(n) / double(count - 1));
+  const KernelInput input{x.data(), count, nullptr};
+  float* output = y.data();
+  compiled({1, count, &input, &output});
+  Accuracy a;
+  for (int64_t n = 0; n < count; ++n) {
+    const double want = reference(x[size_t(n)]), error = std::abs(double(y[size_t(n)]) - want);
+    const double relative = want == 0 ? (error == 0 ? 0 : INFINITY) : error / std::abs(want);
+    if (relative > a.max_relative) a.worst_x = x[size_t(n)];
+    a.max_relative = std::max(a.max_relative, relative);
+    a.max_absolute = std::max(a.max_absolute, error);
+  }
+  std::printf("%-8s [%g, %g] %lld points: max relative error %.3g (at x = %.9g), max absolute error %.3g\n",
+              std::string(kernel_op_name(op)).c_str(), double(low), double(high), (long long)count, a.max_relative,
+              a.worst_x, a.max_absolute);
+  return a;
+}
+
+double reference_tanh(double x) { return std::tanh(x); }
+double reference_sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+double reference_exp(double x) { return std::exp(x); }
+
+// Criterion: relative error <= 1e-6 against libm in double at every point. It holds everywhere,
+// also near 0 (the odd polynomial) and in saturation (sigmoid ~ 2e-9 at -20 is still relative),
+// so no absolute fallback is needed; the absolute error is also bounded by 1e-7 where |f| <= 1.
+TEST(LlvmBackend, TranscendentalsAreAccurate) {
+  LlvmBackend backend;
+  const Accuracy tanh = sweep(backend, KernelOp::tanh, reference_tanh, -20, 20, 1000000);
+  const Accuracy tanh_near_zero = sweep(backend, KernelOp::tanh, reference_tanh, -1e-3f, 1e-3f, 100001);
+  const Accuracy sigmoid = sweep(backend, KernelOp::sigmoid, reference_sigmoid, -20, 20, 1000000);
+  const Accuracy exp = sweep(backend, KernelOp::exp, reference_exp, -80, 80, 1000000);
+  const Accuracy exp_small = sweep(backend, KernelOp::exp, reference_exp, -1, 1, 1000000);
+  for (const Accuracy& a : {tanh, tanh_near_zero, sigmoid, exp, exp_small}) EXPECT_LE(a.max_relative, 1e-6);
+  for (const Accuracy& a : {tanh, tanh_near_zero, sigmoid}) EXPECT_LE(a.max_absolute, 1e-7);
+}
+
+TEST(LlvmBackend, TranscendentalsAtTheEdges) {
+  LlvmBackend backend;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> x = {0.0f, -0.0f, 1e-30f, -1e-30f, 88.5f, 89.0f, -100.0f, -104.5f, -200.0f, 200.0f, inf, -inf, nan};
+  for (KernelOp op : {KernelOp::tanh, KernelOp::sigmoid, KernelOp::exp}) {
+    const CompiledKernel compiled = backend.compile(unary_kernel(op, OperandAccess::shared));
+    std::vector<float> y(x.size());
+    const KernelInput input{x.data(), 0, nullptr};
+    float* output = y.data();
+    compiled({1, int64_t(x.size()), &input, &output});
+    for (size_t n = 0; n < x.size(); ++n) {
+      const double xd = x[n];
+      const double want = op == KernelOp::tanh ? std::tanh(xd) : op == KernelOp::exp ? std::exp(xd) : reference_sigmoid(xd);
+      const double want_float = double(float(want));  // overflow to inf, underflow to denormals
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(y[n])) << kernel_op_name(op) << "(" << xd << ") = " << y[n];
+      } else if (std::isinf(want_float) || want_float == 0) {
+        EXPECT_EQ(double(y[n]), want_float) << kernel_op_name(op) << "(" << xd << ")";
+      } else {
+        // Denormal results may lose all precision: sigmoid(-100) ~ 4e-44 comes out 0 (exp(100) = inf).
+        const double floor = std::abs(want) < std::numeric_limits<float>::min() ? std::numeric_limits<float>::min() : 0;
+        EXPECT_LE(std::abs(y[n] - want), std::max(1e-6 * std::abs(want), floor)) << kernel_op_name(op) << "(" << xd << ")";
+      }
+    }
+  }
+}
+
+TEST(LlvmBackend, EmptyShapesWriteNothing) {
+  LlvmBackend backend;
+  const CompiledKernel compiled = backend.compile(lstm_kernel(false));
+  std::mt19937 rng(3);
+  Buffers b = make_buffers(lstm_kernel(false), 4, 8, rng);
+  for (auto [members, elements] : {std::pair<int64_t, int64_t>{0, 8}, {4, 0}, {0, 0}}) {
+    b.members = members;
+    b.elements = elements;
+    compiled(b.args());
+    for (const auto& out : b.outputs) EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == kGuard; }));
+  }
+}
+
+TEST(LlvmBackend, SameKernelSameSymbol) {
+  LlvmBackend backend;
+  const Kernel kernel = lstm_kernel(true);
+  const CompiledKernel first = backend.compile(kernel);
+  const CompiledKernel second = backend.compile(lstm_kernel(true));
+  EXPECT_EQ(first.symbol(), second.symbol());
+  EXPECT_EQ(first.function, second.function);
+  EXPECT_EQ(backend.kernels(), 1u);
+  EXPECT_EQ(first.key, kernel_key(describe(kernel), "llvm", host_cpu_name(), llvm_kernel_flags()));
+  EXPECT_EQ(first.symbol(), "edb_kernel_" + first.key.hex());
+  EXPECT_EQ(first.description, describe(kernel));
+  LlvmBackend other;
+  EXPECT_EQ(other.compile(kernel).symbol(), first.symbol());
+  EXPECT_NE(backend.compile(lstm_kernel(false)).symbol(), first.symbol());
+  EXPECT_EQ(backend.kernels(), 2u);
+}
+
+TEST(LlvmBackend, VectorisedWithoutLibmCalls) {
+  LlvmBackend backend({.keep_ir = true, .keep_assembly = true});
+  const CompiledKernel lstm = backend.compile(lstm_kernel(true));
+  std::printf("LSTM cell kernel (5 inputs, 2 outputs) compiled in %.1f ms with IR and assembly\n", lstm.compile_ms);
+  EXPECT_NE(lstm.ir.find("define void @" + lstm.symbol()), std::string::npos);
+  EXPECT_NE(lstm.ir.find(" x float>"), std::string::npos) << "the element loop was not vectorised:\n" << lstm.ir;
+  for (const char* libm : {"@tanhf", "@expf", "@exp(", "@tanh("})
+    EXPECT_EQ(lstm.ir.find(libm), std::string::npos) << libm << " called:\n" << lstm.ir;
+  EXPECT_NE(lstm.assembly.find(lstm.symbol()), std::string::npos);
+  LlvmBackend quiet({.keep_ir = false});
+  const CompiledKernel plain = quiet.compile(lstm_kernel(true));
+  EXPECT_TRUE(plain.ir.empty());
+  EXPECT_TRUE(plain.assembly.empty());
+  std::printf("LSTM cell kernel compiled in %.1f ms without IR text\n", plain.compile_ms);
+}
+
+TEST(LlvmBackend, KernelOutlivesItsBackend) {
+  CompiledKernel kernel;
+  {
+    LlvmBackend backend;
+    kernel = backend.compile(unary_kernel(KernelOp::scale, OperandAccess::strided, 3.0f));
+  }
+  const float x[] = {1, 2, 3};
+  float y[3] = {};
+  const KernelInput input{x, 3, nullptr};
+  float* output = y;
+  kernel({1, 3, &input, &output});
+  EXPECT_EQ(y[0], 3.0f);
+  EXPECT_EQ(y[2], 9.0f);
+}
+
+}  // namespace
+}  // namespace edb::jit
