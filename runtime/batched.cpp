@@ -10,11 +10,26 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "edbatch/errors.h"
+#include "jit/kernel_ir.h"
+#include "jit/llvm_backend.h"
 
 namespace edb::runtime {
+
+// One LLVM backend for the process (its JIT and code are shared by every executor), and per
+// executor the kernels it has used, by a compact key of op, constant and input access modes.
+struct JitKernels {
+  static jit::LlvmBackend& backend() {
+    static jit::LlvmBackend* shared = new jit::LlvmBackend(jit::LlvmBackendOptions{false, false});  // lives as long as its code may run
+    return *shared;
+  }
+  std::unordered_map<std::string, jit::CompiledKernel> by_key;
+};
 
 namespace {
 
@@ -67,6 +82,7 @@ struct BatchContext {
   BatchedExecutor::Scratch& scratch;
   ThreadPool& pool;
   Stats& stats;
+  JitKernels* jit = nullptr;  // set when elementwise batches run compiled kernels
 
   int64_t n() const { return static_cast<int64_t>(members.size()); }
   ir::NodeId arg(size_t member, size_t slot) const { return values.graph.args(members[member])[slot]; }
@@ -289,8 +305,76 @@ void run_lookup(const BatchContext& c) {
   c.stats.kernel_calls += 1;
 }
 
+// An elementwise batch as one compiled kernel: loads (gathered operands through their pointers),
+// the op, one contiguous output. False for the ops the kernel IR does not cover.
+bool run_jit(const BatchContext& c) {
+  const ir::Node& node = c.first;
+  jit::KernelOp op;
+  switch (node.op) {
+    case ir::Op::add: case ir::Op::sum: op = jit::KernelOp::add; break;
+    case ir::Op::sub: op = jit::KernelOp::sub; break;
+    case ir::Op::cmult: op = jit::KernelOp::cmult; break;
+    case ir::Op::scale: op = jit::KernelOp::scale; break;
+    case ir::Op::add_const: op = jit::KernelOp::add_const; break;
+    case ir::Op::tanh: op = jit::KernelOp::tanh; break;
+    case ir::Op::sigmoid: op = jit::KernelOp::sigmoid; break;
+    case ir::Op::relu: op = jit::KernelOp::relu; break;
+    default: return false;
+  }
+  std::vector<Operand> ops;
+  for (size_t slot = 0; slot < node.arg_count; ++slot) ops.push_back(c.operand(slot));
+  std::string key(ir::op_name(node.op));
+  key += ':';
+  jit::Kernel kernel;
+  kernel.name = key;
+  for (const Operand& o : ops) {
+    const jit::OperandAccess access = o.kind == Operand::kShared     ? jit::OperandAccess::shared
+                                      : o.kind == Operand::kStrided ? jit::OperandAccess::strided
+                                                                     : jit::OperandAccess::gathered;
+    kernel.inputs.push_back(access);
+    key += char('0' + int(access));
+  }
+  jit::ValueId value = kernel.load(0);
+  if (jit::kernel_op_has_constant(op)) {
+    value = kernel.with_constant(op, value, node.attrs.constant);
+    key += ':' + std::to_string(std::bit_cast<uint32_t>(node.attrs.constant));
+  } else if (jit::kernel_op_arity(op) == 1) {
+    value = kernel.unary(op, value);
+  } else {
+    for (int32_t i = 1; i < int32_t(ops.size()); ++i) value = kernel.binary(op, value, kernel.load(i));
+  }
+  kernel.store(value);
+  auto [it, inserted] = c.jit->by_key.try_emplace(key);
+  if (inserted) {
+    try {
+      it->second = JitKernels::backend().compile(kernel);
+    } catch (...) {
+      c.jit->by_key.erase(it);
+      throw;
+    }
+    c.stats.kernels_compiled += 1;
+  }
+  const jit::CompiledKernel& compiled = it->second;
+  const int64_t elements = node.shape.size();
+  c.split(c.n(), std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {
+    std::vector<jit::KernelInput> inputs(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Operand& o = ops[i];
+      if (o.kind == Operand::kGathered) inputs[i].pointers = o.pointers + begin;
+      else inputs[i] = {o.base + begin * o.stride, o.stride, nullptr};
+    }
+    float* out = c.out + begin * elements;
+    const jit::KernelArgs args{end - begin, elements, inputs.data(), &out};
+    compiled.function(&args);
+  });
+  for (const Operand& o : ops) c.count_alone(o, 0, c.n());
+  c.stats.kernel_calls += 1;
+  return true;
+}
+
 void run_batch(const BatchContext& c) {
   const ir::Node& node = c.first;
+  if (c.jit && run_jit(c)) return;
   switch (node.op) {
     case ir::Op::input:
     case ir::Op::parameter:
@@ -381,7 +465,10 @@ const float** BatchedExecutor::Scratch::allocate_pointers(size_t count) {
   return reinterpret_cast<const float**>(allocate(count * (sizeof(float*) / sizeof(float))));
 }
 
-BatchedExecutor::BatchedExecutor(int threads) : pool_(threads) {}
+BatchedExecutor::BatchedExecutor(int threads, bool jit)
+    : pool_(threads), jit_(jit), kernels_(jit ? std::make_unique<JitKernels>() : nullptr) {}
+
+BatchedExecutor::~BatchedExecutor() = default;
 
 void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
   for (size_t b = 0; b < schedule.batch_count(); ++b) {
@@ -394,7 +481,7 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
         throw InternalError("batched executor: batch " + std::to_string(b) +
                             "'s outputs are not consecutive in member order (plan contract C1)");
     scratch_.reset();
-    run_batch(BatchContext{values, members, first, values.out(members[0]), scratch_, pool_, stats});
+    run_batch(BatchContext{values, members, first, values.out(members[0]), scratch_, pool_, stats, kernels_.get()});
   }
   stats.batches += static_cast<int64_t>(schedule.batch_count());
 }

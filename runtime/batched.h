@@ -13,10 +13,15 @@
 
 namespace edb::runtime {
 
+struct JitKernels;  // compiled elementwise kernels by description (batched.cpp)
+
+// With `jit`, elementwise batches run kernels compiled by the LLVM backend (jit/llvm_backend.h):
+// gathered operands are read through their pointers inside the kernel's loads; the rest stays Eigen.
 class BatchedExecutor final : public Executor {
  public:
-  explicit BatchedExecutor(int threads);
-  std::string_view name() const override { return "batched"; }
+  explicit BatchedExecutor(int threads, bool jit = false);
+  ~BatchedExecutor() override;
+  std::string_view name() const override { return jit_ ? "jit" : "batched"; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
 
   // Grow-only scratch blocks, reset per batch (pointers stay valid within a batch).
@@ -34,6 +39,8 @@ class BatchedExecutor final : public Executor {
  private:
   ThreadPool pool_;
   Scratch scratch_;
+  bool jit_;
+  std::unique_ptr<JitKernels> kernels_;  // null unless jit
 };
 
 }  // namespace edb::runtime
