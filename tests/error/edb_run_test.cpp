@@ -27,24 +27,10 @@ std::string edb_run_binary() {
   return (self.parent_path() / ".." / "tools" / "edb-run").lexically_normal().string();
 }
 
-struct Outcome {
-  int status = -1;  // exit status, or -1 when the process did not exit normally
-  std::string out, err;
-};
+using Outcome = testing::ProgramRun;
 
 // Runs edb-run with `args` (already shell-quoted where needed), capturing both streams.
-Outcome run_edb(const std::string& args) {
-  TempDir dir;
-  std::string command = "'";  // built by appending: GCC 12 misreports "'" + std::string
-  command += edb_run_binary();
-  command += "' " + args + " >'" + dir.file("out") + "' 2>'" + dir.file("err") + "' </dev/null";
-  const int raw = std::system(command.c_str());
-  Outcome o;
-  if (raw != -1 && WIFEXITED(raw)) o.status = WEXITSTATUS(raw);
-  o.out = read_file(dir.file("out"));
-  o.err = read_file(dir.file("err"));
-  return o;
-}
+Outcome run_edb(const std::string& args) { return testing::run_program(edb_run_binary(), args); }
 
 // A failing run: non-zero status, nothing on stdout, exactly one line on stderr; returns it.
 std::string one_error_line(const std::string& args) {

@@ -1,6 +1,8 @@
 // Shared test helpers.
 #include "tests/support/test_support.h"
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -49,6 +51,19 @@ std::string read_file(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+ProgramRun run_program(const std::string& binary, const std::string& args) {
+  TempDir scratch;
+  std::string command = "'";  // built by appending: GCC 12 misreports "'" + std::string
+  command += binary;
+  command += "' " + args + " >'" + scratch.file("out") + "' 2>'" + scratch.file("err") + "' </dev/null";
+  const int raw = std::system(command.c_str());
+  ProgramRun run;
+  if (raw != -1 && WIFEXITED(raw)) run.status = WEXITSTATUS(raw);
+  run.out = read_file(scratch.file("out"));
+  run.err = read_file(scratch.file("err"));
+  return run;
 }
 
 }  // namespace edb::testing

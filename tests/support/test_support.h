@@ -39,4 +39,13 @@ std::string usage_error(F&& f) {
 void write_file(const std::string& path, const std::string& contents);
 std::string read_file(const std::string& path);
 
+// What a program printed and how it ended.
+struct ProgramRun {
+  int status = -1;  // exit status, or -1 when the process did not exit normally
+  std::string out, err;
+};
+// Runs `binary args` (args already shell-quoted where needed) with an empty stdin, capturing both
+// streams.
+ProgramRun run_program(const std::string& binary, const std::string& args);
+
 }  // namespace edb::testing

@@ -428,23 +428,9 @@ std::string edb_cache_binary() {
   return (self.parent_path() / ".." / "tools" / "edb-cache").lexically_normal().string();
 }
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
+using Outcome = testing::ProgramRun;
 
-Outcome run_tool(const std::string& args) {
-  TempDir scratch;
-  std::string command = "'";
-  command += edb_cache_binary();
-  command += "' " + args + " >'" + scratch.file("out") + "' 2>'" + scratch.file("err") + "' </dev/null";
-  const int raw = std::system(command.c_str());
-  Outcome o;
-  if (raw != -1 && WIFEXITED(raw)) o.status = WEXITSTATUS(raw);
-  o.out = read_file(scratch.file("out"));
-  o.err = read_file(scratch.file("err"));
-  return o;
-}
+Outcome run_tool(const std::string& args) { return testing::run_program(edb_cache_binary(), args); }
 
 TEST(EdbCacheTool, CommandsOnARealDirectory) {
   if (!fs::exists(edb_cache_binary())) GTEST_SKIP() << "edb-cache not built at " << edb_cache_binary();
