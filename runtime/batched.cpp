@@ -39,6 +39,7 @@ using StridedConst = Eigen::Map<const Eigen::MatrixXf, 0, Eigen::OuterStride<>>;
 
 constexpr int64_t kMinRowsPerTask = 64;           // GEMM row blocks worth a thread hand-off
 constexpr int64_t kMinElementsPerTask = 1 << 15;  // elementwise ranges worth a thread hand-off
+constexpr size_t kMaxJitInputs = 8;               // wider sums run on Eigen
 
 struct Operand {
   enum Kind { kShared, kStrided, kGathered };
@@ -321,19 +322,18 @@ bool run_jit(const BatchContext& c) {
     case ir::Op::relu: op = jit::KernelOp::relu; break;
     default: return false;
   }
+  // Wide sums (a trace's losses) stay with Eigen: each arity would be a kernel of its own.
+  if (node.arg_count > kMaxJitInputs) return false;
   std::vector<Operand> ops;
   for (size_t slot = 0; slot < node.arg_count; ++slot) ops.push_back(c.operand(slot));
+  // Every input is read through per-member pointers (the members loop loads them once per member),
+  // so one kernel serves every mix of shared, strided and gathered operands: a kernel per op,
+  // arity and constant, compiled once per process.
   std::string key(ir::op_name(node.op));
-  key += ':';
+  key += '/' + std::to_string(ops.size());
   jit::Kernel kernel;
   kernel.name = key;
-  for (const Operand& o : ops) {
-    const jit::OperandAccess access = o.kind == Operand::kShared     ? jit::OperandAccess::shared
-                                      : o.kind == Operand::kStrided ? jit::OperandAccess::strided
-                                                                     : jit::OperandAccess::gathered;
-    kernel.inputs.push_back(access);
-    key += char('0' + int(access));
-  }
+  kernel.inputs.assign(ops.size(), jit::OperandAccess::gathered);
   jit::ValueId value = kernel.load(0);
   if (jit::kernel_op_has_constant(op)) {
     value = kernel.with_constant(op, value, node.attrs.constant);
@@ -353,16 +353,23 @@ bool run_jit(const BatchContext& c) {
       throw;
     }
     c.stats.kernels_compiled += 1;
+    c.stats.time.compile_ms += it->second.compile_ms;
   }
   const jit::CompiledKernel& compiled = it->second;
   const int64_t elements = node.shape.size();
+  std::vector<const float* const*> pointers(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == Operand::kGathered) {
+      pointers[i] = ops[i].pointers;
+      continue;
+    }
+    const float** own = c.scratch.allocate_pointers(size_t(c.n()));
+    for (int64_t k = 0; k < c.n(); ++k) own[k] = ops[i].member(k);
+    pointers[i] = own;
+  }
   c.split(c.n(), std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {
     std::vector<jit::KernelInput> inputs(ops.size());
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const Operand& o = ops[i];
-      if (o.kind == Operand::kGathered) inputs[i].pointers = o.pointers + begin;
-      else inputs[i] = {o.base + begin * o.stride, o.stride, nullptr};
-    }
+    for (size_t i = 0; i < ops.size(); ++i) inputs[i].pointers = pointers[i] + begin;
     float* out = c.out + begin * elements;
     const jit::KernelArgs args{end - begin, elements, inputs.data(), &out};
     compiled.function(&args);
