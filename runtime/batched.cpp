@@ -40,6 +40,7 @@ using StridedConst = Eigen::Map<const Eigen::MatrixXf, 0, Eigen::OuterStride<>>;
 constexpr int64_t kMinRowsPerTask = 64;           // GEMM row blocks worth a thread hand-off
 constexpr int64_t kMinElementsPerTask = 1 << 15;  // elementwise ranges worth a thread hand-off
 constexpr size_t kMaxJitInputs = 8;               // wider sums run on Eigen
+constexpr size_t kMaxFused = 16;                  // batches in one fused kernel, at most
 
 struct Operand {
   enum Kind { kShared, kStrided, kGathered };
@@ -306,11 +307,9 @@ void run_lookup(const BatchContext& c) {
   c.stats.kernel_calls += 1;
 }
 
-// An elementwise batch as one compiled kernel: loads (gathered operands through their pointers),
-// the op, one contiguous output. False for the ops the kernel IR does not cover.
-bool run_jit(const BatchContext& c) {
-  const ir::Node& node = c.first;
-  jit::KernelOp op;
+// The kernel op of an elementwise batch the JIT runs; false for others (and for wide sums, a
+// trace's losses, where each arity would be a kernel of its own).
+bool jit_op_of(const ir::Node& node, jit::KernelOp& op) {
   switch (node.op) {
     case ir::Op::add: case ir::Op::sum: op = jit::KernelOp::add; break;
     case ir::Op::sub: op = jit::KernelOp::sub; break;
@@ -322,66 +321,129 @@ bool run_jit(const BatchContext& c) {
     case ir::Op::relu: op = jit::KernelOp::relu; break;
     default: return false;
   }
-  // Wide sums (a trace's losses) stay with Eigen: each arity would be a kernel of its own.
-  if (node.arg_count > kMaxJitInputs) return false;
-  std::vector<Operand> ops;
-  for (size_t slot = 0; slot < node.arg_count; ++slot) ops.push_back(c.operand(slot));
-  // Every input is read through per-member pointers (the members loop loads them once per member),
-  // so one kernel serves every mix of shared, strided and gathered operands: a kernel per op,
-  // arity and constant, compiled once per process.
-  std::string key(ir::op_name(node.op));
-  key += '/' + std::to_string(ops.size());
+  return node.arg_count <= kMaxJitInputs;
+}
+
+// Consecutive elementwise batches (one or more, same members count and output size) as one
+// compiled kernel over the members: an operand that is an earlier batch's output for the same
+// member is that value in a register, every other operand is loaded through per-member pointers
+// (one kernel then serves every mix of shared, strided and gathered operands), and every batch's
+// output is stored. The kernel is keyed by the group's structure and compiled once per process.
+// Precondition: fusable_end() accepted the group.
+void run_jit_group(std::span<const BatchContext> group) {
+  const BatchContext& lead = group[0];
+  const int64_t n = lead.n(), elements = lead.first.shape.size();
   jit::Kernel kernel;
-  kernel.name = key;
-  kernel.inputs.assign(ops.size(), jit::OperandAccess::gathered);
-  jit::ValueId value = kernel.load(0);
-  if (jit::kernel_op_has_constant(op)) {
-    value = kernel.with_constant(op, value, node.attrs.constant);
-    key += ':' + std::to_string(std::bit_cast<uint32_t>(node.attrs.constant));
-  } else if (jit::kernel_op_arity(op) == 1) {
-    value = kernel.unary(op, value);
-  } else {
-    for (int32_t i = 1; i < int32_t(ops.size()); ++i) value = kernel.binary(op, value, kernel.load(i));
+  std::string key;
+  std::vector<const float* const*> pointers;
+  std::vector<jit::ValueId> value_of;
+  for (const BatchContext& c : group) {
+    jit::KernelOp op;
+    jit_op_of(c.first, op);
+    key += std::string(ir::op_name(c.first.op)) + '/' + std::to_string(c.first.arg_count) + '(';
+    std::vector<jit::ValueId> args;
+    for (size_t slot = 0; slot < c.first.arg_count; ++slot) {
+      const float* p = c.values.in(c.arg(0, slot));
+      size_t from = 0;
+      while (from < value_of.size() && (p < group[from].out || p >= group[from].out + n * elements)) ++from;
+      if (from < value_of.size()) {  // an earlier batch's output, member for member
+        args.push_back(value_of[from]);
+        key += 'v' + std::to_string(from) + ' ';
+        continue;
+      }
+      const Operand o = c.operand(slot);
+      c.count_alone(o, 0, n);
+      if (o.kind == Operand::kGathered) {
+        pointers.push_back(o.pointers);
+      } else {
+        const float** own = c.scratch.allocate_pointers(size_t(n));
+        for (int64_t k = 0; k < n; ++k) own[k] = o.member(k);
+        pointers.push_back(own);
+      }
+      kernel.inputs.push_back(jit::OperandAccess::gathered);
+      args.push_back(kernel.load(int32_t(kernel.inputs.size() - 1)));
+      key += "in ";
+    }
+    jit::ValueId value = args[0];
+    if (jit::kernel_op_has_constant(op)) {
+      value = kernel.with_constant(op, value, c.first.attrs.constant);
+      key += std::to_string(std::bit_cast<uint32_t>(c.first.attrs.constant));
+    } else if (jit::kernel_op_arity(op) == 1) {
+      value = kernel.unary(op, value);
+    } else {
+      for (size_t i = 1; i < args.size(); ++i) value = kernel.binary(op, value, args[i]);
+    }
+    key += ");";
+    value_of.push_back(value);
+    kernel.store(value);
   }
-  kernel.store(value);
-  auto [it, inserted] = c.jit->by_key.try_emplace(key);
+  kernel.name = group.size() == 1 ? std::string(ir::op_name(lead.first.op)) : "fused " + std::to_string(group.size());
+  auto [it, inserted] = lead.jit->by_key.try_emplace(key);
   if (inserted) {
     try {
       it->second = JitKernels::backend().compile(kernel);
     } catch (...) {
-      c.jit->by_key.erase(it);
+      lead.jit->by_key.erase(it);
       throw;
     }
-    c.stats.kernels_compiled += 1;
-    c.stats.time.compile_ms += it->second.compile_ms;
+    lead.stats.kernels_compiled += 1;
+    lead.stats.time.compile_ms += it->second.compile_ms;
   }
   const jit::CompiledKernel& compiled = it->second;
-  const int64_t elements = node.shape.size();
-  std::vector<const float* const*> pointers(ops.size());
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].kind == Operand::kGathered) {
-      pointers[i] = ops[i].pointers;
-      continue;
-    }
-    const float** own = c.scratch.allocate_pointers(size_t(c.n()));
-    for (int64_t k = 0; k < c.n(); ++k) own[k] = ops[i].member(k);
-    pointers[i] = own;
-  }
-  c.split(c.n(), std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {
-    std::vector<jit::KernelInput> inputs(ops.size());
-    for (size_t i = 0; i < ops.size(); ++i) inputs[i].pointers = pointers[i] + begin;
-    float* out = c.out + begin * elements;
-    const jit::KernelArgs args{end - begin, elements, inputs.data(), &out};
+  lead.split(n, std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {
+    std::vector<jit::KernelInput> inputs(pointers.size());
+    for (size_t i = 0; i < pointers.size(); ++i) inputs[i].pointers = pointers[i] + begin;
+    std::vector<float*> outputs;
+    for (const BatchContext& c : group) outputs.push_back(c.out + begin * elements);
+    const jit::KernelArgs args{end - begin, elements, inputs.data(), outputs.data()};
     compiled.function(&args);
   });
-  for (const Operand& o : ops) c.count_alone(o, 0, c.n());
-  c.stats.kernel_calls += 1;
-  return true;
+  lead.stats.kernel_calls += 1;
+}
+
+// Where the group of JIT batches starting at `b` ends: the next batch joins while it is an
+// elementwise batch with as many members and the same output size, and every operand it reads
+// from the group's outputs is the output of its own member (members run one after another).
+size_t fusable_end(const scheduler::Schedule& schedule, const Values& values, size_t b) {
+  const auto lead = schedule.batch(b);
+  const ir::Node& first = values.graph.node(lead[0]);
+  jit::KernelOp op;
+  if (!jit_op_of(first, op)) return b;
+  const int64_t n = int64_t(lead.size()), elements = first.shape.size();
+  std::vector<const float*> outs{values.in(lead[0])};
+  size_t end = b + 1;
+  for (; end < schedule.batch_count() && end - b < kMaxFused; ++end) {
+    const auto members = schedule.batch(end);
+    const ir::Node& node = values.graph.node(members[0]);
+    if (int64_t(members.size()) != n || values.plan.is_view(members[0]) || !jit_op_of(node, op) ||
+        node.shape.size() != elements)
+      break;
+    // Per slot: no member reads a group output (a plain input), or every member reads its own
+    // member's output of one batch (a register). Anything else would read what the kernel has not
+    // stored yet, and would break the kernel's rule that outputs alias no input.
+    bool aligned = true;
+    for (size_t slot = 0; slot < node.arg_count && aligned; ++slot) {
+      int64_t inside = 0;
+      size_t region = outs.size();
+      for (int64_t k = 0; k < n && aligned; ++k) {
+        const float* p = values.in(values.graph.args(members[size_t(k)])[slot]);
+        for (size_t r = 0; r < outs.size(); ++r) {
+          if (p < outs[r] || p >= outs[r] + n * elements) continue;
+          aligned = p == outs[r] + k * elements && (region == outs.size() || region == r);
+          region = r;
+          ++inside;
+        }
+      }
+      aligned = aligned && (inside == 0 || inside == n);
+    }
+    if (!aligned) break;
+    outs.push_back(values.in(members[0]));
+  }
+  return end;
 }
 
 void run_batch(const BatchContext& c) {
   const ir::Node& node = c.first;
-  if (c.jit && run_jit(c)) return;
   switch (node.op) {
     case ir::Op::input:
     case ir::Op::parameter:
@@ -478,17 +540,29 @@ BatchedExecutor::BatchedExecutor(int threads, bool jit)
 BatchedExecutor::~BatchedExecutor() = default;
 
 void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
+  std::vector<BatchContext> group;
   for (size_t b = 0; b < schedule.batch_count(); ++b) {
-    const std::span<const ir::NodeId> members = schedule.batch(b);
-    const ir::Node& first = values.graph.node(members[0]);
-    if (values.plan.is_view(members[0])) continue;  // the planner made the whole batch a view
-    const int64_t size = first.shape.size();
-    for (size_t k = 1; k < members.size(); ++k)
-      if (values.plan.offset[members[k]] != values.plan.offset[members[0]] + int64_t(k) * size)
-        throw InternalError("batched executor: batch " + std::to_string(b) +
-                            "'s outputs are not consecutive in member order (plan contract C1)");
+    if (values.plan.is_view(schedule.batch(b)[0])) continue;  // the planner made the whole batch a view
+    // With the JIT, a run of elementwise batches goes as one kernel.
+    const size_t end = jit_ ? fusable_end(schedule, values, b) : b;
     scratch_.reset();
-    run_batch(BatchContext{values, members, first, values.out(members[0]), scratch_, pool_, stats, kernels_.get()});
+    group.clear();
+    for (size_t g = b; g < std::max(end, b + 1); ++g) {
+      const std::span<const ir::NodeId> members = schedule.batch(g);
+      const ir::Node& first = values.graph.node(members[0]);
+      const int64_t size = first.shape.size();
+      for (size_t k = 1; k < members.size(); ++k)
+        if (values.plan.offset[members[k]] != values.plan.offset[members[0]] + int64_t(k) * size)
+          throw InternalError("batched executor: batch " + std::to_string(g) +
+                              "'s outputs are not consecutive in member order (plan contract C1)");
+      group.push_back(BatchContext{values, members, first, values.out(members[0]), scratch_, pool_, stats, kernels_.get()});
+    }
+    if (end > b) {
+      run_jit_group(group);
+      b = end - 1;
+    } else {
+      run_batch(group[0]);
+    }
   }
   stats.batches += static_cast<int64_t>(schedule.batch_count());
 }

@@ -16,7 +16,8 @@ namespace edb::runtime {
 struct JitKernels;  // compiled elementwise kernels by description (batched.cpp)
 
 // With `jit`, elementwise batches run kernels compiled by the LLVM backend (jit/llvm_backend.h):
-// gathered operands are read through their pointers inside the kernel's loads; the rest stays Eigen.
+// operands are read through per-member pointers inside the kernel's loads, and consecutive
+// elementwise batches over the same members fuse into one kernel; the rest stays Eigen.
 class BatchedExecutor final : public Executor {
  public:
   explicit BatchedExecutor(int threads, bool jit = false);
