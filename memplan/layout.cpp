@@ -110,14 +110,16 @@ struct Tree {
   std::span<int> children(int node) { return {kids.data() + first_kid[size_t(node)], size_t(kid_count[size_t(node)])}; }
 };
 
-Tree copy_tree(const PqTree& pq) {
-  Tree t;
+// Into `t`, reusing its arrays.
+void copy_tree(const PqTree& pq, Tree& t) {
+  t.kids.clear();
+  t.root = -1;
   t.leaves = pq.leaves();
   t.is_q.assign(size_t(t.leaves), 0);
   t.first_kid.assign(size_t(t.leaves), 0);
   t.kid_count.assign(size_t(t.leaves), 0);
   t.parent.assign(size_t(t.leaves), -1);
-  if (pq.root() < 0) return t;
+  if (pq.root() < 0) return;
   auto add = [&](int pq_node, int parent) {
     if (pq.kind(pq_node) == PqTree::Kind::leaf) {
       t.parent[size_t(pq_node)] = parent;
@@ -144,15 +146,50 @@ Tree copy_tree(const PqTree& pq) {
       t.kids.push_back(mine);
     }
   }
-  return t;
 }
+
+// Per batch, its largest operand read from buffers of this schedule (any places, repeats
+// allowed): the member order to follow when no operand set was kept.
+struct FallbackLead {
+  int64_t bytes = 0;
+  std::vector<Location> at;
+};
+
+}  // namespace
+
+// The planner's arrays and PQ tree, kept from one plan to the next so that planning a trace
+// reuses memory already touched instead of faulting in fresh pages.
+struct LayoutPlanner::Workspace {
+  std::vector<uint8_t> scheduled, view_batch;
+  std::vector<int> buffer_of;
+  std::vector<ir::NodeId> buffer_node;
+  std::vector<uint32_t> buffer_batch;
+  std::vector<OperandSet> sets;
+  std::vector<FallbackLead> fallback_lead;
+  std::unique_ptr<PqTree> pq;
+  Tree tree;
+  std::vector<int64_t> position, subtree_key;
+  std::vector<int> nodes, stack;
+  std::vector<int64_t> source_at;
+};
+
+namespace {
 
 class Planner {
  public:
   static constexpr size_t kMaxLeads = 3;  // kept operand sets tried as a batch's lead
 
-  Planner(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats& stats)
-      : graph_(graph), schedule_(schedule), plan_(plan), stats_(stats) {}
+  Planner(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats& stats,
+          LayoutPlanner::Workspace& ws)
+      : graph_(graph), schedule_(schedule), plan_(plan), stats_(stats), scheduled_(ws.scheduled),
+        view_batch_(ws.view_batch), buffer_of_(ws.buffer_of), buffer_node_(ws.buffer_node),
+        buffer_batch_(ws.buffer_batch), sets_(ws.sets), fallback_lead_(ws.fallback_lead), pq_(ws.pq),
+        tree_(ws.tree), position_(ws.position), subtree_key_(ws.subtree_key), nodes_(ws.nodes), stack_(ws.stack),
+        source_at_(ws.source_at) {
+    buffer_node_.clear();
+    buffer_batch_.clear();
+    sets_.clear();
+  }
 
   void run() {
     number_buffers();
@@ -249,7 +286,8 @@ class Planner {
 
   // C1 for every batch (disjoint sets: always kept), then C2 by bytes, largest first.
   void reduce() {
-    pq_ = std::make_unique<PqTree>(int(buffer_node_.size()));
+    if (pq_) pq_->reset(int(buffer_node_.size()));
+    else pq_ = std::make_unique<PqTree>(int(buffer_node_.size()));
     std::vector<int> set;
     for (size_t b = 0; b < schedule_.batch_count(); ++b) {
       if (view_batch_[b] || schedule_.batch(b).size() < 2) continue;
@@ -324,7 +362,7 @@ class Planner {
   void order() {
     const size_t count = buffer_node_.size();
     position_.assign(count, 0);
-    tree_ = copy_tree(*pq_);
+    copy_tree(*pq_, tree_);
     pq_.reset();
     if (tree_.root < 0) return;
     subtree_key_.assign(tree_.is_q.size(), 0);
@@ -439,35 +477,39 @@ class Planner {
   scheduler::Schedule& schedule_;
   Plan& plan_;
   LayoutStats& stats_;
-  std::vector<uint8_t> scheduled_, view_batch_;
-  std::vector<int> buffer_of_;          // per node: its buffer, -1 for views, leaves, earlier nodes
-  std::vector<ir::NodeId> buffer_node_;
-  std::vector<uint32_t> buffer_batch_;
-  std::vector<OperandSet> sets_;
-  // Per batch, its largest operand read from buffers of this schedule (any places, repeats
-  // allowed): the member order to follow when no operand set was kept.
-  struct FallbackLead {
-    int64_t bytes = 0;
-    std::vector<Location> at;
-  };
-  std::vector<FallbackLead> fallback_lead_;
-  std::unique_ptr<PqTree> pq_;
-  Tree tree_;
-  std::vector<int64_t> position_, subtree_key_;
-  std::vector<int> nodes_, stack_;
-  std::vector<int64_t> source_at_;
+  std::vector<uint8_t>& scheduled_;
+  std::vector<uint8_t>& view_batch_;
+  std::vector<int>& buffer_of_;          // per node: its buffer, -1 for views, leaves, earlier nodes
+  std::vector<ir::NodeId>& buffer_node_;
+  std::vector<uint32_t>& buffer_batch_;
+  std::vector<OperandSet>& sets_;
+  std::vector<FallbackLead>& fallback_lead_;
+  std::unique_ptr<PqTree>& pq_;
+  Tree& tree_;
+  std::vector<int64_t>& position_;
+  std::vector<int64_t>& subtree_key_;
+  std::vector<int>& nodes_;
+  std::vector<int>& stack_;
+  std::vector<int64_t>& source_at_;
 };
 
 }  // namespace
 
+LayoutPlanner::LayoutPlanner() : workspace_(std::make_unique<Workspace>()) {}
+LayoutPlanner::~LayoutPlanner() = default;
+
 void plan_layout(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats* stats) {
+  LayoutPlanner().plan(graph, schedule, plan, stats);
+}
+
+void LayoutPlanner::plan(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats* stats) {
   const auto start = std::chrono::steady_clock::now();
   LayoutStats own;
   LayoutStats& out = stats ? *stats : own;
   out = LayoutStats{};
   const std::vector<ir::NodeId> schedule_order = schedule.nodes;
   const int64_t arena_start = plan.arena_floats;
-  Planner planner(graph, schedule, plan, out);
+  Planner planner(graph, schedule, plan, out, *workspace_);
   planner.run();
   const OperandModes modes = operand_modes(graph, schedule, plan);
   out.bytes_gathered = modes.bytes_gathered;

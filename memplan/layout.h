@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -32,6 +33,18 @@ struct LayoutStats {
 // gathered). Each batch's members follow one operand (the kept set that lines up the most bytes).
 // When the result would not gather fewer bytes than plan_batch_order's, that plan is returned.
 void plan_layout(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats* stats = nullptr);
+
+// The same planner keeping its arrays and PQ tree between plans (the driver plans every trace).
+class LayoutPlanner {
+ public:
+  LayoutPlanner();
+  ~LayoutPlanner();
+  void plan(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats* stats = nullptr);
+  struct Workspace;
+
+ private:
+  std::unique_ptr<Workspace> workspace_;
+};
 
 // How the batched executor reads one operand slot of a batch (runtime/batched.cpp's rule):
 // contiguous (member k at base + k * stride, one member alone included), shared (one pointer for

@@ -21,8 +21,20 @@ constexpr int32_t free_head_slot = -3;
 
 }  // namespace
 
-PqTree::PqTree(int leaves) : leaves_(leaves) {
+PqTree::PqTree(int leaves) { reset(leaves); }
+
+void PqTree::reset(int leaves) {
   if (leaves < 0) throw UsageError("PqTree: expected a leaf count >= 0, got " + std::to_string(leaves));
+  leaves_ = leaves;
+  root_ = -1;
+  free_head_ = -1;
+  pseudo_ = -1;
+  fields_.clear();
+  scratch_.clear();
+  undo_.clear();
+  pertinent_.clear();
+  queue_.clear();
+  processed_.clear();
   // At most 2n nodes are alive (n leaves, n - 1 inner nodes, the pseudonode) plus the few a template
   // allocates before it frees; reserving keeps the arrays (and the log, which grows with every
   // reduction) from being copied as they grow.

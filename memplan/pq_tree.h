@@ -21,6 +21,9 @@ class PqTree {
 
   // One P-node over all the leaves: every order is allowed. Throws edb::UsageError if leaves < 0.
   explicit PqTree(int leaves);
+  // Starts over as one P-node over `leaves` leaves with an empty undo log, keeping the arrays'
+  // memory (a planner that builds a tree per trace then touches no fresh pages).
+  void reset(int leaves);
 
   int leaves() const { return leaves_; }
 

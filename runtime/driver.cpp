@@ -217,7 +217,7 @@ void Driver::submit(TraceData& trace) {
 
   start = Clock::now();
   const int64_t live = trace.plan.arena_floats;  // values of earlier evaluations of this trace
-  if (options_.memplan) memplan::plan_layout(trace.graph, trace.schedule, trace.plan);
+  if (options_.memplan) layout_planner_.plan(trace.graph, trace.schedule, trace.plan);
   else memplan::plan_batch_order(trace.graph, trace.schedule, trace.plan);
   trace.arena.reserve(size_t(trace.plan.arena_floats), size_t(live));
   stats_.time.plan_ms += elapsed_ms(start);

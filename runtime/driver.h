@@ -16,6 +16,7 @@
 #include "edbatch/edbatch.h"
 #include "ir/ir.h"
 #include "ir/signature.h"
+#include "memplan/layout.h"
 #include "memplan/plan.h"
 #include "runtime/arena.h"
 #include "runtime/executor.h"
@@ -97,6 +98,7 @@ class Driver {
   std::unique_ptr<ExecutionQueue> queue_;  // null: execute on the caller's thread
   DumpFlags dump_;
   scheduler::Analysis analysis_;
+  memplan::LayoutPlanner layout_planner_;
   Stats stats_;
 };
 
