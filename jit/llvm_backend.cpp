@@ -1,6 +1,8 @@
 // Kernel IR -> LLVM IR -> O3 -> native code through ORC LLJIT, for the host CPU. The element loop
 // sits in an always-inlined function whose pointers are noalias, so after inlining the vectoriser
 // needs no runtime alias checks; tanh, sigmoid and exp are branch-free polynomials it can widen.
+// The backend emits the object file itself and links that, so the bytes can be cached and a
+// cached object linked later without LLVM's optimiser or code generator.
 #include "jit/llvm_backend.h"
 
 #include <chrono>
@@ -9,14 +11,15 @@
 #include <mutex>
 
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/Core.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -40,8 +43,8 @@ static_assert(offsetof(KernelArgs, members) == 0 && offsetof(KernelArgs, element
 static_assert(sizeof(KernelInput) == 24 && offsetof(KernelInput, base) == 0 &&
               offsetof(KernelInput, stride) == 8 && offsetof(KernelInput, pointers) == 16);
 
-[[noreturn]] void fail(const std::string& what, llvm::Error error) {
-  throw InternalError("LlvmBackend::compile: " + what + ": " + llvm::toString(std::move(error)));
+[[noreturn]] void fail(const std::string& what, llvm::Error error, const char* where = "LlvmBackend::compile") {
+  throw InternalError(std::string(where) + ": " + what + ": " + llvm::toString(std::move(error)));
 }
 
 template <typename T>
@@ -287,6 +290,32 @@ std::string assembly_of(const llvm::Module& module, llvm::TargetMachine& machine
   return std::string(text.str());
 }
 
+// The relocatable object file of an optimised module (code generation changes the module).
+std::string object_of(llvm::Module& module, llvm::TargetMachine& machine) {
+  llvm::SmallVector<char, 0> bytes;
+  llvm::raw_svector_ostream out(bytes);
+  llvm::legacy::PassManager passes;
+  if (machine.addPassesToEmitFile(passes, out, nullptr, llvm::CodeGenFileType::ObjectFile))
+    throw InternalError("LlvmBackend::compile: the target machine cannot emit object files");
+  passes.run(module);
+  return std::string(bytes.data(), bytes.size());
+}
+
+// Links `object` into the JIT under its own resource tracker and returns `symbol`'s address; on
+// failure the tracker is removed (so a later definition of the symbol does not clash) and throws.
+KernelFunction link(llvm::orc::LLJIT& jit, const std::string& object, const std::string& symbol, const char* where) {
+  llvm::orc::ResourceTrackerSP tracker = jit.getMainJITDylib().createResourceTracker();
+  auto undo = [&](const std::string& what, llvm::Error error) {
+    llvm::consumeError(tracker->remove());
+    fail(what, std::move(error), where);
+  };
+  if (llvm::Error error = jit.addObjectFile(tracker, llvm::MemoryBuffer::getMemBufferCopy(object, symbol)))
+    undo("cannot add the object of " + symbol, std::move(error));
+  llvm::Expected<llvm::orc::ExecutorAddr> address = jit.lookup(symbol);
+  if (!address) undo("cannot link " + symbol, address.takeError());
+  return address->toPtr<KernelFunction>();
+}
+
 }  // namespace
 
 std::string llvm_kernel_flags() { return std::string(kCodeVersion) + " O3 " + host_cpu_features(); }
@@ -294,7 +323,7 @@ std::string llvm_kernel_flags() { return std::string(kCodeVersion) + " O3 " + ho
 struct LlvmBackend::State {
   std::mutex mutex;
   std::unique_ptr<llvm::orc::LLJIT> jit;
-  std::unique_ptr<llvm::TargetMachine> machine;  // the optimiser's cost model and the assembly printer
+  std::unique_ptr<llvm::TargetMachine> machine;  // the optimiser's cost model and the code generator
   std::string target, flags;
   std::map<KernelKey, CompiledKernel> compiled;  // without keep_alive, which would hold State itself
 };
@@ -344,12 +373,39 @@ CompiledKernel LlvmBackend::compile(const Kernel& kernel) {
     module->print(ir, nullptr);
   }
   if (options_.keep_assembly) result.assembly = assembly_of(*module, *state_->machine);
-
-  if (llvm::Error error = state_->jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
-    fail("cannot add " + symbol, std::move(error));
-  llvm::orc::ExecutorAddr address = take(state_->jit->lookup(symbol), "cannot link " + symbol);
-  result.function = address.toPtr<KernelFunction>();
+  result.object = object_of(*module, *state_->machine);
+  result.function = link(*state_->jit, result.object, symbol, "LlvmBackend::compile");
   result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  state_->compiled.emplace(result.key, result);
+  result.keep_alive = state_;
+  return result;
+}
+
+CompiledKernel LlvmBackend::load(const KernelEntry& entry) {
+  if (entry.backend != "llvm" || entry.target != state_->target || entry.flags != state_->flags)
+    throw InternalError("LlvmBackend::load: entry " + entry.key.hex() + " is for " + entry.backend + " on " +
+                        entry.target + " (" + entry.flags + "), not llvm on " + state_->target + " (" +
+                        state_->flags + ")");
+  if (entry.description.empty() || kernel_key(entry.description, "llvm", entry.target, entry.flags) != entry.key)
+    throw InternalError("LlvmBackend::load: entry " + entry.key.hex() + " does not match its key");
+  const std::string symbol = entry.key.symbol();
+
+  std::lock_guard lock(state_->mutex);
+  CompiledKernel result;
+  if (auto found = state_->compiled.find(entry.key); found != state_->compiled.end()) {
+    result = found->second;
+    result.keep_alive = state_;
+    return result;
+  }
+  result.key = entry.key;
+  result.description = entry.description;
+  result.target = entry.target;
+  result.flags = entry.flags;
+  if (options_.keep_ir) result.ir = entry.ir;
+  if (options_.keep_assembly) result.assembly = entry.assembly;
+  result.object = entry.object;
+  result.compile_ms = entry.compile_ms;
+  result.function = link(*state_->jit, result.object, symbol, "LlvmBackend::load");
   state_->compiled.emplace(result.key, result);
   result.keep_alive = state_;
   return result;

@@ -1,6 +1,7 @@
 // The LLVM backend: a kernel IR kernel compiled to native code for the host CPU with ORC LLJIT at
 // O3, its element loop vectorised, tanh / sigmoid / exp inlined as polynomials (no libm calls).
-// No LLVM types here; caching compiled objects on disk and calling kernels per batch come later.
+// The object code of each kernel is kept, so a KernelCache can store it and a later process load it
+// without optimising or generating code again (jit/cached_compiler.h). No LLVM types here.
 #pragma once
 
 #include <memory>
@@ -23,7 +24,9 @@ struct CompiledKernel {
   std::string flags;        // llvm_kernel_flags()
   std::string ir;           // optimised LLVM IR text (when LlvmBackendOptions::keep_ir)
   std::string assembly;     // assembly text (when LlvmBackendOptions::keep_assembly)
-  double compile_ms = 0;    // IR building, optimisation and code generation
+  std::string object;       // the relocatable object file the JIT linked (ELF on Linux)
+  double compile_ms = 0;    // IR building, optimisation and code generation (for a loaded kernel:
+                            // the time its entry records)
   std::shared_ptr<void> keep_alive;
 
   void operator()(const KernelArgs& args) const { function(&args); }
@@ -49,7 +52,12 @@ class LlvmBackend {
   LlvmBackend& operator=(const LlvmBackend&) = delete;
 
   CompiledKernel compile(const Kernel& kernel);
-  size_t kernels() const;  // distinct kernels compiled by this backend
+  // Links a cached kernel's object into the JIT without optimising or generating code. Throws
+  // InternalError (with LLVM's message) when the entry is not this backend's (backend, target,
+  // flags or key differ) or its object does not load or lacks the kernel's symbol; the JIT is
+  // then as before, so compiling the kernel afterwards still works.
+  CompiledKernel load(const KernelEntry& entry);
+  size_t kernels() const;  // distinct kernels compiled or loaded by this backend
 
  private:
   struct State;

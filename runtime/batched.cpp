@@ -16,16 +16,19 @@
 #include <unordered_map>
 
 #include "edbatch/errors.h"
+#include "jit/cached_compiler.h"
 #include "jit/kernel_ir.h"
 #include "jit/llvm_backend.h"
 
 namespace edb::runtime {
 
-// One LLVM backend for the process (its JIT and code are shared by every executor), and per
-// executor the kernels it has used, by a compact key of op, constant and input access modes.
+// One cached compiler for the process (its kernel cache, JIT and code are shared by every
+// executor), and per executor the kernels it has used, by a compact key of op, constant and input
+// access modes.
 struct JitKernels {
-  static jit::LlvmBackend& backend() {
-    static jit::LlvmBackend* shared = new jit::LlvmBackend(jit::LlvmBackendOptions{false, false});  // lives as long as its code may run
+  static jit::CachedCompiler& compiler() {
+    static jit::CachedCompiler* shared =  // lives as long as its code may run
+        new jit::CachedCompiler(jit::CachedCompilerOptions{{}, jit::LlvmBackendOptions{false, false}});
     return *shared;
   }
   std::unordered_map<std::string, jit::CompiledKernel> by_key;
@@ -380,14 +383,19 @@ void run_jit_group(std::span<const BatchContext> group) {
   kernel.name = group.size() == 1 ? std::string(ir::op_name(lead.first.op)) : "fused " + std::to_string(group.size());
   auto [it, inserted] = lead.jit->by_key.try_emplace(key);
   if (inserted) {
+    bool compiled_now = false;
     try {
-      it->second = JitKernels::backend().compile(kernel);
+      it->second = JitKernels::compiler().get(kernel, compiled_now);
     } catch (...) {
       lead.jit->by_key.erase(it);
       throw;
     }
-    lead.stats.kernels_compiled += 1;
-    lead.stats.time.compile_ms += it->second.compile_ms;
+    if (compiled_now) {
+      lead.stats.kernels_compiled += 1;
+      lead.stats.time.compile_ms += it->second.compile_ms;
+    } else {
+      lead.stats.cache_hits += 1;
+    }
   }
   const jit::CompiledKernel& compiled = it->second;
   lead.split(n, std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {

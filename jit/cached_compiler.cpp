@@ -1,0 +1,59 @@
+// Key, look up, load or compile and store: the whole cache protocol of the JIT executor.
+#include "jit/cached_compiler.h"
+
+#include <cstdio>
+#include <exception>
+#include <utility>
+
+#include "jit/host.h"
+
+namespace edb::jit {
+
+namespace {
+
+std::function<void(const std::string&)> warn_or_stderr(std::function<void(const std::string&)> warn) {
+  if (warn) return warn;
+  return [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+}
+
+}  // namespace
+
+CachedCompiler::CachedCompiler(CachedCompilerOptions options)
+    : warn_(warn_or_stderr(options.cache.warn)),
+      cache_([&] {
+        options.cache.warn = warn_;
+        return std::move(options.cache);
+      }()),
+      backend_(options.backend) {}
+
+CompiledKernel CachedCompiler::get(const Kernel& kernel, bool& compiled_now) {
+  compiled_now = false;
+  const std::string description = describe(kernel);  // verifies the kernel
+  const KernelKey key = kernel_key(description, "llvm", host_cpu_name(), llvm_kernel_flags());
+  if (std::optional<KernelEntry> entry = cache_.lookup(key)) {
+    try {
+      return backend_.load(*entry);
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      for (char& c : why)
+        if (c == '\n') c = ' ';
+      warn_("edbatch kernel cache: warning: cannot load " + key.hex() + " (" + why + "); recompiling");
+    }
+  }
+  CompiledKernel compiled = backend_.compile(kernel);
+  compiled_now = true;
+  KernelEntry entry;
+  entry.key = compiled.key;
+  entry.description = compiled.description;
+  entry.backend = "llvm";
+  entry.target = compiled.target;
+  entry.flags = compiled.flags;
+  entry.compile_ms = compiled.compile_ms;
+  entry.object = compiled.object;
+  entry.ir = compiled.ir;
+  entry.assembly = compiled.assembly;
+  cache_.store(entry);
+  return compiled;
+}
+
+}  // namespace edb::jit

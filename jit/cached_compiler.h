@@ -1,0 +1,40 @@
+// Compiled kernels through the kernel cache: a kernel whose key is on disk (or already in memory)
+// is linked from its stored object, any other is compiled by the LLVM backend and stored, so a
+// second process with a warm cache directory compiles nothing. No LLVM types here.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "jit/kernel_cache.h"
+#include "jit/kernel_ir.h"
+#include "jit/llvm_backend.h"
+
+namespace edb::jit {
+
+struct CachedCompilerOptions {
+  KernelCacheOptions cache;    // directory empty: KernelCache::default_directory()
+  LlvmBackendOptions backend;  // keep_ir also decides whether stored entries carry IR text
+};
+
+// One cache and one backend. A cached entry that does not load (a bad object, another target) is
+// one warning through the cache's warn function, then a compile whose entry replaces it; a bad
+// entry file is the cache's warning and a miss. Nothing here fails for a cache problem. Thread-safe.
+class CachedCompiler {
+ public:
+  explicit CachedCompiler(CachedCompilerOptions options = {});
+
+  // The kernel's code; compiled_now says whether LLVM compiled it in this call (false: loaded
+  // from the cache, or already held by this compiler's backend).
+  CompiledKernel get(const Kernel& kernel, bool& compiled_now);
+
+  KernelCache& cache() { return cache_; }
+  LlvmBackend& backend() { return backend_; }
+
+ private:
+  std::function<void(const std::string&)> warn_;
+  KernelCache cache_;
+  LlvmBackend backend_;
+};
+
+}  // namespace edb::jit
