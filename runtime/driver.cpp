@@ -2,8 +2,12 @@
 // elsewhere; this file only sequences them, checks between them, times them and dumps them.
 #include "runtime/driver.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <utility>
@@ -39,6 +43,28 @@ std::string print_plan(const TraceData& trace) {
   return out.str();
 }
 
+// The number in EDB_DUMP_DIR's file names: evaluations of this process, so that two engines'
+// dumps never overwrite each other.
+uint64_t next_dump_number() {
+  static std::atomic<uint64_t> evaluations{0};
+  return ++evaluations;
+}
+
+// One stage's dump: to stderr under a heading, or into DIR/STAGE-N.EXTENSION. A file that cannot
+// be written is a warning, never a failed evaluation.
+void emit_dump(const DumpFlags& dump, const char* stage, uint64_t number, const char* extension,
+               const std::string& text) {
+  if (dump.directory.empty()) {
+    std::cerr << "== " << stage << '\n' << text;
+    return;
+  }
+  const std::string path = dump.directory + "/" + stage + "-" + std::to_string(number) + "." + extension;
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << text;
+  file.close();
+  if (!file) std::cerr << "edbatch: EDB_DUMP_DIR: cannot write '" << path << "': " << std::strerror(errno) << '\n';
+}
+
 }  // namespace
 
 void TraceData::clear() {
@@ -62,6 +88,14 @@ DumpFlags DumpFlags::from_environment() {
   flags.ir = all || s.find("ir") != std::string::npos;
   flags.schedule = all || s.find("schedule") != std::string::npos;
   flags.plan = all || s.find("plan") != std::string::npos;
+  if (const char* directory = std::getenv("EDB_DUMP_DIR"); directory && *directory && flags.any()) {
+    std::error_code error;
+    std::filesystem::create_directories(directory, error);
+    if (error || !std::filesystem::is_directory(directory))
+      throw UsageError(std::string("edb::Engine: EDB_DUMP_DIR '") + directory + "' is not a directory that can be created" +
+                       (error ? ": " + error.message() : std::string()));
+    flags.directory = directory;
+  }
   return flags;
 }
 
@@ -191,7 +225,8 @@ void Driver::submit(TraceData& trace) {
   const ir::NodeId begin = trace.evaluated;
   if (begin == trace.graph.size()) return;
   if (options_.verify) ir::verify(trace.graph);
-  if (dump_.ir) std::cerr << "== ir\n" << ir::print(trace.graph);
+  const uint64_t dump_number = dump_.any() ? next_dump_number() : 0;
+  if (dump_.ir) emit_dump(dump_, "ir", dump_number, "txt", ir::print(trace.graph));
 
   auto start = Clock::now();
   if (trace.types.size() != trace.graph.size()) signatures.assign(trace.graph, begin, trace.types);
@@ -213,7 +248,10 @@ void Driver::submit(TraceData& trace) {
   stats_.time.schedule_ms += elapsed_ms(start);
   stats_.lower_bound += calls ? scheduler::lower_bound(nodes) : analysis_.chains.lower_bound();
   if (options_.verify) scheduler::verify(nodes, trace.schedule);
-  if (dump_.schedule) std::cerr << "== schedule\n" << print_schedule(trace, signatures);
+  if (dump_.schedule) {
+    if (dump_.directory.empty()) emit_dump(dump_, "schedule", dump_number, "txt", print_schedule(trace, signatures));
+    else emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, trace.schedule, signatures));
+  }
 
   start = Clock::now();
   const int64_t live = trace.plan.arena_floats;  // values of earlier evaluations of this trace
@@ -222,7 +260,7 @@ void Driver::submit(TraceData& trace) {
   trace.arena.reserve(size_t(trace.plan.arena_floats), size_t(live));
   stats_.time.plan_ms += elapsed_ms(start);
   if (options_.verify) memplan::verify(trace.graph, trace.plan);
-  if (dump_.plan) std::cerr << "== plan\n" << print_plan(trace);
+  if (dump_.plan) emit_dump(dump_, "plan", dump_number, "txt", print_plan(trace));
 
   for (size_t b = 0; b < trace.schedule.batch_count(); ++b) {
     const auto members = trace.schedule.batch(b);  // one signature: the same flops each

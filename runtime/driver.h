@@ -42,9 +42,13 @@ struct TraceData {
   Values values() { return Values{graph, plan, arena.data()}; }
 };
 
-// Which stages EDB_DUMP asks to print ("ir,schedule,plan" or "all").
+// Which stages EDB_DUMP asks to print ("ir,schedule,plan" or "all"), and where: stderr, or with
+// EDB_DUMP_DIR one file per stage and evaluation in that directory (the schedule as a dot picture).
 struct DumpFlags {
   bool ir = false, schedule = false, plan = false;
+  std::string directory;  // empty: stderr
+  bool any() const { return ir || schedule || plan; }
+  // UsageError when EDB_DUMP_DIR names a directory that cannot be created.
   static DumpFlags from_environment();
 };
 

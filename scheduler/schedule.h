@@ -131,4 +131,11 @@ std::unique_ptr<Policy> make_policy(std::string_view name);
 // signature per batch. Throws edb::InternalError naming the first violation.
 void verify(const ScheduleInput& input, const Schedule& schedule);
 
+// "What was batched" as a graphviz dot picture: each batch a filled cluster (one colour per batch
+// type, the signature as its tooltip), each node labelled "%id op" and its shape, an edge from every
+// argument to its user. Leaves (inputs, parameters) stand outside the clusters in grey; non-leaf
+// nodes the schedule does not hold (evaluated earlier) are dashed. Throws edb::InternalError for a
+// member outside the graph or in two batches.
+std::string to_dot(const ir::Graph& graph, const Schedule& schedule, const ir::SignatureTable& signatures);
+
 }  // namespace edb::scheduler

@@ -17,6 +17,8 @@
 #include "samples/runner.h"
 #include "tools/flags.h"
 #include "tools/progress.h"
+#include "tools/schedule_picture.h"
+#include "trace/inspect.h"
 
 namespace {
 
@@ -57,10 +59,30 @@ void print_help() {
       "                     fewest-batch schedule inside; off: cells record node by node (default on)\n"
       "  --memplan on|off   on: the PQ-tree layout planner places batched operands in place;\n"
       "                     off: each batch's outputs in schedule order (default off)\n"
+      "  --dump-schedule FILE  write the first trace's graph with each batch as a coloured cluster:\n"
+      "                     FILE.dot or .gv (graphviz text), or .svg, .png, .pdf rendered by graphviz's\n"
+      "                     dot (apt-get install graphviz); keep it small: --batch 2 --limit 2\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
-      "Environment: EDB_DUMP=ir,schedule,plan (or all) prints each stage's output to stderr.\n",
+      "Environment: EDB_DUMP=ir,schedule,plan (or all) prints each stage's output to stderr; with\n"
+      "EDB_DUMP_DIR=DIR each goes to DIR/STAGE-N.txt instead, the schedule as DIR/schedule-N.dot.\n",
       models.c_str(), joined(edb::scheduler::policy_names()).c_str(), joined(edb::runtime::executor_names()).c_str());
+}
+
+// The first trace of the workload (its first --batch instances, as every pass records it) with its
+// batches, as a picture in `path`. Nodes beyond a few thousand make graphviz slow: say so.
+void dump_schedule(edb::samples::SampleModel& model, edb::Engine& engine, int batch, const std::string& path) {
+  edb::Trace trace(engine);
+  std::vector<edb::Expr> losses;
+  for (size_t i = 0; i < std::min(model.instance_count(), size_t(batch)); ++i) losses.push_back(model.record_loss(trace, i));
+  const edb::Expr total = edb::sum(losses);
+  const edb::detail::EvaluatedTrace evaluated = edb::detail::evaluated_trace(total);
+  constexpr size_t kLargePicture = 3000;
+  if (evaluated.graph.size() > kLargePicture && !path.ends_with(".dot") && !path.ends_with(".gv"))
+    std::fprintf(stderr, "edb-run: --dump-schedule: the trace has %zu nodes; graphviz takes long on pictures this big "
+                 "(try --batch 2 --limit 2)\n", evaluated.graph.size());
+  edb::tools::write_picture("edb-run: --dump-schedule",
+                            edb::scheduler::to_dot(evaluated.graph, evaluated.schedule, evaluated.signatures), path);
 }
 
 struct Report {
@@ -170,7 +192,7 @@ int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-run",
                           {"data", "limit", "batch", "embed", "hidden", "policy", "executor", "device",
                            "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file",
-                           "policy-encoding", "cells", "memplan"},
+                           "policy-encoding", "cells", "memplan", "dump-schedule"},
                           {"json", "help"});
   const std::vector<std::string> positional = flags.parse(argc, argv, 1);
   if (flags.has("help")) {
@@ -222,6 +244,8 @@ int run(int argc, char** argv) {
     std::fclose(file);
     std::remove(probe.c_str());
   }
+  const std::string schedule_path = flags.get("dump-schedule", "");
+  if (flags.has("dump-schedule")) edb::tools::check_picture_path("edb-run: --dump-schedule", schedule_path);
   edb::samples::RunOptions run_options;
   run_options.batch = int(flags.get_int("batch", 64, 1, 1 << 20));
   run_options.repeat = int(flags.get_int("repeat", 3, 1, 1000));
@@ -247,6 +271,7 @@ int run(int argc, char** argv) {
     report.training = learned;
     report.trained = true;
   }
+  if (!schedule_path.empty()) dump_schedule(*model, engine, run_options.batch, schedule_path);
   edb::tools::ProgressBar bar("edb-run " + entry->name);
   run_options.progress = [&](int64_t done, int64_t total) { bar.update(done, total, "instances"); };
   report.result = edb::samples::run_inference(*model, engine, run_options);

@@ -1,6 +1,7 @@
 // Trace scopes, Expr, the op functions (shape-checked at record time) and Engine.
 #include <mutex>
 
+#include "trace/inspect.h"
 #include "trace/state.h"
 
 namespace edb {
@@ -96,6 +97,13 @@ Tensor Expr::value() const {
   const ir::Shape shape = state.data.graph.node(id_).shape;
   const float* v = state.data.values().in(id_);
   return Tensor{shape.rows, shape.cols, std::vector<float>(v, v + shape.size())};
+}
+
+detail::EvaluatedTrace detail::evaluated_trace(const Expr& e) {
+  TraceState& state = TraceState::of(e, "edb::detail::evaluated_trace()");
+  if (state.data.evaluated < state.data.graph.size()) state.engine->driver.submit(state.data);
+  state.engine->driver.wait(state.data);
+  return {state.data.graph, state.data.schedule, state.engine->driver.signatures};
 }
 
 // ---- Trace ----
