@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <exception>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "jit/host.h"
@@ -54,6 +56,21 @@ CompiledKernel CachedCompiler::get(const Kernel& kernel, bool& compiled_now) {
   entry.assembly = compiled.assembly;
   cache_.store(entry);
   return compiled;
+}
+
+CachedCompiler& shared_compiler(const std::string& directory) {
+  static std::mutex mutex;
+  static auto* by_directory = new std::map<std::string, CachedCompiler*>;  // never destroyed
+  const std::string resolved = directory.empty() ? KernelCache::default_directory() : directory;
+  std::lock_guard lock(mutex);
+  CachedCompiler*& compiler = (*by_directory)[resolved];
+  if (!compiler) {
+    CachedCompilerOptions options;
+    options.cache.directory = resolved;
+    options.backend = LlvmBackendOptions{false, false};
+    compiler = new CachedCompiler(std::move(options));
+  }
+  return *compiler;
 }
 
 }  // namespace edb::jit

@@ -37,4 +37,9 @@ class CachedCompiler {
   LlvmBackend backend_;
 };
 
+// The process's compiler for a cache directory (empty: KernelCache::default_directory() as it is at
+// this call), created on first use and never destroyed, since the code it linked may run until the
+// process exits. Executors on the same directory share one; IR text is not kept. Thread-safe.
+CachedCompiler& shared_compiler(const std::string& directory);
+
 }  // namespace edb::jit

@@ -22,15 +22,17 @@
 
 namespace edb::runtime {
 
-// One cached compiler for the process (its kernel cache, JIT and code are shared by every
-// executor), and per executor the kernels it has used, by a compact key of op, constant and input
-// access modes.
+// The process's cached compiler for the executor's cache directory (shared by every executor with
+// that directory, looked up at the first compile), and per executor the kernels it has used, by a
+// compact key of op, constant and input access modes.
 struct JitKernels {
-  static jit::CachedCompiler& compiler() {
-    static jit::CachedCompiler* shared =  // lives as long as its code may run
-        new jit::CachedCompiler(jit::CachedCompilerOptions{{}, jit::LlvmBackendOptions{false, false}});
+  explicit JitKernels(std::string directory) : cache_directory(std::move(directory)) {}
+  jit::CachedCompiler& compiler() {
+    if (!shared) shared = &jit::shared_compiler(cache_directory);
     return *shared;
   }
+  std::string cache_directory;
+  jit::CachedCompiler* shared = nullptr;
   std::unordered_map<std::string, jit::CompiledKernel> by_key;
 };
 
@@ -385,7 +387,7 @@ void run_jit_group(std::span<const BatchContext> group) {
   if (inserted) {
     bool compiled_now = false;
     try {
-      it->second = JitKernels::compiler().get(kernel, compiled_now);
+      it->second = lead.jit->compiler().get(kernel, compiled_now);
     } catch (...) {
       lead.jit->by_key.erase(it);
       throw;
@@ -542,8 +544,10 @@ const float** BatchedExecutor::Scratch::allocate_pointers(size_t count) {
   return reinterpret_cast<const float**>(allocate(count * (sizeof(float*) / sizeof(float))));
 }
 
-BatchedExecutor::BatchedExecutor(int threads, bool jit)
-    : pool_(threads), jit_(jit), kernels_(jit ? std::make_unique<JitKernels>() : nullptr) {}
+BatchedExecutor::BatchedExecutor(int threads, bool jit, std::string cache_directory)
+    : pool_(threads),
+      jit_(jit),
+      kernels_(jit ? std::make_unique<JitKernels>(std::move(cache_directory)) : nullptr) {}
 
 BatchedExecutor::~BatchedExecutor() = default;
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/executor.h"
@@ -17,10 +18,11 @@ struct JitKernels;  // compiled elementwise kernels by description (batched.cpp)
 
 // With `jit`, elementwise batches run kernels compiled by the LLVM backend (jit/llvm_backend.h):
 // operands are read through per-member pointers inside the kernel's loads, and consecutive
-// elementwise batches over the same members fuse into one kernel; the rest stays Eigen.
+// elementwise batches over the same members fuse into one kernel; the rest stays Eigen. Kernels
+// are kept in the kernel cache in `cache_directory` (empty: the default, jit/kernel_cache.h).
 class BatchedExecutor final : public Executor {
  public:
-  explicit BatchedExecutor(int threads, bool jit = false);
+  explicit BatchedExecutor(int threads, bool jit = false, std::string cache_directory = {});
   ~BatchedExecutor() override;
   std::string_view name() const override { return jit_ ? "jit" : "batched"; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;

@@ -172,7 +172,8 @@ Driver::Driver(const EngineOptions& options)
   // Two or more threads: one executes in the background while the caller records and schedules
   // the next trace; the executor's own pool gets the rest.
   const bool pipelined = options.threads >= 2 && options.executor != "reference";
-  executor_ = make_executor(options.executor, pipelined ? options.threads - 1 : options.threads);
+  executor_ = make_executor(options.executor, pipelined ? options.threads - 1 : options.threads,
+                            options.cache_directory);
   if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_);
 }
 

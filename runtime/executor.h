@@ -47,7 +47,9 @@ class ReferenceExecutor final : public Executor {
 void evaluate_node(const Values& values, ir::NodeId id);
 
 std::vector<std::string> executor_names();
-// UsageError naming the accepted executors when `name` is unknown.
-std::unique_ptr<Executor> make_executor(std::string_view name, int threads);
+// UsageError naming the accepted executors when `name` is unknown. `cache_directory` is the kernel
+// cache of executors that compile kernels (empty: jit::KernelCache::default_directory()).
+std::unique_ptr<Executor> make_executor(std::string_view name, int threads,
+                                        const std::string& cache_directory = {});
 
 }  // namespace edb::runtime

@@ -7,7 +7,7 @@ namespace edb::runtime {
 
 std::vector<std::string> executor_names() { return {"reference", "batched", "jit"}; }
 
-std::unique_ptr<Executor> make_executor(std::string_view name, int threads) {
+std::unique_ptr<Executor> make_executor(std::string_view name, int threads, const std::string& cache_directory) {
   if (threads < 1) throw UsageError("edb::Engine: threads must be at least 1, got " + std::to_string(threads));
   if (name == "reference") {
     if (threads != 1)
@@ -16,7 +16,7 @@ std::unique_ptr<Executor> make_executor(std::string_view name, int threads) {
     return std::make_unique<ReferenceExecutor>();
   }
   if (name == "batched") return std::make_unique<BatchedExecutor>(threads);
-  if (name == "jit") return std::make_unique<BatchedExecutor>(threads, true);
+  if (name == "jit") return std::make_unique<BatchedExecutor>(threads, true, cache_directory);
   std::string known;
   for (const std::string& n : executor_names()) known += (known.empty() ? "" : ", ") + n;
   throw UsageError("edb::Engine: unknown executor '" + std::string(name) + "' (available: " + known + ")");

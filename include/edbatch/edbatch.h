@@ -99,9 +99,10 @@ class Model {
 // Which policy, executor and device evaluate traces. Unknown names are a UsageError.
 struct EngineOptions {
   std::string policy = "greedy";     // sequential, depth, agenda, greedy, fsm (learned)
-  std::string executor = "batched";  // batched (Eigen, one call per batch), or reference: the
-                                     // unbatched node-by-node oracle
-  std::string device = "cpu";
+  std::string executor = "batched";  // batched (Eigen, one call per batch), jit (batched, with
+                                     // elementwise batches run by kernels LLVM compiles at run
+                                     // time), or reference: the unbatched node-by-node oracle
+  std::string device = "cpu";        // cpu (the only one in this build)
   int threads = 1;  // 2 or more: execution overlaps recording; the executor's pool gets the rest
   bool verify = false;  // check the IR, schedule and plan between stages (tests turn it on)
   bool cells = true;    // false: a Cell call records its body inline, node by node, as if there
@@ -110,6 +111,8 @@ struct EngineOptions {
                         // place (memplan/layout.h); false: each batch's outputs in schedule order
   std::string policy_file;              // fsm: a table saved by save_policy(), loaded at start
   std::string policy_encoding = "base"; // fsm state: "base" (set of ready types) or "sort"
+  std::string cache_directory;  // where compiled kernels are kept across processes (executors
+                                // that compile: jit); empty: $EDB_CACHE_DIR, else ~/.cache/edbatch
 };
 
 // Learning the fsm policy (DESIGN.md): tabular n-step Q-learning over recorded traces.
