@@ -167,5 +167,52 @@ TEST_F(EdbRun, JsonCarriesEveryRunnerField) {
   EXPECT_NEAR(small.value("loss", 0.0), j.value("loss", 0.0), 1e-4 * j.value("loss", 0.0));
 }
 
+// --dump-schedule: a bad name or place is one clear line before any work; FILE.dot is the first
+// trace's picture; a rendered format without graphviz names the package to install.
+TEST_F(EdbRun, DumpScheduleErrors) {
+  TempDir dir;
+  EXPECT_NE(one_error_line("treelstm --limit 2 --dump-schedule " + dir.file("s.txt")).find("must end in .dot"),
+            std::string::npos);
+  EXPECT_NE(one_error_line("treelstm --limit 2 --dump-schedule " + dir.file("missing/s.dot")).find("cannot write '"),
+            std::string::npos);
+  // No `dot` on an empty PATH: the message says what to install.
+  const Outcome o = testing::run_program("/usr/bin/env", "PATH=" + dir.path() + " '" + edb_run_binary() +
+                                                             "' treelstm --limit 2 --dump-schedule " + dir.file("s.svg"));
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find("apt-get install graphviz"), std::string::npos) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("s.svg")));
+}
+
+TEST_F(EdbRun, DumpScheduleWritesTheFirstTraceAsDot) {
+  TempDir dir;
+  write_file(dir.file("trees.txt"), "(3 (2 good) (4 (2 very) (3 fun)))\n(1 (2 not) (1 bad))\n");
+  const std::string picture = dir.file("schedule.dot");
+  const Outcome o = run_edb("treelstm --data " + dir.file("trees.txt") +
+                            " --batch 2 --repeat 1 --hidden 8 --embed 8 --policy depth --json --dump-schedule " + picture);
+  ASSERT_EQ(o.status, 0) << o.err;
+  const std::string dot = read_file(picture);
+  ASSERT_EQ(dot.rfind("digraph schedule {", 0), 0u) << dot.substr(0, 200);
+  // One trace holds the whole workload, so the picture's batches are the measured pass's.
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  size_t clusters = 0;
+  for (size_t at = dot.find("subgraph cluster_"); at != std::string::npos; at = dot.find("subgraph cluster_", at + 1))
+    ++clusters;
+  EXPECT_EQ(int64_t(clusters), j.value("batches", int64_t{-1}));
+  EXPECT_NE(dot.find("lookup treelstm/E["), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(picture + ".tmp"));
+}
+
+TEST_F(EdbRun, DumpScheduleRendersSvgWithGraphviz) {
+  if (std::system("command -v dot >/dev/null 2>&1") != 0) GTEST_SKIP() << "graphviz's dot is not installed";
+  TempDir dir;
+  const std::string picture = dir.file("schedule.svg");
+  const Outcome o = run_edb("treelstm --limit 1 --batch 1 --repeat 1 --hidden 4 --embed 4 --dump-schedule " + picture);
+  ASSERT_EQ(o.status, 0) << o.err;
+  const std::string svg = read_file(picture);
+  EXPECT_NE(svg.find("<svg"), std::string::npos) << svg.substr(0, 200);
+  EXPECT_NE(svg.find("batch 0: "), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(picture + ".dot.tmp"));
+}
+
 }  // namespace
 }  // namespace edb
