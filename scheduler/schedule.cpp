@@ -184,7 +184,7 @@ std::string to_dot(const ir::Graph& graph, const Schedule& schedule, const ir::S
   std::ostringstream out;
   out << "digraph schedule {\n"
          "  label=\"" << graph.size() << " nodes, " << schedule.batch_count()
-      << " batches (clusters; one colour per batch type)\";\n"
+      << " batches (clusters, coloured by batch type)\";\n"
          "  labelloc=t; fontname=\"Helvetica\"; newrank=true;\n"
          "  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=\"Helvetica\", fontsize=10];\n"
          "  edge [color=\"#00000060\", arrowsize=0.6];\n";
