@@ -17,6 +17,68 @@ std::atomic<uint64_t> next_cell_id{1};
 
 std::string shape_text(int rows, int cols) { return std::to_string(rows) + "x" + std::to_string(cols); }
 
+// A placeholder (the cell's argument) that the body also copies into a concat is read from
+// that copy by the concat's later consumers: slice(concat, rows) instead of the argument. Across
+// a batch of calls the arguments lie wherever their producers put them (a gather for a GEMM), but
+// the concat's outputs lie in call order, so a slice of them is a strided view read in place.
+// Rebuilds `body` (and its `types`, `placeholders`, `outputs`) when anything changes.
+void read_arguments_from_concats(ir::Graph& body, std::vector<ir::TypeId>& types, std::vector<ir::NodeId>& placeholders,
+                                 std::vector<ir::NodeId>& outputs, ir::SignatureTable& signatures) {
+  std::vector<uint8_t> is_placeholder(body.size(), 0);
+  for (ir::NodeId p : placeholders) is_placeholder[p] = 1;
+  // Where each column-vector placeholder is copied first: (concat, first row).
+  std::vector<std::pair<ir::NodeId, int32_t>> copied(body.size(), {ir::kNoNode, 0});
+  bool any = false;
+  for (ir::NodeId id = 0; id < body.size(); ++id) {
+    const ir::Node& n = body.node(id);
+    if (n.op == ir::Op::concat && n.shape.cols == 1) {
+      int32_t row = 0;
+      for (ir::NodeId arg : body.args(n)) {
+        if (is_placeholder[arg] && copied[arg].first == ir::kNoNode) copied[arg] = {id, row};
+        row += body.node(arg).shape.rows;
+      }
+      continue;
+    }
+    for (ir::NodeId arg : body.args(n))
+      any |= is_placeholder[arg] && copied[arg].first != ir::kNoNode;
+  }
+  if (!any) return;
+
+  ir::Graph out;
+  std::vector<ir::TypeId> out_types;
+  std::vector<ir::NodeId> to(body.size(), ir::kNoNode);
+  std::vector<ir::NodeId> slice_of(body.size(), ir::kNoNode);  // placeholder -> its slice of the copy
+  std::vector<ir::NodeId> args;
+  auto add = [&](ir::Op op, std::span<const ir::NodeId> a, ir::Shape shape, const ir::Attributes& attrs) {
+    const ir::NodeId id = out.add(op, a, shape, attrs);
+    out_types.push_back(signatures.intern_recorded(out, id, out_types));
+    return id;
+  };
+  for (const ir::ParameterInfo& info : body.parameters()) out.add_parameter(info);
+  for (ir::NodeId id = 0; id < body.size(); ++id) {
+    const ir::Node& n = body.node(id);
+    args.clear();
+    for (ir::NodeId arg : body.args(n))
+      args.push_back(n.op != ir::Op::concat && slice_of[arg] != ir::kNoNode ? slice_of[arg] : to[arg]);
+    ir::Attributes attrs = n.attrs;
+    if (n.op == ir::Op::input)
+      attrs.index = out.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
+    to[id] = add(n.op, args, n.shape, attrs);
+    if (n.op != ir::Op::concat) continue;
+    for (ir::NodeId arg : body.args(n)) {
+      if (!is_placeholder[arg] || copied[arg].first != id || slice_of[arg] != ir::kNoNode) continue;
+      ir::Attributes rows;
+      rows.begin = copied[arg].second;
+      rows.end = rows.begin + body.node(arg).shape.rows;
+      slice_of[arg] = add(ir::Op::slice, std::span(&to[id], 1), body.node(arg).shape, rows);
+    }
+  }
+  for (ir::NodeId& p : placeholders) p = to[p];
+  for (ir::NodeId& o : outputs) o = to[o];
+  body = std::move(out);
+  types = std::move(out_types);
+}
+
 }  // namespace
 
 Cell::Cell(std::string name, std::vector<std::pair<int, int>> inputs, Body body)
@@ -60,6 +122,8 @@ std::unique_ptr<CellRecord> record_body(detail::EngineState& engine, const Cell&
   record->body = state->data.graph;
   record->types = state->data.types;
   for (const Expr& p : placeholders) record->placeholders.push_back(p.node_id());
+  read_arguments_from_concats(record->body, record->types, record->placeholders, record->outputs,
+                              engine.driver.signatures);
   std::vector<uint32_t> offset_of(record->body.size(), 0);
   for (ir::NodeId id = 0; id < record->body.size(); ++id)
     if (!ir::has_flag(record->body.node(id).op, ir::kLeaf)) {
