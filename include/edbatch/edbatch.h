@@ -1,5 +1,6 @@
 // The public API of edbatch: Model (parameters), Trace (a recording scope), Expr and the ops,
-// Engine (policy, executor, device). Users include only this; it exposes no LLVM, CUDA or Eigen.
+// Cell, Engine (policy, executor, device, threads, memplan, cache directory). Users include only
+// this (it includes errors.h, stats.h, version.h); it exposes no LLVM, CUDA or Eigen.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "edbatch/errors.h"
 #include "edbatch/stats.h"
+#include "edbatch/version.h"
 
 namespace edb {
 
