@@ -1,6 +1,7 @@
 // The kernel IR's op table, builders, checks, canonical text and scalar interpreter.
 #include "jit/kernel_ir.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -132,6 +133,121 @@ std::string describe(const Kernel& kernel) {
   for (size_t j = 0; j < kernel.outputs.size(); ++j)
     text += "out y" + std::to_string(j) + " = %" + std::to_string(kernel.outputs[j]) + "\n";
   return text;
+}
+
+namespace {
+
+// One line of kernel text, read token by token; every failure names the line.
+class LineReader {
+ public:
+  LineReader(std::string_view line, size_t number) : line_(line), number_(number) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw UsageError("kernel text line " + std::to_string(number_) + " ('" + std::string(line_) + "'): " + what);
+  }
+  std::string_view word() {
+    while (at_ < line_.size() && line_[at_] == ' ') ++at_;
+    const size_t begin = at_;
+    while (at_ < line_.size() && line_[at_] != ' ') ++at_;
+    if (begin == at_) fail("the line ends early");
+    return line_.substr(begin, at_ - begin);
+  }
+  void expect(std::string_view token) {
+    if (word() != token) fail("expected '" + std::string(token) + "'");
+  }
+  // "<prefix><decimal>", e.g. %3 or x0.
+  int32_t number(char prefix) { return number(word(), prefix); }
+  int32_t number(std::string_view w, char prefix) const {
+    if (w.size() < 2 || w[0] != prefix) fail("expected " + std::string(1, prefix) + "N, got '" + std::string(w) + "'");
+    int64_t value = 0;
+    for (char c : w.substr(1)) {
+      if (c < '0' || c > '9' || value > (int64_t{1} << 30)) fail("bad number '" + std::string(w) + "'");
+      value = value * 10 + (c - '0');
+    }
+    return int32_t(value);
+  }
+  // "0x3f000000 (0.5)": the bits; the decimal must agree with them.
+  float constant() {
+    const std::string_view bits = word();
+    uint32_t value = 0;
+    if (bits.size() != 10 || bits.substr(0, 2) != "0x") fail("expected a constant as 0x and 8 hex digits");
+    for (char c : bits.substr(2)) {
+      const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (digit < 0) fail("bad hex digit in '" + std::string(bits) + "'");
+      value = value << 4 | uint32_t(digit);
+    }
+    const float f = std::bit_cast<float>(value);
+    if (word() != constant_text(f).substr(11)) fail("the decimal beside the constant does not match its bits");
+    return f;
+  }
+  void end() {
+    while (at_ < line_.size() && line_[at_] == ' ') ++at_;
+    if (at_ != line_.size()) fail("unexpected '" + std::string(line_.substr(at_)) + "' at the end");
+  }
+
+ private:
+  std::string_view line_;
+  size_t number_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+Kernel parse_kernel(std::string_view text) {
+  Kernel kernel;
+  size_t number = 0;  // of the current line, from 1
+  constexpr std::string_view kHeader = "kernel f32 elementwise ";
+  bool header = false;
+  while (!text.empty()) {
+    const size_t newline = text.find('\n');
+    const std::string_view line = text.substr(0, newline);
+    text = newline == std::string_view::npos ? std::string_view{} : text.substr(newline + 1);
+    LineReader in(line, ++number);
+    if (!header) {
+      if (!line.starts_with(kHeader) || line.size() == kHeader.size())
+        in.fail("expected 'kernel f32 elementwise NAME'");
+      kernel.name = std::string(line.substr(kHeader.size()));
+      header = true;
+      continue;
+    }
+    const std::string_view first = in.word();
+    if (first == "in") {
+      if (in.number('x') != int32_t(kernel.inputs.size())) in.fail("inputs must be numbered x0, x1, ... in order");
+      const std::string_view access = in.word();
+      if (access == "shared") kernel.inputs.push_back(OperandAccess::shared);
+      else if (access == "strided") kernel.inputs.push_back(OperandAccess::strided);
+      else if (access == "gathered") kernel.inputs.push_back(OperandAccess::gathered);
+      else in.fail("unknown access '" + std::string(access) + "' (shared, strided or gathered)");
+    } else if (first == "out") {
+      if (in.number('y') != int32_t(kernel.outputs.size())) in.fail("outputs must be numbered y0, y1, ... in order");
+      in.expect("=");
+      kernel.outputs.push_back(in.number('%'));
+    } else if (first.starts_with("%")) {
+      if (in.number(first, '%') != int32_t(kernel.body.size())) in.fail("values must be numbered %0, %1, ... in order");
+      in.expect("=");
+      const std::string_view name = in.word();
+      const auto found = std::find_if(std::begin(kKernelOpInfo), std::end(kKernelOpInfo),
+                                      [&](const KernelOpInfo& op) { return op.name == name; });
+      if (found == std::end(kKernelOpInfo)) in.fail("unknown kernel op '" + std::string(name) + "'");
+      Instruction instruction;
+      instruction.op = KernelOp(found - std::begin(kKernelOpInfo));
+      if (instruction.op == KernelOp::load) instruction.input = in.number('x');
+      if (found->arity >= 1) instruction.a = in.number('%');
+      if (found->arity >= 2) instruction.b = in.number('%');
+      if (found->has_constant) instruction.constant = in.constant();
+      kernel.body.push_back(instruction);
+    } else {
+      in.fail("expected 'in', 'out' or '%N = ...'");
+    }
+    in.end();
+  }
+  if (!header) throw UsageError("kernel text is empty");
+  try {
+    verify(kernel);
+  } catch (const InternalError& e) {
+    throw UsageError(std::string("kernel text: ") + e.what());
+  }
+  return kernel;
 }
 
 void interpret(const Kernel& kernel, const KernelArgs& args) {

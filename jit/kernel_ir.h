@@ -78,6 +78,11 @@ void verify(const Kernel& kernel);
 // Two kernels have the same text exactly when they compute the same thing the same way.
 std::string describe(const Kernel& kernel);
 
+// The kernel whose canonical text is `text` (describe's inverse: describe(parse_kernel(t)) == t
+// for every t describe produced). Throws UsageError naming the line and what is wrong with it,
+// or what verify found when the lines parse but the kernel is inconsistent.
+Kernel parse_kernel(std::string_view text);
+
 // Runtime arguments of a kernel; this layout is also what compiled kernels read (C ABI).
 struct KernelInput {
   const float* base = nullptr;              // shared, strided

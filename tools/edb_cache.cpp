@@ -12,6 +12,8 @@
 #include <edbatch/errors.h>
 
 #include "jit/kernel_cache.h"
+#include "jit/kernel_ir.h"
+#include "jit/llvm_backend.h"
 #include "tools/flags.h"
 
 namespace {
@@ -111,16 +113,31 @@ int show(KernelCache& cache, const std::string& hash, bool json) {
   const std::optional<KernelKey> key = KernelKey::from_hex(hash);
   if (!key) throw UsageError("edb-cache show: expected HASH as 32 hex digits, got '" + hash + "'");
   std::string problem;
-  const auto entry = cache.read(*key, &problem);
+  auto entry = cache.read(*key, &problem);
   if (!entry && problem.empty())
     throw UsageError("edb-cache show: no kernel " + key->hex() + " in " + cache.directory() + " (see edb-cache list)");
   if (!entry) throw std::runtime_error(cache.entry_path(*key) + ": " + problem);
+  // Engines store no IR or assembly (it would slow every compile); rebuild both from the stored
+  // description with this machine's LLVM backend. The key tells whether that is the same code.
+  std::string regenerated;
+  if ((entry->ir.empty() || entry->assembly.empty()) && entry->backend == "llvm") {
+    edb::jit::LlvmBackend backend(edb::jit::LlvmBackendOptions{true, true});
+    const edb::jit::CompiledKernel compiled = backend.compile(edb::jit::parse_kernel(entry->description));
+    if (entry->ir.empty()) entry->ir = compiled.ir;
+    if (entry->assembly.empty()) entry->assembly = compiled.assembly;
+    regenerated = compiled.key == entry->key
+                      ? "regenerated from the description on this machine (same key: the same code)"
+                      : "regenerated from the description for this machine's target " + compiled.target +
+                            " (key " + compiled.key.hex() + "): the stored object was built for another "
+                            "target or backend version";
+  }
   if (json) {
     const nlohmann::json out = {{"hash", entry->key.hex()},     {"symbol", entry->key.symbol()},
                                 {"backend", entry->backend},     {"target", entry->target},
                                 {"flags", entry->flags},         {"compile_ms", entry->compile_ms},
                                 {"object_bytes", entry->object.size()}, {"description", entry->description},
-                                {"ir", entry->ir},               {"assembly", entry->assembly}};
+                                {"ir", entry->ir},               {"assembly", entry->assembly},
+                                {"regenerated", regenerated}};
     std::cout << out.dump(2) << '\n';
     return 0;
   }
@@ -128,6 +145,7 @@ int show(KernelCache& cache, const std::string& hash, bool json) {
               entry->key.hex().c_str(), entry->key.symbol().c_str(), entry->backend.c_str(), entry->target.c_str(),
               entry->flags.c_str(), entry->compile_ms, human_bytes(entry->object.size()).c_str());
   std::printf("== description ==\n%s\n", entry->description.c_str());
+  if (!regenerated.empty()) std::printf("\n(LLVM IR and assembly %s)\n", regenerated.c_str());
   std::printf("\n== LLVM IR ==\n%s\n", entry->ir.empty() ? "(not stored)" : entry->ir.c_str());
   std::printf("\n== assembly ==\n%s\n", entry->assembly.empty() ? "(not stored)" : entry->assembly.c_str());
   return 0;

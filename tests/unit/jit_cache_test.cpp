@@ -255,5 +255,53 @@ TEST(CachedCompiler, ASecondEdbRunOnAWarmDirectoryStoresNothingNewAndAgrees) {
   EXPECT_GE(cache.stats().hits, files);
 }
 
+std::string edb_cache_binary() {
+  if (const char* path = std::getenv("EDB_CACHE_BINARY")) return path;
+  return (fs::path(edb_run_binary()).parent_path() / "edb-cache").string();
+}
+
+// Engines store neither IR nor assembly; `edb-cache show` rebuilds both from the description, and
+// since the key comes out the same, says it is the same code.
+TEST(CachedCompiler, EdbCacheShowRegeneratesIrAndAssembly) {
+  if (!fs::exists(edb_cache_binary())) GTEST_SKIP() << "edb-cache not built at " << edb_cache_binary();
+  TempDir dir;
+  CachedCompilerOptions options = options_for(dir.path(), nullptr);
+  options.backend = LlvmBackendOptions{false, false};
+  CachedCompiler compiler(options);
+  bool compiled_now = false;
+  const CompiledKernel kernel = compiler.get(cell_kernel(), compiled_now);
+  ASSERT_TRUE(compiled_now);
+  ASSERT_TRUE(kernel.ir.empty());
+  const testing::ProgramRun shown =
+      testing::run_program(edb_cache_binary(), "show " + kernel.key.hex() + " --json --dir '" + dir.path() + "'");
+  ASSERT_EQ(shown.status, 0) << shown.err;
+  const auto json = nlohmann::json::parse(shown.out);
+  EXPECT_EQ(json.at("description"), describe(cell_kernel()));
+  EXPECT_NE(json.at("ir").get<std::string>().find("define void @" + kernel.symbol()), std::string::npos);
+  EXPECT_NE(json.at("assembly").get<std::string>().find(kernel.symbol() + ":"), std::string::npos);
+  EXPECT_NE(json.at("regenerated").get<std::string>().find("same key"), std::string::npos);
+}
+
+// Golden kernels: the fused kernels the jit executor builds for a small TreeLSTM workload, by
+// their canonical text (which holds no hashes). A change in what is fused, or in how operands
+// are read, shows here as a diff; EDB_UPDATE_GOLDEN=1 rewrites the file after a deliberate change.
+TEST(CachedCompiler, TreeLstmKernelsMatchTheGoldenFile) {
+  if (!fs::exists(edb_run_binary())) GTEST_SKIP() << "edb-run not built at " << edb_run_binary();
+  TempDir dir;
+  const testing::ProgramRun run = testing::run_program(
+      "/usr/bin/env", "EDB_CACHE_DIR='" + dir.path() + "' '" + edb_run_binary() +
+                          "' treelstm --executor jit --limit 16 --batch 8 --repeat 1 --embed 8 --hidden 8");
+  ASSERT_EQ(run.status, 0) << run.err;
+  std::vector<std::string> texts;
+  KernelCache cache(KernelCacheOptions{dir.path(), uint64_t{1} << 30, {}});
+  for (const KernelInfo& info : cache.list()) texts.push_back(cache.read(info.key)->description);
+  std::sort(texts.begin(), texts.end());
+  std::string all;
+  for (const std::string& text : texts) all += text + "\n";
+  const std::string golden = std::string(EDB_SOURCE_DIR) + "/tests/golden/treelstm_jit_kernels.txt";
+  if (std::getenv("EDB_UPDATE_GOLDEN")) write_file(golden, all);
+  EXPECT_EQ(all, read_file(golden)) << "kernels differ from " << golden << " (EDB_UPDATE_GOLDEN=1 rewrites it)";
+}
+
 }  // namespace
 }  // namespace edb::jit

@@ -223,6 +223,51 @@ TEST(KernelIr, VerifyRejectsMalformedKernels) {
   EXPECT_THROW(describe(broken([](Kernel& k) { k.body[3].a = -1; })), InternalError);
 }
 
+TEST(KernelIr, TextParsesBackToTheSameKernel) {
+  std::vector<Kernel> kernels = {lstm_kernel(true), lstm_kernel(false)};
+  for (OperandAccess access : kAccesses)
+    for (int op = 0; op <= int(KernelOp::exp); ++op)
+      if (kernel_op_arity(KernelOp(op)) < 2) kernels.push_back(unary_kernel(KernelOp(op), access, -1.5e-7f));
+  kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, -0.0f));
+  kernels.push_back(unary_kernel(KernelOp::add_const, OperandAccess::strided, std::numeric_limits<float>::infinity()));
+  for (const Kernel& k : kernels) {
+    const std::string text = describe(k);
+    EXPECT_EQ(describe(parse_kernel(text)), text);
+  }
+}
+
+TEST(KernelIr, BadTextIsAUsageErrorNamingTheLine) {
+  const std::string good = describe(lstm_kernel(false));
+  auto error_of = [](const std::string& text) -> std::string {
+    try {
+      parse_kernel(text);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(parsed)";
+  };
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return text.replace(at, from.size(), to);
+  };
+  EXPECT_EQ(error_of(good), "(parsed)");
+  EXPECT_NE(error_of("").find("empty"), std::string::npos);
+  EXPECT_NE(error_of("kernel f64 elementwise x\n").find("line 1"), std::string::npos);
+  EXPECT_NE(error_of(replaced("in x1 strided", "in x1 sideways")).find("line 3"), std::string::npos);
+  EXPECT_NE(error_of(replaced("in x1 strided", "in x7 strided")).find("in order"), std::string::npos);
+  EXPECT_NE(error_of(replaced("= sigmoid %0", "= sine %0")).find("unknown kernel op 'sine'"), std::string::npos);
+  EXPECT_NE(error_of(replaced("= sigmoid %0", "= sigmoid")).find("ends early"), std::string::npos);
+  EXPECT_NE(error_of(replaced("= sigmoid %0", "= sigmoid %0 %0")).find("at the end"), std::string::npos);
+  EXPECT_NE(error_of(replaced("= sigmoid %0", "= sigmoid %9")).find("not defined before"), std::string::npos);
+  EXPECT_NE(error_of(good + "whatever\n").find("expected 'in', 'out'"), std::string::npos);
+  Kernel scaled = unary_kernel(KernelOp::scale, OperandAccess::strided, 0.5f);
+  std::string text = describe(scaled);
+  text.replace(text.find("(0.5)"), 5, "(0.25)");
+  EXPECT_NE(error_of(text).find("does not match its bits"), std::string::npos);
+}
+
 TEST(LlvmBackend, EveryOpAloneMatchesTheInterpreter) {
   LlvmBackend backend;
   uint32_t seed = 1;
