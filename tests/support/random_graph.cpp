@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <span>
 
 namespace edb::testing {
 
@@ -67,10 +68,27 @@ class Recorder {
     // Two inputs up front, so that early ops share leaves.
     input(size(), 1);
     input(size(), 1);
+    for (int i = 0; i < ops; ++i) {
+      if (options_.cell_calls > 0 && s_->chance(options_.cell_calls)) call_cell();
+      record_op(static_cast<Kind>(s_->below(int(Kind::count))));
+    }
+  }
+
+  // A cell body: `inputs` are the placeholders (or, with cells off, the call's arguments); records
+  // `ops` ops and returns up to three sinks (always the last op) as the outputs.
+  std::vector<Expr> record_body(Rng& structure, Rng& values, std::span<const Expr> inputs, int ops) {
+    s_ = &structure;
+    v_ = &values;
+    for (const Expr& e : inputs) nodes_.push_back({e, e.rows(), e.cols(), false, 0, "input"});
     for (int i = 0; i < ops; ++i) record_op(static_cast<Kind>(s_->below(int(Kind::count))));
+    std::vector<Expr> outputs;
+    for (size_t i = nodes_.size(); i-- > 0 && outputs.size() < 3;)
+      if (nodes_[i].is_op && nodes_[i].uses == 0) outputs.insert(outputs.begin(), nodes_[i].expr);
+    return outputs;
   }
 
   const std::vector<Node>& nodes() const { return nodes_; }
+  int cell_calls() const { return cell_calls_; }
 
  private:
   int size() { return RandomGraphModel::kSizes[size_t(s_->below(int(RandomGraphModel::kSizes.size())))]; }
@@ -121,6 +139,16 @@ class Recorder {
     return nodes_[i].expr;
   }
   Expr param(Parameter p) { return trace_.param(p); }
+
+  // A call of one of the model's cells on arguments of its declared shapes; each output is a node.
+  void call_cell() {
+    const int index = s_->below(RandomGraphModel::kCells);
+    std::vector<Expr> arguments;
+    for (const auto& [rows, cols] : model_.cell_inputs(index)) arguments.push_back(use(pick_shape(rows, cols)));
+    const Cell& cell = model_.cell(index);
+    for (const Expr& out : cell(trace_, arguments)) add(out, cell.name().c_str());
+    ++cell_calls_;
+  }
 
   void record_op(Kind kind) {
     switch (kind) {
@@ -236,6 +264,7 @@ class Recorder {
   std::vector<Node> nodes_;
   std::vector<size_t> candidates_;
   size_t instance_begin_ = 0, previous_begin_ = 0;
+  int cell_calls_ = 0;
 };
 
 }  // namespace
@@ -248,6 +277,29 @@ RandomGraphModel::RandomGraphModel() : model_("random_graph", 11) {
             "W" + std::to_string(rows) + "x" + std::to_string(cols) + "_" + std::to_string(variant), rows, cols));
     biases_.push_back(model_.add_parameter("b" + std::to_string(rows), rows, 1));
     tables_.push_back(model_.add_lookup("E" + std::to_string(rows), kLookupEntries, rows));
+  }
+  // Cells: declared shapes and body size from the cell's own seed; the body draws its ops, and the
+  // values of any constants it records, from fixed seeds, so every call records the same body.
+  cells_.reserve(kCells);  // no reallocation: nodes name their op by a cell's name().c_str()
+  for (int index = 0; index < kCells; ++index) {
+    Rng declared(mix(0xce11, uint64_t(index)));
+    std::vector<std::pair<int, int>> inputs;
+    const int count = 1 + declared.below(3);
+    for (int i = 0; i < count; ++i) {
+      const int rows = kSizes[size_t(declared.below(int(kSizes.size())))];
+      const int cols = declared.chance(0.8) ? 1 : kSizes[size_t(declared.below(int(kSizes.size())))];
+      inputs.push_back({rows, cols});
+    }
+    const int ops = 2 + declared.below(6);
+    cell_inputs_.push_back(inputs);
+    cells_.emplace_back("cell_" + std::to_string(index), inputs,
+                        [this, index, ops](Trace& trace, std::span<const Expr> in) {
+                          static const RandomGraphOptions kBodyOptions;
+                          Rng structure(mix(0xce11, 1000 + uint64_t(index)));
+                          Rng values(mix(0xce11, 2000 + uint64_t(index)));
+                          Recorder body(trace, *this, kBodyOptions);
+                          return body.record_body(structure, values, in, ops);
+                        });
   }
 }
 
@@ -271,6 +323,7 @@ RandomGraph record_random_graph(Trace& trace, const RandomGraphModel& model, uin
     const int ops = options.min_ops + structure.below(options.max_ops - options.min_ops + 1);
     recorder.record_instance(structure, values, ops);
   }
+  result.cell_calls = recorder.cell_calls();
   int op_index = 0;
   for (const Node& n : recorder.nodes()) {
     if (!n.is_op) continue;

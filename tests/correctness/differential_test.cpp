@@ -1,0 +1,249 @@
+// Differential fuzzing: seeded random graphs (ops, shapes, weight sharing, fan-in and fan-out,
+// random cells) run under every policy x executor x cells on/off x memplan on/off x threads, each
+// value compared with the reference executor on the sequential policy with cells off.
+// EDB_FUZZ_GRAPHS=N runs N graphs (default 300), EDB_FUZZ_FIRST_SEED=S starts at seed S, and
+// EDB_FUZZ_COMBINATIONS=K runs K of the 100 combinations per graph, rotating with the seed so that
+// every one keeps being covered (default: all; the long mode and sanitizer builds take fewer).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "runtime/executor.h"
+#include "scheduler/schedule.h"
+#include "tests/support/random_graph.h"
+#include "tests/support/test_support.h"
+
+namespace edb {
+namespace {
+
+struct Combination {
+  std::string policy, executor;
+  bool cells = true, memplan = false;
+  int threads = 1;
+};
+
+std::string name_of(const Combination& c) {
+  return c.policy + "/" + c.executor + "/cells " + (c.cells ? "on" : "off") + "/memplan " +
+         (c.memplan ? "on" : "off") + "/threads " + std::to_string(c.threads);
+}
+
+// Threads 2 only where execution can overlap recording (not the reference executor).
+std::vector<Combination> all_combinations() {
+  std::vector<Combination> all;
+  for (const std::string& policy : scheduler::policy_names())
+    for (const std::string& executor : runtime::executor_names())
+      for (bool cells : {false, true})
+        for (bool memplan : {false, true})
+          for (int threads : {1, 2}) {
+            if (threads == 2 && executor == "reference") continue;
+            all.push_back({policy, executor, cells, memplan, threads});
+          }
+  return all;
+}
+
+uint64_t env_number(const char* name, uint64_t fallback) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  const uint64_t value = std::strtoull(text, &end, 10);
+  return *end == '\0' ? value : fallback;  // "all" or anything not a number: the default
+}
+
+// The generator's options vary with the seed: 1-10 instances of 3-30 ops, more or less sharing
+// across instances, and cells called before up to a third of the ops (none on every fourth seed).
+testing::RandomGraphOptions options_for(uint64_t seed) {
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull;
+  auto next = [&x](int n) {
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 32;
+    return int(x % uint64_t(n));
+  };
+  testing::RandomGraphOptions options;
+  options.min_instances = 1 + next(4);
+  options.max_instances = options.min_instances + next(7);
+  options.min_ops = 3 + next(8);
+  options.max_ops = options.min_ops + next(20);
+  options.cross_instance = 0.05 * next(7);
+  options.cell_calls = seed % 4 == 0 ? 0.0 : 0.05 * (1 + next(6));
+  return options;
+}
+
+std::string describe(const testing::RandomGraphOptions& o) {
+  return "instances " + std::to_string(o.min_instances) + "-" + std::to_string(o.max_instances) + ", ops " +
+         std::to_string(o.min_ops) + "-" + std::to_string(o.max_ops) + ", cross_instance " +
+         std::to_string(o.cross_instance) + ", cell_calls " + std::to_string(o.cell_calls);
+}
+
+EngineOptions engine_options(const Combination& c, const std::string& cache_directory) {
+  EngineOptions options;
+  options.policy = c.policy;
+  options.executor = c.executor;
+  options.cells = c.cells;
+  options.memplan = c.memplan;
+  options.threads = c.threads;
+  options.verify = true;
+  options.cache_directory = cache_directory;
+  return options;
+}
+
+// Records graph `seed` on `engine`, runs it, and returns its compared values (or the error).
+struct Outcome {
+  std::vector<Tensor> values;
+  std::vector<std::string> ops;
+  std::string error;  // what an exception said; "" when it ran
+  Stats stats;
+};
+
+Outcome run_graph(Engine& engine, const testing::RandomGraphModel& model, uint64_t seed,
+                  const testing::RandomGraphOptions& options) {
+  Outcome outcome;
+  const Stats before = engine.stats();
+  try {
+    Trace trace(engine);
+    const testing::RandomGraph graph = testing::record_random_graph(trace, model, seed, options);
+    trace.run();
+    for (const Expr& e : graph.compared) outcome.values.push_back(e.value());
+    outcome.ops = graph.ops;
+  } catch (const std::exception& e) {
+    outcome.error = e.what();
+  }
+  outcome.stats = engine.stats();
+  outcome.stats.nodes -= before.nodes;
+  outcome.stats.batches -= before.batches;
+  outcome.stats.lower_bound -= before.lower_bound;
+  return outcome;
+}
+
+// "" when `actual` matches `expected`; otherwise what differs, first difference only.
+std::string compare(const Outcome& actual, const Outcome& expected, const Combination& c) {
+  if (!actual.error.empty()) return "threw: " + actual.error;
+  if (actual.values.size() != expected.values.size())
+    return std::to_string(actual.values.size()) + " compared values, the reference has " +
+           std::to_string(expected.values.size());
+  for (size_t i = 0; i < actual.values.size(); ++i) {
+    const ::testing::AssertionResult same = testing::near_relative(actual.values[i], expected.values[i], 1e-5);
+    if (!same) return "compared value " + std::to_string(i) + " (" + actual.ops[i] + "): " + same.message();
+  }
+  if (actual.stats.batches < actual.stats.lower_bound)
+    return std::to_string(actual.stats.batches) + " batches, under the lower bound " +
+           std::to_string(actual.stats.lower_bound);
+  if (c.policy == "sequential" && actual.stats.batches != actual.stats.nodes)
+    return "sequential ran " + std::to_string(actual.stats.batches) + " batches for " +
+           std::to_string(actual.stats.nodes) + " nodes";
+  return "";
+}
+
+struct Fuzzer {
+  testing::TempDir cache;  // the jit's kernels, shared by every jit engine here
+  testing::RandomGraphModel model;
+  std::vector<Combination> combinations = all_combinations();
+  std::vector<std::unique_ptr<Engine>> engines;
+  Engine reference{engine_options({"sequential", "reference", false, false, 1}, "")};
+  std::map<std::string, int64_t> runs;  // per combination, for the coverage check
+
+  Fuzzer() {
+    for (const Combination& c : combinations) engines.push_back(std::make_unique<Engine>(engine_options(c, cache.path())));
+  }
+
+  // Runs graph `seed` under combinations [first, first + count) (mod their number); returns the
+  // first mismatch as a message naming the seed and combination, or "".
+  std::string check(uint64_t seed, size_t first, size_t count) {
+    const testing::RandomGraphOptions options = options_for(seed);
+    const Outcome expected = run_graph(reference, model, seed, options);
+    if (!expected.error.empty())
+      return "seed " + std::to_string(seed) + " (" + describe(options) + "): the reference threw: " + expected.error;
+    for (size_t k = 0; k < count; ++k) {
+      const size_t index = (first + k) % combinations.size();
+      const Combination& c = combinations[index];
+      const Outcome actual = run_graph(*engines[index], model, seed, options);
+      ++runs[name_of(c)];
+      const std::string difference = compare(actual, expected, c);
+      if (!difference.empty())
+        return "seed " + std::to_string(seed) + " (" + describe(options) + "), " + name_of(c) + ": " + difference;
+    }
+    return "";
+  }
+};
+
+TEST(Differential, RandomGraphsEveryCombinationEqualsReference) {
+  const uint64_t graphs = env_number("EDB_FUZZ_GRAPHS", 300);
+  const uint64_t first_seed = env_number("EDB_FUZZ_FIRST_SEED", 1);
+  Fuzzer fuzzer;
+  const size_t total = fuzzer.combinations.size();
+  const size_t per_graph = std::clamp<size_t>(env_number("EDB_FUZZ_COMBINATIONS", total), 1, total);
+  int64_t cell_calls = 0;
+  for (uint64_t seed = first_seed; seed < first_seed + graphs; ++seed) {
+    const std::string failure = fuzzer.check(seed, size_t(seed * per_graph) % total, per_graph);
+    ASSERT_EQ(failure, "") << "reproduce: EDB_FUZZ_FIRST_SEED=" << seed
+                           << " EDB_FUZZ_GRAPHS=1 edb_correctness_tests "
+                              "--gtest_filter=Differential.*";
+    if (graphs >= 10000 && (seed - first_seed + 1) % 10000 == 0)
+      std::fprintf(stderr, "differential: %llu graphs\n", static_cast<unsigned long long>(seed - first_seed + 1));
+    Trace probe(fuzzer.reference);
+    cell_calls += testing::record_random_graph(probe, fuzzer.model, seed, options_for(seed)).cell_calls;
+  }
+  if (graphs * per_graph >= total) {
+    for (const Combination& c : fuzzer.combinations) EXPECT_GT(fuzzer.runs[name_of(c)], 0) << name_of(c);
+  }
+  if (graphs >= 100) {
+    EXPECT_GT(cell_calls, int64_t(graphs));  // the cells really are called
+  }
+}
+
+// The fuzzer can fail: a wrong value, a wrong count and an exception are each reported.
+TEST(Differential, ComparisonReportsEachKindOfDifference) {
+  Outcome expected;
+  expected.values = {Tensor{2, 1, {1.0f, 2.0f}}};
+  expected.ops = {"add"};
+  expected.stats.nodes = 3;
+  expected.stats.batches = 3;
+  expected.stats.lower_bound = 2;
+  const Combination greedy{"greedy", "batched"}, sequential{"sequential", "batched"};
+  Outcome same = expected;
+  same.stats.batches = 2;
+  EXPECT_EQ(compare(same, expected, greedy), "");
+  Outcome wrong = same;
+  wrong.values[0].data[1] = 2.1f;
+  EXPECT_NE(compare(wrong, expected, greedy).find("compared value 0 (add)"), std::string::npos);
+  Outcome fewer = same;
+  fewer.values.clear();
+  EXPECT_NE(compare(fewer, expected, greedy).find("0 compared values"), std::string::npos);
+  Outcome threw = same;
+  threw.error = "boom";
+  EXPECT_EQ(compare(threw, expected, greedy), "threw: boom");
+  Outcome under = same;
+  under.stats.batches = 1;
+  EXPECT_NE(compare(under, expected, greedy).find("under the lower bound"), std::string::npos);
+  EXPECT_NE(compare(same, expected, sequential).find("sequential ran 2 batches"), std::string::npos);
+}
+
+// Cells on and off record the same values for a graph full of calls, and calls batch.
+TEST(Differential, RandomCellsBatchAndMatchTheirInlineBodies) {
+  const testing::RandomGraphModel model;
+  testing::RandomGraphOptions options;
+  options.min_instances = options.max_instances = 6;
+  options.cell_calls = 0.5;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Engine on(engine_options({"greedy", "batched", true, false, 1}, "")),
+        off(engine_options({"greedy", "batched", false, false, 1}, ""));
+    const Outcome a = run_graph(on, model, seed, options), b = run_graph(off, model, seed, options);
+    ASSERT_EQ(a.error, "");
+    ASSERT_EQ(b.error, "");
+    EXPECT_EQ(compare(a, b, {"greedy", "batched"}), "") << "seed " << seed;
+    Trace trace(on);
+    const testing::RandomGraph graph = testing::record_random_graph(trace, model, seed, options);
+    EXPECT_GT(graph.cell_calls, 6) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace edb
