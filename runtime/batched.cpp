@@ -226,22 +226,50 @@ void run_sum(const BatchContext& c) {
   });
 }
 
+// Whether a gathered X is better read in place run by run (one GEMM per strided run) than copied
+// whole into scratch: each extra run packs W's rows again, a copy moves every member. A small W
+// (an output layer) favours runs; a large one, a copy unless the runs are long.
+bool gemm_by_runs(const Operand& x, const Operand& w, int64_t n) {
+  if (x.kind != Operand::kGathered) return false;
+  int64_t runs = 0;
+  for (int64_t k = 0; k < n; k = x.run_end[k]) ++runs;
+  constexpr int64_t kCallCost = 32;  // a GEMM call's fixed cost, in members' worth of copying
+  return (runs - 1) * (w.shape.rows + kCallCost) <= n;
+}
+
 // out += W_1 X_1 + W_2 X_2 + ...: one GEMM per shared weight over all members, split by rows of
 // the output across threads (each thread packs only its rows of W; X is small). A gathered X is
-// copied into scratch first: one GEMM over a copy beats several over its strided runs, each of
-// which would pack W again.
+// copied into scratch first, or read run by run in place where gemm_by_runs says so.
 void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Operand>>& products) {
   Matrix out = c.output();
   std::vector<StridedConst> xs;
-  for (const auto& product : products) xs.push_back(c.matrix(product.second));
+  std::vector<uint8_t> by_runs;
+  for (const auto& [w, x] : products) {
+    by_runs.push_back(gemm_by_runs(x, w, c.n()));
+    if (by_runs.back()) c.count_alone(x, 0, c.n());
+    xs.push_back(by_runs.back() ? x.view(0, 1) : c.matrix(x));  // the first only stands in for a run view
+  }
+  int64_t calls = 0;
+  for (size_t i = 0; i < products.size(); ++i)
+    for (int64_t k = 0; k < c.n(); k = by_runs[i] ? products[i].second.run_end[k] : c.n()) ++calls;
   c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {
     for (size_t i = 0; i < products.size(); ++i) {
       const Operand& w = products[i].first;
       const ConstMatrix weight(w.base, w.shape.rows, w.shape.cols);
-      out.middleRows(begin, end - begin).noalias() += weight.middleRows(begin, end - begin) * xs[i];
+      const auto rows = weight.middleRows(begin, end - begin);
+      if (!by_runs[i]) {
+        out.middleRows(begin, end - begin).noalias() += rows * xs[i];
+        continue;
+      }
+      const Operand& x = products[i].second;
+      const int64_t cols = x.shape.cols;
+      for (int64_t k = 0; k < c.n(); k = x.run_end[k]) {
+        const int64_t count = int64_t(x.run_end[k]) - k;
+        out.block(begin, k * cols, end - begin, count * cols).noalias() += rows * x.view(k, count);
+      }
     }
   });
-  c.stats.kernel_calls += static_cast<int64_t>(products.size());
+  c.stats.kernel_calls += calls;
 }
 
 // Products whose left factor differs per member: one small product per member, added to `out`.
