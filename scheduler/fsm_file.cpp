@@ -64,6 +64,8 @@ void FsmPolicy::load(const std::string& path) {
     file = nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
     fail(path, "not valid JSON (byte " + std::to_string(e.byte) + ")");
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    fail(path, std::string("not valid JSON: ") + e.what());
   }
   try {
     if (!file.is_object() || file.value("format", "") != kFormat) fail(path, std::string("not an ") + kFormat + " file");

@@ -24,6 +24,9 @@ TaggedSentence parse_tagged_line(std::string_view line, const std::string& name,
     if (end == std::string_view::npos) end = line.size();
     if (end == pos) fail(pos, "word|tag token");
     std::string_view token = line.substr(pos, end - pos);
+    // Tabs and carriage returns are not part of a token (write_tagged refuses them).
+    if (size_t blank = token.find_first_of("\t\r"); blank != std::string_view::npos)
+      fail(pos + blank, "a single ' ' between tokens");
     size_t bar = token.find('|');
     if (bar == std::string_view::npos) fail(pos, "word|tag token");
     if (bar == 0) fail(pos, "word before '|'");

@@ -85,7 +85,8 @@ class TreeLineParser {
         continue;
       }
       size_t word_start = pos_;
-      while (pos_ < line_.size() && !at(' ') && !at('\t') && !at('(') && !at(')')) ++pos_;
+      // A carriage return inside a line ends the word (and is then an error): write_tree refuses it.
+      while (pos_ < line_.size() && !at(' ') && !at('\t') && !at('\r') && !at('(') && !at(')')) ++pos_;
       if (pos_ == word_start) fail("word or '('");
       TreeNode leaf;
       leaf.label = label;

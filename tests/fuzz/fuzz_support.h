@@ -1,0 +1,55 @@
+// Shared by the libFuzzer targets: a reader may throw edb::UsageError for a bad input and nothing
+// else; any other exception escapes and aborts (a finding), as does a crash or a sanitizer report.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <edbatch/errors.h>
+
+namespace edb::fuzz {
+
+// Runs `read`; true when it returned, false when it refused the input with a UsageError.
+template <typename F>
+bool accepts(F&& read) {
+  try {
+    read();
+    return true;
+  } catch (const UsageError&) {
+    return false;
+  }
+}
+
+// A property that must hold for every input: abort (a finding) with `what` when it does not.
+inline void require(bool holds, const char* what) {
+  if (!holds) {
+    std::fprintf(stderr, "fuzz: property failed: %s\n", what);
+    std::abort();
+  }
+}
+
+// A scratch directory for this process, made once and reused for every input.
+inline const std::string& scratch_directory() {
+  static const std::string path = [] {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base && *base ? base : "/tmp") + "/edb-fuzz-XXXXXX";
+    if (!::mkdtemp(pattern.data())) std::abort();
+    return pattern;
+  }();
+  return path;
+}
+
+inline std::string write_scratch(const std::string& name, const uint8_t* data, size_t size) {
+  const std::string path = scratch_directory() + "/" + name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  out.close();
+  return path;
+}
+
+}  // namespace edb::fuzz
