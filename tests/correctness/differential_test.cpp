@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -123,6 +125,12 @@ Outcome run_graph(Engine& engine, const testing::RandomGraphModel& model, uint64
   return outcome;
 }
 
+bool all_finite(const Tensor& t) {
+  for (float x : t.data)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
 // "" when `actual` matches `expected`; otherwise what differs, first difference only.
 std::string compare(const Outcome& actual, const Outcome& expected, const Combination& c) {
   if (!actual.error.empty()) return "threw: " + actual.error;
@@ -130,6 +138,9 @@ std::string compare(const Outcome& actual, const Outcome& expected, const Combin
     return std::to_string(actual.values.size()) + " compared values, the reference has " +
            std::to_string(expected.values.size());
   for (size_t i = 0; i < actual.values.size(); ++i) {
+    // Past a value that overflowed in the reference, executors may legitimately differ in how
+    // NaN flows (see ReluOfNanDiffersBetweenExecutors): compare up to and including that value.
+    if (i > 0 && !all_finite(expected.values[i - 1])) break;
     const ::testing::AssertionResult same = testing::near_relative(actual.values[i], expected.values[i], 1e-5);
     if (!same) return "compared value " + std::to_string(i) + " (" + actual.ops[i] + "): " + same.message();
   }
@@ -199,6 +210,37 @@ TEST(Differential, RandomGraphsEveryCombinationEqualsReference) {
   }
 }
 
+// Seeds the long mode once failed on, under every combination. 3114: values overflow to inf in
+// both runs (inf vs inf was counted as a difference), then relu(NaN) differs between executors.
+TEST(Differential, RegressionSeeds) {
+  Fuzzer fuzzer;
+  for (uint64_t seed : {3114}) EXPECT_EQ(fuzzer.check(seed, 0, fuzzer.combinations.size()), "");
+}
+
+// Minimised from seed 3114 (sequential/jit/cells off/memplan off): relu of NaN (here inf - inf).
+// Today the reference and batched executors propagate NaN (Eigen's max), the jit returns 0 (its
+// kernel selects x > 0 ? x : 0). Pinned as a known divergence: when the executors agree, change
+// the jit's expectation and drop the overflow cut-off in compare().
+TEST(Differential, ReluOfNanDiffersBetweenExecutors) {
+  std::map<std::string, std::vector<float>> results;
+  for (const std::string& executor : runtime::executor_names()) {
+    Engine engine(engine_options({"sequential", executor, false, false, 1}, ""));
+    Trace trace(engine);
+    const float inf = std::numeric_limits<float>::infinity();
+    const Expr big = trace.input({inf, 1.0f, inf, -2.0f});
+    const Expr out = relu((big - big) + trace.input({0.0f, 1.0f, 0.0f, -1.0f}));  // relu(NaN, 1, NaN, -1)
+    trace.run();
+    results[executor] = out.value().data;
+  }
+  for (const auto& [executor, values] : results) {
+    EXPECT_EQ(values[1], 1.0f) << executor;
+    EXPECT_EQ(values[3], 0.0f) << executor;
+  }
+  EXPECT_TRUE(std::isnan(results["reference"][0]));
+  EXPECT_TRUE(std::isnan(results["batched"][0]));
+  EXPECT_EQ(results["jit"][0], 0.0f) << "the jit now propagates NaN: update this test and compare()";
+}
+
 // The fuzzer can fail: a wrong value, a wrong count and an exception are each reported.
 TEST(Differential, ComparisonReportsEachKindOfDifference) {
   Outcome expected;
@@ -217,6 +259,13 @@ TEST(Differential, ComparisonReportsEachKindOfDifference) {
   Outcome fewer = same;
   fewer.values.clear();
   EXPECT_NE(compare(fewer, expected, greedy).find("0 compared values"), std::string::npos);
+  Outcome overflowed = expected;
+  overflowed.values[0].data[0] = std::numeric_limits<float>::infinity();
+  Outcome also = overflowed;
+  also.stats.batches = 2;
+  EXPECT_EQ(compare(also, overflowed, greedy), "");  // inf in both runs agrees
+  also.values[0].data[0] = -std::numeric_limits<float>::infinity();
+  EXPECT_NE(compare(also, overflowed, greedy), "");
   Outcome threw = same;
   threw.error = "boom";
   EXPECT_EQ(compare(threw, expected, greedy), "threw: boom");

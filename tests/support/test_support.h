@@ -9,7 +9,8 @@
 
 namespace edb::testing {
 
-// |a - b| <= tolerance * max(1, |a|, |b|) elementwise, with the first mismatch in the message.
+// |a - b| <= tolerance * max(1, |a|, |b|) elementwise (equal infinities and two NaNs agree), with
+// the first mismatch in the message.
 ::testing::AssertionResult near_relative(const Tensor& a, const Tensor& b, double tolerance = 1e-5);
 ::testing::AssertionResult near_relative(double a, double b, double tolerance = 1e-5);
 
