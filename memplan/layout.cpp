@@ -73,6 +73,45 @@ void for_each_read_slot(const ir::Node& first, size_t members, ModeOf&& mode_of)
   }
 }
 
+// Of a gathered slot, the members the batched executor copies (OperandModes::bytes_copied).
+int64_t copied_members(const ir::Graph& graph, const ir::Node& first, ir::NodeId member0, size_t slot,
+                       std::span<const Address> at, ir::Shape shape) {
+  const int64_t n = int64_t(at.size());
+  auto fits = [&](int64_t s) {
+    return (s == 0 || (s >= shape.size() && (shape.cols == 1 || s == shape.size()))) && (s != 0 || shape.cols == 1);
+  };
+  int64_t runs = 0, alone = 0;
+  for (int64_t start = 0; start < n;) {
+    int64_t end = start + 1;
+    if (end < n && at[end].space == at[start].space && fits(at[end].floats - at[start].floats)) {
+      const int64_t s = at[end].floats - at[start].floats;
+      while (end + 1 < n && at[end + 1].space == at[end].space && at[end + 1].floats - at[end].floats == s) ++end;
+      ++end;
+    }
+    ++runs;
+    alone += end == start + 1;
+    start = end;
+  }
+  switch (first.op) {
+    case ir::Op::softmax:
+    case ir::Op::log_softmax:
+    case ir::Op::pick_neg_log_softmax: return n;
+    case ir::Op::matvec: return 0;  // per-member products, read in place
+    case ir::Op::affine:
+    case ir::Op::matmul: {
+      const size_t product_begin = first.op == ir::Op::affine ? 1 : 0;
+      if (slot < product_begin) return n;  // the bias
+      if ((slot - product_begin) % 2 == 0) return 0;  // a weight that differs: per-member products
+      {
+        const int64_t weight_rows = graph.node(graph.args(member0)[slot - 1]).shape.rows;
+        return gemm_reads_runs(runs, weight_rows, n) ? alone : n;
+      }
+      return alone;
+    }
+    default: return alone;
+  }
+}
+
 bool viewable(const ir::Node& n) { return (n.op == ir::Op::slice && n.shape.cols == 1) || n.op == ir::Op::reshape; }
 int64_t view_offset(const ir::Node& n) { return n.op == ir::Op::slice ? n.attrs.begin : 0; }
 
@@ -513,6 +552,7 @@ void LayoutPlanner::plan(const ir::Graph& graph, scheduler::Schedule& schedule, 
   planner.run();
   const OperandModes modes = operand_modes(graph, schedule, plan);
   out.bytes_gathered = modes.bytes_gathered;
+  out.bytes_copied = modes.bytes_copied;
   for (const auto& [batch, slot] : planner.kept_slots())
     if (modes.batch(batch)[slot] != OperandMode::contiguous) ++out.operands_misaligned;
 
@@ -524,10 +564,13 @@ void LayoutPlanner::plan(const ir::Graph& graph, scheduler::Schedule& schedule, 
   schedule.nodes = schedule_order;
   plan.arena_floats = arena_start;
   plan_batch_order(graph, schedule, plan);
-  out.bytes_gathered_batch_order = operand_modes(graph, schedule, plan).bytes_gathered;
-  if (out.bytes_gathered_batch_order <= out.bytes_gathered) {
+  const OperandModes batch_order = operand_modes(graph, schedule, plan);
+  out.bytes_gathered_batch_order = batch_order.bytes_gathered;
+  out.bytes_copied_batch_order = batch_order.bytes_copied;
+  if (std::pair(batch_order.bytes_copied, batch_order.bytes_gathered) <= std::pair(out.bytes_copied, out.bytes_gathered)) {
     out.kept_batch_order = true;
     out.bytes_gathered = out.bytes_gathered_batch_order;
+    out.bytes_copied = out.bytes_copied_batch_order;
   } else {
     schedule.nodes = std::move(layout_order);
     for (size_t i = 0; i < schedule.nodes.size(); ++i) plan.offset[schedule.nodes[i]] = layout_offsets[i];
@@ -551,7 +594,11 @@ OperandModes operand_modes(const ir::Graph& graph, const scheduler::Schedule& sc
         const ir::Shape shape = graph.node(graph.args(members[0])[slot]).shape;
         const OperandMode mode = classify(at, shape);
         out.modes[base + slot] = mode;
-        if (mode == OperandMode::gather) out.bytes_gathered += 4 * shape.size() * int64_t(members.size());
+        if (mode == OperandMode::gather) {
+          const int64_t n = int64_t(members.size());
+          out.bytes_gathered += 4 * shape.size() * n;
+          out.bytes_copied += 4 * shape.size() * copied_members(graph, first, members[0], slot, at, shape);
+        }
         return mode;
       });
     }

@@ -23,7 +23,9 @@ struct LayoutStats {
   double plan_ms = 0;                       // all of plan_layout, the comparison below included
   int64_t bytes_gathered = 0;               // predicted by operand_modes for the plan returned
   int64_t bytes_gathered_batch_order = 0;   // the same for plan_batch_order's plan
-  bool kept_batch_order = false;            // the layout did not gather less, so the batch order was kept
+  int64_t bytes_copied = 0;                 // operand_modes' bytes_copied for the plan returned
+  int64_t bytes_copied_batch_order = 0;     // the same for plan_batch_order's plan
+  bool kept_batch_order = false;            // the layout did not copy less, so the batch order was kept
 };
 
 // Reorders the members inside each batch of `schedule` (never which nodes form a batch, nor the
@@ -31,7 +33,8 @@ struct LayoutStats {
 // same nodes made views, all buffers live for the whole trace. C1 always holds; C2 sets are tried
 // largest operand bytes first, and one that contradicts those kept is dropped (that operand is
 // gathered). Each batch's members follow one operand (the kept set that lines up the most bytes).
-// When the result would not gather fewer bytes than plan_batch_order's, that plan is returned.
+// When the executor would not copy fewer bytes under the result than under plan_batch_order's
+// plan (OperandModes::bytes_copied, then bytes_gathered), that plan is returned.
 void plan_layout(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats* stats = nullptr);
 
 // The same planner keeping its arrays and PQ tree between plans (the driver plans every trace).
@@ -52,10 +55,21 @@ class LayoutPlanner {
 // batch of views, a lookup, the products of a linear op without one shared weight).
 enum class OperandMode : uint8_t { contiguous, shared, gather, unread };
 
+// Whether a GEMM reads a gathered X in place, one GEMM per strided run, rather than copying it:
+// each extra run packs W's rows again, a copy moves every member (runtime/batched.cpp's rule).
+inline bool gemm_reads_runs(int64_t runs, int64_t weight_rows, int64_t members) {
+  constexpr int64_t kCallCost = 32;  // a GEMM call's fixed cost, in members' worth of copying
+  return (runs - 1) * (weight_rows + kCallCost) <= members;
+}
+
 struct OperandModes {
   std::vector<uint32_t> slot_begin{0};  // batch b's slots are modes[slot_begin[b], slot_begin[b+1])
   std::vector<OperandMode> modes;
   int64_t bytes_gathered = 0;  // 4 bytes * operand size * members, summed over gathered slots
+  // What the batched executor copies: in a gathered slot, the members alone in their strided run
+  // (every member where it copies the whole operand: a GEMM X it does not read run by run, an
+  // affine's bias, the operand of softmax, log_softmax and pick_neg_log_softmax).
+  int64_t bytes_copied = 0;
 
   std::span<const OperandMode> batch(size_t b) const {
     return {modes.data() + slot_begin[b], slot_begin[b + 1] - slot_begin[b]};

@@ -18,6 +18,7 @@
 #include "edbatch/errors.h"
 #include "jit/cached_compiler.h"
 #include "jit/kernel_ir.h"
+#include "memplan/layout.h"
 #include "jit/llvm_backend.h"
 
 namespace edb::runtime {
@@ -227,14 +228,12 @@ void run_sum(const BatchContext& c) {
 }
 
 // Whether a gathered X is better read in place run by run (one GEMM per strided run) than copied
-// whole into scratch: each extra run packs W's rows again, a copy moves every member. A small W
-// (an output layer) favours runs; a large one, a copy unless the runs are long.
+// whole into scratch (memplan::gemm_reads_runs, which the planner's prediction shares).
 bool gemm_by_runs(const Operand& x, const Operand& w, int64_t n) {
   if (x.kind != Operand::kGathered) return false;
   int64_t runs = 0;
   for (int64_t k = 0; k < n; k = x.run_end[k]) ++runs;
-  constexpr int64_t kCallCost = 32;  // a GEMM call's fixed cost, in members' worth of copying
-  return (runs - 1) * (w.shape.rows + kCallCost) <= n;
+  return memplan::gemm_reads_runs(runs, w.shape.rows, n);
 }
 
 // out += W_1 X_1 + W_2 X_2 + ...: one GEMM per shared weight over all members, split by rows of
