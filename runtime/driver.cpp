@@ -83,11 +83,22 @@ DumpFlags DumpFlags::from_environment() {
   DumpFlags flags;
   const char* value = std::getenv("EDB_DUMP");
   if (!value) return flags;
+  // Comma-separated stage names; an unknown one is an error rather than silently nothing.
   const std::string s = value;
-  const bool all = s.find("all") != std::string::npos;
-  flags.ir = all || s.find("ir") != std::string::npos;
-  flags.schedule = all || s.find("schedule") != std::string::npos;
-  flags.plan = all || s.find("plan") != std::string::npos;
+  for (size_t begin = 0; begin <= s.size();) {
+    const size_t comma = std::min(s.find(',', begin), s.size());
+    const std::string word = s.substr(begin, comma - begin);
+    begin = comma + 1;
+    if (word.empty()) continue;
+    const bool all = word == "all";
+    if (all || word == "ir") flags.ir = true;
+    if (all || word == "schedule") flags.schedule = true;
+    if (all || word == "batches") flags.batches = true;
+    if (all || word == "plan") flags.plan = true;
+    if (!all && word != "ir" && word != "schedule" && word != "batches" && word != "plan")
+      throw UsageError("edb::Engine: EDB_DUMP names '" + word +
+                       "'; expected a comma-separated list of ir, schedule, batches, plan or all");
+  }
   if (const char* directory = std::getenv("EDB_DUMP_DIR"); directory && *directory && flags.any()) {
     std::error_code error;
     std::filesystem::create_directories(directory, error);
@@ -249,10 +260,8 @@ void Driver::submit(TraceData& trace) {
   stats_.time.schedule_ms += elapsed_ms(start);
   stats_.lower_bound += calls ? scheduler::lower_bound(nodes) : analysis_.chains.lower_bound();
   if (options_.verify) scheduler::verify(nodes, trace.schedule);
-  if (dump_.schedule) {
-    if (dump_.directory.empty()) emit_dump(dump_, "schedule", dump_number, "txt", print_schedule(trace, signatures));
-    else emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, trace.schedule, signatures));
-  }
+  if (dump_.batches) emit_dump(dump_, "batches", dump_number, "txt", print_schedule(trace, signatures));
+  if (dump_.schedule) emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, trace.schedule, signatures));
 
   start = Clock::now();
   const int64_t live = trace.plan.arena_floats;  // values of earlier evaluations of this trace

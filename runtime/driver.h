@@ -42,13 +42,18 @@ struct TraceData {
   Values values() { return Values{graph, plan, arena.data()}; }
 };
 
-// Which stages EDB_DUMP asks to print ("ir,schedule,plan" or "all"), and where: stderr, or with
-// EDB_DUMP_DIR one file per stage and evaluation in that directory (the schedule as a dot picture).
+// Which stages EDB_DUMP asks to print ("ir,schedule,batches,plan" or "all"), and where: stderr,
+// or with EDB_DUMP_DIR one file per stage and evaluation in that directory. The schedule is the
+// graphviz picture (batches as coloured clusters), `batches` the same batches as text lines.
 struct DumpFlags {
-  bool ir = false, schedule = false, plan = false;
+  bool ir = false;
+  bool schedule = false;  // the graph with its batches as clusters (graphviz dot)
+  bool batches = false;   // the batches as text, one line each
+  bool plan = false;
   std::string directory;  // empty: stderr
-  bool any() const { return ir || schedule || plan; }
-  // UsageError when EDB_DUMP_DIR names a directory that cannot be created.
+  bool any() const { return ir || schedule || batches || plan; }
+  // UsageError when EDB_DUMP names an unknown stage or EDB_DUMP_DIR a directory that cannot be
+  // created.
   static DumpFlags from_environment();
 };
 

@@ -64,7 +64,8 @@ void print_help() {
       "                     dot (apt-get install graphviz); keep it small: --batch 2 --limit 2\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
-      "Environment: EDB_DUMP=ir,schedule,plan (or all) prints each stage's output to stderr; with\n"
+      "Environment: EDB_DUMP=ir,schedule,batches,plan (or all) prints each stage's output to stderr\n"
+      "(schedule: the graph with batches as clusters, graphviz dot; batches: the same as text); with\n"
       "EDB_DUMP_DIR=DIR each goes to DIR/STAGE-N.txt instead, the schedule as DIR/schedule-N.dot.\n",
       models.c_str(), joined(edb::scheduler::policy_names()).c_str(), joined(edb::runtime::executor_names()).c_str());
 }

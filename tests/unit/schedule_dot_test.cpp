@@ -214,5 +214,31 @@ TEST(ScheduleDot, AnUncreatableDumpDirectoryIsAUsageError) {
   EXPECT_NE(message.find("plain/sub"), std::string::npos) << message;
 }
 
+// Without EDB_DUMP_DIR the picture goes to stderr; `batches` is the text listing; an unknown
+// stage name is a clear error, not silently nothing.
+TEST(ScheduleDot, DumpScheduleToStderrIsThePictureAndUnknownStagesAreErrors) {
+  ScopedEnvironment env;
+  env.set("EDB_DUMP", "schedule,batches");
+  Model model("m");
+  const Parameter W = model.add_parameter("W", 2, 2);
+  ::testing::internal::CaptureStderr();
+  {
+    Engine engine;
+    Trace trace(engine);
+    tanh(matmul(trace.param(W), trace.input({1.0f, 2.0f}))).value();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const size_t dot = err.find("== schedule\n"), text = err.find("== batches\n");
+  ASSERT_NE(dot, std::string::npos) << err;
+  ASSERT_NE(text, std::string::npos) << err;
+  const size_t end = err.find("\n== ", dot);
+  const std::string picture = err.substr(dot + 12, end == std::string::npos ? std::string::npos : end + 1 - (dot + 12));
+  EXPECT_EQ(parse(picture).clusters.size(), 2u) << err;
+  env.set("EDB_DUMP", "schedule,plans");
+  const std::string message = testing::usage_error([] { Engine engine; });
+  EXPECT_NE(message.find("'plans'"), std::string::npos) << message;
+  EXPECT_NE(message.find("batches"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace edb
