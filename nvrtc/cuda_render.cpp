@@ -1,0 +1,121 @@
+// The CUDA C renderer: the kernel IR walked once, each instruction printed from a table of CUDA
+// expressions; the GEMM is a fixed template. No headers: NVRTC declares expf and tanhf itself.
+#include "nvrtc/cuda_render.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "edbatch/errors.h"
+
+namespace edb::nvrtc {
+
+namespace {
+
+// A float constant exactly: a hex literal when finite, its bits otherwise.
+std::string float_literal(float value) {
+  char text[64];
+  if (std::isfinite(value)) std::snprintf(text, sizeof text, "%af", double(value));
+  else std::snprintf(text, sizeof text, "__int_as_float(0x%08x)", std::bit_cast<uint32_t>(value));
+  return text;
+}
+
+std::string value_name(jit::ValueId id) { return "v" + std::to_string(id); }
+
+// Member k's element e of input i.
+std::string load_expression(jit::OperandAccess access, int32_t input) {
+  const std::string in = "inputs[" + std::to_string(input) + "]";
+  switch (access) {
+    case jit::OperandAccess::shared: return in + ".base[e]";
+    case jit::OperandAccess::strided: return in + ".base[k * " + in + ".stride + e]";
+    case jit::OperandAccess::gathered: return in + ".pointers[k][e]";
+  }
+  throw InternalError("render_kernel: operand access " + std::to_string(int(access)) + " out of range");
+}
+
+std::string expression(const jit::Kernel& kernel, const jit::Instruction& in) {
+  const std::string a = value_name(in.a), b = value_name(in.b);
+  switch (in.op) {
+    case jit::KernelOp::load: return load_expression(kernel.inputs[size_t(in.input)], in.input);
+    case jit::KernelOp::add: return a + " + " + b;
+    case jit::KernelOp::sub: return a + " - " + b;
+    case jit::KernelOp::cmult: return a + " * " + b;
+    case jit::KernelOp::scale: return a + " * " + float_literal(in.constant);
+    case jit::KernelOp::add_const: return a + " + " + float_literal(in.constant);
+    case jit::KernelOp::tanh: return "tanhf(" + a + ")";
+    case jit::KernelOp::sigmoid: return "1.0f / (1.0f + expf(-" + a + "))";
+    case jit::KernelOp::relu: return a + " > 0.0f ? " + a + " : 0.0f";  // NaN -> 0, as jit::interpret
+    case jit::KernelOp::exp: return "expf(" + a + ")";
+  }
+  throw InternalError("render_kernel: no CUDA rule for kernel op " + std::string(jit::kernel_op_name(in.op)));
+}
+
+}  // namespace
+
+std::string render_kernel(const jit::Kernel& kernel, const std::string& symbol) {
+  jit::verify(kernel);
+  std::ostringstream out;
+  out << "// " << kernel.name << "\n"
+      << "struct EdbKernelInput { const float* base; long long stride; const float* const* pointers; };\n"
+      << "extern \"C\" __global__ void " << symbol
+      << "(long long members, long long elements, const EdbKernelInput* __restrict__ inputs,\n"
+      << "    float* const* __restrict__ outputs) {\n"
+      << "  const long long total = members * elements;\n"
+      << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;\n"
+      << "       i += (long long)gridDim.x * blockDim.x) {\n"
+      << "    const long long k = i / elements, e = i - k * elements;\n"
+      << "    (void)k; (void)e;\n";
+  for (size_t v = 0; v < kernel.body.size(); ++v)
+    out << "    const float " << value_name(jit::ValueId(v)) << " = " << expression(kernel, kernel.body[v]) << ";\n";
+  for (size_t j = 0; j < kernel.outputs.size(); ++j)
+    out << "    outputs[" << j << "][i] = " << value_name(kernel.outputs[j]) << ";\n";
+  out << "  }\n}\n";
+  return out.str();
+}
+
+std::string render_gemm(const std::string& symbol) {
+  const std::string tile = std::to_string(kGemmTile);
+  std::string source = R"(// batched fp32 GEMM, TILE x TILE tiles through shared memory; X gathered per member in its loads
+extern "C" __global__ void SYMBOL(int rows, int depth, int cols, long long members,
+    const float* __restrict__ w, const float* const* __restrict__ x, float* __restrict__ c, int accumulate) {
+  __shared__ float w_tile[TILE][TILE + 1];  // [depth][row]
+  __shared__ float x_tile[TILE][TILE + 1];  // [column][depth]
+  const int tr = threadIdx.x, tc = threadIdx.y;  // tr varies fastest: rows of W and C, depth of X
+  const long long row = (long long)blockIdx.x * TILE + tr;
+  const long long total_cols = members * cols;
+  for (long long col0 = (long long)blockIdx.y * TILE; col0 < total_cols; col0 += (long long)gridDim.y * TILE) {
+    const long long col = col0 + tc;
+    long long member = 0, within = 0;
+    if (col < total_cols) { member = col / cols; within = col - member * cols; }
+    float sum = 0.0f;
+    for (int k0 = 0; k0 < depth; k0 += TILE) {
+      w_tile[tc][tr] = (row < rows && k0 + tc < depth) ? w[(long long)(k0 + tc) * rows + row] : 0.0f;
+      x_tile[tc][tr] = (col < total_cols && k0 + tr < depth) ? x[member][within * depth + k0 + tr] : 0.0f;
+      __syncthreads();
+      #pragma unroll
+      for (int kk = 0; kk < TILE; ++kk) sum += w_tile[kk][tr] * x_tile[tc][kk];
+      __syncthreads();
+    }
+    if (row < rows && col < total_cols) {
+      float* out = c + col * rows + row;
+      *out = accumulate ? *out + sum : sum;
+    }
+  }
+}
+)";
+  auto replace_all = [&](const std::string& from, const std::string& to) {
+    for (size_t at = source.find(from); at != std::string::npos; at = source.find(from, at + to.size()))
+      source.replace(at, from.size(), to);
+  };
+  replace_all("SYMBOL", symbol);
+  replace_all("TILE", tile);
+  return source;
+}
+
+std::string gemm_description() {
+  // The source with a placeholder symbol: any change to the template changes every GEMM key.
+  return "gemm fp32 tile " + std::to_string(kGemmTile) + "\n" + render_gemm("edb_gemm");
+}
+
+}  // namespace edb::nvrtc
