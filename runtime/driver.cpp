@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "memplan/layout.h"
+#include "runtime/cuda_executor.h"
 #include "scheduler/lower_bound.h"
 
 
@@ -177,14 +178,12 @@ Driver::Driver(const EngineOptions& options)
   } else if (!options.policy_file.empty()) {
     throw UsageError("edb::Engine: a policy file is for the fsm policy, not '" + options.policy + "'");
   }
-  if (options.device != "cpu")
-    throw UsageError("edb::Engine: device '" + options.device +
-                     "' is not available in this build (available: cpu)");
   // Two or more threads: one executes in the background while the caller records and schedules
-  // the next trace; the executor's own pool gets the rest.
+  // the next trace; the executor's own pool gets the rest. The device (cpu, cuda, or auto: cuda
+  // when usable) picks the executor; options().device then says which one runs.
   const bool pipelined = options.threads >= 2 && options.executor != "reference";
-  executor_ = make_executor(options.executor, pipelined ? options.threads - 1 : options.threads,
-                            options.cache_directory);
+  executor_ = make_device_executor(options.device, options.executor, pipelined ? options.threads - 1 : options.threads,
+                                   options.cache_directory, options_.device);
   if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_);
 }
 

@@ -47,7 +47,9 @@ void print_help() {
       "  --hidden N         hidden size (default: the model's, 128 for treelstm)\n"
       "  --policy NAME      batching policy: %s (default greedy)\n"
       "  --executor NAME    %s (default batched)\n"
-      "  --device NAME      cpu, cuda or auto (default cpu)\n"
+      "  --device NAME      cpu, cuda (a GPU through NVRTC and the CUDA driver; an error naming why\n"
+      "                     when there is none) or auto (cuda when usable, else the CPU, saying why)\n"
+      "                     (default cpu)\n"
       "  --threads N        threads (default 1); with 2 or more, execution overlaps recording\n"
       "  --repeat N         measured passes over the workload; the median is reported (default 3)\n"
       "  --seed N           seed for parameters and generated data (default 1)\n"
@@ -219,10 +221,6 @@ int run(int argc, char** argv) {
   options.executor = flags.get("executor", options.executor);
   options.device = flags.get("device", "cpu");
   options.threads = int(flags.get_int("threads", 1, 1, 1024));
-  if (options.device == "auto") {
-    std::fprintf(stderr, "edb-run: --device auto: running on the CPU (this build has no GPU backend yet)\n");
-    options.device = "cpu";
-  }
   options.policy_file = flags.get("policy-file", "");
   options.policy_encoding = flags.get("policy-encoding", "base");
   const std::string cells = flags.get("cells", "on");
@@ -282,7 +280,7 @@ int run(int argc, char** argv) {
   report.executor = options.executor;
   report.cells = options.cells;
   report.memplan = options.memplan;
-  report.device = options.device;
+  report.device = engine.options().device;  // with auto: the one the engine chose
   report.data = model->describe_data();
   report.cpu = edb::jit::host_cpu_name();
   report.batch = run_options.batch;

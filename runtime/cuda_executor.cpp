@@ -1,0 +1,352 @@
+// The GPU executor: per batch, a rendered elementwise kernel, the batched GEMM (after the bias is
+// copied in by a load-store kernel), or the host. The host arena holds every value before and after
+// an execution; the device arena mirrors it while kernels run.
+#include "runtime/cuda_executor.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+
+#include "edbatch/errors.h"
+#include "jit/kernel_ir.h"
+#include "nvrtc/cuda_compiler.h"
+#include "nvrtc/cuda_driver.h"
+#include "nvrtc/cuda_render.h"
+
+namespace edb::runtime {
+
+namespace {
+
+using nvrtc::CUdeviceptr;
+
+constexpr size_t kMaxKernelInputs = 8;  // wider sums run on the host
+constexpr unsigned kThreadsPerBlock = 256;
+
+// Device memory that grows (doubling) and keeps nothing across a growth.
+struct DeviceBuffer {
+  nvrtc::CudaDevice* device = nullptr;
+  CUdeviceptr pointer = 0;
+  size_t bytes = 0;
+
+  void reserve(size_t wanted) {
+    if (wanted <= bytes) return;
+    const size_t grown = std::max(wanted, bytes * 2);
+    device->release(pointer);  // waits for the stream: queued kernels may still read it
+    pointer = 0;
+    bytes = 0;
+    pointer = device->allocate(grown);
+    bytes = grown;
+  }
+  ~DeviceBuffer() {
+    try {
+      if (device) device->release(pointer);
+    } catch (...) {
+    }
+  }
+};
+
+// jit::KernelInput's layout with device addresses: what a rendered kernel reads.
+struct DeviceInput {
+  CUdeviceptr base = 0;
+  int64_t stride = 0;
+  CUdeviceptr pointers = 0;
+};
+static_assert(sizeof(DeviceInput) == sizeof(jit::KernelInput));
+
+// The kernel op of an elementwise batch that runs on the device; false for the rest.
+bool kernel_op_of(const ir::Node& node, jit::KernelOp& op) {
+  switch (node.op) {
+    case ir::Op::add: case ir::Op::sum: op = jit::KernelOp::add; break;
+    case ir::Op::sub: op = jit::KernelOp::sub; break;
+    case ir::Op::cmult: op = jit::KernelOp::cmult; break;
+    case ir::Op::scale: op = jit::KernelOp::scale; break;
+    case ir::Op::add_const: op = jit::KernelOp::add_const; break;
+    case ir::Op::tanh: op = jit::KernelOp::tanh; break;
+    case ir::Op::sigmoid: op = jit::KernelOp::sigmoid; break;
+    case ir::Op::relu: op = jit::KernelOp::relu; break;
+    default: return false;
+  }
+  return node.arg_count <= kMaxKernelInputs;
+}
+
+}  // namespace
+
+struct CudaExecutor::State {
+  State(const std::string& cache_directory, const std::string& library)
+      : device(library),
+        compiler(cache_directory, device.probe().major, device.probe().minor) {
+    for (DeviceBuffer* buffer : {&arena, &leaves, &staging}) buffer->device = &device;
+  }
+
+  nvrtc::CudaDevice device;
+  nvrtc::CudaCompiler compiler;
+  DeviceBuffer arena, leaves, staging;  // staging: per-batch pointer tables and input arrays
+  std::unordered_map<std::string, nvrtc::CUfunction> functions;  // by kernel description
+  nvrtc::CUfunction gemm = nullptr;
+
+  // Per execution.
+  const Values* values = nullptr;
+  Stats* stats = nullptr;
+  std::unordered_map<const float*, CUdeviceptr> leaf_address;  // host leaf data -> device copy
+  std::vector<uint8_t> staging_host;  // what goes into `staging` for the current batch
+  std::vector<size_t> relocations;    // offsets in staging_host to turn into device addresses
+  std::deque<std::vector<uint8_t>> in_flight;  // host sources of queued copies, kept until the sync
+  bool device_newer = false;  // kernels wrote the device arena since the host's copy was made
+
+  CUdeviceptr address(ir::NodeId id) const {
+    const int64_t offset = values->plan.offset[id];
+    if (offset >= 0) return arena.pointer + CUdeviceptr(offset) * sizeof(float);
+    return leaf_address.at(values->graph.leaf_data(id));
+  }
+
+  // This batch's block of small arrays (pointer tables, input arrays), built on the host and sent
+  // in one copy. stage() returns an offset into the block; relocate(at) marks the 8 bytes at `at`
+  // as holding such an offset, which upload_staged() turns into a device address.
+  size_t stage(const void* data, size_t bytes) {
+    const size_t at = (staging_host.size() + 15) & ~size_t{15};
+    staging_host.resize(at + bytes);
+    std::memcpy(staging_host.data() + at, data, bytes);
+    return at;
+  }
+  void relocate(size_t at) { relocations.push_back(at); }
+  CUdeviceptr upload_staged() {
+    staging.reserve(staging_host.size());
+    for (size_t at : relocations) {
+      CUdeviceptr value;
+      std::memcpy(&value, staging_host.data() + at, sizeof value);
+      value += staging.pointer;
+      std::memcpy(staging_host.data() + at, &value, sizeof value);
+    }
+    relocations.clear();
+    in_flight.push_back(std::move(staging_host));
+    staging_host.clear();
+    device.upload(staging.pointer, in_flight.back().data(), in_flight.back().size());
+    return staging.pointer;
+  }
+
+  nvrtc::CUfunction function_for(const jit::Kernel& kernel) {
+    const std::string description = jit::describe(kernel);
+    auto it = functions.find(description);
+    if (it != functions.end()) return it->second;
+    const nvrtc::CudaImage image = compiler.elementwise(kernel);
+    count_compile(image);
+    return functions[description] = device.load_function(image.image, image.symbol());
+  }
+  void count_compile(const nvrtc::CudaImage& image) {
+    if (image.compiled_now) {
+      stats->kernels_compiled += 1;
+      stats->time.compile_ms += image.compile_ms;
+    } else {
+      stats->cache_hits += 1;
+    }
+  }
+
+  void upload_leaves(const scheduler::Schedule& schedule);
+  void run_elementwise(std::span<const ir::NodeId> members, jit::KernelOp op);
+  void copy_members(std::span<const ir::NodeId> members, size_t slot);  // out_k = arg_k[slot]
+  void run_linear(std::span<const ir::NodeId> members);
+  void run_on_host(std::span<const ir::NodeId> members);
+  bool linear_on_device(std::span<const ir::NodeId> members) const;
+  void launch_elementwise(const jit::Kernel& kernel, const std::vector<DeviceInput>& inputs,
+                          const std::vector<CUdeviceptr>& outputs, int64_t members, int64_t elements);
+};
+
+// Every leaf the schedule reads, once per distinct host buffer, packed into one upload.
+void CudaExecutor::State::upload_leaves(const scheduler::Schedule& schedule) {
+  leaf_address.clear();
+  std::vector<std::pair<const float*, int64_t>> found;
+  std::unordered_map<const float*, size_t> offset_of;
+  size_t floats = 0;
+  for (ir::NodeId id : schedule.nodes)
+    for (ir::NodeId arg : values->graph.args(id)) {
+      if (values->plan.offset[arg] >= 0) continue;
+      const float* data = values->graph.leaf_data(arg);
+      const int64_t size = values->graph.node(arg).shape.size();
+      if (!offset_of.try_emplace(data, floats).second) continue;
+      found.emplace_back(data, size);
+      floats += size_t(size);
+    }
+  std::vector<uint8_t> packed(floats * sizeof(float));
+  for (const auto& [data, size] : found)
+    std::memcpy(packed.data() + offset_of[data] * sizeof(float), data, size_t(size) * sizeof(float));
+  leaves.reserve(packed.size());
+  for (const auto& [data, offset] : offset_of) leaf_address[data] = leaves.pointer + offset * sizeof(float);
+  in_flight.push_back(std::move(packed));
+  device.upload(leaves.pointer, in_flight.back().data(), in_flight.back().size());
+}
+
+void CudaExecutor::State::launch_elementwise(const jit::Kernel& kernel, const std::vector<DeviceInput>& inputs,
+                                             const std::vector<CUdeviceptr>& outputs, int64_t members,
+                                             int64_t elements) {
+  nvrtc::CUfunction function = function_for(kernel);
+  const size_t inputs_at = stage(inputs.data(), inputs.size() * sizeof(DeviceInput));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (kernel.inputs[i] == jit::OperandAccess::gathered)
+      relocate(inputs_at + i * sizeof(DeviceInput) + offsetof(DeviceInput, pointers));
+  const size_t outputs_at = stage(outputs.data(), outputs.size() * sizeof(CUdeviceptr));
+  const CUdeviceptr base = upload_staged();
+  CUdeviceptr inputs_address = base + inputs_at, outputs_address = base + outputs_at;
+  long long m = members, e = elements;
+  void* parameters[] = {&m, &e, &inputs_address, &outputs_address};
+  const int64_t total = members * elements;
+  const int64_t blocks = std::clamp<int64_t>((total + kThreadsPerBlock - 1) / kThreadsPerBlock, 1,
+                                             int64_t(std::max(1, device.probe().multiprocessors)) * 32);
+  device.launch(function, unsigned(blocks), 1, kThreadsPerBlock, 1, parameters);
+  stats->kernel_calls += 1;
+  device_newer = true;
+}
+
+// One slot's operand: one address for all (shared), base + k * stride (strided), or a pointer
+// table (gathered), decided from the members' device addresses.
+DeviceInput classify(CudaExecutor::State& s, std::span<const ir::NodeId> members, size_t slot,
+                     jit::OperandAccess& access) {
+  std::vector<CUdeviceptr> addresses(members.size());
+  for (size_t k = 0; k < members.size(); ++k) addresses[k] = s.address(s.values->graph.args(members[k])[slot]);
+  DeviceInput input;
+  input.base = addresses[0];
+  const bool shared = std::all_of(addresses.begin(), addresses.end(), [&](CUdeviceptr a) { return a == addresses[0]; });
+  if (shared) {
+    access = jit::OperandAccess::shared;
+    return input;
+  }
+  const int64_t stride_bytes = int64_t(addresses[1] - addresses[0]);
+  bool strided = stride_bytes > 0 && stride_bytes % int64_t(sizeof(float)) == 0;
+  for (size_t k = 2; k < members.size() && strided; ++k)
+    strided = int64_t(addresses[k] - addresses[k - 1]) == stride_bytes;
+  if (strided) {
+    access = jit::OperandAccess::strided;
+    input.stride = stride_bytes / int64_t(sizeof(float));
+    return input;
+  }
+  access = jit::OperandAccess::gathered;
+  s.stats->bytes_gathered += int64_t(members.size()) * s.values->graph.node(s.values->graph.args(members[0])[slot]).shape.size() *
+                             int64_t(sizeof(float));
+  input.pointers = s.stage(addresses.data(), addresses.size() * sizeof(CUdeviceptr));  // relocated at upload
+  return input;
+}
+
+void CudaExecutor::State::run_elementwise(std::span<const ir::NodeId> members, jit::KernelOp op) {
+  const ir::Node& first = values->graph.node(members[0]);
+  jit::Kernel kernel;
+  kernel.name = std::string(ir::op_name(first.op));
+  std::vector<DeviceInput> inputs;
+  std::vector<jit::ValueId> args;
+  for (size_t slot = 0; slot < first.arg_count; ++slot) {
+    jit::OperandAccess access;
+    inputs.push_back(classify(*this, members, slot, access));
+    kernel.inputs.push_back(access);
+    args.push_back(kernel.load(int32_t(slot)));
+  }
+  jit::ValueId value = args[0];
+  if (jit::kernel_op_has_constant(op)) value = kernel.with_constant(op, value, first.attrs.constant);
+  else if (jit::kernel_op_arity(op) == 1) value = kernel.unary(op, value);
+  else
+    for (size_t i = 1; i < args.size(); ++i) value = kernel.binary(op, value, args[i]);
+  kernel.store(value);
+  launch_elementwise(kernel, inputs, {address(members[0])}, int64_t(members.size()), first.shape.size());
+}
+
+void CudaExecutor::State::copy_members(std::span<const ir::NodeId> members, size_t slot) {
+  const ir::Node& first = values->graph.node(members[0]);
+  jit::Kernel kernel;
+  kernel.name = "copy";
+  jit::OperandAccess access;
+  std::vector<DeviceInput> inputs{classify(*this, members, slot, access)};
+  kernel.inputs.push_back(access);
+  kernel.store(kernel.load(0));
+  launch_elementwise(kernel, inputs, {address(members[0])}, int64_t(members.size()), first.shape.size());
+}
+
+// matmul and affine whose weights are one parameter for every member: one GEMM per weight.
+bool CudaExecutor::State::linear_on_device(std::span<const ir::NodeId> members) const {
+  const ir::Node& first = values->graph.node(members[0]);
+  if (first.op != ir::Op::matmul && first.op != ir::Op::affine) return false;
+  for (size_t slot = first.op == ir::Op::affine ? 1 : 0; slot + 1 < first.arg_count; slot += 2)
+    for (ir::NodeId id : members)
+      if (address(values->graph.args(id)[slot]) != address(values->graph.args(members[0])[slot])) return false;
+  return true;
+}
+
+void CudaExecutor::State::run_linear(std::span<const ir::NodeId> members) {
+  const ir::Node& first = values->graph.node(members[0]);
+  const bool affine = first.op == ir::Op::affine;
+  if (affine) copy_members(members, 0);  // the bias, then the products add to it
+  if (!gemm) {
+    const nvrtc::CudaImage image = compiler.gemm();
+    count_compile(image);
+    gemm = device.load_function(image.image, image.symbol());
+  }
+  const int64_t n = int64_t(members.size());
+  bool accumulate = affine;
+  for (size_t slot = affine ? 1 : 0; slot + 1 < first.arg_count; slot += 2) {
+    const ir::Shape w = values->graph.node(values->graph.args(members[0])[slot]).shape;
+    const ir::Shape x = values->graph.node(values->graph.args(members[0])[slot + 1]).shape;
+    std::vector<CUdeviceptr> xs(members.size());
+    for (size_t k = 0; k < members.size(); ++k) xs[k] = address(values->graph.args(members[k])[slot + 1]);
+    const size_t at = stage(xs.data(), xs.size() * sizeof(CUdeviceptr));
+    CUdeviceptr table = upload_staged() + at;
+    CUdeviceptr weight = address(values->graph.args(members[0])[slot]), out = address(members[0]);
+    int rows = int(w.rows), depth = int(w.cols), cols = int(x.cols), add = accumulate ? 1 : 0;
+    long long count = n;
+    void* parameters[] = {&rows, &depth, &cols, &count, &weight, &table, &out, &add};
+    const int64_t tiles = (n * cols + nvrtc::kGemmTile - 1) / nvrtc::kGemmTile;
+    device.launch(gemm, unsigned((rows + nvrtc::kGemmTile - 1) / nvrtc::kGemmTile), unsigned(std::min<int64_t>(tiles, 65535)),
+                  nvrtc::kGemmTile, nvrtc::kGemmTile, parameters);
+    stats->kernel_calls += 1;
+    accumulate = true;
+  }
+  device_newer = true;
+}
+
+// Anything without a device kernel: bring the host arena up to date, compute, send the outputs back.
+void CudaExecutor::State::run_on_host(std::span<const ir::NodeId> members) {
+  const int64_t floats = values->plan.arena_floats;
+  if (device_newer) {
+    device.download(values->arena, arena.pointer, size_t(floats) * sizeof(float));
+    device_newer = false;
+  }
+  for (ir::NodeId id : members) evaluate_node(*values, id);
+  const int64_t size = values->graph.node(members[0]).shape.size();
+  const int64_t offset = values->plan.offset[members[0]];
+  device.upload(address(members[0]), values->arena + offset, size_t(size * int64_t(members.size())) * sizeof(float));
+  device.synchronize();  // the host arena may change again before the copy would otherwise run
+  stats->kernel_calls += 1;
+}
+
+CudaExecutor::CudaExecutor(const std::string& cache_directory, const std::string& library)
+    : state_(std::make_unique<State>(cache_directory, library)) {}
+
+CudaExecutor::~CudaExecutor() = default;
+
+void CudaExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
+  State& s = *state_;
+  s.values = &values;
+  s.stats = &stats;
+  s.device_newer = false;
+  const size_t arena_bytes = size_t(values.plan.arena_floats) * sizeof(float);
+  s.arena.reserve(arena_bytes);
+  s.device.upload(s.arena.pointer, values.arena, arena_bytes);  // earlier evaluations' values
+  s.upload_leaves(schedule);
+  for (size_t b = 0; b < schedule.batch_count(); ++b) {
+    const std::span<const ir::NodeId> members = schedule.batch(b);
+    if (values.plan.is_view(members[0])) continue;
+    const ir::Node& first = values.graph.node(members[0]);
+    const int64_t size = first.shape.size();
+    for (size_t k = 1; k < members.size(); ++k)
+      if (values.plan.offset[members[k]] != values.plan.offset[members[0]] + int64_t(k) * size)
+        throw InternalError("cuda executor: batch " + std::to_string(b) +
+                            "'s outputs are not consecutive in member order (plan contract C1)");
+    jit::KernelOp op;
+    if (kernel_op_of(first, op)) s.run_elementwise(members, op);
+    else if (s.linear_on_device(members)) s.run_linear(members);
+    else s.run_on_host(members);
+  }
+  if (s.device_newer) s.device.download(values.arena, s.arena.pointer, arena_bytes);
+  s.device.synchronize();
+  s.in_flight.clear();
+  stats.batches += int64_t(schedule.batch_count());
+}
+
+}  // namespace edb::runtime

@@ -1,0 +1,39 @@
+// The GPU executor (device "cuda"): values in a device arena that grows, leaves uploaded per
+// execution, elementwise batches through rendered CUDA kernels (gathers fused into the loads),
+// matrix products over a shared weight through the tiled batched GEMM, every other batch on the
+// host with evaluate_node and the arena copied across (correct, not fast). Not yet run on a GPU.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/executor.h"
+
+namespace edb::runtime {
+
+class CudaExecutor final : public Executor {
+ public:
+  // UsageError naming the reason when there is no usable GPU or no NVRTC. `library` is the libcuda
+  // to load (empty: $EDB_CUDA_LIBRARY, else libcuda.so.1).
+  explicit CudaExecutor(const std::string& cache_directory, const std::string& library = {});
+  ~CudaExecutor() override;
+  std::string_view name() const override { return "cuda"; }
+  void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+// Device selection (EngineOptions::device): "cpu" is make_executor(executor, ...); "cuda" is a
+// CudaExecutor (executor batched or jit; reference runs on the CPU only), or a UsageError naming
+// why there is no usable GPU; "auto" is cuda when usable, else the CPU executor after one line on
+// stderr (once per process) saying why. `resolved` gets the device chosen: "cpu" or "cuda".
+std::unique_ptr<Executor> make_device_executor(const std::string& device, std::string_view executor, int threads,
+                                               const std::string& cache_directory, std::string& resolved);
+std::vector<std::string> device_names();  // cpu, cuda, auto
+
+}  // namespace edb::runtime

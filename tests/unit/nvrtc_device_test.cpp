@@ -1,0 +1,273 @@
+// The Driver API side: detection names why there is no usable GPU (no libcuda, the toolkit's stub
+// libcuda), the engine's device choice follows it, and, on a machine with a GPU only, rendered
+// kernels and the GEMM run and match the CPU. Launch tests skip with the detection's reason.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <random>
+
+#include <edbatch/edbatch.h>
+
+#include "edbatch/errors.h"
+#include "jit/kernel_ir.h"
+#include "nvrtc/cuda_driver.h"
+#include "nvrtc/cuda_render.h"
+#include "nvrtc/nvrtc_compiler.h"
+#include "runtime/cuda_executor.h"
+#include "samples/models.h"
+#include "samples/runner.h"
+#include "tests/support/test_support.h"
+
+#ifdef EDB_TEST_CUDA_HEADERS
+#include <cuda.h>
+// Our declarations against the toolkit's: the ABI we call through dlsym.
+static_assert(std::is_same_v<edb::nvrtc::CUdeviceptr, CUdeviceptr>);
+static_assert(std::is_same_v<edb::nvrtc::CUdevice, CUdevice>);
+static_assert(edb::nvrtc::kAttributeComputeCapabilityMajor == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+static_assert(edb::nvrtc::kAttributeComputeCapabilityMinor == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+static_assert(edb::nvrtc::kAttributeMultiprocessorCount == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+static_assert(CUDA_ERROR_STUB_LIBRARY == 34 && CUDA_ERROR_NO_DEVICE == 100);
+static_assert(CU_STREAM_NON_BLOCKING == 1);
+#endif
+
+namespace edb {
+namespace {
+
+using testing::TempDir;
+
+// The toolkit's stub libcuda, or "" when there is no toolkit here.
+std::string stub_library() {
+  std::vector<std::string> places;
+  for (const char* variable : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* root = std::getenv(variable); root && *root) places.push_back(std::string(root) + "/lib64/stubs/libcuda.so");
+  places.push_back("/usr/local/cuda/lib64/stubs/libcuda.so");
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/usr/local/cuda/targets", error))
+    places.push_back(entry.path().string() + "/lib/stubs/libcuda.so");
+  for (const std::string& place : places)
+    if (std::filesystem::exists(place)) return place;
+  return "";
+}
+
+// The stub as the loader would find a driver: a symlink named libcuda.so.1 in a temp directory.
+class StubDriver : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string stub = stub_library();
+    if (stub.empty()) GTEST_SKIP() << "no CUDA toolkit stub libcuda.so here";
+    // Load the real driver first, if any: once the stub (soname libcuda.so.1) is in the process,
+    // dlopen("libcuda.so.1") would return it, and the launch tests would not find the GPU.
+    nvrtc::load_driver("", nullptr);
+    link_ = directory_.file("libcuda.so.1");
+    std::filesystem::create_symlink(stub, link_);
+    const char* old = std::getenv("EDB_CUDA_LIBRARY");
+    had_ = old != nullptr;
+    if (old) old_ = old;
+    setenv("EDB_CUDA_LIBRARY", link_.c_str(), 1);
+  }
+  void TearDown() override {
+    if (had_) setenv("EDB_CUDA_LIBRARY", old_.c_str(), 1);
+    else unsetenv("EDB_CUDA_LIBRARY");
+  }
+  TempDir directory_;
+  std::string link_, old_;
+  bool had_ = false;
+};
+
+TEST_F(StubDriver, IsNoGpuWithTheReason) {
+  const nvrtc::DeviceProbe probe = nvrtc::probe_device();
+  EXPECT_FALSE(probe.usable);
+  EXPECT_EQ(probe.library, link_);
+  EXPECT_NE(probe.reason.find("stub"), std::string::npos) << probe.reason;
+  EXPECT_NE(probe.reason.find("CUDA_ERROR_STUB_LIBRARY"), std::string::npos) << probe.reason;
+  EXPECT_NE(probe.reason.find(link_), std::string::npos) << probe.reason;
+  // The same through an explicit path, and a second time (the library stays loaded).
+  EXPECT_EQ(nvrtc::probe_device(link_).reason, probe.reason);
+}
+
+TEST_F(StubDriver, CudaDeviceIsAUsageErrorNamingTheStub) {
+  const std::string message = testing::usage_error([] { nvrtc::CudaDevice device; });
+  EXPECT_EQ(message.rfind("edb::Engine: device 'cuda' is not usable: ", 0), 0u) << message;
+  EXPECT_NE(message.find("stub"), std::string::npos) << message;
+}
+
+TEST_F(StubDriver, EngineDeviceCudaFailsAndAutoRunsOnTheCpu) {
+  EngineOptions cuda;
+  cuda.device = "cuda";
+  const std::string message = testing::usage_error([&] { Engine engine(cuda); });
+  EXPECT_EQ(message.rfind("edb::Engine: device 'cuda' is not usable: ", 0), 0u) << message;
+  EXPECT_NE(message.find("stub"), std::string::npos) << message;
+
+  EngineOptions automatic;
+  automatic.device = "auto";
+  Engine engine(automatic);
+  EXPECT_EQ(engine.options().device, "cpu");
+  Trace trace(engine);
+  EXPECT_FLOAT_EQ(tanh(trace.input({0.5f})).scalar(), std::tanh(0.5f));
+}
+
+TEST(CudaDriver, AMissingLibraryIsNoGpuWithTheReason) {
+  const nvrtc::DeviceProbe probe = nvrtc::probe_device("/nonexistent/libcuda.so.1");
+  EXPECT_FALSE(probe.usable);
+  EXPECT_NE(probe.reason.find("no NVIDIA driver"), std::string::npos) << probe.reason;
+  EXPECT_NE(probe.reason.find("/nonexistent/libcuda.so.1"), std::string::npos) << probe.reason;
+}
+
+TEST(CudaDriver, TheDefaultProbeAnswersWithoutThrowing) {
+  const nvrtc::DeviceProbe probe = nvrtc::probe_device();
+  if (probe.usable) {
+    EXPECT_GT(probe.major, 0);
+    EXPECT_FALSE(probe.name.empty());
+  } else {
+    EXPECT_FALSE(probe.reason.empty());
+  }
+}
+
+TEST(CudaDriver, DeviceNamesAndReferenceOnCuda) {
+  EngineOptions options;
+  options.device = "tpu";
+  EXPECT_EQ(testing::usage_error([&] { Engine engine(options); }),
+            "edb::Engine: device 'tpu' is not available in this build (available: cpu, cuda, auto)");
+  options.device = "cuda";
+  options.executor = "reference";
+  EXPECT_EQ(testing::usage_error([&] { Engine engine(options); }),
+            "edb::Engine: device 'cuda' is not usable: the reference executor runs on the CPU only");
+}
+
+// --- Launch tests: only where a GPU is usable. ---
+
+#define REQUIRE_GPU(probe)                                          \
+  const nvrtc::DeviceProbe probe = nvrtc::probe_device();           \
+  if (!probe.usable) GTEST_SKIP() << "no usable GPU: " << probe.reason
+
+TEST(CudaLaunch, AnElementwiseKernelMatchesTheInterpreter) {
+  REQUIRE_GPU(probe);
+  std::string reason;
+  nvrtc::Nvrtc* compiler = nvrtc::Nvrtc::get(&reason);
+  ASSERT_TRUE(compiler) << reason;
+  jit::Kernel kernel;
+  kernel.name = "launch test";
+  kernel.inputs = {jit::OperandAccess::shared, jit::OperandAccess::strided, jit::OperandAccess::gathered};
+  const jit::ValueId a = kernel.load(0), b = kernel.load(1), c = kernel.load(2);
+  kernel.store(kernel.unary(jit::KernelOp::tanh, kernel.binary(jit::KernelOp::add, a, b)));
+  kernel.store(kernel.unary(jit::KernelOp::sigmoid, kernel.binary(jit::KernelOp::cmult, c, b)));
+  const int64_t members = 37, elements = 129, stride = 140;
+  std::mt19937 random(1);
+  std::uniform_real_distribution<float> uniform(-2, 2);
+  std::vector<float> shared(elements), strided(members * stride), gathered(members * elements);
+  for (std::vector<float>* v : {&shared, &strided, &gathered})
+    for (float& x : *v) x = uniform(random);
+  std::vector<const float*> order(members);
+  for (int64_t k = 0; k < members; ++k) order[k] = gathered.data() + ((k * 7) % members) * elements;
+  std::vector<float> expected0(members * elements), expected1(members * elements);
+  const jit::KernelInput host_inputs[3] = {{shared.data(), 0, nullptr}, {strided.data(), stride, nullptr},
+                                           {nullptr, 0, order.data()}};
+  float* host_outputs[2] = {expected0.data(), expected1.data()};
+  jit::interpret(kernel, jit::KernelArgs{members, elements, host_inputs, host_outputs});
+
+  nvrtc::CudaDevice device;
+  auto upload = [&](const void* data, size_t bytes) {
+    const nvrtc::CUdeviceptr p = device.allocate(bytes);
+    device.upload(p, data, bytes);
+    return p;
+  };
+  const nvrtc::CUdeviceptr d_shared = upload(shared.data(), shared.size() * 4);
+  const nvrtc::CUdeviceptr d_strided = upload(strided.data(), strided.size() * 4);
+  const nvrtc::CUdeviceptr d_gathered = upload(gathered.data(), gathered.size() * 4);
+  std::vector<nvrtc::CUdeviceptr> d_order(members);
+  for (int64_t k = 0; k < members; ++k) d_order[k] = d_gathered + nvrtc::CUdeviceptr(order[k] - gathered.data()) * 4;
+  const nvrtc::CUdeviceptr d_table = upload(d_order.data(), d_order.size() * 8);
+  struct Input { nvrtc::CUdeviceptr base; int64_t stride; nvrtc::CUdeviceptr pointers; };
+  const Input inputs[3] = {{d_shared, 0, 0}, {d_strided, stride, 0}, {0, 0, d_table}};
+  const nvrtc::CUdeviceptr d_inputs = upload(inputs, sizeof inputs);
+  const nvrtc::CUdeviceptr d_out0 = device.allocate(expected0.size() * 4), d_out1 = device.allocate(expected1.size() * 4);
+  const nvrtc::CUdeviceptr outs[2] = {d_out0, d_out1};
+  const nvrtc::CUdeviceptr d_outputs = upload(outs, sizeof outs);
+  const nvrtc::CompiledImage image = compiler->compile(nvrtc::render_kernel(kernel, "edb_kernel_launch"), "launch", probe.major, probe.minor);
+  nvrtc::CUfunction function = device.load_function(image.image, "edb_kernel_launch");
+  long long m = members, e = elements;
+  nvrtc::CUdeviceptr in_address = d_inputs, out_address = d_outputs;
+  void* parameters[] = {&m, &e, &in_address, &out_address};
+  device.launch(function, 7, 1, 128, 1, parameters);  // fewer threads than elements: the grid-stride loop
+  std::vector<float> got0(expected0.size()), got1(expected1.size());
+  device.download(got0.data(), d_out0, got0.size() * 4);
+  device.download(got1.data(), d_out1, got1.size() * 4);
+  for (size_t i = 0; i < got0.size(); ++i) {
+    ASSERT_NEAR(got0[i], expected0[i], 1e-5f) << i;
+    ASSERT_NEAR(got1[i], expected1[i], 1e-5f) << i;
+  }
+  for (nvrtc::CUdeviceptr p : {d_shared, d_strided, d_gathered, d_table, d_inputs, d_out0, d_out1, d_outputs}) device.release(p);
+}
+
+TEST(CudaLaunch, TheGemmMatchesAHostProduct) {
+  REQUIRE_GPU(probe);
+  std::string reason;
+  nvrtc::Nvrtc* compiler = nvrtc::Nvrtc::get(&reason);
+  ASSERT_TRUE(compiler) << reason;
+  const int rows = 37, depth = 45, cols = 2;
+  const int64_t members = 19;
+  std::mt19937 random(2);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> w(rows * depth), x(members * depth * cols), c(rows * members * cols);
+  for (float& v : w) v = uniform(random);
+  for (float& v : x) v = uniform(random);
+  for (float& v : c) v = uniform(random);
+  std::vector<float> expected = c;  // accumulate = 1: C + W X, member m's X at slot (m * 5) % members
+  for (int64_t m = 0; m < members; ++m)
+    for (int col = 0; col < cols; ++col)
+      for (int r = 0; r < rows; ++r) {
+        double sum = 0;
+        for (int d = 0; d < depth; ++d) sum += double(w[d * rows + r]) * x[((m * 5) % members) * depth * cols + col * depth + d];
+        expected[(m * cols + col) * rows + r] += float(sum);
+      }
+  nvrtc::CudaDevice device;
+  const nvrtc::CUdeviceptr d_w = device.allocate(w.size() * 4), d_x = device.allocate(x.size() * 4),
+                           d_c = device.allocate(c.size() * 4), d_table = device.allocate(members * 8);
+  device.upload(d_w, w.data(), w.size() * 4);
+  device.upload(d_x, x.data(), x.size() * 4);
+  device.upload(d_c, c.data(), c.size() * 4);
+  std::vector<nvrtc::CUdeviceptr> table(members);
+  for (int64_t m = 0; m < members; ++m) table[m] = d_x + nvrtc::CUdeviceptr((m * 5) % members) * depth * cols * 4;
+  device.upload(d_table, table.data(), table.size() * 8);
+  const nvrtc::CompiledImage image = compiler->compile(nvrtc::render_gemm("edb_gemm_launch"), "gemm", probe.major, probe.minor);
+  nvrtc::CUfunction gemm = device.load_function(image.image, "edb_gemm_launch");
+  int r = rows, d = depth, k = cols, add = 1;
+  long long n = members;
+  nvrtc::CUdeviceptr pw = d_w, px = d_table, pc = d_c;
+  void* parameters[] = {&r, &d, &k, &n, &pw, &px, &pc, &add};
+  const unsigned tile = nvrtc::kGemmTile;
+  device.launch(gemm, (rows + tile - 1) / tile, 2 /* fewer than the column tiles: the kernel loops */, tile, tile, parameters);
+  std::vector<float> got(c.size());
+  device.download(got.data(), d_c, got.size() * 4);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], expected[i], 1e-4f) << i;
+  for (nvrtc::CUdeviceptr p : {d_w, d_x, d_c, d_table}) device.release(p);
+}
+
+// Every sample model: the GPU executor's loss against the CPU's batched executor.
+TEST(CudaLaunch, EverySampleModelMatchesTheCpu) {
+  REQUIRE_GPU(probe);
+  for (const samples::ModelEntry& entry : samples::model_registry()) {
+    TempDir cache;
+    samples::ModelConfig config;
+    config.limit = 24;
+    samples::RunOptions run;
+    run.batch = 8;
+    run.repeat = 1;
+    double losses[2] = {0, 0};
+    for (int gpu = 0; gpu < 2; ++gpu) {
+      EngineOptions options;
+      options.device = gpu ? "cuda" : "cpu";
+      options.cache_directory = cache.path();
+      options.verify = true;
+      Engine engine(options);
+      ASSERT_EQ(engine.options().device, options.device);
+      const auto model = entry.make(config);
+      losses[gpu] = samples::run_inference(*model, engine, run).loss;
+    }
+    EXPECT_TRUE(testing::near_relative(losses[1], losses[0], 1e-4)) << entry.name;
+  }
+}
+
+}  // namespace
+}  // namespace edb

@@ -1,0 +1,197 @@
+// The CUDA renderer and NVRTC, which need no GPU: every kernel the sample models use renders without
+// a header and compiles to PTX for sm_80 and sm_90, the GEMM too, errors carry NVRTC's log, and
+// CUDA images go through the kernel cache. Skipped (with the loader's reason) without libnvrtc.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <set>
+
+#include <edbatch/edbatch.h>
+
+#include "edbatch/errors.h"
+#include "jit/kernel_cache.h"
+#include "jit/kernel_ir.h"
+#include "nvrtc/cuda_compiler.h"
+#include "nvrtc/cuda_render.h"
+#include "nvrtc/nvrtc_compiler.h"
+#include "samples/models.h"
+#include "samples/runner.h"
+#include "tests/support/test_support.h"
+
+namespace edb {
+namespace {
+
+using testing::TempDir;
+
+nvrtc::Nvrtc* nvrtc_or_null(std::string& reason) { return nvrtc::Nvrtc::get(&reason); }
+
+#define REQUIRE_NVRTC(nvrtc)                                          \
+  std::string nvrtc_reason;                                           \
+  nvrtc::Nvrtc* nvrtc = nvrtc_or_null(nvrtc_reason);                  \
+  if (!nvrtc) GTEST_SKIP() << "no NVRTC: " << nvrtc_reason
+
+// Every op and every access mode, with constants that need exact printing.
+jit::Kernel every_op_kernel() {
+  jit::Kernel k;
+  k.name = "every op";
+  k.inputs = {jit::OperandAccess::shared, jit::OperandAccess::strided, jit::OperandAccess::gathered};
+  const jit::ValueId a = k.load(0), b = k.load(1), c = k.load(2);
+  const jit::ValueId sum = k.binary(jit::KernelOp::add, a, b);
+  const jit::ValueId difference = k.binary(jit::KernelOp::sub, sum, c);
+  const jit::ValueId product = k.binary(jit::KernelOp::cmult, difference, a);
+  const jit::ValueId scaled = k.with_constant(jit::KernelOp::scale, product, 0.1f);
+  const jit::ValueId shifted = k.with_constant(jit::KernelOp::add_const, scaled, -std::numeric_limits<float>::infinity());
+  k.store(k.unary(jit::KernelOp::tanh, sum));
+  k.store(k.unary(jit::KernelOp::sigmoid, shifted));
+  k.store(k.unary(jit::KernelOp::exp, k.unary(jit::KernelOp::relu, difference)));
+  return k;
+}
+
+TEST(NvrtcRender, KernelSourceHasNoIncludeAndTheKeySymbol) {
+  const jit::Kernel kernel = every_op_kernel();
+  const jit::KernelKey key = jit::kernel_key(jit::describe(kernel), "cuda", "sm_90", "f");
+  const std::string source = nvrtc::render_kernel(kernel, key.symbol());
+  EXPECT_EQ(source.find("#include"), std::string::npos) << source;
+  EXPECT_NE(source.find("extern \"C\" __global__ void " + key.symbol() + "("), std::string::npos) << source;
+  EXPECT_NE(source.find("inputs[0].base[e]"), std::string::npos) << source;                          // shared
+  EXPECT_NE(source.find("inputs[1].base[k * inputs[1].stride + e]"), std::string::npos) << source;   // strided
+  EXPECT_NE(source.find("inputs[2].pointers[k][e]"), std::string::npos) << source;                   // gathered
+  EXPECT_NE(source.find("0x1.99999ap-4f"), std::string::npos) << source;                             // 0.1f exactly
+  EXPECT_NE(source.find("__int_as_float(0xff800000)"), std::string::npos) << source;                 // -inf
+  for (int j = 0; j < 3; ++j) EXPECT_NE(source.find("outputs[" + std::to_string(j) + "][i]"), std::string::npos);
+  EXPECT_EQ(nvrtc::render_gemm("edb_gemm_x").find("#include"), std::string::npos);
+}
+
+TEST(NvrtcRender, AnInconsistentKernelIsRefused) {
+  jit::Kernel kernel;
+  kernel.name = "broken";
+  kernel.inputs = {jit::OperandAccess::gathered};
+  kernel.load(3);  // no such input
+  kernel.store(0);
+  EXPECT_THROW(nvrtc::render_kernel(kernel, "edb_kernel_broken"), InternalError);
+}
+
+TEST(NvrtcCompile, EveryOpAndTheGemmCompileForSm80AndSm90) {
+  REQUIRE_NVRTC(nvrtc);
+  const std::string kernel = nvrtc::render_kernel(every_op_kernel(), "edb_kernel_every_op");
+  const std::string gemm = nvrtc::render_gemm("edb_gemm_test");
+  for (int major : {8, 9}) {
+    for (const auto& [source, symbol] : {std::pair{kernel, "edb_kernel_every_op"}, std::pair{gemm, "edb_gemm_test"}}) {
+      const nvrtc::CompiledImage ptx = nvrtc->compile(source, symbol, major, 0, true);
+      EXPECT_FALSE(ptx.cubin);
+      EXPECT_EQ(ptx.arch, "compute_" + std::to_string(major) + "0");
+      EXPECT_NE(ptx.ptx.find(".entry " + std::string(symbol)), std::string::npos) << ptx.ptx.substr(0, 400);
+      EXPECT_EQ(ptx.image.back(), '\0');
+      const nvrtc::CompiledImage cubin = nvrtc->compile(source, symbol, major, 0);
+      EXPECT_TRUE(cubin.cubin);
+      EXPECT_EQ(cubin.arch, "sm_" + std::to_string(major) + "0");
+      ASSERT_GE(cubin.image.size(), 4u);
+      EXPECT_EQ(cubin.image.substr(0, 4), "\x7f" "ELF");
+    }
+  }
+}
+
+TEST(NvrtcCompile, ADeviceNewerThanNvrtcGetsPtxOfTheNewestKnownArchitecture) {
+  REQUIRE_NVRTC(nvrtc);
+  const std::vector<int> archs = nvrtc->supported_archs();
+  ASSERT_FALSE(archs.empty());
+  const int newest = *std::max_element(archs.begin(), archs.end());
+  const nvrtc::CompiledImage image = nvrtc->compile(nvrtc::render_gemm("edb_gemm_future"), "gemm", 99, 9);
+  EXPECT_FALSE(image.cubin);
+  EXPECT_EQ(image.arch, "compute_" + std::to_string(newest));
+}
+
+TEST(NvrtcCompile, ASourceErrorCarriesTheNvrtcLog) {
+  REQUIRE_NVRTC(nvrtc);
+  try {
+    nvrtc->compile("extern \"C\" __global__ void edb_bad() { undefined_name = 1; }", "edb_bad", 9, 0);
+    FAIL() << "no error";
+  } catch (const InternalError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("nvrtcCompileProgram"), std::string::npos) << message;
+    EXPECT_NE(message.find("edb_bad"), std::string::npos) << message;
+    EXPECT_NE(message.find("undefined_name"), std::string::npos) << message;  // from the log
+  }
+}
+
+// The kernels the jit executor builds for every sample model (collected from its kernel cache),
+// each also with its inputs read shared, strided and gathered in turn, as the GPU executor may.
+TEST(NvrtcCompile, EverySampleModelKernelCompilesToPtxForSm80AndSm90) {
+  REQUIRE_NVRTC(nvrtc);
+  int compiled = 0;
+  for (const samples::ModelEntry& entry : samples::model_registry()) {
+    TempDir cache;
+    samples::ModelConfig config;
+    config.limit = 6;
+    config.embed = 8;
+    config.hidden = 8;
+    EngineOptions options;
+    options.executor = "jit";
+    options.cache_directory = cache.path();
+    Engine engine(options);
+    const auto model = entry.make(config);
+    samples::RunOptions run;
+    run.batch = 3;
+    run.repeat = 1;
+    samples::run_inference(*model, engine, run);
+    jit::KernelCacheOptions cache_options;
+    cache_options.directory = cache.path();
+    const jit::KernelCache kernels(cache_options);
+    const std::vector<jit::KernelInfo> list = kernels.list();
+    EXPECT_FALSE(list.empty()) << entry.name << ": the jit executor stored no kernel";
+    for (const jit::KernelInfo& info : list) {
+      const std::optional<jit::KernelEntry> stored = kernels.read(info.key);
+      ASSERT_TRUE(stored) << entry.name << " " << info.key.hex();
+      jit::Kernel kernel = jit::parse_kernel(stored->description);
+      for (int variant = 0; variant < 2; ++variant) {
+        if (variant == 1)
+          for (size_t i = 0; i < kernel.inputs.size(); ++i) kernel.inputs[i] = jit::OperandAccess(i % 3);
+        const jit::KernelKey key = jit::kernel_key(jit::describe(kernel), "cuda", "compute_80", "test");
+        const std::string source = nvrtc::render_kernel(kernel, key.symbol());
+        EXPECT_EQ(source.find("#include"), std::string::npos) << source;
+        for (int major : {8, 9}) {
+          const nvrtc::CompiledImage image = nvrtc->compile(source, key.symbol(), major, 0, true);
+          EXPECT_NE(image.ptx.find(".entry " + key.symbol()), std::string::npos) << entry.name << "\n" << source;
+          ++compiled;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compiled, 0);
+}
+
+TEST(NvrtcCompile, CudaImagesGoThroughTheKernelCache) {
+  REQUIRE_NVRTC(nvrtc);
+  TempDir cache;
+  const jit::Kernel kernel = every_op_kernel();
+  jit::KernelKey key;
+  {
+    nvrtc::CudaCompiler compiler(cache.path(), 9, 0);
+    EXPECT_EQ(compiler.target(), "sm_90");
+    const nvrtc::CudaImage first = compiler.elementwise(kernel);
+    EXPECT_TRUE(first.compiled_now);
+    EXPECT_EQ(first.image.substr(0, 4), "\x7f" "ELF");
+    key = first.key;
+    EXPECT_EQ(key, jit::kernel_key(jit::describe(kernel), "cuda", "sm_90", compiler.flags()));
+    EXPECT_FALSE(compiler.elementwise(kernel).compiled_now);  // memory
+    EXPECT_TRUE(compiler.gemm().compiled_now);
+  }
+  nvrtc::CudaCompiler later(cache.path(), 9, 0);  // another process, as far as the cache can tell
+  const nvrtc::CudaImage again = later.elementwise(kernel);
+  EXPECT_FALSE(again.compiled_now);
+  EXPECT_EQ(again.key, key);
+  EXPECT_FALSE(later.gemm().compiled_now);
+  // Another architecture is another key.
+  nvrtc::CudaCompiler other(cache.path(), 8, 0);
+  EXPECT_TRUE(other.elementwise(kernel).compiled_now);
+  std::set<std::string> backends, targets;
+  for (const jit::KernelInfo& info : later.cache().list()) {
+    backends.insert(info.backend);
+    targets.insert(info.target);
+  }
+  EXPECT_EQ(backends, std::set<std::string>{"cuda"});
+  EXPECT_EQ(targets, (std::set<std::string>{"sm_80", "sm_90"}));
+}
+
+}  // namespace
+}  // namespace edb
