@@ -153,26 +153,32 @@ struct CudaExecutor::State {
                           const std::vector<CUdeviceptr>& outputs, int64_t members, int64_t elements);
 };
 
-// Every leaf the schedule reads, once per distinct host buffer, packed into one upload.
+// Every leaf the schedule reads, once per distinct host buffer (its largest use), packed into one
+// upload.
 void CudaExecutor::State::upload_leaves(const scheduler::Schedule& schedule) {
   leaf_address.clear();
-  std::vector<std::pair<const float*, int64_t>> found;
-  std::unordered_map<const float*, size_t> offset_of;
-  size_t floats = 0;
+  std::vector<const float*> order;
+  std::unordered_map<const float*, int64_t> floats_of;
   for (ir::NodeId id : schedule.nodes)
     for (ir::NodeId arg : values->graph.args(id)) {
       if (values->plan.offset[arg] >= 0) continue;
       const float* data = values->graph.leaf_data(arg);
       const int64_t size = values->graph.node(arg).shape.size();
-      if (!offset_of.try_emplace(data, floats).second) continue;
-      found.emplace_back(data, size);
-      floats += size_t(size);
+      auto [it, inserted] = floats_of.try_emplace(data, size);
+      if (inserted) order.push_back(data);
+      else it->second = std::max(it->second, size);
     }
+  size_t floats = 0;
+  std::vector<size_t> offsets;
+  for (const float* data : order) {
+    offsets.push_back(floats);
+    floats += size_t(floats_of[data]);
+  }
   std::vector<uint8_t> packed(floats * sizeof(float));
-  for (const auto& [data, size] : found)
-    std::memcpy(packed.data() + offset_of[data] * sizeof(float), data, size_t(size) * sizeof(float));
+  for (size_t i = 0; i < order.size(); ++i)
+    std::memcpy(packed.data() + offsets[i] * sizeof(float), order[i], size_t(floats_of[order[i]]) * sizeof(float));
   leaves.reserve(packed.size());
-  for (const auto& [data, offset] : offset_of) leaf_address[data] = leaves.pointer + offset * sizeof(float);
+  for (size_t i = 0; i < order.size(); ++i) leaf_address[order[i]] = leaves.pointer + offsets[i] * sizeof(float);
   in_flight.push_back(std::move(packed));
   device.upload(leaves.pointer, in_flight.back().data(), in_flight.back().size());
 }
