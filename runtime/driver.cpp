@@ -3,6 +3,7 @@
 #include "runtime/driver.h"
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -80,6 +81,53 @@ void TraceData::clear() {
   error = nullptr;
 }
 
+namespace {
+
+// "nan" or "inf" / "-inf", and its place in a rows x cols value.
+std::string describe_value(const float* values, int64_t at, ir::Shape shape) {
+  const float v = values[at];
+  const std::string what = std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+  return what + " at row " + std::to_string(at % shape.rows) + ", col " + std::to_string(at / shape.rows);
+}
+
+// The first non-finite float of n, or -1.
+int64_t first_non_finite(const float* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i])) return i;
+  return -1;
+}
+
+}  // namespace
+
+void check_finite(TraceData& trace) {
+  const Values values = trace.values();
+  const ir::Graph& graph = trace.graph;
+  for (size_t b = 0; b < trace.schedule.batch_count(); ++b) {
+    for (ir::NodeId id : trace.schedule.batch(b)) {
+      if (trace.plan.is_view(id)) continue;  // its values are checked where they live
+      const ir::Node& n = graph.node(id);
+      const int64_t at = first_non_finite(values.in(id), n.shape.size());
+      if (at < 0) continue;
+      std::string message = "edb: node %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) + ", " +
+                            std::to_string(n.shape.rows) + "x" + std::to_string(n.shape.cols) + ", batch " +
+                            std::to_string(b) + " of its evaluation) produced " + describe_value(values.in(id), at, n.shape);
+      // Arguments computed here were checked before it (they ran earlier); leaves were not.
+      std::string cause = "; its arguments were finite";
+      const auto args = graph.args(n);
+      for (size_t i = 0; i < args.size(); ++i) {
+        const float* leaf = graph.leaf_data(args[i]);
+        const ir::Node& a = graph.node(args[i]);
+        const int64_t bad = leaf ? first_non_finite(leaf, a.shape.size()) : -1;
+        if (bad < 0) continue;
+        cause = "; its argument " + std::to_string(i + 1) + " (" + std::string(ir::op_name(a.op)) + " %" +
+                std::to_string(args[i]) + ") already held " + describe_value(leaf, bad, a.shape);
+        break;
+      }
+      throw NumericError(message + cause + " (EngineOptions::check_finite)");
+    }
+  }
+}
+
 DumpFlags DumpFlags::from_environment() {
   DumpFlags flags;
   const char* value = std::getenv("EDB_DUMP");
@@ -111,7 +159,8 @@ DumpFlags DumpFlags::from_environment() {
   return flags;
 }
 
-ExecutionQueue::ExecutionQueue(Executor& executor) : executor_(executor), thread_([this] { loop(); }) {}
+ExecutionQueue::ExecutionQueue(Executor& executor, bool check_finite)
+    : executor_(executor), check_finite_(check_finite), thread_([this] { loop(); }) {}
 
 ExecutionQueue::~ExecutionQueue() {
   {
@@ -154,6 +203,7 @@ void ExecutionQueue::loop() {
     const auto start = Clock::now();
     try {
       executor_.execute(trace.schedule, trace.values(), stats);
+      if (check_finite_) check_finite(trace);
     } catch (...) {
       error = std::current_exception();
     }
@@ -184,10 +234,14 @@ Driver::Driver(const EngineOptions& options)
   const bool pipelined = options.threads >= 2 && options.executor != "reference";
   executor_ = make_device_executor(options.device, options.executor, pipelined ? options.threads - 1 : options.threads,
                                    options.cache_directory, options_.device);
-  if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_);
+  if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_, options.check_finite);
 }
 
 Driver::~Driver() = default;
+
+void Driver::drain(TraceData& trace) {
+  if (queue_) queue_->wait(trace);
+}
 
 void Driver::wait(TraceData& trace) {
   if (queue_) queue_->wait(trace);
@@ -282,6 +336,7 @@ void Driver::submit(TraceData& trace) {
   start = Clock::now();
   try {
     executor_->execute(trace.schedule, trace.values(), stats_);
+    if (options_.check_finite) check_finite(trace);
   } catch (...) {
     trace.error = std::current_exception();
     throw;

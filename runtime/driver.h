@@ -42,6 +42,10 @@ struct TraceData {
   Values values() { return Values{graph, plan, arena.data()}; }
 };
 
+// EngineOptions::check_finite: throws NumericError naming the first node of the trace's schedule,
+// in execution order, whose values hold a NaN or an infinity.
+void check_finite(TraceData& trace);
+
 // Which stages EDB_DUMP asks to print ("ir,schedule,batches,plan" or "all"), and where: stderr,
 // or with EDB_DUMP_DIR one file per stage and evaluation in that directory. The schedule is the
 // graphviz picture (batches as coloured clusters), `batches` the same batches as text lines.
@@ -60,7 +64,7 @@ struct DumpFlags {
 // Executions in submission order on one background thread.
 class ExecutionQueue {
  public:
-  explicit ExecutionQueue(Executor& executor);
+  ExecutionQueue(Executor& executor, bool check_finite);
   ~ExecutionQueue();
   void push(TraceData& trace);
   void wait(TraceData& trace);  // until the trace's queued execution is done
@@ -69,6 +73,7 @@ class ExecutionQueue {
  private:
   void loop();
   Executor& executor_;
+  bool check_finite_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<TraceData*> queue_;
@@ -84,7 +89,10 @@ class Driver {
   // Starts evaluating what the trace recorded since its last evaluation; with a queue the
   // execution may still run when this returns.
   void submit(TraceData& trace);
-  void wait(TraceData& trace);
+  void wait(TraceData& trace);  // then rethrows the trace's execution error, if any
+  // Waits for the trace's queued execution and never throws: for releasing a trace, whose
+  // error (if any) its reader has seen or no longer wants.
+  void drain(TraceData& trace);
   void evaluate(TraceData& trace) {
     submit(trace);
     wait(trace);

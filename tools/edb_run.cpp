@@ -64,6 +64,7 @@ void print_help() {
       "  --dump-schedule FILE  write the first trace's graph with each batch as a coloured cluster:\n"
       "                     FILE.dot or .gv (graphviz text), or .svg, .png, .pdf rendered by graphviz's\n"
       "                     dot (apt-get install graphviz); keep it small: --batch 2 --limit 2\n"
+      "  --check-finite     stop at the first NaN or infinity, naming the node that produced it\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
       "Environment: EDB_DUMP=ir,schedule,batches,plan (or all) prints each stage's output to stderr\n"
@@ -196,7 +197,7 @@ int run(int argc, char** argv) {
                           {"data", "limit", "batch", "embed", "hidden", "policy", "executor", "device",
                            "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file",
                            "policy-encoding", "cells", "memplan", "dump-schedule"},
-                          {"json", "help"});
+                          {"json", "check-finite", "help"});
   const std::vector<std::string> positional = flags.parse(argc, argv, 1);
   if (flags.has("help")) {
     print_help();
@@ -230,6 +231,7 @@ int run(int argc, char** argv) {
   if (memplan != "on" && memplan != "off")
     throw edb::UsageError("edb-run: --memplan takes on or off, not '" + memplan + "'");
   options.memplan = memplan == "on";
+  options.check_finite = flags.has("check-finite");
   const std::string train_path = flags.get("train-policy", "");
   const int train_traces = int(flags.get_int("train-traces", 8, 1, 10000));
   if (!train_path.empty() && options.policy != "fsm")

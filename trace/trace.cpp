@@ -41,7 +41,7 @@ TraceState* TraceState::acquire(EngineState* engine) {
 }
 
 void TraceState::release() {
-  engine->driver.wait(data);  // a queued execution still writes into this state's arena
+  engine->driver.drain(data);  // a queued execution still writes into this state's arena
   ++generation;
   active = false;
   engine = nullptr;

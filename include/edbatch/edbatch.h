@@ -104,9 +104,12 @@ struct EngineOptions {
   std::string executor = "batched";  // batched (Eigen, one call per batch), jit (batched, with
                                      // elementwise batches run by kernels LLVM compiles at run
                                      // time), or reference: the unbatched node-by-node oracle
-  std::string device = "cpu";        // cpu (the only one in this build)
+  std::string device = "cpu";        // cpu, cuda (a UsageError naming why when no GPU is usable),
+                                     // or auto (cuda when usable, else cpu, saying why once)
   int threads = 1;  // 2 or more: execution overlaps recording; the executor's pool gets the rest
   bool verify = false;  // check the IR, schedule and plan between stages (tests turn it on)
+  bool check_finite = false;  // after each evaluation, look for NaN and infinity in every value
+                              // computed; the first one found is a NumericError naming its node
   bool cells = true;    // false: a Cell call records its body inline, node by node, as if there
                         // were no cell (the baseline cells are measured against)
   bool memplan = false; // true: lay values out with the PQ-tree planner so batched operands sit in
