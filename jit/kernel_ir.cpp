@@ -47,7 +47,7 @@ float apply(const Instruction& in, float a, float b) {
     case KernelOp::add_const: return a + in.constant;
     case KernelOp::tanh: return std::tanh(a);
     case KernelOp::sigmoid: return 1.0f / (1.0f + std::exp(-a));
-    case KernelOp::relu: return a > 0 ? a : 0.0f;
+    case KernelOp::relu: return a < 0 ? 0.0f : a;  // NaN stays NaN
     case KernelOp::exp: return std::exp(a);
   }
   throw InternalError("interpret: no scalar rule for kernel op " + std::string(kernel_op_name(in.op)));

@@ -99,7 +99,7 @@ struct KernelArgs {
 };
 
 // The reference semantics, one element at a time in float, with libm's tanh and exp and
-// sigmoid(x) = 1 / (1 + exp(-x)); relu(x) = x > 0 ? x : 0. Verifies the kernel first.
+// sigmoid(x) = 1 / (1 + exp(-x)); relu(x) = x < 0 ? 0 : x (NaN stays NaN). Verifies the kernel first.
 void interpret(const Kernel& kernel, const KernelArgs& args);
 
 }  // namespace edb::jit

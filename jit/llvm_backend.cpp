@@ -35,7 +35,7 @@ namespace edb::jit {
 namespace {
 
 // Bump when the emitted code changes, so cached kernels of the old code miss.
-constexpr const char* kCodeVersion = "llvm-kernel-1";
+constexpr const char* kCodeVersion = "llvm-kernel-2";
 
 // The compiled code reads KernelArgs and KernelInput by these byte offsets.
 static_assert(offsetof(KernelArgs, members) == 0 && offsetof(KernelArgs, elements) == 8 &&
@@ -149,7 +149,8 @@ class Renderer {
       case KernelOp::add_const: return b_.CreateFAdd(a, f(in.constant));
       case KernelOp::tanh: return tanh(a);
       case KernelOp::sigmoid: return sigmoid(a);
-      case KernelOp::relu: return b_.CreateSelect(b_.CreateFCmpOGT(a, f(0.0f)), a, f(0.0f));
+      // a < 0 ? 0 : a, so NaN stays NaN (as Eigen's max in the other executors)
+      case KernelOp::relu: return b_.CreateSelect(b_.CreateFCmpOLT(a, f(0.0f)), f(0.0f), a);
       case KernelOp::exp: return exp(a);
     }
     throw InternalError("LlvmBackend::compile: no rule for kernel op " + std::string(kernel_op_name(in.op)));
