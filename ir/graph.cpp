@@ -1,5 +1,6 @@
 // Op tables generated from ops.def, the Graph container, the verifier and the printer.
 #include <cstdio>
+#include <string>
 #include <sstream>
 
 #include "edbatch/errors.h"
@@ -12,6 +13,11 @@ std::string to_string(Shape shape) {
 }
 
 NodeId Graph::add(Op op, std::span<const NodeId> args, Shape shape, const Attributes& attrs) {
+  // Node ids and argument positions are 32-bit: refuse cleanly rather than wrap.
+  if (nodes_.size() >= kMaxNodes || arg_pool_.size() + args.size() > kMaxArguments)
+    throw UsageError("edb: a trace holds at most " + std::to_string(kMaxNodes) + " nodes and " +
+                     std::to_string(kMaxArguments) + " argument references; this one is full (" +
+                     std::to_string(nodes_.size()) + " nodes): evaluate and start a new trace");
   Node node;
   node.op = op;
   node.args_begin = static_cast<uint32_t>(arg_pool_.size());

@@ -94,7 +94,10 @@ struct Node {
 
 class Graph {
  public:
+  static constexpr size_t kMaxNodes = size_t{1} << 31;           // ids stay below kNoNode
+  static constexpr size_t kMaxArguments = (size_t{1} << 32) - 1;  // positions in the pool are 32-bit
   // Appends a node whose arguments are already in the graph; the shape must already be inferred.
+  // UsageError when the graph is full (kMaxNodes, kMaxArguments).
   NodeId add(Op op, std::span<const NodeId> args, Shape shape, const Attributes& attrs = {});
   // Registers a parameter (deduplicated by uid) and returns its index.
   uint32_t add_parameter(const ParameterInfo& info);

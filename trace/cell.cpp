@@ -196,6 +196,8 @@ std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments
       to[id] = s.add(ir::Op::input, {}, n.shape, attrs).node_id();
     }
   }
+  const int64_t limit = s.engine->driver.options().max_trace_nodes;
+  if (limit > 0 && int64_t(graph.size() + record.operations.size()) > limit) TraceState::node_limit_error(limit);
   const ir::NodeId first = ir::NodeId(graph.size());
   std::vector<ir::NodeId> args;
   for (ir::NodeId id : record.operations) {

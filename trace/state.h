@@ -78,10 +78,13 @@ struct TraceState {
   // The node behind `e`, after checking it belongs to this live trace; `function` names the caller.
   static TraceState& of(const Expr& e, const char* function);
   Expr make(ir::NodeId id) { return Expr(this, generation, id); }
+  [[noreturn]] static void node_limit_error(int64_t limit);
   // The trace's node for a parameter: one per parameter per trace.
   ir::NodeId parameter_node(const ir::ParameterInfo& info);
   // Appends a node and its batching type (interned now, while its arguments are in cache).
   Expr add(ir::Op op, std::span<const ir::NodeId> args, ir::Shape shape, const ir::Attributes& attrs) {
+    const int64_t limit = engine->driver.options().max_trace_nodes;
+    if (limit > 0 && int64_t(data.graph.size()) >= limit) node_limit_error(limit);
     const ir::NodeId id = data.graph.add(op, args, shape, attrs);
     data.types.push_back(engine->driver.signatures.intern_recorded(data.graph, id, data.types));
     return make(id);

@@ -40,6 +40,12 @@ TraceState* TraceState::acquire(EngineState* engine) {
   return state;
 }
 
+void TraceState::node_limit_error(int64_t limit) {
+  throw UsageError("edb::Trace: the trace already holds " + std::to_string(limit) +
+                   " nodes, EngineOptions::max_trace_nodes; evaluate it and record the rest in a new trace, "
+                   "or raise the limit");
+}
+
 void TraceState::release() {
   engine->driver.drain(data);  // a queued execution still writes into this state's arena
   ++generation;

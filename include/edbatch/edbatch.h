@@ -110,6 +110,8 @@ struct EngineOptions {
   bool verify = false;  // check the IR, schedule and plan between stages (tests turn it on)
   bool check_finite = false;  // after each evaluation, look for NaN and infinity in every value
                               // computed; the first one found is a NumericError naming its node
+  int64_t max_trace_nodes = 0;  // a trace recording more nodes is a UsageError (0: only the IR's
+                                // own limit, 2^31): a guard against runaway recording
   bool cells = true;    // false: a Cell call records its body inline, node by node, as if there
                         // were no cell (the baseline cells are measured against)
   bool memplan = false; // true: lay values out with the PQ-tree planner so batched operands sit in
