@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/test_support.h"
@@ -106,6 +107,34 @@ TEST(CacheDirectory, EmptyMeansTheEnvironmentsDirectory) {
   // The default is read when the engine first compiles, so a fresh $EDB_CACHE_DIR is a fresh cache.
   EXPECT_GT(stats.kernels_compiled, 0);
   EXPECT_EQ(kernel_files(environment_dir.path()), size_t(stats.kernels_compiled));
+}
+
+// Two jit engines in two threads on one directory (so one process-wide compiler and one cache,
+// compiling the same kernels at the same time), several times over: the values equal the batched
+// executor's and the directory holds each kernel once, sound.
+TEST(CacheDirectory, TwoEnginesInTwoThreadsShareTheCache) {
+  TempDir dir;
+  EngineOptions batched;
+  batched.executor = "batched";
+  const std::vector<float> expected = run_chain(batched);
+  EngineOptions jit;
+  jit.executor = "jit";
+  jit.cache_directory = dir.path();
+  for (int round = 0; round < 4; ++round) {
+    std::vector<float> first, second;
+    std::thread a([&] { first = run_chain(jit); });
+    std::thread b([&] { second = run_chain(jit); });
+    a.join();
+    b.join();
+    expect_near(first, expected);
+    expect_near(second, expected);
+  }
+  const size_t files = kernel_files(dir.path());
+  EXPECT_GT(files, 0u);
+  Stats stats;
+  run_chain(jit, &stats);
+  EXPECT_EQ(stats.kernels_compiled, 0);  // everything is in the shared compiler already
+  EXPECT_EQ(kernel_files(dir.path()), files);
 }
 
 }  // namespace
