@@ -48,14 +48,15 @@ void TraceState::node_limit_error(int64_t limit) {
 
 void TraceState::release() {
   engine->driver.drain(data);  // a queued execution still writes into this state's arena
-  ++generation;
-  active = false;
-  engine = nullptr;
   data.clear();
   parameter_nodes.clear();
   tables.clear();
+  // Under the pool's lock: another engine's release_all() reads every state's active and engine.
   TracePool& p = pool();
   std::lock_guard lock(p.mutex);
+  ++generation;
+  active = false;
+  engine = nullptr;
   p.free.push_back(this);
 }
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The kernel cache's concurrency under ThreadSanitizer: the unit tests of the cache, the cached
+# compiler, the per-engine cache directory (two engines in two threads) and the thread pool, in
+# their own build directory (default build-tsan/; EDB_TSAN_BUILD_DIR changes it). Any report fails.
+# Extra arguments go to the test binary (e.g. --gtest_filter=KernelCache.*).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=${EDB_TSAN_BUILD_DIR:-build-tsan}
+command -v cmake >/dev/null && command -v ninja >/dev/null || scripts/setup.sh
+jobs=${EDB_JOBS:-2}
+tsan_flags="-fsanitize=thread -fno-omit-frame-pointer"
+if [ ! -f "$build_dir/build.ninja" ]; then
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Tsan \
+    -DCMAKE_CXX_FLAGS_TSAN="-O1 -g1 $tsan_flags" \
+    -DCMAKE_EXE_LINKER_FLAGS_TSAN="$tsan_flags" \
+    -DCMAKE_SHARED_LINKER_FLAGS_TSAN="$tsan_flags" \
+    -DEDB_NATIVE=ON >&2
+fi
+start=$(date +%s)
+# The unit tests and the tools they run (edb-run, edb-cache), nothing else.
+cmake --build "$build_dir" -j"$jobs" --target edb_unit_tests edb-run edb-cache >&2
+built=$(date +%s)
+echo "tsan: built in $((built - start)) s" >&2
+
+export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1"
+export EDB_CACHE_DIR="$PWD/$build_dir/kernel-cache"
+filter='--gtest_filter=KernelCache.*:CachedCompiler.*:CacheDirectory.*:ThreadPool.*:EdbCacheTool.*'
+status=0
+"$build_dir/tests/edb_unit_tests" "$filter" "$@" || status=$?
+echo "tsan: tests took $(( $(date +%s) - built )) s (exit $status)" >&2
+exit $status
