@@ -27,7 +27,7 @@ using edb::bench::Suite;
 using edb::bench::SuiteRow;
 
 constexpr const char* kTool = "edb-bench";
-constexpr int kDefaultLimit = 256;
+constexpr int kDefaultLimit = 1000;
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> items;
@@ -85,8 +85,8 @@ void print_help() {
       "several batch sizes, each a warm-up pass then the median of --runs passes over the first\n"
       "--limit instances, beside this machine's GEMM rate measured in the same run. Prints a\n"
       "markdown table; writes results.json and SVG plots into --out.\n\n"
-      "With the defaults it takes about 5 minutes on a 2-core x86 machine (330 configurations).\n"
-      "--limit is the main knob: run time grows about linearly with it.\n\n"
+      "With the defaults (330 configurations) it takes about 10 minutes on a 2-core x86 machine,\n"
+      "about 3 with --limit 256: run time grows about linearly with --limit.\n\n"
       "flags:\n"
       "  --models LIST      comma-separated (default: all: %s)\n"
       "  --policies LIST    (default: all: %s)\n"
