@@ -65,11 +65,17 @@ Picture parse(const std::string& dot) {
   return p;
 }
 
+EngineOptions depth_policy() {
+  EngineOptions options;
+  options.policy = "depth";
+  return options;
+}
+
 // Three instances of tanh(W x + b) and their sum.
 struct SmallTrace {
   Model model{"dot"};
   Parameter W = model.add_parameter("W", 2, 3), b = model.add_parameter("b", 2, 1);
-  Engine engine{EngineOptions{.policy = "depth"}};
+  Engine engine{depth_policy()};
   Trace trace{engine};
   std::vector<Expr> outputs;
 
