@@ -69,7 +69,16 @@ void FsmPolicy::load(const std::string& path) {
   }
   try {
     if (!file.is_object() || file.value("format", "") != kFormat) fail(path, std::string("not an ") + kFormat + " file");
-    const int version = file.at("version").get<int>();
+    // Numbers are checked before conversion: nlohmann casts a float or an out-of-range integer
+    // to an integer type without checking (undefined behaviour the fuzzer found).
+    auto index = [&](const nlohmann::json& j, const char* what) {
+      if (!j.is_number_unsigned() || j.get<uint64_t>() > UINT32_MAX)
+        fail(path, std::string(what) + " must be a non-negative integer, got " + j.dump());
+      return uint32_t(j.get<uint64_t>());
+    };
+    const nlohmann::json& version_field = file.at("version");
+    if (!version_field.is_number_integer()) fail(path, "the version must be an integer, got " + version_field.dump());
+    const int64_t version = version_field.get<int64_t>();
     if (version != kVersion)
       fail(path, "format version " + std::to_string(version) + ", this build reads version " + std::to_string(kVersion));
     const nlohmann::json& content = file.at("content");
@@ -79,12 +88,15 @@ void FsmPolicy::load(const std::string& path) {
     // Parse everything before replacing this policy's table.
     Table table;
     for (const auto& state : content.at("states")) {
-      auto ready = state.at("ready").get<std::vector<uint32_t>>();
+      std::vector<uint32_t> ready;
+      const nlohmann::json& ready_field = state.at("ready");
+      if (!ready_field.is_array()) fail(path, "a state's ready types must be an array");
+      for (const auto& t : ready_field) ready.push_back(index(t, "a ready type"));
       for (uint32_t t : ready)
         if (t >= types.size()) fail(path, "a state names type " + std::to_string(t) + " of " + std::to_string(types.size()));
       Entry entry;
       for (const auto& pair : state.at("q")) {
-        const uint32_t action = pair.at(0).get<uint32_t>();
+        const uint32_t action = index(pair.at(0), "an action");
         if (action >= types.size())
           fail(path, "an action names type " + std::to_string(action) + " of " + std::to_string(types.size()));
         entry.set(action, pair.at(1).get<double>());
