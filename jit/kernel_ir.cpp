@@ -56,6 +56,20 @@ float apply(const Instruction& in, float a, float b) {
 }  // namespace
 
 std::string_view kernel_op_name(KernelOp op) { return info(op).name; }
+
+bool kernel_op_for(ir::Op op, KernelOp& out) {
+  switch (op) {
+    case ir::Op::add: case ir::Op::sum: out = KernelOp::add; return true;
+    case ir::Op::sub: out = KernelOp::sub; return true;
+    case ir::Op::cmult: out = KernelOp::cmult; return true;
+    case ir::Op::scale: out = KernelOp::scale; return true;
+    case ir::Op::add_const: out = KernelOp::add_const; return true;
+    case ir::Op::tanh: out = KernelOp::tanh; return true;
+    case ir::Op::sigmoid: out = KernelOp::sigmoid; return true;
+    case ir::Op::relu: out = KernelOp::relu; return true;
+    default: return false;
+  }
+}
 int kernel_op_arity(KernelOp op) { return info(op).arity; }
 bool kernel_op_has_constant(KernelOp op) { return info(op).has_constant; }
 

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/ir.h"
+
 namespace edb::jit {
 
 // Every kernel instruction once: name, number of value operands, whether it carries a constant.
@@ -33,6 +35,9 @@ enum class KernelOp : uint8_t {
 };
 
 std::string_view kernel_op_name(KernelOp op);
+// The kernel op an elementwise graph op runs as (sum as a chain of adds); false for other ops.
+// Executors that render batches into kernels (the jit's, the GPU's) share this mapping.
+bool kernel_op_for(ir::Op op, KernelOp& out);
 int kernel_op_arity(KernelOp op);           // value operands: 0, 1 or 2
 bool kernel_op_has_constant(KernelOp op);   // scale, add_const
 

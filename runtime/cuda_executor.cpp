@@ -57,18 +57,7 @@ static_assert(sizeof(DeviceInput) == sizeof(jit::KernelInput));
 
 // The kernel op of an elementwise batch that runs on the device; false for the rest.
 bool kernel_op_of(const ir::Node& node, jit::KernelOp& op) {
-  switch (node.op) {
-    case ir::Op::add: case ir::Op::sum: op = jit::KernelOp::add; break;
-    case ir::Op::sub: op = jit::KernelOp::sub; break;
-    case ir::Op::cmult: op = jit::KernelOp::cmult; break;
-    case ir::Op::scale: op = jit::KernelOp::scale; break;
-    case ir::Op::add_const: op = jit::KernelOp::add_const; break;
-    case ir::Op::tanh: op = jit::KernelOp::tanh; break;
-    case ir::Op::sigmoid: op = jit::KernelOp::sigmoid; break;
-    case ir::Op::relu: op = jit::KernelOp::relu; break;
-    default: return false;
-  }
-  return node.arg_count <= kMaxKernelInputs;
+  return jit::kernel_op_for(node.op, op) && node.arg_count <= kMaxKernelInputs;
 }
 
 }  // namespace
