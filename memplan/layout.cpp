@@ -36,14 +36,17 @@ Address address(const ir::Graph& graph, const Plan& plan, ir::NodeId id) {
   return {Address::host, int64_t(reinterpret_cast<uintptr_t>(data) / sizeof(float))};
 }
 
-// BatchContext::operand: member k at base + k * stride with a stride of 0 (shared), or at least
-// one operand (any stride for column vectors, exactly one operand otherwise); else gathered.
+// The executor's stride rule (Operand::stride_fits): 0 (shared), or at least one operand apart
+// (any stride for column vectors, exactly one operand otherwise).
+bool stride_fits(int64_t stride, ir::Shape shape) {
+  return stride == 0 || (stride >= shape.size() && (shape.cols == 1 || stride == shape.size()));
+}
+
+// BatchContext::operand: member k at base + k * stride by stride_fits; else gathered.
 OperandMode classify(std::span<const Address> at, ir::Shape shape) {
   if (at.size() <= 1) return OperandMode::contiguous;
-  const int64_t size = shape.size();
   const int64_t stride = at[1].floats - at[0].floats;
-  const bool stride_ok = stride == 0 || (stride >= size && (shape.cols == 1 || stride == size));
-  if (at[1].space != at[0].space || !stride_ok) return OperandMode::gather;
+  if (at[1].space != at[0].space || !stride_fits(stride, shape)) return OperandMode::gather;
   for (size_t k = 2; k < at.size(); ++k)
     if (at[k].space != at[0].space || at[k].floats != at[0].floats + int64_t(k) * stride) return OperandMode::gather;
   return stride == 0 ? OperandMode::shared : OperandMode::contiguous;
@@ -77,9 +80,8 @@ void for_each_read_slot(const ir::Node& first, size_t members, ModeOf&& mode_of)
 int64_t copied_members(const ir::Graph& graph, const ir::Node& first, ir::NodeId member0, size_t slot,
                        std::span<const Address> at, ir::Shape shape) {
   const int64_t n = int64_t(at.size());
-  auto fits = [&](int64_t s) {
-    return (s == 0 || (s >= shape.size() && (shape.cols == 1 || s == shape.size()))) && (s != 0 || shape.cols == 1);
-  };
+  // A run may not repeat a matrix (no view does).
+  auto fits = [&](int64_t s) { return stride_fits(s, shape) && (s != 0 || shape.cols == 1); };
   int64_t runs = 0, alone = 0;
   for (int64_t start = 0; start < n;) {
     int64_t end = start + 1;
