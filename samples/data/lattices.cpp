@@ -98,6 +98,8 @@ class LatticeLineParser {
       root = json::parse(line_.begin(), line_.end());
     } catch (const json::parse_error& error) {
       fail_json_syntax(error);
+    } catch (const json::exception& error) {  // out_of_range: a number too large for a double
+      fail_json_value(error);
     }
     if (!root.is_object()) fail({}, "JSON object", found(root));
     Lattice lattice;
@@ -197,6 +199,20 @@ class LatticeLineParser {
     size_t pos = error.byte == 0 ? 0 : std::min<size_t>(error.byte - 1, line_.size());
     detail::throw_parse_error(name_, line_number_, static_cast<int>(pos) + 1, expected,
                               detail::describe_at(line_, pos, kJsonStops));
+  }
+
+  // nlohmann names the offending token ("number overflow parsing '2e2226'") but not its byte.
+  [[noreturn]] void fail_json_value(const json::exception& error) const {
+    std::string message = error.what();
+    size_t pos = 0;
+    size_t open = message.find('\''), close = message.rfind('\'');
+    if (open != std::string::npos && close > open) {
+      size_t at = line_.find(std::string_view(message).substr(open + 1, close - open - 1));
+      if (at != std::string_view::npos) pos = at;
+    }
+    std::string reason = message.substr(message.find("] ") == std::string::npos ? 0 : message.find("] ") + 2);
+    detail::throw_parse_error(name_, line_number_, static_cast<int>(pos) + 1,
+                              "a number that fits a double", reason);
   }
 
   std::string_view line_;

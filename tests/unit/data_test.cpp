@@ -191,6 +191,8 @@ TEST(SampleLattices, ParsesAndRoundTrips) {
 TEST(SampleLattices, ReportsMalformedLines) {
   const std::string two_chars = R"({"chars":["a","b"],)";  // 19 bytes
   EXPECT_EQ(lattice_error(R"({"chars":tru})"), "l.jsonl:1:13: expected valid JSON (invalid literal), found '}'");
+  EXPECT_EQ(lattice_error(R"({"chars":1e999})"),
+            "l.jsonl:1:10: expected a number that fits a double, found number overflow parsing '1e999'");
   EXPECT_EQ(lattice_error("{x"), "l.jsonl:1:2: expected string literal, found 'x'");
   EXPECT_EQ(lattice_error("[1,2"), "l.jsonl:1:5: expected ']', found end of line");
   EXPECT_EQ(lattice_error("[1]"), "l.jsonl:1:1: expected JSON object, found array");
