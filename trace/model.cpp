@@ -168,6 +168,20 @@ LookupTable Model::lookup(const std::string& name) const {
   return LookupTable(state_.get(), find_storage(*state_, name, true, "edb::Model::lookup()"));
 }
 
+std::vector<Parameter> Model::parameters() const {
+  std::vector<Parameter> out;
+  for (uint32_t i = 0; i < state_->parameters.size(); ++i)
+    if (!state_->parameters[i]->is_lookup) out.push_back(Parameter(state_.get(), i));
+  return out;
+}
+
+std::vector<LookupTable> Model::lookups() const {
+  std::vector<LookupTable> out;
+  for (uint32_t i = 0; i < state_->parameters.size(); ++i)
+    if (state_->parameters[i]->is_lookup) out.push_back(LookupTable(state_.get(), i));
+  return out;
+}
+
 const std::string& Model::name() const { return state_->name; }
 size_t Model::parameter_count() const { return state_->parameters.size(); }
 

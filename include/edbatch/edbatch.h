@@ -44,10 +44,15 @@ class Parameter {
   int rows() const;
   int cols() const;
   std::span<float> values() const;  // column-major, for initialisation and inspection
+  bool valid() const { return model_ != nullptr; }
+  friend bool operator==(const Parameter& a, const Parameter& b) {
+    return a.model_ == b.model_ && a.index_ == b.index_;
+  }
 
  private:
   friend class Model;
   friend class Trace;
+  friend class Optimizer;
   Parameter(detail::ModelState* model, uint32_t index) : model_(model), index_(index) {}
   detail::ModelState* model_ = nullptr;
   uint32_t index_ = 0;
@@ -61,10 +66,15 @@ class LookupTable {
   int dim() const;
   int entries() const;
   std::span<float> values() const;  // entry e is values()[e*dim, (e+1)*dim)
+  bool valid() const { return model_ != nullptr; }
+  friend bool operator==(const LookupTable& a, const LookupTable& b) {
+    return a.model_ == b.model_ && a.index_ == b.index_;
+  }
 
  private:
   friend class Model;
   friend class Trace;
+  friend class Optimizer;
   LookupTable(detail::ModelState* model, uint32_t index) : model_(model), index_(index) {}
   detail::ModelState* model_ = nullptr;
   uint32_t index_ = 0;
@@ -85,6 +95,8 @@ class Model {
 
   Parameter parameter(const std::string& name) const;  // UsageError when absent
   LookupTable lookup(const std::string& name) const;
+  std::vector<Parameter> parameters() const;  // in the order they were added
+  std::vector<LookupTable> lookups() const;
   const std::string& name() const;
   size_t parameter_count() const;  // parameters and lookup tables
   int64_t value_count() const;     // floats over all of them
@@ -181,6 +193,27 @@ class Expr {
   uint32_t id_ = 0;
 };
 
+// The gradients Trace::backward() computed: the loss's derivative with respect to every parameter
+// it depends on (dense), and to every lookup-table entry it read (sparse: only those rows).
+struct Gradients {
+  struct Dense {
+    Parameter parameter;
+    Tensor gradient;  // the parameter's shape
+  };
+  struct Rows {
+    LookupTable table;
+    std::vector<int64_t> entries;  // ascending, each once
+    std::vector<float> gradients;  // entry entries[i]'s gradient at [i * dim, (i + 1) * dim)
+  };
+  float loss = 0;  // the loss's value
+  std::vector<Dense> parameters;
+  std::vector<Rows> tables;
+
+  const Tensor* of(const Parameter& parameter) const;  // null when the loss does not depend on it
+  const Rows* of(const LookupTable& table) const;      // null when the loss read no entry of it
+  void add(const Gradients& other);  // sums another batch's gradients (and losses) into these
+};
+
 // A recording scope. Ops record into its graph; nothing runs until run() or Expr::value().
 // Destroying (or finish()ing) the trace ends it, and so does destroying its Engine (then using
 // the trace is a UsageError). One thread records into a trace at a time.
@@ -201,6 +234,11 @@ class Trace {
   // continues in the background while the caller records more (in this trace or the next);
   // Expr::value() waits for it.
   void run();
+  // Records the backward pass of `loss` (1x1) into this trace and evaluates it with the engine's
+  // policy, executor and device: every gradient node is batched and planned like the forward ones,
+  // and each weight's gradient over all its uses is one matrix product. Differentiates the ops of
+  // the op list; gradients flow to parameters and lookup tables (inputs are constants).
+  Gradients backward(const Expr& loss);
   void finish();   // ends the trace; its Exprs become invalid
   bool active() const;         // not finished, and its Engine still lives
   size_t node_count() const;   // 0 once finished
