@@ -46,6 +46,24 @@ Shape infer_affine(std::span<const Shape> args) {
   return b;
 }
 
+// A1 B1^T + A2 B2^T + ...: every A of one shape, every B of one shape, as many columns as the A.
+Shape infer_matmul_nt(std::span<const Shape> args) {
+  const Op op = Op::matmul_nt;
+  if (args.size() < 2 || args.size() % 2 != 0)
+    shape_error(op, "takes A1, B1, A2, B2, ...: an even count of at least 2 arguments, got " +
+                        std::to_string(args.size()));
+  for (size_t i = 0; i < args.size(); i += 2) {
+    if (!(args[i] == args[0]) || !(args[i + 1] == args[1]))
+      shape_error(op, "pair " + std::to_string(i / 2 + 1) + " is " + to_string(args[i]) + ", " +
+                          to_string(args[i + 1]) + " but pair 1 is " + to_string(args[0]) + ", " +
+                          to_string(args[1]));
+  }
+  if (args[0].cols != args[1].cols)
+    shape_error(op, "A is " + to_string(args[0]) + " but B is " + to_string(args[1]) +
+                        " (A B^T needs as many columns in both)");
+  return {args[0].rows, args[1].rows};
+}
+
 }  // namespace
 
 Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
@@ -68,6 +86,13 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
       return {args[0].rows, args[1].cols};
     case Op::affine:
       return infer_affine(args);
+    case Op::matmul_tn:
+      if (args[0].rows != args[1].rows)
+        shape_error(op, "A is " + to_string(args[0]) + " but B is " + to_string(args[1]) +
+                            " (A^T B needs as many rows in both)");
+      return {args[0].cols, args[1].cols};
+    case Op::matmul_nt:
+      return infer_matmul_nt(args);
     case Op::matvec:
       if (args[1].cols != 1) shape_error(op, "v must be a column vector, got " + to_string(args[1]));
       if (args[0].cols != args[1].rows)
@@ -77,6 +102,11 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
     case Op::add:
     case Op::sub:
     case Op::cmult:
+    case Op::tanh_grad:
+    case Op::sigmoid_grad:
+    case Op::relu_grad:
+    case Op::softmax_grad:
+    case Op::log_softmax_grad:
       expect_same(op, args);
       return args[0];
     case Op::sum:
@@ -120,6 +150,14 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
         shape_error(op, "label " + std::to_string(attrs.index) + " is outside [0, " +
                             std::to_string(args[0].rows) + ") for x of " + to_string(args[0]));
       return {1, 1};
+    case Op::pick_neg_log_softmax_grad:
+      if (args[0].cols != 1 || !(args[1] == Shape{1, 1}))
+        shape_error(op, "x must be a column vector and dl 1x1, got " + to_string(args[0]) + ", " +
+                            to_string(args[1]));
+      if (attrs.index < 0 || attrs.index >= args[0].rows)
+        shape_error(op, "label " + std::to_string(attrs.index) + " is outside [0, " +
+                            std::to_string(args[0].rows) + ") for x of " + to_string(args[0]));
+      return args[0];
   }
   throw InternalError("infer_shape: unhandled op");
 }
@@ -139,6 +177,10 @@ int64_t node_flops(const Graph& graph, NodeId id) {
     case Op::matmul:
     case Op::matvec:
       return 2 * size * graph.node(args[0]).shape.cols;
+    case Op::matmul_tn:
+      return 2 * size * graph.node(args[0]).shape.rows;
+    case Op::matmul_nt:
+      return 2 * size * graph.node(args[0]).shape.cols * static_cast<int64_t>(args.size() / 2);
     case Op::affine: {
       int64_t flops = 0;
       for (size_t i = 1; i < args.size(); i += 2) flops += 2 * size * graph.node(args[i]).shape.cols;
@@ -149,7 +191,13 @@ int64_t node_flops(const Graph& graph, NodeId id) {
     case Op::softmax:
     case Op::log_softmax:
     case Op::pick_neg_log_softmax:
+    case Op::pick_neg_log_softmax_grad:
       return 3 * graph.node(args[0]).shape.size();  // max, exp-sum, normalise
+    case Op::softmax_grad:
+    case Op::log_softmax_grad:
+    case Op::tanh_grad:
+    case Op::sigmoid_grad:
+      return 3 * size;
     default:
       return size;  // unary and binary elementwise
   }

@@ -58,7 +58,11 @@ OperandMode classify(std::span<const Address> at, ir::Shape shape) {
 template <typename ModeOf>
 void for_each_read_slot(const ir::Node& first, size_t members, ModeOf&& mode_of) {
   switch (first.op) {
-    case ir::Op::lookup: return;
+    case ir::Op::lookup:
+    case ir::Op::matmul_nt: return;  // packs each member's pairs itself (run_matmul_nt)
+    case ir::Op::matmul_tn:
+      if (mode_of(size_t{0}) == OperandMode::shared || members == 1) mode_of(size_t{1});
+      return;
     case ir::Op::matmul:
     case ir::Op::affine:
     case ir::Op::matvec: {
@@ -97,7 +101,11 @@ int64_t copied_members(const ir::Graph& graph, const ir::Node& first, ir::NodeId
   switch (first.op) {
     case ir::Op::softmax:
     case ir::Op::log_softmax:
-    case ir::Op::pick_neg_log_softmax: return n;
+    case ir::Op::pick_neg_log_softmax:
+    case ir::Op::softmax_grad:
+    case ir::Op::log_softmax_grad:
+    case ir::Op::pick_neg_log_softmax_grad: return n;
+    case ir::Op::matmul_tn: return slot == 0 ? 0 : n;  // X copied whole into the GEMM's scratch
     case ir::Op::matvec: return 0;  // per-member products, read in place
     case ir::Op::affine:
     case ir::Op::matmul: {

@@ -307,6 +307,59 @@ void run_linear(const BatchContext& c) {
   gemm_rows(c, products);
 }
 
+// A^T B: with A shared (a weight), one GEMM A^T X over all members, split by output rows (columns
+// of A) across threads; otherwise one small product per member.
+void run_matmul_tn(const BatchContext& c) {
+  const Operand a = c.operand(0);
+  if (a.kind != Operand::kShared && c.n() > 1) {
+    for (int64_t k = 0; k < c.n(); ++k) {
+      const ir::NodeId x = c.arg(size_t(k), 0), y = c.arg(size_t(k), 1);
+      const ir::Shape sx = c.values.graph.node(x).shape, sy = c.values.graph.node(y).shape;
+      c.output(k).noalias() = ConstMatrix(c.values.in(x), sx.rows, sx.cols).transpose() *
+                              ConstMatrix(c.values.in(y), sy.rows, sy.cols);
+    }
+    c.stats.kernel_calls += c.n();
+    return;
+  }
+  const ConstMatrix weight(a.base, a.shape.rows, a.shape.cols);
+  const StridedConst x = c.matrix(c.operand(1));
+  Matrix out = c.output();
+  c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {
+    out.middleRows(begin, end - begin).noalias() = weight.middleCols(begin, end - begin).transpose() * x;
+  });
+  c.stats.kernel_calls += 1;
+}
+
+// Member k's pairs as two side-by-side matrices [A1 A2 ...] and [B1 B2 ...], read in place when
+// the values already sit one after another, else packed into scratch, then one GEMM A B^T: a
+// weight's gradient over all its uses costs one product, not one per use.
+void run_matmul_nt(const BatchContext& c) {
+  const size_t pairs = c.first.arg_count / 2;
+  auto side_by_side = [&](int64_t k, size_t first_slot) {
+    const ir::Shape s = c.values.graph.node(c.arg(size_t(k), first_slot)).shape;
+    const float* base = c.values.in(c.arg(size_t(k), first_slot));
+    bool in_place = true;
+    for (size_t i = 1; i < pairs && in_place; ++i)
+      in_place = c.values.in(c.arg(size_t(k), first_slot + 2 * i)) == base + int64_t(i) * s.size();
+    if (!in_place) {
+      float* packed = c.scratch.allocate(size_t(s.size()) * pairs);
+      for (size_t i = 0; i < pairs; ++i)
+        std::memcpy(packed + i * size_t(s.size()), c.values.in(c.arg(size_t(k), first_slot + 2 * i)),
+                    sizeof(float) * size_t(s.size()));
+      base = packed;
+    }
+    return ConstMatrix(base, s.rows, s.cols * int64_t(pairs));
+  };
+  for (int64_t k = 0; k < c.n(); ++k) {
+    const ConstMatrix a = side_by_side(k, 0), b = side_by_side(k, 1);
+    Matrix out = c.output(k);
+    c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {
+      out.middleRows(begin, end - begin).noalias() = a.middleRows(begin, end - begin) * b.transpose();
+    });
+  }
+  c.stats.kernel_calls += c.n();
+}
+
 void run_concat(const BatchContext& c) {
   // Member k's output is [a_k; b_k; ...]: one copy per member and slot, straight from where each
   // operand lives (no separate gather).
@@ -342,7 +395,22 @@ void run_lookup(const BatchContext& c) {
 // The kernel op of an elementwise batch the JIT runs; false for others (and for wide sums, a
 // trace's losses, where each arity would be a kernel of its own).
 bool jit_op_of(const ir::Node& node, jit::KernelOp& op) {
+  if (node.op == ir::Op::tanh_grad || node.op == ir::Op::sigmoid_grad) {
+    op = jit::KernelOp::cmult;  // built from kernel ops by activation_gradient()
+    return true;
+  }
   return jit::kernel_op_for(node.op, op) && node.arg_count <= kMaxJitInputs;
+}
+
+// tanh_grad and sigmoid_grad (y, dy) as kernel instructions, so backward chains fuse like forward ones.
+jit::ValueId activation_gradient(jit::Kernel& kernel, ir::Op op, jit::ValueId y, jit::ValueId dy) {
+  using jit::KernelOp;
+  auto one_minus = [&](jit::ValueId v) {
+    return kernel.with_constant(KernelOp::add_const, kernel.with_constant(KernelOp::scale, v, -1.0f), 1.0f);
+  };
+  const jit::ValueId local = op == ir::Op::tanh_grad ? one_minus(kernel.binary(KernelOp::cmult, y, y))
+                                                     : kernel.binary(KernelOp::cmult, y, one_minus(y));
+  return kernel.binary(KernelOp::cmult, dy, local);
 }
 
 // Consecutive elementwise batches (one or more, same members count and output size) as one
@@ -386,7 +454,9 @@ void run_jit_group(std::span<const BatchContext> group) {
       key += "in ";
     }
     jit::ValueId value = args[0];
-    if (jit::kernel_op_has_constant(op)) {
+    if (c.first.op == ir::Op::tanh_grad || c.first.op == ir::Op::sigmoid_grad) {
+      value = activation_gradient(kernel, c.first.op, args[0], args[1]);
+    } else if (jit::kernel_op_has_constant(op)) {
       value = kernel.with_constant(op, value, c.first.attrs.constant);
       key += std::to_string(std::bit_cast<uint32_t>(c.first.attrs.constant));
     } else if (jit::kernel_op_arity(op) == 1) {
@@ -529,6 +599,35 @@ void run_batch(const BatchContext& c) {
       const Eigen::RowVectorXf lse = log_sum_exp(x);
       for (int64_t k = 0; k < c.n(); ++k)
         c.out[k] = lse(k) - x(c.values.graph.node(c.members[size_t(k)]).attrs.index, k);
+      c.stats.kernel_calls += 1;
+      return;
+    }
+    case ir::Op::matmul_tn: return run_matmul_tn(c);
+    case ir::Op::matmul_nt: return run_matmul_nt(c);
+    case ir::Op::tanh_grad: return binary(c, [](auto y, auto dy) { return dy * (1.0f - y.square()); });
+    case ir::Op::sigmoid_grad: return binary(c, [](auto y, auto dy) { return dy * y * (1.0f - y); });
+    case ir::Op::relu_grad: return binary(c, [](auto y, auto dy) { return (y > 0.0f).select(dy, 0.0f); });
+    case ir::Op::softmax_grad: {
+      const StridedConst y = c.matrix(c.operand(0)), dy = c.matrix(c.operand(1));
+      const Eigen::RowVectorXf dot = y.cwiseProduct(dy).colwise().sum();
+      c.output() = y.cwiseProduct(dy - dot.replicate(y.rows(), 1));
+      c.stats.kernel_calls += 1;
+      return;
+    }
+    case ir::Op::log_softmax_grad: {
+      const StridedConst y = c.matrix(c.operand(0)), dy = c.matrix(c.operand(1));
+      c.output() = dy - (y.array().exp().rowwise() * dy.colwise().sum().array()).matrix();
+      c.stats.kernel_calls += 1;
+      return;
+    }
+    case ir::Op::pick_neg_log_softmax_grad: {
+      const StridedConst x = c.matrix(c.operand(0)), dl = c.matrix(c.operand(1));
+      Matrix out = c.output();
+      out = (x.rowwise() - log_sum_exp(x)).array().exp().matrix();
+      for (int64_t k = 0; k < c.n(); ++k) {
+        out(c.values.graph.node(c.members[size_t(k)]).attrs.index, k) -= 1.0f;
+        out.col(k) *= dl(0, k);
+      }
       c.stats.kernel_calls += 1;
       return;
     }

@@ -112,6 +112,43 @@ void eval_pick_neg_log_softmax(const NodeContext& c) {
   c.out()(0, 0) = log_sum_exp(x)(0) - x(c.node.attrs.index, 0);
 }
 
+void eval_matmul_tn(const NodeContext& c) { c.out().noalias() = c.arg(0).transpose() * c.arg(1); }
+
+void eval_matmul_nt(const NodeContext& c) {
+  Matrix out = c.out();
+  out.setZero();
+  for (size_t i = 0; i < c.arg_count(); i += 2) out.noalias() += c.arg(i) * c.arg(i + 1).transpose();
+}
+
+void eval_tanh_grad(const NodeContext& c) {
+  c.out() = c.arg(1).cwiseProduct((1.0f - c.arg(0).array().square()).matrix());
+}
+void eval_sigmoid_grad(const NodeContext& c) {
+  c.out() = (c.arg(1).array() * c.arg(0).array() * (1.0f - c.arg(0).array())).matrix();
+}
+void eval_relu_grad(const NodeContext& c) {
+  c.out() = (c.arg(0).array() > 0.0f).select(c.arg(1), 0.0f);
+}
+
+void eval_softmax_grad(const NodeContext& c) {
+  ConstMatrix y = c.arg(0), dy = c.arg(1);
+  const Eigen::RowVectorXf dot = y.cwiseProduct(dy).colwise().sum();
+  c.out() = y.cwiseProduct(dy - dot.replicate(y.rows(), 1));
+}
+
+void eval_log_softmax_grad(const NodeContext& c) {
+  ConstMatrix y = c.arg(0), dy = c.arg(1);
+  c.out() = dy - (y.array().exp().matrix().array().rowwise() * dy.colwise().sum().array()).matrix();
+}
+
+void eval_pick_neg_log_softmax_grad(const NodeContext& c) {
+  ConstMatrix x = c.arg(0);
+  Matrix out = c.out();
+  out = (x.rowwise() - log_sum_exp(x)).array().exp().matrix();
+  out(c.node.attrs.index, 0) -= 1.0f;
+  out *= c.arg(1)(0, 0);
+}
+
 }  // namespace
 
 void evaluate_node(const Values& values, ir::NodeId id) {

@@ -49,7 +49,10 @@ class BiLstmTagger final : public SampleModel {
            " word types, " + std::to_string(tags_.size() - 1) + " tags, " + source_;
   }
 
-  Expr record_loss(Trace& trace, size_t i) override {
+  std::string accuracy_unit() const override { return "word"; }
+
+ protected:
+  void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {
     const std::vector<int>& words = word_ids_[i];
     const std::vector<int>& tags = tag_ids_[i];
     const size_t length = words.size();
@@ -75,14 +78,10 @@ class BiLstmTagger final : public SampleModel {
       forward_h[w] = forward.h;
       backward_h[v] = backward.h;
     }
-    std::vector<Expr> losses;
-    losses.reserve(length);
     for (size_t w = 0; w < length; ++w) {
       const Expr mlp = tanh(affine({trace.param(b_mlp_), trace.param(w_mlp_), concat({forward_h[w], backward_h[w]})}));
-      const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), mlp});
-      losses.push_back(pick_neg_log_softmax(logits, tags[w]));
+      output({affine({trace.param(b_out_), trace.param(w_out_), mlp}), tags[w]});
     }
-    return sum(losses);
   }
 
  private:

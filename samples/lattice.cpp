@@ -84,15 +84,16 @@ class LatticeTagger : public SampleModel {
   Model& model() override { return model_; }
   std::string describe_data() const override { return data_.describe(); }
 
-  Expr record_loss(Trace& trace, size_t i) override {
+  std::string accuracy_unit() const override { return "char"; }
+
+ protected:
+  void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {
     const LatticeDataset::Ids& ids = data_.ids[i];
     const size_t length = ids.chars.size();
     // The zero initial state is an input, so the first char's cell batches with every later one.
     const Expr zero = trace.input(zeros_);
     std::vector<Expr> scales(size_t(data_.max_incoming) + 1);  // 1/(1+n) per arc count n, made on demand
     std::vector<State> chars(length);
-    std::vector<Expr> losses;
-    losses.reserve(length);
     std::vector<Expr> carried(ids.words.size());  // per arc: the state part its gate merges
     for (size_t j = 0; j < length; ++j) {
       const Expr x = trace.lookup(char_embeddings_, ids.chars[j]);
@@ -119,13 +120,10 @@ class LatticeTagger : public SampleModel {
         append(word_args, chars[j]);
         carried[size_t(a)] = (*word_)(trace, word_args)[0];
       }
-      const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), chars[j].h});
-      losses.push_back(pick_neg_log_softmax(logits, ids.labels[j]));
+      output({affine({trace.param(b_out_), trace.param(w_out_), chars[j].h}), ids.labels[j]});
     }
-    return sum(losses);
   }
 
- protected:
   struct State { Expr h, c; };
   struct Merge {
     Expr arcs;   // sum over incoming arcs of g_w * (c_w or h_w); invalid when none

@@ -20,14 +20,33 @@ struct ModelConfig {
   uint64_t seed = 1;
 };
 
+// One labelled position of an instance: the class scores (logits) its loss reads, and its gold
+// class.
+struct Prediction {
+  Expr scores;        // classes x 1
+  int64_t gold = 0;
+  bool root = false;  // the instance's root (tree models); their accuracy counts roots alone
+};
+
 class SampleModel {
  public:
   virtual ~SampleModel() = default;
   virtual size_t instance_count() const = 0;
-  // Records instance `i`'s loss (a 1x1 sum over its labelled positions) into `trace`.
-  virtual Expr record_loss(Trace& trace, size_t i) = 0;
+  // Records instance `i`'s loss (a 1x1 sum of pick_neg_log_softmax over its labelled positions)
+  // into `trace`.
+  Expr record_loss(Trace& trace, size_t i);
+  // Records instance `i`'s labelled positions (every node of a tree, every word or char of a
+  // tagger), in the order record_loss sums their losses; no loss nodes.
+  std::vector<Prediction> record_predictions(Trace& trace, size_t i);
   virtual Model& model() = 0;
   virtual std::string describe_data() const = 0;  // "2000 trees from FILE", "generated ..."
+  // What one accuracy count is: "root" (tree models: the root's class), "word", "char".
+  virtual std::string accuracy_unit() const = 0;
+
+ protected:
+  // The model's network for instance `i`: calls `output` at each labelled position as soon as its
+  // scores are recorded, so the loss and the predictions share one walk and one output layer.
+  virtual void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) = 0;
 };
 
 // A model's instances: read from config.data_path, or `generate`d (config.limit of them, default

@@ -30,14 +30,15 @@ class MvRnn final : public TreeSample {
     b_out_ = model_.add_parameter("b_out", kLabels, 1);
   }
 
-  Expr record_loss(Trace& trace, size_t i) override {
+  std::string accuracy_unit() const override { return "root"; }
+
+ protected:
+  void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {
     const Tree& tree = data_.trees[i];
     const std::vector<int>& ids = data_.word_ids[i];
     const int n = size_;
     struct State { Expr vector, matrix; };
     std::vector<State> states(tree.nodes.size());
-    std::vector<Expr> losses;
-    losses.reserve(tree.nodes.size());
     for (size_t k = 0; k < tree.nodes.size(); ++k) {
       const TreeNode& node = tree.nodes[k];
       State& s = states[k];
@@ -56,10 +57,8 @@ class MvRnn final : public TreeSample {
           s.vector = root_(trace, {l.vector, l.matrix, r.vector, r.matrix})[0];
         }
       }
-      const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), s.vector});
-      losses.push_back(pick_neg_log_softmax(logits, node.label));
+      output({affine({trace.param(b_out_), trace.param(w_out_), s.vector}), node.label, k + 1 == tree.nodes.size()});
     }
-    return sum(losses);
   }
 
  private:

@@ -29,20 +29,19 @@ class TreeGru final : public TreeSample {
     b_out_ = model_.add_parameter("b_out", kLabels, 1);
   }
 
-  Expr record_loss(Trace& trace, size_t i) override {
+  std::string accuracy_unit() const override { return "root"; }
+
+ protected:
+  void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {
     const Tree& tree = data_.trees[i];
     const std::vector<int>& ids = data_.word_ids[i];
     std::vector<Expr> states(tree.nodes.size());
-    std::vector<Expr> losses;
-    losses.reserve(tree.nodes.size());
     for (size_t n = 0; n < tree.nodes.size(); ++n) {
       const TreeNode& node = tree.nodes[n];
       states[n] = node.is_leaf() ? leaf_(trace, {trace.lookup(embeddings_, ids[n])})[0]
                                  : internal_(trace, {states[size_t(node.left)], states[size_t(node.right)]})[0];
-      const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), states[n]});
-      losses.push_back(pick_neg_log_softmax(logits, node.label));
+      output({affine({trace.param(b_out_), trace.param(w_out_), states[n]}), node.label, n + 1 == tree.nodes.size()});
     }
-    return sum(losses);
   }
 
  private:

@@ -55,13 +55,14 @@ class TreeLstm final : public TreeSample {
 
  public:
 
-  Expr record_loss(Trace& trace, size_t i) override {
+  std::string accuracy_unit() const override { return "root"; }
+
+ protected:
+  void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {
     const Tree& tree = data_.trees[i];
     const std::vector<int>& ids = data_.word_ids[i];
     struct State { Expr h, c; };
     std::vector<State> states(tree.nodes.size());
-    std::vector<Expr> losses;
-    losses.reserve(tree.nodes.size());
     for (size_t n = 0; n < tree.nodes.size(); ++n) {
       const TreeNode& node = tree.nodes[n];
       std::vector<Expr> hc;
@@ -73,10 +74,8 @@ class TreeLstm final : public TreeSample {
         hc = internal_(trace, {l.h, l.c, r.h, r.c});
       }
       states[n] = State{hc[0], hc[1]};
-      const Expr logits = affine({trace.param(b_out_), trace.param(w_out_), hc[0]});
-      losses.push_back(pick_neg_log_softmax(logits, node.label));
+      output({affine({trace.param(b_out_), trace.param(w_out_), hc[0]}), node.label, n + 1 == tree.nodes.size()});
     }
-    return sum(losses);
   }
 
  private:

@@ -1,20 +1,24 @@
 // edb-run: runs a sample model on a workload with a chosen policy, executor and device, and prints
-// throughput, batching counts and the time split as a table (or one JSON object with --json).
+// throughput, batching counts and the time split as a table (or one JSON object with --json); with
+// --train it trains the model instead and prints each epoch's losses, accuracy and times.
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include <edbatch/edbatch.h>
+#include <edbatch/train.h>
 
 #include "jit/host.h"
 #include "runtime/executor.h"
 #include "scheduler/schedule.h"
 #include "samples/models.h"
 #include "samples/runner.h"
+#include "samples/training.h"
 #include "tools/flags.h"
 #include "tools/progress.h"
 #include "tools/schedule_picture.h"
@@ -52,7 +56,7 @@ void print_help() {
       "                     (default cpu)\n"
       "  --threads N        threads (default 1); with 2 or more, execution overlaps recording\n"
       "  --repeat N         measured passes over the workload; the median is reported (default 3)\n"
-      "  --seed N           seed for parameters and generated data (default 1)\n"
+      "  --seed N           seed for parameters, generated data and training shuffles (default 1)\n"
       "  --train-policy FILE  (fsm) learn the policy from --train-traces traces, save it to FILE, then run\n"
       "  --train-traces N   traces to learn from (default 8)\n"
       "  --policy-file FILE (fsm) load a learned policy\n"
@@ -65,6 +69,21 @@ void print_help() {
       "                     FILE.dot or .gv (graphviz text), or .svg, .png, .pdf rendered by graphviz's\n"
       "                     dot (apt-get install graphviz); keep it small: --batch 2 --limit 2\n"
       "  --check-finite     stop at the first NaN or infinity, naming the node that produced it\n"
+      "  --load PATH        start from the model saved in PATH (and, with --train, the optimizer state\n"
+      "                     in PATH.optimizer when present)\n\n"
+      "training (--train replaces the inference measurement; policy, executor, device, threads,\n"
+      "cells, memplan and batch apply to it too):\n"
+      "  --train            train the model: epochs over a shuffled training split, one optimizer step\n"
+      "                     per --batch instances (their mean loss), the held-out split evaluated after\n"
+      "                     each epoch against its majority class\n"
+      "  --epochs N         epochs (default 1)\n"
+      "  --optimizer NAME   sgd or adam (default adam)\n"
+      "  --lr X             learning rate (default 0.01 for adam, 0.1 for sgd)\n"
+      "  --momentum X       sgd momentum in [0, 1) (default 0)\n"
+      "  --clip X           scale gradients whose global L2 norm exceeds X down to X (default 0: off)\n"
+      "  --holdout F        the last fraction F of the instances is held out (default 0.1; 0: none)\n"
+      "  --save PATH        after training, write the model to PATH and the optimizer state to\n"
+      "                     PATH.optimizer (--load continues from both)\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
       "Environment: EDB_DUMP=ir,schedule,batches,plan (or all) prints each stage's output to stderr\n"
@@ -192,12 +211,244 @@ void print_table(const Report& r) {
   row("time: total", fixed(total, 1) + " ms");
 }
 
+// Writes nothing, but finds out before any work whether `path` can be written.
+void check_writable(const std::string& flag, const std::string& path) {
+  const std::string probe = path + ".tmp";
+  std::FILE* file = std::fopen(probe.c_str(), "w");
+  if (!file) throw edb::UsageError("edb-run: " + flag + ": cannot write '" + probe + "': " + std::strerror(errno));
+  std::fclose(file);
+  std::remove(probe.c_str());
+}
+
+// --train and its flags. Training flags without --train, and --repeat with it, are errors.
+struct TrainingSetup {
+  edb::OptimizerOptions optimizer;
+  edb::samples::TrainOptions options;
+  std::string save_path;
+  bool learning_rate_given = false, momentum_given = false, clip_given = false;
+};
+
+std::optional<TrainingSetup> training_setup(const edb::tools::Flags& flags, int batch, uint64_t seed) {
+  if (!flags.has("train")) {
+    for (const char* flag : {"epochs", "lr", "optimizer", "momentum", "clip", "holdout", "save"})
+      if (flags.has(flag)) throw edb::UsageError(std::string("edb-run: --") + flag + " is for training; add --train");
+    return std::nullopt;
+  }
+  if (flags.has("repeat")) throw edb::UsageError("edb-run: --repeat measures inference; with --train use --epochs");
+  TrainingSetup setup;
+  edb::OptimizerOptions& o = setup.optimizer;
+  o.kind = flags.get("optimizer", "adam");
+  if (o.kind != "sgd" && o.kind != "adam")
+    throw edb::UsageError("edb-run: --optimizer takes sgd or adam, not '" + o.kind + "'");
+  o.learning_rate = float(flags.get_double("lr", o.kind == "adam" ? 0.01 : 0.1, 0, 1e6));
+  if (!(o.learning_rate > 0)) throw edb::UsageError("edb-run: --lr must be above 0, got " + flags.get("lr", ""));
+  if (flags.has("momentum") && o.kind != "sgd") throw edb::UsageError("edb-run: --momentum is for --optimizer sgd");
+  o.momentum = float(flags.get_double("momentum", 0, 0, 1));
+  if (!(o.momentum < 1)) throw edb::UsageError("edb-run: --momentum must be below 1, got " + flags.get("momentum", ""));
+  o.clip_norm = float(flags.get_double("clip", 0, 0, 1e30));
+  edb::samples::TrainOptions& t = setup.options;
+  t.epochs = int(flags.get_int("epochs", 1, 1, 1000000));
+  t.holdout = flags.get_double("holdout", 0.1, 0, 1);
+  if (!(t.holdout < 1)) throw edb::UsageError("edb-run: --holdout must be below 1, got " + flags.get("holdout", ""));
+  t.batch = batch;
+  t.seed = seed;
+  setup.learning_rate_given = flags.has("lr");
+  setup.momentum_given = flags.has("momentum");
+  setup.clip_given = flags.has("clip");
+  setup.save_path = flags.get("save", "");
+  if (flags.has("save")) check_writable("--save", setup.save_path);
+  return setup;
+}
+
+struct TrainingReport {
+  edb::OptimizerOptions optimizer;
+  double holdout = 0;
+  std::string accuracy_unit, loaded, saved, optimizer_note;
+  edb::samples::TrainResult result;
+};
+
+// Null fields when nothing is held out.
+nlohmann::json evaluation_json(const edb::samples::Evaluation& e) {
+  if (e.instances == 0)
+    return {{"heldout_loss", nullptr}, {"heldout_accuracy", nullptr}, {"majority_accuracy", nullptr},
+            {"heldout_position_accuracy", nullptr}, {"majority_position_accuracy", nullptr}};
+  return {{"heldout_loss", e.loss},
+          {"heldout_accuracy", e.accuracy()},
+          {"majority_accuracy", e.majority_accuracy()},
+          {"heldout_position_accuracy", e.position_accuracy()},
+          {"majority_position_accuracy", e.position_majority_accuracy()}};
+}
+
+nlohmann::json training_json(const Report& r, const TrainingReport& t) {
+  nlohmann::json epochs = nlohmann::json::array();
+  for (const edb::samples::EpochResult& e : t.result.epochs) {
+    nlohmann::json j = evaluation_json(e.heldout);
+    j["epoch"] = e.epoch;
+    j["train_loss"] = e.train_loss;
+    j["gradient_norm"] = e.gradient_norm;
+    j["instances_per_sec"] = e.instances_per_sec;
+    j["forward_ms"] = e.forward_ms;
+    j["backward_ms"] = e.backward_ms;
+    j["optimizer_ms"] = e.optimizer_ms;
+    j["total_ms"] = e.total_ms;
+    j["backward_over_forward"] = e.backward_over_forward();
+    epochs.push_back(j);
+  }
+  nlohmann::json j = {
+      {"model", r.model}, {"policy", r.policy}, {"cells", r.cells}, {"memplan", r.memplan},
+      {"executor", r.executor}, {"device", r.device}, {"batch", r.batch}, {"embed", r.embed},
+      {"hidden", r.hidden}, {"data", r.data}, {"cpu", r.cpu},
+      {"optimizer", {{"kind", t.optimizer.kind}, {"learning_rate", t.optimizer.learning_rate},
+                     {"momentum", t.optimizer.momentum}, {"clip", t.optimizer.clip_norm}}},
+      {"holdout", t.holdout},
+      {"train_instances", t.result.split.train},
+      {"heldout_instances", t.result.split.heldout},
+      {"accuracy_unit", t.accuracy_unit},
+      {"initial", evaluation_json(t.result.initial)},
+      {"epochs", epochs},
+  };
+  if (!t.loaded.empty()) j["loaded"] = t.loaded;
+  if (!t.saved.empty()) j["saved"] = t.saved;
+  if (r.trained)
+    j["policy_training"] = {{"episodes", r.training.episode}, {"batches", r.training.best_batches},
+                            {"lower_bound", r.training.lower_bound}, {"time_ms", r.training_ms}};
+  return j;
+}
+
+std::string fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
+
+std::string number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
+std::string percent(double fraction) { return fixed(100 * fraction, 1) + "%"; }
+
+void print_training_table(const Report& r, const TrainingReport& t) {
+  const edb::samples::TrainResult& result = t.result;
+  const std::string unit = t.accuracy_unit;
+  std::printf("edb-run %s --train: %s\n", r.model.c_str(), r.data.c_str());
+  std::printf("policy %s, cells %s, memplan %s, executor %s, device %s, batch %d, embed %d, hidden %d, CPU %s\n",
+              r.policy.c_str(), r.cells ? "on" : "off", r.memplan ? "on" : "off", r.executor.c_str(),
+              r.device.c_str(), r.batch, r.embed, r.hidden, r.cpu.c_str());
+  std::printf("optimizer %s, lr %g, momentum %g, clip %g; %zu training, %zu held-out instances (the last %g)\n",
+              t.optimizer.kind.c_str(), double(t.optimizer.learning_rate), double(t.optimizer.momentum),
+              double(t.optimizer.clip_norm), result.split.train, result.split.heldout, t.holdout);
+  if (!t.loaded.empty()) std::printf("loaded %s%s\n", t.loaded.c_str(), t.optimizer_note.c_str());
+  const edb::samples::Evaluation& before = result.initial;
+  if (result.split.heldout > 0)
+    std::printf("held-out before training: loss %.4f, %s accuracy %s (majority class %s)\n", before.loss,
+                unit.c_str(), percent(before.accuracy()).c_str(), percent(before.majority_accuracy()).c_str());
+  std::printf("\n| epoch | train loss | held-out loss | %s acc | majority | all acc | inst/s | forward ms | "
+              "backward ms | optimizer ms | bwd/fwd |\n",
+              unit.c_str());
+  std::printf("|------:|-----------:|--------------:|%s|---------:|--------:|-------:|-----------:|"
+              "------------:|-------------:|--------:|\n",
+              std::string(unit.size() + 6, '-').c_str());
+  for (const edb::samples::EpochResult& e : result.epochs) {
+    const bool held = result.split.heldout > 0;
+    std::printf("| %5d | %10.4f | %13s | %*s | %8s | %7s | %6.1f | %10.1f | %11.1f | %12.1f | %7.2f |\n", e.epoch,
+                e.train_loss, held ? fixed(e.heldout.loss, 4).c_str() : "-", int(unit.size() + 4),
+                held ? percent(e.heldout.accuracy()).c_str() : "-",
+                held ? percent(e.heldout.majority_accuracy()).c_str() : "-",
+                held ? percent(e.heldout.position_accuracy()).c_str() : "-", e.instances_per_sec, e.forward_ms,
+                e.backward_ms, e.optimizer_ms, e.backward_over_forward());
+  }
+  std::printf("\nLosses are per instance (summed over its labelled positions); \"all acc\" counts every labelled "
+              "position; the majority class is the held-out split's most frequent gold class.\n");
+  if (!t.saved.empty()) std::printf("saved the model to %s and the optimizer to %s.optimizer\n", t.saved.c_str(),
+                                    t.saved.c_str());
+}
+
+// Trains after --load (the optimizer state too when PATH.optimizer exists: its steps say how many
+// epochs of this split and batch were done, so numbering and shuffles continue), then --save.
+int run_training(edb::samples::SampleModel& model, edb::Engine& engine, TrainingSetup setup, const Report& report,
+                 const std::string& load_path, bool json) {
+  TrainingReport t;
+  t.optimizer = setup.optimizer;
+  t.holdout = setup.options.holdout;
+  t.accuracy_unit = model.accuracy_unit();
+  edb::Optimizer optimizer(model.model(), setup.optimizer);
+  if (!load_path.empty()) {
+    t.loaded = load_path;
+    const std::string state = load_path + ".optimizer";
+    if (std::FILE* file = std::fopen(state.c_str(), "rb")) {
+      std::fclose(file);
+      optimizer.load(state);  // its options too: only --lr may change them
+      const edb::OptimizerOptions& loaded = optimizer.options();
+      auto differs = [&](bool given, const char* flag, float wanted, float kept) {
+        if (given && wanted != kept)
+          throw edb::UsageError("edb-run: --" + std::string(flag) + " " + number(wanted) + " differs from " +
+                                number(kept) + " in " + state + " (only --lr can change when loading)");
+      };
+      differs(setup.momentum_given, "momentum", setup.optimizer.momentum, loaded.momentum);
+      differs(setup.clip_given, "clip", setup.optimizer.clip_norm, loaded.clip_norm);
+      if (setup.learning_rate_given) optimizer.set_learning_rate(setup.optimizer.learning_rate);
+      t.optimizer = optimizer.options();
+      const edb::samples::Split split = edb::samples::split_instances(model.instance_count(), setup.options.holdout);
+      const int64_t per_epoch = int64_t((split.train + size_t(setup.options.batch) - 1) / size_t(setup.options.batch));
+      setup.options.epochs_done = int(optimizer.steps() / per_epoch);
+      t.optimizer_note = " and its optimizer state (" + std::to_string(optimizer.steps()) + " steps)";
+      if (optimizer.steps() % per_epoch != 0)
+        std::fprintf(stderr, "edb-run: %s holds %lld steps, not whole epochs of %lld; epochs count on from %d\n",
+                     state.c_str(), static_cast<long long>(optimizer.steps()), static_cast<long long>(per_epoch),
+                     setup.options.epochs_done);
+    } else {
+      t.optimizer_note = " (no optimizer state at " + state + ": the optimizer starts fresh)";
+      std::fprintf(stderr, "edb-run: no optimizer state at %s; the optimizer starts fresh\n", state.c_str());
+    }
+  }
+  edb::tools::ProgressBar bar("edb-run " + report.model + " --train");
+  setup.options.progress = [&](const edb::samples::TrainProgress& p) {
+    char note[128];
+    std::snprintf(note, sizeof note, "epoch %d/%d, loss %.4f, %.1f instances/s", p.epoch, p.last_epoch, p.loss,
+                  p.instances_per_sec);
+    bar.update(p.done, p.total, note);
+  };
+  t.result = edb::samples::train(model, engine, optimizer, setup.options);
+  bar.done();
+  if (!setup.save_path.empty()) {
+    model.model().save(setup.save_path);
+    optimizer.save(setup.save_path + ".optimizer");
+    t.saved = setup.save_path;
+  }
+  if (json) std::cout << training_json(report, t).dump(2) << '\n';
+  else print_training_table(report, t);
+  return 0;
+}
+
+// --train-policy: learns the fsm policy and saves it to `path`.
+void learn_policy(edb::samples::SampleModel& model, edb::Engine& engine, int traces, int batch,
+                  const std::string& path, Report& report) {
+  edb::tools::ProgressBar training_bar("learning the policy");
+  const auto start = std::chrono::steady_clock::now();
+  const edb::PolicyProgress learned = edb::samples::train_policy(
+      model, engine, traces, batch, edb::PolicyTraining{},
+      [&](const edb::PolicyProgress& p) {
+        char note[96];
+        std::snprintf(note, sizeof note, "episodes; batches/LB %.3f, best %.3f", double(p.batches) / double(p.lower_bound),
+                      double(p.best_batches) / double(p.lower_bound));
+        training_bar.update(p.episode, p.episodes, note);
+      });
+  training_bar.done();
+  engine.save_policy(path);
+  report.training_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  report.training = learned;
+  report.trained = true;
+}
+
 int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-run",
                           {"data", "limit", "batch", "embed", "hidden", "policy", "executor", "device",
                            "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file",
-                           "policy-encoding", "cells", "memplan", "dump-schedule"},
-                          {"json", "check-finite", "help"});
+                           "policy-encoding", "cells", "memplan", "dump-schedule", "epochs", "lr", "optimizer",
+                           "momentum", "clip", "holdout", "save", "load"},
+                          {"json", "check-finite", "train", "help"});
   const std::vector<std::string> positional = flags.parse(argc, argv, 1);
   if (flags.has("help")) {
     print_help();
@@ -236,47 +487,20 @@ int run(int argc, char** argv) {
   const int train_traces = int(flags.get_int("train-traces", 8, 1, 10000));
   if (!train_path.empty() && options.policy != "fsm")
     throw edb::UsageError("edb-run: --train-policy learns the fsm policy; add --policy fsm");
-  if (!train_path.empty()) {
-    // Find out now, not after training, whether the policy can be written there.
-    const std::string probe = train_path + ".tmp";
-    std::FILE* file = std::fopen(probe.c_str(), "w");
-    if (!file)
-      throw edb::UsageError("edb-run: --train-policy: cannot write '" + probe + "': " + std::strerror(errno));
-    std::fclose(file);
-    std::remove(probe.c_str());
-  }
+  if (!train_path.empty()) check_writable("--train-policy", train_path);
   const std::string schedule_path = flags.get("dump-schedule", "");
   if (flags.has("dump-schedule")) edb::tools::check_picture_path("edb-run: --dump-schedule", schedule_path);
   edb::samples::RunOptions run_options;
   run_options.batch = int(flags.get_int("batch", 64, 1, 1 << 20));
   run_options.repeat = int(flags.get_int("repeat", 3, 1, 1000));
+  const std::optional<TrainingSetup> training = training_setup(flags, run_options.batch, config.seed);
+  const std::string load_path = flags.get("load", "");
 
   edb::Engine engine(options);  // rejects unknown or unavailable names before any work
   const std::unique_ptr<edb::samples::SampleModel> model = entry->make(config);
+  if (!load_path.empty()) model->model().load(load_path);
 
   Report report;
-  if (!train_path.empty()) {
-    edb::tools::ProgressBar training_bar("learning the policy");
-    const auto start = std::chrono::steady_clock::now();
-    const edb::PolicyProgress learned = edb::samples::train_policy(
-        *model, engine, train_traces, run_options.batch, edb::PolicyTraining{},
-        [&](const edb::PolicyProgress& p) {
-          char note[96];
-          std::snprintf(note, sizeof note, "episodes; batches/LB %.3f, best %.3f", double(p.batches) / double(p.lower_bound),
-                        double(p.best_batches) / double(p.lower_bound));
-          training_bar.update(p.episode, p.episodes, note);
-        });
-    training_bar.done();
-    engine.save_policy(train_path);
-    report.training_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    report.training = learned;
-    report.trained = true;
-  }
-  if (!schedule_path.empty()) dump_schedule(*model, engine, run_options.batch, schedule_path);
-  edb::tools::ProgressBar bar("edb-run " + entry->name);
-  run_options.progress = [&](int64_t done, int64_t total) { bar.update(done, total, "instances"); };
-  report.result = edb::samples::run_inference(*model, engine, run_options);
-  bar.done();
   report.model = entry->name;
   report.policy = options.policy;
   report.executor = options.executor;
@@ -288,6 +512,14 @@ int run(int argc, char** argv) {
   report.batch = run_options.batch;
   report.embed = config.embed;
   report.hidden = config.hidden;
+  if (!train_path.empty()) learn_policy(*model, engine, train_traces, run_options.batch, train_path, report);
+  if (!schedule_path.empty()) dump_schedule(*model, engine, run_options.batch, schedule_path);
+  if (training) return run_training(*model, engine, *training, report, load_path, flags.has("json"));
+
+  edb::tools::ProgressBar bar("edb-run " + entry->name);
+  run_options.progress = [&](int64_t done, int64_t total) { bar.update(done, total, "instances"); };
+  report.result = edb::samples::run_inference(*model, engine, run_options);
+  bar.done();
   if (flags.has("json")) std::cout << to_json(report).dump(2) << '\n';
   else print_table(report);
   return 0;

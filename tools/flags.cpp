@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 
@@ -75,6 +76,22 @@ int64_t Flags::get_int(const std::string& name, int64_t fallback, int64_t min, i
   if (value < min || value > max)
     throw UsageError(program_ + ": --" + name + " must be in [" + std::to_string(min) + ", " +
                      std::to_string(max) + "], got " + s);
+  return value;
+}
+
+double Flags::get_double(const std::string& name, double fallback, double min, double max) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  const std::string& s = it->second;
+  double value = 0;
+  const auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (error != std::errc() || end != s.data() + s.size() || !std::isfinite(value))
+    throw UsageError(program_ + ": --" + name + " expects a number, got '" + s + "'");
+  if (value < min || value > max) {
+    char range[96];
+    std::snprintf(range, sizeof range, "[%g, %g]", min, max);
+    throw UsageError(program_ + ": --" + name + " must be in " + range + ", got " + s);
+  }
   return value;
 }
 

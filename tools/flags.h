@@ -23,6 +23,8 @@ class Flags {
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& fallback) const;
   int64_t get_int(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
+  // A finite decimal number in [min, max].
+  double get_double(const std::string& name, double fallback, double min, double max) const;
 
  private:
   std::string program_;

@@ -1,11 +1,376 @@
-// Trace::backward(): the backward pass recorded as IR nodes, and Gradients.
+// Trace::backward(): the backward pass recorded as IR nodes of the same trace, so every policy,
+// executor, device and the memory planner batch and run it exactly as they run the forward pass.
+//
+// Reverse mode over the recorded graph: nodes on the loss's path that depend on a parameter or a
+// lookup get a gradient, the sum of the contributions their consumers send (each op's rule below).
+// Two shapes of contribution are kept apart until the end:
+//   - a weight's products: a use W x sends the pair (dy, x); all pairs of one parameter become one
+//     matmul_nt node, sum_i dy_i x_i^T: one GEMM per weight per trace, not one per instance;
+//   - slices: a slice of x sends (rows, dy); slices that tile x become one concat.
+#include <algorithm>
+#include <map>
+
 #include "trace/state.h"
 
 namespace edb {
 
-Gradients Trace::backward(const Expr&) { throw UsageError("edb::Trace::backward(): not built yet"); }
-const Tensor* Gradients::of(const Parameter&) const { return nullptr; }
-const Gradients::Rows* Gradients::of(const LookupTable&) const { return nullptr; }
-void Gradients::add(const Gradients&) {}
+namespace {
+
+using ir::NodeId;
+using ir::Op;
+
+struct Pair {
+  NodeId a, b;  // a b^T
+};
+
+struct SlicePart {
+  int32_t begin, end;
+  NodeId gradient;
+};
+
+struct Incoming {
+  std::vector<NodeId> whole;  // summed as they are
+  std::vector<Pair> pairs;    // parameters only: their products, one matmul_nt per shape
+  std::vector<SlicePart> slices;
+};
+
+class Backward {
+ public:
+  explicit Backward(detail::TraceState& s) : s_(s), graph_(s.data.graph) {}
+
+  // Records the gradient nodes of `loss`; returns per parameter or lookup node its gradient node.
+  std::vector<std::pair<NodeId, NodeId>> record(NodeId loss) {
+    const std::vector<uint8_t> flows = gradient_flows(loss);
+    incoming_.assign(loss + 1, {});
+    incoming_[loss].whole.push_back(constant(ir::Shape{1, 1}, 1.0f));
+    std::vector<std::pair<NodeId, NodeId>> leaves;
+    for (NodeId n = loss + 1; n-- > 0;) {
+      if (!flows[n] || empty(incoming_[n])) continue;
+      const NodeId gradient = combine(n);
+      const ir::Node& node = graph_.node(n);
+      if (node.op == Op::parameter || node.op == Op::lookup) {
+        leaves.emplace_back(n, gradient);
+        continue;
+      }
+      send(n, gradient, flows);
+      incoming_[n] = {};  // free as we go: a long trace holds contributions only for its frontier
+    }
+    std::reverse(leaves.begin(), leaves.end());
+    return leaves;
+  }
+
+ private:
+  static bool empty(const Incoming& in) { return in.whole.empty() && in.pairs.empty() && in.slices.empty(); }
+
+  // Which nodes a gradient flows through: on the loss's path and depending on a parameter or lookup.
+  std::vector<uint8_t> gradient_flows(NodeId loss) const {
+    std::vector<uint8_t> depends(loss + 1, 0), reached(loss + 1, 0);
+    for (NodeId n = 0; n <= loss; ++n) {
+      const Op op = graph_.node(n).op;
+      depends[n] = op == Op::parameter || op == Op::lookup;
+      for (NodeId a : graph_.args(n)) depends[n] |= depends[a];
+    }
+    reached[loss] = 1;
+    for (NodeId n = loss + 1; n-- > 0;)
+      if (reached[n])
+        for (NodeId a : graph_.args(n)) reached[a] = 1;
+    for (NodeId n = 0; n <= loss; ++n) reached[n] &= depends[n];
+    return reached;
+  }
+
+  NodeId emit(Op op, std::span<const NodeId> args, const ir::Attributes& attrs = {}) {
+    std::vector<ir::Shape> shapes;
+    shapes.reserve(args.size());
+    for (NodeId a : args) shapes.push_back(graph_.node(a).shape);
+    return s_.add(op, args, ir::infer_shape(op, shapes, attrs), attrs).node_id();
+  }
+  NodeId emit(Op op, std::initializer_list<NodeId> args, const ir::Attributes& attrs = {}) {
+    return emit(op, std::span(args.begin(), args.size()), attrs);
+  }
+
+  // A constant input, one node per shape and value for the whole backward pass.
+  NodeId constant(ir::Shape shape, float value) {
+    const auto key = std::make_tuple(shape.rows, shape.cols, value);
+    auto it = constants_.find(key);
+    if (it != constants_.end()) return it->second;
+    const std::vector<float> values(size_t(shape.size()), value);
+    ir::Attributes attrs;
+    attrs.index = graph_.add_constants(values);
+    const NodeId id = s_.add(Op::input, {}, shape, attrs).node_id();
+    constants_.emplace(key, id);
+    return id;
+  }
+
+  // The sum of everything sent to n.
+  NodeId combine(NodeId n) {
+    Incoming& in = incoming_[n];
+    std::vector<NodeId> terms = in.whole;
+    if (!in.slices.empty()) terms.push_back(assemble_slices(n, in.slices));
+    // One matmul_nt per shape of pair (a bias's (dy, 1) apart from a weight's (dy, x)).
+    std::vector<std::vector<NodeId>> groups;  // each: a1, b1, a2, b2, ...
+    for (const Pair& p : in.pairs) {
+      auto same_shapes = [&](const std::vector<NodeId>& g) {
+        return graph_.node(g[0]).shape == graph_.node(p.a).shape && graph_.node(g[1]).shape == graph_.node(p.b).shape;
+      };
+      auto group = std::find_if(groups.begin(), groups.end(), same_shapes);
+      if (group == groups.end()) group = groups.insert(groups.end(), std::vector<NodeId>{});
+      group->push_back(p.a);
+      group->push_back(p.b);
+    }
+    for (const std::vector<NodeId>& g : groups) terms.push_back(emit(Op::matmul_nt, g));
+    return terms.size() == 1 ? terms[0] : emit(Op::sum, terms);
+  }
+
+  // Slices of n's gradient put back at their rows: one concat when they tile n exactly (an LSTM's
+  // gates), else each padded with zeros and summed.
+  NodeId assemble_slices(NodeId n, std::vector<SlicePart>& parts) {
+    const ir::Shape shape = graph_.node(n).shape;
+    std::sort(parts.begin(), parts.end(), [](const SlicePart& x, const SlicePart& y) {
+      return std::tie(x.begin, x.end) < std::tie(y.begin, y.end);
+    });
+    // Slices of the same rows first add up.
+    std::vector<SlicePart> merged;
+    for (size_t i = 0; i < parts.size();) {
+      size_t j = i + 1;
+      while (j < parts.size() && parts[j].begin == parts[i].begin && parts[j].end == parts[i].end) ++j;
+      std::vector<NodeId> same;
+      for (size_t k = i; k < j; ++k) same.push_back(parts[k].gradient);
+      merged.push_back({parts[i].begin, parts[i].end, same.size() == 1 ? same[0] : emit(Op::sum, same)});
+      i = j;
+    }
+    bool disjoint = true;
+    for (size_t i = 1; i < merged.size(); ++i) disjoint &= merged[i].begin >= merged[i - 1].end;
+    auto zeros = [&](int32_t rows) { return constant(ir::Shape{rows, shape.cols}, 0.0f); };
+    if (disjoint) {
+      std::vector<NodeId> pieces;
+      int32_t row = 0;
+      for (const SlicePart& p : merged) {
+        if (p.begin > row) pieces.push_back(zeros(p.begin - row));
+        pieces.push_back(p.gradient);
+        row = p.end;
+      }
+      if (row < shape.rows) pieces.push_back(zeros(shape.rows - row));
+      return pieces.size() == 1 ? pieces[0] : emit(Op::concat, pieces);
+    }
+    std::vector<NodeId> padded;
+    for (const SlicePart& p : merged) {
+      std::vector<NodeId> pieces;
+      if (p.begin > 0) pieces.push_back(zeros(p.begin));
+      pieces.push_back(p.gradient);
+      if (p.end < shape.rows) pieces.push_back(zeros(shape.rows - p.end));
+      padded.push_back(pieces.size() == 1 ? pieces[0] : emit(Op::concat, pieces));
+    }
+    return emit(Op::sum, padded);
+  }
+
+  // The product term a * b's gradient for a (its left factor): a pair kept for a parameter, a
+  // node now for anything else.
+  void send_left_factor(NodeId a, NodeId dy, NodeId b) {
+    if (graph_.node(a).op == Op::parameter) incoming_[a].pairs.push_back({dy, b});
+    else incoming_[a].whole.push_back(emit(Op::matmul_nt, {dy, b}));
+  }
+
+  // Each op's rule: what n's gradient dy sends to each argument a gradient flows into.
+  void send(NodeId n, NodeId dy, const std::vector<uint8_t>& flows) {
+    const ir::Node node = graph_.node(n);  // a copy: emit() may grow the node array
+    const std::vector<NodeId> args(graph_.args(n).begin(), graph_.args(n).end());
+    auto to = [&](size_t i, NodeId gradient) {
+      if (flows[args[i]]) incoming_[args[i]].whole.push_back(gradient);
+    };
+    auto flows_to = [&](size_t i) { return flows[args[i]] != 0; };
+    ir::Attributes attrs;
+    switch (node.op) {
+      case Op::input:
+      case Op::parameter:
+      case Op::lookup:
+        return;
+      case Op::matmul:
+      case Op::matvec:
+        if (flows_to(0)) send_left_factor(args[0], dy, args[1]);
+        if (flows_to(1)) to(1, emit(Op::matmul_tn, {args[0], dy}));
+        return;
+      case Op::affine:
+        if (flows_to(0)) {
+          // A parameter bias vector adds up its uses as one product with ones: (dy_1 ... dy_m) 1.
+          if (graph_.node(args[0]).op == Op::parameter && node.shape.cols == 1)
+            incoming_[args[0]].pairs.push_back({dy, constant(ir::Shape{1, 1}, 1.0f)});
+          else
+            to(0, dy);
+        }
+        for (size_t i = 1; i + 1 < args.size(); i += 2) {
+          if (flows_to(i)) send_left_factor(args[i], dy, args[i + 1]);
+          if (flows_to(i + 1)) to(i + 1, emit(Op::matmul_tn, {args[i], dy}));
+        }
+        return;
+      case Op::add:
+        to(0, dy);
+        to(1, dy);
+        return;
+      case Op::sub:
+        to(0, dy);
+        if (flows_to(1)) {
+          attrs.constant = -1.0f;
+          to(1, emit(Op::scale, {dy}, attrs));
+        }
+        return;
+      case Op::cmult:
+        if (flows_to(0)) to(0, emit(Op::cmult, {dy, args[1]}));
+        if (flows_to(1)) to(1, emit(Op::cmult, {dy, args[0]}));
+        return;
+      case Op::scale:
+        attrs.constant = node.attrs.constant;
+        return to(0, emit(Op::scale, {dy}, attrs));
+      case Op::add_const:
+        return to(0, dy);
+      case Op::tanh: return to(0, emit(Op::tanh_grad, {n, dy}));
+      case Op::sigmoid: return to(0, emit(Op::sigmoid_grad, {n, dy}));
+      case Op::relu: return to(0, emit(Op::relu_grad, {n, dy}));
+      case Op::softmax: return to(0, emit(Op::softmax_grad, {n, dy}));
+      case Op::log_softmax: return to(0, emit(Op::log_softmax_grad, {n, dy}));
+      case Op::sum:
+        for (size_t i = 0; i < args.size(); ++i) to(i, dy);
+        return;
+      case Op::concat: {
+        int32_t row = 0;
+        for (size_t i = 0; i < args.size(); ++i) {
+          const int32_t rows = graph_.node(args[i]).shape.rows;
+          if (flows_to(i)) {
+            attrs.begin = row;
+            attrs.end = row + rows;
+            to(i, args.size() == 1 ? dy : emit(Op::slice, {dy}, attrs));
+          }
+          row += rows;
+        }
+        return;
+      }
+      case Op::slice:
+        incoming_[args[0]].slices.push_back({node.attrs.begin, node.attrs.end, dy});
+        return;
+      case Op::reshape:
+        attrs.target = graph_.node(args[0]).shape;
+        return to(0, emit(Op::reshape, {dy}, attrs));
+      case Op::pick_neg_log_softmax:
+        attrs.index = node.attrs.index;
+        return to(0, emit(Op::pick_neg_log_softmax_grad, {args[0], dy}, attrs));
+      case Op::matmul_tn:
+      case Op::matmul_nt:
+      case Op::tanh_grad:
+      case Op::sigmoid_grad:
+      case Op::relu_grad:
+      case Op::softmax_grad:
+      case Op::log_softmax_grad:
+      case Op::pick_neg_log_softmax_grad:
+        throw UsageError("edb::Trace::backward(): node %" + std::to_string(n) + " (" +
+                         std::string(ir::op_name(node.op)) +
+                         ") belongs to an earlier backward pass; second derivatives are not supported");
+    }
+    throw InternalError("backward: no rule for op " + std::string(ir::op_name(node.op)));
+  }
+
+  detail::TraceState& s_;
+  ir::Graph& graph_;
+  std::vector<Incoming> incoming_;
+  std::map<std::tuple<int32_t, int32_t, float>, NodeId> constants_;
+};
+
+Tensor tensor_of(const runtime::Values& values, const ir::Graph& graph, NodeId id) {
+  const ir::Shape shape = graph.node(id).shape;
+  const float* v = values.in(id);
+  return Tensor{shape.rows, shape.cols, std::vector<float>(v, v + shape.size())};
+}
+
+}  // namespace
+
+Gradients Trace::backward(const Expr& loss) {
+  detail::TraceState& s = detail::TraceState::of(loss, "edb::Trace::backward()");
+  if (&s != state_ || s.generation != generation_)
+    throw UsageError("edb::Trace::backward(): the loss belongs to another trace");
+  const ir::Shape loss_shape = s.data.graph.node(loss.node_id()).shape;
+  if (!(loss_shape == ir::Shape{1, 1}))
+    throw UsageError("edb::Trace::backward(): the loss must be 1x1, got " + ir::to_string(loss_shape));
+
+  const std::vector<std::pair<NodeId, NodeId>> leaves = Backward(s).record(loss.node_id());
+  s.engine->driver.submit(s.data);
+  s.engine->driver.wait(s.data);
+  const runtime::Values values = s.data.values();
+  const ir::Graph& graph = s.data.graph;
+
+  Gradients out;
+  out.loss = values.in(loss.node_id())[0];
+  // Lookups of one entry (a word read twice) add up; entries come out ascending per table.
+  std::map<uint32_t, std::map<int64_t, std::vector<float>>> rows;  // graph table index -> entry -> sum
+  for (const auto& [leaf, gradient] : leaves) {
+    const ir::Node& node = graph.node(leaf);
+    if (node.op == Op::parameter) {
+      const auto [model, index] = detail::find_parameter(graph.parameter(node.attrs.parameter).uid);
+      if (!model) throw UsageError("edb::Trace::backward(): a parameter's Model was destroyed during the trace");
+      out.parameters.push_back({Parameter(model, index), tensor_of(values, graph, gradient)});
+      continue;
+    }
+    std::vector<float>& sum = rows[node.attrs.parameter][node.attrs.index];
+    const float* g = values.in(gradient);
+    const size_t dim = size_t(node.shape.rows);
+    if (sum.empty()) sum.assign(g, g + dim);
+    else for (size_t i = 0; i < dim; ++i) sum[i] += g[i];
+  }
+  for (const auto& [table_index, entries] : rows) {
+    const auto [model, index] = detail::find_parameter(graph.parameter(table_index).uid);
+    if (!model) throw UsageError("edb::Trace::backward(): a lookup table's Model was destroyed during the trace");
+    Gradients::Rows r{LookupTable(model, index), {}, {}};
+    for (const auto& [entry, g] : entries) {
+      r.entries.push_back(entry);
+      r.gradients.insert(r.gradients.end(), g.begin(), g.end());
+    }
+    out.tables.push_back(std::move(r));
+  }
+  return out;
+}
+
+const Tensor* Gradients::of(const Parameter& parameter) const {
+  for (const Dense& d : parameters)
+    if (d.parameter == parameter) return &d.gradient;
+  return nullptr;
+}
+
+const Gradients::Rows* Gradients::of(const LookupTable& table) const {
+  for (const Rows& r : tables)
+    if (r.table == table) return &r;
+  return nullptr;
+}
+
+void Gradients::add(const Gradients& other) {
+  loss += other.loss;
+  for (const Dense& d : other.parameters) {
+    Tensor* mine = const_cast<Tensor*>(of(d.parameter));
+    if (!mine) {
+      parameters.push_back(d);
+      continue;
+    }
+    if (mine->data.size() != d.gradient.data.size())
+      throw UsageError("edb::Gradients::add(): gradients of '" + d.parameter.name() + "' differ in shape");
+    for (size_t i = 0; i < mine->data.size(); ++i) mine->data[i] += d.gradient.data[i];
+  }
+  for (const Rows& r : other.tables) {
+    Rows* mine = const_cast<Rows*>(of(r.table));
+    if (!mine) {
+      tables.push_back(r);
+      continue;
+    }
+    const size_t dim = size_t(r.table.dim());
+    std::map<int64_t, std::vector<float>> merged;
+    for (const Rows* source : {static_cast<const Rows*>(mine), &r})
+      for (size_t i = 0; i < source->entries.size(); ++i) {
+        std::vector<float>& sum = merged[source->entries[i]];
+        sum.resize(dim, 0.0f);
+        for (size_t e = 0; e < dim; ++e) sum[e] += source->gradients[i * dim + e];
+      }
+    mine->entries.clear();
+    mine->gradients.clear();
+    for (const auto& [entry, g] : merged) {
+      mine->entries.push_back(entry);
+      mine->gradients.insert(mine->gradients.end(), g.begin(), g.end());
+    }
+  }
+}
 
 }  // namespace edb

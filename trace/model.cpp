@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <unordered_map>
 
 #include "trace/state.h"
 
@@ -113,7 +115,34 @@ Model::Model(std::string name, uint64_t seed) : state_(std::make_unique<detail::
   state_->seed = seed;
 }
 
-Model::~Model() = default;
+namespace {
+
+// Every live parameter by uid, so a graph's ParameterInfo (which ir/ keeps model-free) leads back
+// to its Model: the backward pass returns gradients by Parameter handle.
+struct ParameterRegistry {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, std::pair<detail::ModelState*, uint32_t>> by_uid;
+};
+
+ParameterRegistry& registry() {
+  static ParameterRegistry* r = new ParameterRegistry;  // leaked: models may outlive statics
+  return *r;
+}
+
+}  // namespace
+
+std::pair<detail::ModelState*, uint32_t> detail::find_parameter(uint64_t uid) {
+  ParameterRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.by_uid.find(uid);
+  return it == r.by_uid.end() ? std::pair<ModelState*, uint32_t>{nullptr, 0} : it->second;
+}
+
+Model::~Model() {
+  ParameterRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const auto& p : state_->parameters) r.by_uid.erase(p->uid);
+}
 
 namespace {
 
@@ -139,7 +168,11 @@ uint32_t add_storage(detail::ModelState& model, const std::string& name, bool is
   const float scale = is_lookup ? std::sqrt(3.0f / float(rows)) : std::sqrt(6.0f / float(rows + cols));
   fill_uniform(p->values, scale, model.seed, name);
   model.parameters.push_back(std::move(p));
-  return static_cast<uint32_t>(model.parameters.size() - 1);
+  const uint32_t index = static_cast<uint32_t>(model.parameters.size() - 1);
+  ParameterRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.by_uid[model.parameters.back()->uid] = {&model, index};
+  return index;
 }
 
 uint32_t find_storage(const detail::ModelState& model, const std::string& name, bool is_lookup,

@@ -1,20 +1,500 @@
-// Optimizers (train.h): SGD with momentum and Adam, with gradient clipping, and their state file.
+// Optimizers (train.h): SGD with momentum and Adam over dense parameters and the touched rows of
+// lookup tables, global-norm clipping, and the optimizer's checksummed state file. Computing the
+// gradients is Trace::backward's job (backward.cpp); this file only applies them.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
 #include "edbatch/train.h"
 #include "trace/state.h"
 
 namespace edb {
 
-struct Optimizer::State {};
+namespace {
 
-Optimizer::Optimizer(Model&, OptimizerOptions) : state_(std::make_unique<State>()) {
-  throw UsageError("edb::Optimizer: not built yet");
+constexpr char kMagic[8] = {'E', 'D', 'B', 'O', 'P', 'T', 'I', 'M'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderBytes = sizeof kMagic + 4 + 8 + 8;  // magic, version, body size, checksum
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
 }
+
+// Why `options` cannot be used, or "" when they can. The comparisons are negated so that NaN fails.
+std::string options_problem(const OptimizerOptions& o) {
+  if (o.kind != "sgd" && o.kind != "adam") return "unknown kind '" + o.kind + "' (sgd, adam)";
+  if (!(std::isfinite(o.learning_rate) && o.learning_rate > 0))
+    return "learning_rate " + number(o.learning_rate) + " must be finite and > 0";
+  if (!(o.momentum >= 0 && o.momentum < 1)) return "momentum " + number(o.momentum) + " must be in [0, 1)";
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) return "beta1 " + number(o.beta1) + " must be in [0, 1)";
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) return "beta2 " + number(o.beta2) + " must be in [0, 1)";
+  // Adam divides by sqrt(v) + epsilon, and v is 0 wherever every gradient so far was 0.
+  if (!(std::isfinite(o.epsilon) && o.epsilon > 0))
+    return "epsilon " + number(o.epsilon) + " must be finite and > 0";
+  if (!(std::isfinite(o.clip_norm) && o.clip_norm >= 0))
+    return "clip_norm " + number(o.clip_norm) + " must be finite and >= 0 (0: no clipping)";
+  return "";
+}
+
+// The moment buffers each parameter carries: Adam's m and v, SGD's velocity, or none.
+int moment_buffers(const OptimizerOptions& o) {
+  if (o.kind == "adam") return 2;
+  return o.momentum > 0 ? 1 : 0;
+}
+
+// Per parameter, each as long as its values; empty until the parameter first gets a gradient
+// (or when the file had none for it), which stands for zeros.
+struct Moments {
+  std::vector<float> first;   // SGD's velocity, or Adam's m
+  std::vector<float> second;  // Adam's v
+};
+
+// One step's arithmetic over `count` consecutive weights from `offset`, shared by dense parameters
+// and table rows. Float throughout, as the weights are; only the bias corrections start in double.
+struct Update {
+  OptimizerOptions options;
+  float scale = 1;                         // clip_norm / norm when clipping, else 1
+  float correction1 = 1, correction2 = 1;  // Adam's 1 - beta^t
+
+  void apply(float* weights, const float* gradient, Moments& moments, size_t offset, size_t count) const {
+    weights += offset;
+    const float lr = options.learning_rate;
+    if (options.kind == "adam") {
+      float* m = moments.first.data() + offset;
+      float* v = moments.second.data() + offset;
+      const float b1 = options.beta1, b2 = options.beta2;
+      for (size_t i = 0; i < count; ++i) {
+        const float g = gradient[i] * scale;
+        m[i] = b1 * m[i] + (1 - b1) * g;
+        v[i] = b2 * v[i] + (1 - b2) * g * g;
+        weights[i] -= lr * (m[i] / correction1) / (std::sqrt(v[i] / correction2) + options.epsilon);
+      }
+    } else if (options.momentum > 0) {
+      float* velocity = moments.first.data() + offset;
+      for (size_t i = 0; i < count; ++i) {
+        velocity[i] = options.momentum * velocity[i] + gradient[i] * scale;
+        weights[i] -= lr * velocity[i];
+      }
+    } else {
+      for (size_t i = 0; i < count; ++i) weights[i] -= lr * (gradient[i] * scale);
+    }
+  }
+};
+
+// ---- Checking gradients: everything is checked before any weight changes.
+
+[[noreturn]] void gradient_error(const std::string& what) {
+  throw UsageError("edb::Optimizer::step(): " + what + "; no weight was changed");
+}
+
+// Sum of squares in double: no float overflow, and a NaN or an infinity makes it non-finite, so
+// finding one costs no extra pass over a healthy gradient.
+double sum_of_squares(const std::vector<float>& values) {
+  double sum = 0;
+  for (float v : values) sum += double(v) * v;
+  return sum;
+}
+
+size_t first_non_finite(const std::vector<float>& values) {
+  size_t i = 0;
+  while (i < values.size() && std::isfinite(values[i])) ++i;
+  return i;
+}
+
+// Checks one dense gradient against its parameter; returns the sum of its squares.
+double check_dense(const detail::ParameterStorage& p, const Tensor& gradient) {
+  const std::string name = "the gradient for parameter '" + p.name + "'";
+  if (gradient.rows != p.rows || gradient.cols != p.cols || gradient.data.size() != p.values.size())
+    gradient_error(name + " is " + std::to_string(gradient.rows) + "x" + std::to_string(gradient.cols) +
+                   " with " + std::to_string(gradient.data.size()) + " values; the parameter is " +
+                   std::to_string(p.rows) + "x" + std::to_string(p.cols));
+  const double sum = sum_of_squares(gradient.data);
+  if (!std::isfinite(sum)) {
+    const size_t at = first_non_finite(gradient.data);
+    gradient_error(name + " holds " + number(gradient.data[at]) + " at (" + std::to_string(at % p.rows) +
+                   ", " + std::to_string(at / p.rows) + ")");
+  }
+  return sum;
+}
+
+// Checks one table's rows against the table; returns the sum of their squares.
+double check_rows(const detail::ParameterStorage& table, const Gradients::Rows& rows) {
+  const std::string name = "the gradient for lookup table '" + table.name + "'";
+  const size_t dim = size_t(table.rows);
+  for (size_t i = 0; i < rows.entries.size(); ++i) {
+    const int64_t entry = rows.entries[i];
+    if (entry < 0 || entry >= table.cols)
+      gradient_error(name + " names entry " + std::to_string(entry) + "; the table has entries 0.." +
+                     std::to_string(table.cols - 1));
+    if (i > 0 && entry <= rows.entries[i - 1])
+      gradient_error(name + " lists entry " + std::to_string(entry) + " after " +
+                     std::to_string(rows.entries[i - 1]) + "; entries must ascend, each once");
+  }
+  if (rows.gradients.size() != rows.entries.size() * dim)
+    gradient_error(name + " has " + std::to_string(rows.gradients.size()) + " values for " +
+                   std::to_string(rows.entries.size()) + " entries of dimension " + std::to_string(dim) +
+                   " (" + std::to_string(rows.entries.size() * dim) + " expected)");
+  const double sum = sum_of_squares(rows.gradients);
+  if (!std::isfinite(sum)) {
+    const size_t at = first_non_finite(rows.gradients);
+    gradient_error(name + " holds " + number(rows.gradients[at]) + " in entry " +
+                   std::to_string(rows.entries[at / dim]));
+  }
+  return sum;
+}
+
+// Marks parameter `index` as having a gradient in this step. A second one is the caller's mistake:
+// two batches' gradients are summed (Gradients::add), not passed side by side.
+void mark_once(std::vector<bool>& seen, uint32_t index, const std::string& what) {
+  if (seen.size() <= index) seen.resize(index + 1);
+  if (seen[index]) gradient_error(what + " has two gradients (Gradients::add sums batches)");
+  seen[index] = true;
+}
+
+// ---- The state file: header (magic, version, body size, checksum), then the body.
+
+// FNV-1a, 64-bit: detects damaged files; not a security measure.
+uint64_t checksum(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+template <typename T>
+void put(std::string& out, const T& value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+void put_string(std::string& out, const std::string& text) {
+  put(out, static_cast<uint32_t>(text.size()));
+  out += text;
+}
+
+// Reads typed fields from a state file, with errors that name the file and the byte offset.
+class Reader {
+ public:
+  // `base`: where `bytes` start in the file, so messages give file offsets.
+  Reader(const std::string& bytes, const std::string& path, size_t base = 0)
+      : bytes_(bytes), path_(path), base_(base) {}
+  template <typename T>
+  T get(const char* what) {
+    T value;
+    need(sizeof value, what);
+    std::memcpy(&value, bytes_.data() + pos_, sizeof value);
+    pos_ += sizeof value;
+    return value;
+  }
+  std::string get_bytes(size_t length, const char* what) {
+    need(length, what);
+    std::string s = bytes_.substr(pos_, length);
+    pos_ += length;
+    return s;
+  }
+  std::string get_string(const char* what) { return get_bytes(get<uint32_t>(what), what); }
+  std::vector<float> get_floats(size_t count, const char* what) {
+    need(count * sizeof(float), what);  // before allocating
+    std::vector<float> out(count);
+    std::memcpy(out.data(), bytes_.data() + pos_, count * sizeof(float));
+    pos_ += count * sizeof(float);
+    return out;
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw UsageError("edb::Optimizer::load(): '" + path_ + "' at byte " + std::to_string(base_ + pos_) +
+                     ": " + what);
+  }
+  size_t left() const { return bytes_.size() - pos_; }
+
+ private:
+  void need(size_t count, const char* what) {
+    if (left() < count) fail(std::string("file ends inside ") + what + " (truncated?)");
+  }
+  const std::string& bytes_;
+  const std::string& path_;
+  size_t base_ = 0;
+  size_t pos_ = 0;
+};
+
+// A shape as the user declared it: rows x cols, or a lookup table's entries (cols) of dim (rows).
+std::string shape_text(bool is_lookup, int rows, int cols) {
+  if (is_lookup) return std::to_string(cols) + " entries of dimension " + std::to_string(rows);
+  return "shape " + std::to_string(rows) + "x" + std::to_string(cols);
+}
+
+// Temp file + rename: a crash mid-write never leaves a half-written state under `path`.
+void write_state_file(const std::string& path, const std::string& body) {
+  std::string file(kMagic, sizeof kMagic);
+  put(file, kFormatVersion);
+  put(file, static_cast<uint64_t>(body.size()));
+  put(file, checksum(body));
+  file += body;
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) throw UsageError("edb::Optimizer::save(): cannot write '" + temp + "': " + std::strerror(errno));
+    out.write(file.data(), static_cast<std::streamsize>(file.size()));
+    if (!out.flush())
+      throw UsageError("edb::Optimizer::save(): writing '" + temp + "' failed: " + std::strerror(errno));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0)
+    throw UsageError("edb::Optimizer::save(): cannot rename '" + temp + "' to '" + path + "': " +
+                     std::strerror(errno));
+}
+
+// The body of the state file at `path`, after checking its header's magic, version, size and
+// checksum.
+std::string read_state_body(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("edb::Optimizer::load(): cannot open '" + path + "': " + std::strerror(errno));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Reader header(bytes, path);
+  if (header.get_bytes(sizeof kMagic, "the header") != std::string(kMagic, sizeof kMagic))
+    header.fail("not an edbatch optimizer state file (bad magic)");
+  const uint32_t version = header.get<uint32_t>("the header");
+  if (version != kFormatVersion)
+    header.fail("format version " + std::to_string(version) + ", this build reads version " +
+                std::to_string(kFormatVersion));
+  const uint64_t body_size = header.get<uint64_t>("the header");
+  const uint64_t expected = header.get<uint64_t>("the header");
+  if (header.left() != body_size)
+    header.fail("body is " + std::to_string(header.left()) + " bytes, header says " +
+                std::to_string(body_size) + (header.left() < body_size ? " (truncated?)" : ""));
+  std::string body = bytes.substr(kHeaderBytes);
+  if (checksum(body) != expected) header.fail("checksum mismatch (the file is damaged)");
+  return body;
+}
+
+// One moment buffer. A NaN there (or a negative second moment, whose root Adam takes) would spread
+// into the weights at the next step, so it is as much damage as a bad checksum.
+std::vector<float> read_moments(Reader& reader, size_t size, bool second_moment) {
+  std::vector<float> values = reader.get_floats(size, "moment values");
+  for (float v : values)
+    if (!std::isfinite(v) || (second_moment && v < 0))
+      reader.fail("a moment value is " + number(v) + " (the file is damaged)");
+  return values;
+}
+
+}  // namespace
+
+struct Optimizer::State {
+  State(Model& model, OptimizerOptions options) : model(model), options(std::move(options)) {}
+
+  Model& model;
+  OptimizerOptions options;
+  int64_t steps = 0;
+  std::vector<Moments> moments;  // by index in the model's parameter list; missing: zeros
+
+  detail::ModelState* model_state();
+  template <typename Handle>
+  detail::ParameterStorage& checked_storage(const Handle& handle, const char* what);
+  double checked_sum_of_squares(const Gradients& gradients);
+  Update next_update(double norm);
+  Moments& moments_of(uint32_t index);
+  std::string encode();
+  void decode(const std::string& body, const std::string& path);
+  uint32_t decode_entry(Reader& reader, std::vector<bool>& seen);
+
+ private:
+  detail::ModelState* model_state_ = nullptr;
+};
+
+// Optimizer is a friend of the handles but not of Model, so the model's state is reached through
+// any handle of it. A model without any has none to find yet (and no gradient can be its then).
+detail::ModelState* Optimizer::State::model_state() {
+  if (model_state_) return model_state_;
+  for (const Parameter& p : model.parameters()) return model_state_ = p.model_;
+  for (const LookupTable& t : model.lookups()) return model_state_ = t.model_;
+  return nullptr;
+}
+
+// The storage behind a gradient's handle, after checking that it is one of this model's.
+template <typename Handle>
+detail::ParameterStorage& Optimizer::State::checked_storage(const Handle& handle, const char* what) {
+  if (!handle.valid())
+    gradient_error(std::string("a gradient is for an empty ") + what + " handle");
+  if (handle.model_ != model_state())
+    gradient_error(std::string("the gradient for ") + what + " '" + handle.name() + "' of model '" +
+                   handle.model_->name + "' is not for this optimizer's model '" + model.name() + "'");
+  return handle.model_->at(handle.index_);
+}
+
+// Every check of step(), before anything changes; returns the squared global norm.
+double Optimizer::State::checked_sum_of_squares(const Gradients& gradients) {
+  std::vector<bool> seen;
+  double sum = 0;
+  for (const Gradients::Dense& dense : gradients.parameters) {
+    const detail::ParameterStorage& p = checked_storage(dense.parameter, "parameter");
+    mark_once(seen, dense.parameter.index_, "parameter '" + p.name + "'");
+    sum += check_dense(p, dense.gradient);
+  }
+  for (const Gradients::Rows& rows : gradients.tables) {
+    const detail::ParameterStorage& table = checked_storage(rows.table, "lookup table");
+    mark_once(seen, rows.table.index_, "lookup table '" + table.name + "'");
+    sum += check_rows(table, rows);
+  }
+  return sum;
+}
+
+// Advances the step count and fixes this step's clipping scale and bias corrections. Table rows
+// use the global step count t in Adam's bias correction (as TensorFlow's LazyAdam does) rather
+// than a count per row: the state stays one number, and a row first touched late is corrected by
+// 1 - beta^t ~ 1, so its first updates are about (1 - beta1) * lr, smaller than a fresh Adam's lr.
+Update Optimizer::State::next_update(double norm) {
+  ++steps;
+  Update update{options};
+  if (options.clip_norm > 0 && norm > options.clip_norm) update.scale = float(options.clip_norm / norm);
+  update.correction1 = float(1 - std::pow(double(options.beta1), double(steps)));
+  update.correction2 = float(1 - std::pow(double(options.beta2), double(steps)));
+  return update;
+}
+
+// The moments of parameter `index`, allocated (as zeros) when first needed.
+Moments& Optimizer::State::moments_of(uint32_t index) {
+  if (moments.size() <= index) moments.resize(index + 1);
+  Moments& m = moments[index];
+  const size_t size = model_state()->at(index).values.size();
+  const int buffers = moment_buffers(options);
+  if (buffers >= 1 && m.first.size() != size) m.first.assign(size, 0.0f);
+  if (buffers >= 2 && m.second.size() != size) m.second.assign(size, 0.0f);
+  return m;
+}
+
+// Body: kind, options, step count, then per parameter of the model (in its order) its name, kind,
+// shape, number of moment buffers and their values (zeros for a parameter without any yet).
+std::string Optimizer::State::encode() {
+  std::string body;
+  put_string(body, options.kind);
+  for (float value : {options.learning_rate, options.momentum, options.beta1, options.beta2,
+                      options.epsilon, options.clip_norm})
+    put(body, value);
+  put(body, steps);
+  detail::ModelState* state = model_state();
+  const uint32_t count = state ? static_cast<uint32_t>(state->parameters.size()) : 0;
+  const int buffers = moment_buffers(options);
+  put(body, count);
+  const Moments none;
+  for (uint32_t index = 0; index < count; ++index) {
+    const detail::ParameterStorage& p = state->at(index);
+    put_string(body, p.name);
+    put(body, static_cast<uint8_t>(p.is_lookup));
+    put(body, static_cast<int32_t>(p.rows));
+    put(body, static_cast<int32_t>(p.cols));
+    put(body, static_cast<uint8_t>(buffers));
+    const Moments& m = index < moments.size() ? moments[index] : none;
+    const std::vector<float>* kept[2] = {&m.first, &m.second};
+    for (int b = 0; b < buffers; ++b) {
+      if (kept[b]->empty())
+        body.append(p.values.size() * sizeof(float), '\0');  // 0.0f is all zero bytes
+      else
+        body.append(reinterpret_cast<const char*>(kept[b]->data()), kept[b]->size() * sizeof(float));
+    }
+  }
+  return body;
+}
+
+// The index of the model's parameter that the next file entry names, after checking its kind and
+// shape, and that the file names it once.
+uint32_t Optimizer::State::decode_entry(Reader& reader, std::vector<bool>& seen) {
+  const std::string name = reader.get_string("a name");
+  const bool is_lookup = reader.get<uint8_t>("an entry kind") != 0;
+  const int32_t rows = reader.get<int32_t>("a shape");
+  const int32_t cols = reader.get<int32_t>("a shape");
+  const std::string what = std::string(is_lookup ? "lookup table" : "parameter") + " '" + name + "'";
+  detail::ModelState* state = model_state();
+  const size_t count = state ? state->parameters.size() : 0;
+  uint32_t index = 0;
+  while (index < count && !(state->at(index).name == name && state->at(index).is_lookup == is_lookup))
+    ++index;
+  if (index == count) reader.fail("the file has " + what + ", which model '" + model.name() + "' lacks");
+  const detail::ParameterStorage& p = state->at(index);
+  if (p.rows != rows || p.cols != cols)
+    reader.fail(what + " has " + shape_text(is_lookup, rows, cols) + " in the file but " +
+                shape_text(is_lookup, p.rows, p.cols) + " in the model");
+  if (seen.size() <= index) seen.resize(index + 1);
+  if (seen[index]) reader.fail("the file has " + what + " twice");
+  seen[index] = true;
+  return index;
+}
+
+// Parses the whole body before changing anything, so a bad file leaves the optimizer as it was.
+void Optimizer::State::decode(const std::string& body, const std::string& path) {
+  Reader reader(body, path, kHeaderBytes);
+  OptimizerOptions loaded;
+  loaded.kind = reader.get_string("the kind");
+  if (loaded.kind != options.kind)
+    reader.fail("the file holds " + loaded.kind + " state; this optimizer's kind is " + options.kind);
+  for (float* value : {&loaded.learning_rate, &loaded.momentum, &loaded.beta1, &loaded.beta2,
+                       &loaded.epsilon, &loaded.clip_norm})
+    *value = reader.get<float>("the options");
+  if (const std::string problem = options_problem(loaded); !problem.empty())
+    reader.fail("options: " + problem);
+  const int64_t loaded_steps = reader.get<int64_t>("the step count");
+  if (loaded_steps < 0) reader.fail("step count " + std::to_string(loaded_steps) + " is negative");
+
+  const uint32_t count = reader.get<uint32_t>("the entry count");
+  const int buffers = moment_buffers(loaded);
+  std::vector<Moments> loaded_moments;
+  std::vector<bool> seen;
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t index = decode_entry(reader, seen);
+    const int stored = reader.get<uint8_t>("a moment buffer count");
+    if (stored != buffers)
+      reader.fail("'" + model_state()->at(index).name + "' has " + std::to_string(stored) +
+                  " moment buffers; its options keep " + std::to_string(buffers));
+    if (loaded_moments.size() <= index) loaded_moments.resize(index + 1);
+    const size_t size = model_state()->at(index).values.size();
+    if (buffers >= 1) loaded_moments[index].first = read_moments(reader, size, false);
+    if (buffers >= 2) loaded_moments[index].second = read_moments(reader, size, true);
+  }
+  if (reader.left() != 0) reader.fail(std::to_string(reader.left()) + " bytes follow the last entry");
+  options = std::move(loaded);
+  steps = loaded_steps;
+  moments = std::move(loaded_moments);
+}
+
+Optimizer::Optimizer(Model& model, OptimizerOptions options) {
+  if (const std::string problem = options_problem(options); !problem.empty())
+    throw UsageError("edb::Optimizer: " + problem);
+  state_ = std::make_unique<State>(model, std::move(options));
+}
+
 Optimizer::~Optimizer() = default;
-float Optimizer::step(const Gradients&) { throw UsageError("edb::Optimizer: not built yet"); }
-int64_t Optimizer::steps() const { return 0; }
-const OptimizerOptions& Optimizer::options() const { throw UsageError("edb::Optimizer: not built yet"); }
-void Optimizer::set_learning_rate(float) {}
-void Optimizer::save(const std::string&) const { throw UsageError("edb::Optimizer: not built yet"); }
-void Optimizer::load(const std::string&) { throw UsageError("edb::Optimizer: not built yet"); }
+
+float Optimizer::step(const Gradients& gradients) {
+  const double norm = std::sqrt(state_->checked_sum_of_squares(gradients));
+  const Update update = state_->next_update(norm);
+  for (const Gradients::Dense& dense : gradients.parameters) {
+    std::vector<float>& weights = dense.parameter.model_->at(dense.parameter.index_).values;
+    update.apply(weights.data(), dense.gradient.data.data(), state_->moments_of(dense.parameter.index_),
+                 0, weights.size());
+  }
+  for (const Gradients::Rows& rows : gradients.tables) {
+    std::vector<float>& weights = rows.table.model_->at(rows.table.index_).values;
+    Moments& moments = state_->moments_of(rows.table.index_);
+    const size_t dim = size_t(rows.table.dim());
+    for (size_t i = 0; i < rows.entries.size(); ++i)
+      update.apply(weights.data(), rows.gradients.data() + i * dim, moments, size_t(rows.entries[i]) * dim, dim);
+  }
+  return float(norm);
+}
+
+int64_t Optimizer::steps() const { return state_->steps; }
+const OptimizerOptions& Optimizer::options() const { return state_->options; }
+
+void Optimizer::set_learning_rate(float learning_rate) {
+  OptimizerOptions changed = state_->options;
+  changed.learning_rate = learning_rate;
+  if (const std::string problem = options_problem(changed); !problem.empty())
+    throw UsageError("edb::Optimizer::set_learning_rate(): " + problem);
+  state_->options = std::move(changed);
+}
+
+void Optimizer::save(const std::string& path) const { write_state_file(path, state_->encode()); }
+
+void Optimizer::load(const std::string& path) { state_->decode(read_state_body(path), path); }
 
 }  // namespace edb

@@ -31,6 +31,9 @@ struct ModelState {
   ir::ParameterInfo info(uint32_t index) const;
 };
 
+// The model and index of a live parameter or lookup table by uid; {nullptr, 0} once its model is gone.
+std::pair<ModelState*, uint32_t> find_parameter(uint64_t uid);
+
 // A cell as first called in one engine (trace/cell.cpp): the body it recorded, and what every
 // call copies into its trace.
 struct CellRecord {

@@ -1,0 +1,155 @@
+// The training loop and held-out evaluation.
+#include "samples/training.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <string>
+
+namespace edb::samples {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// splitmix64: a portable generator, so a seed gives the same shuffle with every standard library.
+uint64_t next_random(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Epoch `epoch`'s order of the training instances [0, count): Fisher-Yates from (seed, epoch).
+std::vector<size_t> shuffled(size_t count, uint64_t seed, int epoch) {
+  std::vector<size_t> order(count);
+  std::iota(order.begin(), order.end(), size_t{0});
+  uint64_t state = seed * 0x2545f4914f6cdd1dull + uint64_t(epoch);
+  next_random(state);
+  for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[next_random(state) % i]);
+  return order;
+}
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+int64_t argmax(const Tensor& scores) {
+  return int64_t(std::max_element(scores.data.begin(), scores.data.end()) - scores.data.begin());
+}
+
+int64_t most_frequent(const std::map<int64_t, int64_t>& counts) {
+  int64_t best = 0;
+  for (const auto& [label, count] : counts) best = std::max(best, count);
+  return best;
+}
+
+}  // namespace
+
+Split split_instances(size_t count, double holdout) {
+  if (!(holdout >= 0.0 && holdout < 1.0))
+    throw UsageError("--holdout must be in [0, 1), got " + number(holdout));
+  Split split;
+  split.heldout = size_t(std::llround(double(count) * holdout));
+  if (holdout > 0.0 && split.heldout == 0) split.heldout = 1;
+  if (split.heldout >= count)
+    throw UsageError("--holdout " + number(holdout) + " leaves no training instance of " +
+                     std::to_string(count));
+  split.train = count - split.heldout;
+  return split;
+}
+
+Evaluation evaluate(SampleModel& model, Engine& engine, size_t first, size_t last, int batch) {
+  if (batch < 1) throw UsageError("--batch must be at least 1, got " + std::to_string(batch));
+  Evaluation result;
+  std::map<int64_t, int64_t> counted_labels, position_labels;
+  double loss = 0;
+  for (size_t begin = first; begin < last; begin += size_t(batch)) {
+    const size_t end = std::min(last, begin + size_t(batch));
+    Trace trace(engine);
+    std::vector<Prediction> predictions;
+    std::vector<Expr> losses;
+    for (size_t i = begin; i < end; ++i) {
+      const size_t before = predictions.size();
+      const std::vector<Prediction> own = model.record_predictions(trace, i);
+      predictions.insert(predictions.end(), own.begin(), own.end());
+      for (size_t p = before; p < predictions.size(); ++p)
+        losses.push_back(pick_neg_log_softmax(predictions[p].scores, predictions[p].gold));
+    }
+    loss += sum(losses).scalar();
+    const bool roots = std::any_of(predictions.begin(), predictions.end(), [](const Prediction& p) { return p.root; });
+    for (const Prediction& p : predictions) {
+      const bool right = argmax(p.scores.value()) == p.gold;
+      ++result.positions;
+      result.positions_correct += right;
+      ++position_labels[p.gold];
+      if (roots && !p.root) continue;
+      ++result.counted;
+      result.correct += right;
+      ++counted_labels[p.gold];
+    }
+  }
+  result.instances = int64_t(last - first);
+  result.loss = result.instances ? loss / double(result.instances) : 0.0;
+  result.majority = most_frequent(counted_labels);
+  result.positions_majority = most_frequent(position_labels);
+  return result;
+}
+
+TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, const TrainOptions& options) {
+  if (options.epochs < 1) throw UsageError("--epochs must be at least 1, got " + std::to_string(options.epochs));
+  if (options.batch < 1) throw UsageError("--batch must be at least 1, got " + std::to_string(options.batch));
+  TrainResult result;
+  result.split = split_instances(model.instance_count(), options.holdout);
+  const size_t train_count = result.split.train, count = model.instance_count();
+  auto heldout = [&] { return evaluate(model, engine, train_count, count, options.batch); };
+  result.initial = heldout();
+  const int last_epoch = options.epochs_done + options.epochs;
+  for (int epoch = options.epochs_done + 1; epoch <= last_epoch; ++epoch) {
+    EpochResult& e = result.epochs.emplace_back();
+    e.epoch = epoch;
+    const auto epoch_start = Clock::now();
+    const std::vector<size_t> order = shuffled(train_count, options.seed, epoch);
+    double loss_sum = 0, norm_sum = 0;
+    int64_t steps = 0;
+    for (size_t begin = 0; begin < train_count; begin += size_t(options.batch)) {
+      const size_t end = std::min(train_count, begin + size_t(options.batch));
+      Trace trace(engine);
+      auto start = Clock::now();
+      std::vector<Expr> losses;
+      for (size_t k = begin; k < end; ++k) losses.push_back(model.record_loss(trace, order[k]));
+      const Expr loss = sum(losses) * (1.0f / float(end - begin));
+      loss_sum += double(loss.scalar()) * double(end - begin);
+      e.forward_ms += ms_since(start);
+      start = Clock::now();
+      const Gradients gradients = trace.backward(loss);
+      e.backward_ms += ms_since(start);
+      start = Clock::now();
+      norm_sum += optimizer.step(gradients);
+      e.optimizer_ms += ms_since(start);
+      ++steps;
+      if (options.progress) {
+        const double seconds = ms_since(epoch_start) / 1000.0;
+        options.progress(TrainProgress{epoch, last_epoch, int64_t(end), int64_t(train_count),
+                                       loss_sum / double(end), seconds > 0 ? double(end) / seconds : 0.0});
+      }
+    }
+    e.total_ms = ms_since(epoch_start);
+    e.train_loss = loss_sum / double(train_count);
+    e.gradient_norm = norm_sum / double(steps);
+    e.instances_per_sec = e.total_ms > 0 ? double(train_count) / (e.total_ms / 1000.0) : 0.0;
+    e.heldout = heldout();
+  }
+  return result;
+}
+
+}  // namespace edb::samples

@@ -1,0 +1,289 @@
+// The backward pass: every op's gradient against central finite differences, gradients through
+// cells and weight sharing, and every sample model's gradients under every policy, executor,
+// cells and memplan setting against the reference executor's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "samples/models.h"
+#include "scheduler/schedule.h"
+#include "runtime/executor.h"
+#include "tests/support/test_support.h"
+
+namespace edb {
+namespace {
+
+// A loss that weighs every value of `out` differently: r . vec(out), r fixed per shape.
+Expr weighted_sum(Trace& trace, const Expr& out) {
+  const int n = out.rows() * out.cols();
+  std::vector<float> r(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) r[size_t(i)] = 0.5f + 0.37f * float((i * 7) % 5) - 0.21f * float(i % 3);
+  return matmul(trace.input(1, n, r), reshape(out, n, 1));
+}
+
+struct OpCase {
+  std::string name;
+  std::function<Expr(Trace&, Model&)> build;  // the op's output, on the model's parameters
+};
+
+// Values well away from relu's kink and from saturation, so differences of 1e-2 see the slope.
+void initialise(Model& model) {
+  int k = 0;
+  for (Parameter p : model.parameters())
+    for (float& v : p.values()) v = (k++ % 2 ? 1.0f : -1.0f) * (0.15f + 0.05f * float(k % 7));
+  for (LookupTable t : model.lookups())
+    for (float& v : t.values()) v = (k++ % 3 ? 0.3f : -0.2f) + 0.02f * float(k % 5);
+}
+
+std::vector<OpCase> op_cases() {
+  auto P = [](Trace& t, Model& m, const char* name) { return t.param(m.parameter(name)); };
+  auto x = [](Trace& t) { return t.input({0.4f, -0.7f, 0.9f}); };
+  return {
+      {"parameter", [=](Trace& t, Model& m) { return P(t, m, "W"); }},
+      {"lookup", [=](Trace& t, Model& m) { return cmult(t.lookup(m.lookup("E"), 2), t.lookup(m.lookup("E"), 4)); }},
+      {"matmul", [=](Trace& t, Model& m) { return matmul(P(t, m, "W"), P(t, m, "X")); }},
+      {"matmul of a vector", [=](Trace& t, Model& m) { return matmul(P(t, m, "W"), x(t)); }},
+      {"affine", [=](Trace& t, Model& m) {
+         return affine({P(t, m, "b"), P(t, m, "W"), t.lookup(m.lookup("E"), 1), P(t, m, "V"), x(t)});
+       }},
+      {"affine of matrices", [=](Trace& t, Model& m) { return affine({P(t, m, "B"), P(t, m, "W"), P(t, m, "X")}); }},
+      {"matvec", [=](Trace& t, Model& m) { return matvec(tanh(P(t, m, "W")), t.lookup(m.lookup("E"), 3)); }},
+      {"add", [=](Trace& t, Model& m) { return P(t, m, "W") + P(t, m, "V"); }},
+      {"sub", [=](Trace& t, Model& m) { return P(t, m, "W") - P(t, m, "V"); }},
+      {"cmult", [=](Trace& t, Model& m) { return cmult(P(t, m, "W"), P(t, m, "V")); }},
+      {"cmult of itself", [=](Trace& t, Model& m) { return cmult(P(t, m, "W"), P(t, m, "W")); }},
+      {"scale", [=](Trace& t, Model& m) { return P(t, m, "W") * -2.5f; }},
+      {"add_const", [=](Trace& t, Model& m) { return cmult(P(t, m, "W") + 0.75f, P(t, m, "V")); }},
+      {"tanh", [=](Trace& t, Model& m) { return tanh(P(t, m, "W") * 3.0f); }},
+      {"sigmoid", [=](Trace& t, Model& m) { return sigmoid(P(t, m, "W") * 3.0f); }},
+      {"relu", [=](Trace& t, Model& m) { return relu(P(t, m, "W")); }},
+      {"sum", [=](Trace& t, Model& m) { return sum({P(t, m, "W"), P(t, m, "V"), P(t, m, "W") * 2.0f}); }},
+      {"concat", [=](Trace& t, Model& m) { return concat({P(t, m, "b"), t.lookup(m.lookup("E"), 0), P(t, m, "b")}); }},
+      {"slice", [=](Trace& t, Model& m) { return slice(P(t, m, "W"), 1, 3); }},
+      {"slices that tile", [=](Trace& t, Model& m) {
+         const Expr w = P(t, m, "b");
+         return cmult(slice(w, 0, 2), tanh(slice(w, 2, 4)));
+       }},
+      {"slices that overlap", [=](Trace& t, Model& m) {
+         const Expr w = P(t, m, "b");
+         return cmult(slice(w, 0, 3), slice(w, 1, 4)) + slice(w, 1, 4);
+       }},
+      {"reshape", [=](Trace& t, Model& m) { return cmult(reshape(P(t, m, "W"), 3, 4), P(t, m, "Wt")); }},
+      {"softmax", [=](Trace& t, Model& m) { return softmax(P(t, m, "W") * 2.0f); }},
+      {"log_softmax", [=](Trace& t, Model& m) { return log_softmax(P(t, m, "W") * 2.0f); }},
+      {"pick_neg_log_softmax", [=](Trace& t, Model& m) {
+         return pick_neg_log_softmax(affine({P(t, m, "b"), P(t, m, "W"), x(t)}), 2);
+       }},
+  };
+}
+
+Model& op_model() {
+  static Model* model = [] {
+    auto* m = new Model("gradcheck");
+    m->add_parameter("W", 4, 3);
+    m->add_parameter("V", 4, 3);
+    m->add_parameter("X", 3, 2);
+    m->add_parameter("B", 4, 2);
+    m->add_parameter("Wt", 3, 4);
+    m->add_parameter("b", 4, 1);
+    m->add_lookup("E", 6, 3);
+    initialise(*m);
+    return m;
+  }();
+  return *model;
+}
+
+float loss_of(Engine& engine, const OpCase& c, Model& model) {
+  Trace trace(engine);
+  return weighted_sum(trace, c.build(trace, model)).scalar();
+}
+
+// Central differences in every value of every parameter and lookup entry the analytic gradient
+// names (and zero for everything it leaves out).
+void check_against_differences(const OpCase& c, const EngineOptions& options) {
+  Model& model = op_model();
+  Engine engine(options);
+  Gradients g;
+  {
+    Trace trace(engine);
+    g = trace.backward(weighted_sum(trace, c.build(trace, model)));
+  }
+  const float h = 1e-2f;
+  auto numeric = [&](float& value) {
+    const float saved = value;
+    value = saved + h;
+    const float up = loss_of(engine, c, model);
+    value = saved - h;
+    const float down = loss_of(engine, c, model);
+    value = saved;
+    return (double(up) - double(down)) / (2.0 * h);
+  };
+  auto expect_close = [&](double analytic, double difference, const std::string& where) {
+    EXPECT_NEAR(analytic, difference, 3e-3 + 2e-2 * std::abs(difference)) << c.name << ": " << where;
+  };
+  for (Parameter p : model.parameters()) {
+    const Tensor* analytic = g.of(p);
+    std::span<float> values = p.values();
+    for (size_t i = 0; i < values.size(); ++i)
+      expect_close(analytic ? analytic->data[i] : 0.0, numeric(values[i]), p.name() + "[" + std::to_string(i) + "]");
+  }
+  for (LookupTable t : model.lookups()) {
+    const Gradients::Rows* rows = g.of(t);
+    for (int64_t e = 0; e < t.entries(); ++e) {
+      const float* analytic = nullptr;
+      for (size_t i = 0; rows && i < rows->entries.size(); ++i)
+        if (rows->entries[i] == e) analytic = rows->gradients.data() + i * size_t(t.dim());
+      for (int d = 0; d < t.dim(); ++d)
+        expect_close(analytic ? analytic[d] : 0.0, numeric(t.values()[size_t(e * t.dim() + d)]),
+                     t.name() + " entry " + std::to_string(e) + " row " + std::to_string(d));
+    }
+  }
+}
+
+TEST(Gradients, EveryOpMatchesFiniteDifferencesOnTheReference) {
+  EngineOptions options;
+  options.executor = "reference";
+  options.policy = "sequential";
+  options.verify = true;
+  for (const OpCase& c : op_cases()) check_against_differences(c, options);
+}
+
+TEST(Gradients, EveryOpMatchesFiniteDifferencesOnTheJit) {
+  testing::TempDir cache;
+  EngineOptions options;
+  options.executor = "jit";
+  options.verify = true;
+  options.cache_directory = cache.path();
+  for (const OpCase& c : op_cases()) check_against_differences(c, options);
+}
+
+TEST(Gradients, LossIsItsValueAndUnusedParametersHaveNone) {
+  Model& model = op_model();
+  Engine engine;
+  Trace trace(engine);
+  const Expr loss = weighted_sum(trace, tanh(trace.param(model.parameter("W"))));
+  const float value = loss.scalar();
+  const Gradients g = trace.backward(loss);
+  EXPECT_FLOAT_EQ(g.loss, value);
+  EXPECT_NE(g.of(model.parameter("W")), nullptr);
+  EXPECT_EQ(g.of(model.parameter("V")), nullptr);
+  EXPECT_EQ(g.of(model.lookup("E")), nullptr);
+}
+
+TEST(Gradients, BadLossesAreUsageErrors) {
+  Model& model = op_model();
+  Engine engine;
+  Trace trace(engine), other(engine);
+  const Expr w = trace.param(model.parameter("W"));
+  EXPECT_EQ(testing::usage_error([&] { trace.backward(w); }), "edb::Trace::backward(): the loss must be 1x1, got 4x3");
+  const Expr elsewhere = weighted_sum(other, other.param(model.parameter("W")));
+  EXPECT_EQ(testing::usage_error([&] { trace.backward(elsewhere); }),
+            "edb::Trace::backward(): the loss belongs to another trace");
+  const Expr loss = weighted_sum(trace, w);
+  trace.backward(loss);
+  // The second pass would differentiate the first one's nodes only if they fed the loss; a loss
+  // recorded after the first pass on its own forward nodes is fine.
+  const Gradients again = trace.backward(weighted_sum(trace, tanh(w)));
+  EXPECT_NE(again.of(model.parameter("W")), nullptr);
+}
+
+TEST(Gradients, AddSumsDenseAndSparseGradients) {
+  Model& model = op_model();
+  Engine engine;
+  auto gradients_of = [&](int entry) {
+    Trace trace(engine);
+    return trace.backward(weighted_sum(trace, cmult(trace.lookup(model.lookup("E"), entry),
+                                                     matmul(trace.param(model.parameter("Wt")), trace.input({1, 2, 3, -1})))));
+  };
+  Gradients a = gradients_of(1);
+  const Gradients b = gradients_of(3), c = gradients_of(1);
+  const float loss = a.loss + b.loss;
+  a.add(b);
+  EXPECT_FLOAT_EQ(a.loss, loss);
+  ASSERT_EQ(a.of(model.lookup("E"))->entries, (std::vector<int64_t>{1, 3}));
+  a.add(c);
+  const Gradients::Rows& rows = *a.of(model.lookup("E"));
+  ASSERT_EQ(rows.entries, (std::vector<int64_t>{1, 3}));
+  EXPECT_FLOAT_EQ(rows.gradients[0], 2 * c.of(model.lookup("E"))->gradients[0]);
+  EXPECT_FLOAT_EQ(a.of(model.parameter("Wt"))->data[0],
+                  2 * c.of(model.parameter("Wt"))->data[0] + b.of(model.parameter("Wt"))->data[0]);
+}
+
+// ---- sample models: every combination against the reference ----
+
+struct Combination {
+  std::string policy, executor;
+  bool cells, memplan;
+};
+
+std::string name_of(const Combination& c) {
+  return c.policy + "/" + c.executor + "/cells " + (c.cells ? "on" : "off") + "/memplan " + (c.memplan ? "on" : "off");
+}
+
+Gradients sample_gradients(samples::SampleModel& sample, const EngineOptions& options, size_t instances) {
+  Engine engine(options);
+  Trace trace(engine);
+  std::vector<Expr> losses;
+  for (size_t i = 0; i < instances; ++i) losses.push_back(sample.record_loss(trace, i));
+  return trace.backward(sum(losses));
+}
+
+::testing::AssertionResult same_gradients(const Gradients& actual, const Gradients& expected) {
+  if (std::abs(actual.loss - expected.loss) > 1e-4f * std::max(1.0f, std::abs(expected.loss)))
+    return ::testing::AssertionFailure() << "loss " << actual.loss << " against " << expected.loss;
+  if (actual.parameters.size() != expected.parameters.size() || actual.tables.size() != expected.tables.size())
+    return ::testing::AssertionFailure() << "gradients for other parameters";
+  for (const Gradients::Dense& d : expected.parameters) {
+    const Tensor* mine = actual.of(d.parameter);
+    if (!mine) return ::testing::AssertionFailure() << "no gradient for " << d.parameter.name();
+    const auto near = testing::near_relative(*mine, d.gradient, 1e-3);
+    if (!near) return ::testing::AssertionFailure() << d.parameter.name() << ": " << near.message();
+  }
+  for (const Gradients::Rows& r : expected.tables) {
+    const Gradients::Rows* mine = actual.of(r.table);
+    if (!mine || mine->entries != r.entries) return ::testing::AssertionFailure() << "other rows of " << r.table.name();
+    for (size_t i = 0; i < r.gradients.size(); ++i)
+      if (std::abs(mine->gradients[i] - r.gradients[i]) > 1e-4f + 1e-3f * std::abs(r.gradients[i]))
+        return ::testing::AssertionFailure() << r.table.name() << " value " << i << ": " << mine->gradients[i]
+                                             << " against " << r.gradients[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(Gradients, EverySampleModelEveryCombinationEqualsTheReference) {
+  testing::TempDir cache;
+  for (const samples::ModelEntry& entry : samples::model_registry()) {
+    samples::ModelConfig config;
+    config.limit = 6;
+    config.embed = 8;
+    config.hidden = 8;
+    auto sample = entry.make(config);
+    EngineOptions reference;
+    reference.policy = "sequential";
+    reference.executor = "reference";
+    reference.cells = false;
+    const Gradients expected = sample_gradients(*sample, reference, sample->instance_count());
+    ASSERT_FALSE(expected.parameters.empty()) << entry.name;
+    for (const std::string& policy : scheduler::policy_names())
+      for (const std::string& executor : runtime::executor_names())
+        for (bool cells : {false, true})
+          for (bool memplan : {false, true}) {
+            const Combination c{policy, executor, cells, memplan};
+            EngineOptions options;
+            options.policy = policy;
+            options.executor = executor;
+            options.cells = cells;
+            options.memplan = memplan;
+            options.verify = true;
+            options.cache_directory = cache.path();
+            EXPECT_TRUE(same_gradients(sample_gradients(*sample, options, sample->instance_count()), expected))
+                << entry.name << " " << name_of(c);
+          }
+  }
+}
+
+}  // namespace
+}  // namespace edb

@@ -1,0 +1,185 @@
+// edb-run --train: the JSON report's fields, a falling loss, clear errors for bad training flags,
+// and --save then --load continuing exactly where a longer run would be.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/support/test_support.h"
+
+namespace edb {
+namespace {
+
+using edb::testing::TempDir;
+
+// EDB_RUN_BINARY if set, else build/tools/edb-run beside this binary's build/tests/.
+std::string edb_run_binary() {
+  if (const char* path = std::getenv("EDB_RUN_BINARY")) return path;
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return (self.parent_path() / ".." / "tools" / "edb-run").lexically_normal().string();
+}
+
+testing::ProgramRun run_edb(const std::string& args) { return testing::run_program(edb_run_binary(), args); }
+
+// A small generated TreeLSTM workload: 60 trees, 54 trained and 6 held out, batches of 16.
+const std::string kSmall = "treelstm --limit 60 --hidden 8 --embed 8 --batch 16 --train --json";
+
+nlohmann::json run_json(const std::string& args) {
+  const testing::ProgramRun o = run_edb(args);
+  EXPECT_EQ(o.status, 0) << args << "\n" << o.err;
+  nlohmann::json j = nlohmann::json::parse(o.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(j.is_object()) << args << "\n" << o.out;
+  return j.is_object() ? j : nlohmann::json::object();
+}
+
+// A failing run: status 2, nothing on stdout, one line on stderr; returns it.
+std::string one_error_line(const std::string& args) {
+  const testing::ProgramRun o = run_edb(args);
+  EXPECT_EQ(o.status, 2) << args << "\n" << o.err;
+  EXPECT_EQ(o.out, "") << args;
+  if (o.err.empty() || o.err.back() != '\n') return o.err;
+  const std::string line = o.err.substr(0, o.err.size() - 1);
+  EXPECT_EQ(line.find('\n'), std::string::npos) << args << ": more than one line:\n" << o.err;
+  return line;
+}
+
+class EdbRunTrain : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(edb_run_binary()))
+      GTEST_FAIL() << "edb-run not found at " << edb_run_binary() << " (set EDB_RUN_BINARY)";
+  }
+};
+
+TEST_F(EdbRunTrain, JsonReportsEveryEpochAndTheLossFalls) {
+  const nlohmann::json j = run_json(kSmall + " --epochs 3");
+  EXPECT_EQ(j.value("model", ""), "treelstm");
+  EXPECT_EQ(j.value("batch", 0), 16);
+  EXPECT_EQ(j.value("train_instances", 0), 54);
+  EXPECT_EQ(j.value("heldout_instances", 0), 6);
+  EXPECT_EQ(j.value("accuracy_unit", ""), "root");
+  ASSERT_TRUE(j.contains("optimizer"));
+  EXPECT_EQ(j["optimizer"].value("kind", ""), "adam");
+  EXPECT_FLOAT_EQ(j["optimizer"].value("learning_rate", 0.0f), 0.01f);
+  ASSERT_TRUE(j.contains("initial"));
+  EXPECT_GT(j["initial"].value("heldout_loss", 0.0), 0.0);
+  ASSERT_TRUE(j.contains("epochs") && j["epochs"].is_array());
+  ASSERT_EQ(j["epochs"].size(), 3u);
+  for (size_t e = 0; e < 3; ++e) {
+    const nlohmann::json& epoch = j["epochs"][e];
+    SCOPED_TRACE(e);
+    EXPECT_EQ(epoch.value("epoch", 0), int(e) + 1);
+    for (const char* field : {"train_loss", "heldout_loss", "heldout_accuracy", "majority_accuracy",
+                              "heldout_position_accuracy", "majority_position_accuracy", "instances_per_sec",
+                              "forward_ms", "backward_ms", "optimizer_ms", "backward_over_forward", "gradient_norm"})
+      EXPECT_TRUE(epoch.contains(field) && epoch[field].is_number()) << field;
+    for (const char* fraction : {"heldout_accuracy", "majority_accuracy"}) {
+      EXPECT_GE(epoch.value(fraction, -1.0), 0.0) << fraction;
+      EXPECT_LE(epoch.value(fraction, 2.0), 1.0) << fraction;
+    }
+    EXPECT_GT(epoch.value("instances_per_sec", 0.0), 0.0);
+    EXPECT_GT(epoch.value("forward_ms", 0.0), 0.0);
+    EXPECT_GT(epoch.value("backward_ms", 0.0), 0.0);
+    EXPECT_GT(epoch.value("backward_over_forward", 0.0), 0.0);
+  }
+  EXPECT_LT(j["epochs"][2].value("train_loss", 1e9), j["epochs"][0].value("train_loss", 0.0));
+  EXPECT_LT(j["epochs"][2].value("heldout_loss", 1e9), j["initial"].value("heldout_loss", 0.0));
+}
+
+TEST_F(EdbRunTrain, TableNamesTheAccuracyAndTheMajority) {
+  const testing::ProgramRun o = run_edb("bilstm --limit 20 --hidden 8 --embed 8 --train --epochs 1 --optimizer sgd");
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("optimizer sgd, lr 0.1"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("18 training, 2 held-out instances"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("word accuracy"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("| epoch | train loss | held-out loss | word acc | majority |"), std::string::npos) << o.out;
+}
+
+TEST_F(EdbRunTrain, HelpListsTheTrainingFlags) {
+  const testing::ProgramRun o = run_edb("--help");
+  ASSERT_EQ(o.status, 0);
+  for (const char* flag : {"--train", "--epochs N", "--optimizer NAME", "--lr X", "--momentum X", "--clip X",
+                           "--holdout F", "--save PATH", "--load PATH"})
+    EXPECT_NE(o.out.find("  " + std::string(flag)), std::string::npos) << flag;
+}
+
+TEST_F(EdbRunTrain, BadTrainingFlagsAreOneClearLine) {
+  EXPECT_EQ(one_error_line("treelstm --epochs 2"), "edb-run: --epochs is for training; add --train");
+  EXPECT_EQ(one_error_line("treelstm --save m.bin"), "edb-run: --save is for training; add --train");
+  EXPECT_EQ(one_error_line("treelstm --train --repeat 2"),
+            "edb-run: --repeat measures inference; with --train use --epochs");
+  EXPECT_EQ(one_error_line("treelstm --train --epochs 0"), "edb-run: --epochs must be in [1, 1000000], got 0");
+  EXPECT_EQ(one_error_line("treelstm --train --lr abc"), "edb-run: --lr expects a number, got 'abc'");
+  EXPECT_EQ(one_error_line("treelstm --train --lr 0"), "edb-run: --lr must be above 0, got 0");
+  EXPECT_EQ(one_error_line("treelstm --train --lr -1"), "edb-run: --lr must be in [0, 1e+06], got -1");
+  EXPECT_EQ(one_error_line("treelstm --train --lr nan"), "edb-run: --lr expects a number, got 'nan'");
+  EXPECT_EQ(one_error_line("treelstm --train --optimizer rmsprop"),
+            "edb-run: --optimizer takes sgd or adam, not 'rmsprop'");
+  EXPECT_EQ(one_error_line("treelstm --train --momentum 0.9"), "edb-run: --momentum is for --optimizer sgd");
+  EXPECT_EQ(one_error_line("treelstm --train --optimizer sgd --momentum 1"), "edb-run: --momentum must be below 1, got 1");
+  EXPECT_EQ(one_error_line("treelstm --train --clip -2"), "edb-run: --clip must be in [0, 1e+30], got -2");
+  EXPECT_EQ(one_error_line("treelstm --train --holdout 1"), "edb-run: --holdout must be below 1, got 1");
+  EXPECT_EQ(one_error_line("treelstm --train --holdout 0.5 --limit 1"),
+            "--holdout 0.5 leaves no training instance of 1");
+  TempDir dir;
+  EXPECT_NE(one_error_line("treelstm --train --save " + dir.file("missing/m.bin")).find("--save: cannot write '"),
+            std::string::npos);
+}
+
+// Two epochs in one run, or one epoch saved and loaded and one more: the same second epoch (its
+// shuffle is seeded by the epoch number, which the loaded optimizer's step count gives back) and
+// the same saved model, byte for byte.
+TEST_F(EdbRunTrain, SaveThenLoadContinuesTheRun) {
+  TempDir dir;
+  const nlohmann::json together = run_json(kSmall + " --epochs 2 --save " + dir.file("together.model"));
+  const nlohmann::json first = run_json(kSmall + " --epochs 1 --save " + dir.file("first.model"));
+  ASSERT_TRUE(std::filesystem::exists(dir.file("first.model.optimizer")));
+  const nlohmann::json second =
+      run_json(kSmall + " --epochs 1 --load " + dir.file("first.model") + " --save " + dir.file("second.model"));
+  ASSERT_EQ(together["epochs"].size(), 2u);
+  ASSERT_EQ(second["epochs"].size(), 1u);
+  EXPECT_EQ(second.value("loaded", ""), dir.file("first.model"));
+  EXPECT_EQ(second["epochs"][0].value("epoch", 0), 2);
+  EXPECT_TRUE(testing::near_relative(second["epochs"][0].value("train_loss", 0.0),
+                                     together["epochs"][1].value("train_loss", 1.0)));
+  EXPECT_TRUE(testing::near_relative(second["epochs"][0].value("heldout_loss", 0.0),
+                                     together["epochs"][1].value("heldout_loss", 1.0)));
+  // The loaded model starts where the first run ended.
+  EXPECT_TRUE(testing::near_relative(second["initial"].value("heldout_loss", 0.0),
+                                     first["epochs"][0].value("heldout_loss", 1.0)));
+  EXPECT_EQ(testing::read_file(dir.file("second.model")), testing::read_file(dir.file("together.model")));
+
+  // Without the optimizer's file the model still loads, the optimizer starts fresh, and stderr says so.
+  std::filesystem::remove(dir.file("first.model.optimizer"));
+  const testing::ProgramRun fresh = run_edb(kSmall + " --load " + dir.file("first.model"));
+  EXPECT_EQ(fresh.status, 0) << fresh.err;
+  EXPECT_NE(fresh.err.find("no optimizer state at " + dir.file("first.model.optimizer")), std::string::npos)
+      << fresh.err;
+  const nlohmann::json fresh_json = nlohmann::json::parse(fresh.out, nullptr, false);
+  ASSERT_TRUE(fresh_json.is_object()) << fresh.out;
+  EXPECT_EQ(fresh_json["epochs"][0].value("epoch", 0), 1);
+
+  // A saved optimizer's options hold; a different --clip is refused rather than ignored.
+  run_json(kSmall + " --save " + dir.file("clipped.model") + " --clip 5");
+  EXPECT_EQ(one_error_line(kSmall + " --load " + dir.file("clipped.model") + " --clip 1"),
+            "edb-run: --clip 1 differs from 5 in " + dir.file("clipped.model") +
+                ".optimizer (only --lr can change when loading)");
+  const nlohmann::json kept = run_json(kSmall + " --load " + dir.file("clipped.model"));
+  EXPECT_FLOAT_EQ(kept["optimizer"].value("clip", 0.0f), 5.0f);
+}
+
+// Inference after --load runs with the loaded parameters: the trained model's loss, not a fresh one's.
+TEST_F(EdbRunTrain, InferenceLoadsTheModel) {
+  TempDir dir;
+  run_json(kSmall + " --epochs 2 --save " + dir.file("m.model"));
+  const std::string inference = "treelstm --limit 60 --hidden 8 --embed 8 --repeat 1 --json";
+  const nlohmann::json fresh = run_json(inference);
+  const nlohmann::json loaded = run_json(inference + " --load " + dir.file("m.model"));
+  EXPECT_LT(loaded.value("loss", 1e9), fresh.value("loss", 0.0));
+}
+
+}  // namespace
+}  // namespace edb
