@@ -336,23 +336,26 @@ void print_training_table(const Report& r, const TrainingReport& t) {
   std::printf("policy %s, cells %s, memplan %s, executor %s, device %s, batch %d, embed %d, hidden %d, CPU %s\n",
               r.policy.c_str(), r.cells ? "on" : "off", r.memplan ? "on" : "off", r.executor.c_str(),
               r.device.c_str(), r.batch, r.embed, r.hidden, r.cpu.c_str());
-  std::printf("optimizer %s, lr %g, momentum %g, clip %g; %zu training, %zu held-out instances (the last %g)\n",
-              t.optimizer.kind.c_str(), double(t.optimizer.learning_rate), double(t.optimizer.momentum),
-              double(t.optimizer.clip_norm), result.split.train, result.split.heldout, t.holdout);
+  const std::string heldout = result.split.heldout == 0 ? "none held out"
+                                                        : std::to_string(result.split.heldout) +
+                                                              " held-out instances (the last " + number(t.holdout) + ")";
+  std::printf("optimizer %s, lr %g, momentum %g, clip %g; %zu training, %s\n", t.optimizer.kind.c_str(),
+              double(t.optimizer.learning_rate), double(t.optimizer.momentum), double(t.optimizer.clip_norm),
+              result.split.train, heldout.c_str());
   if (!t.loaded.empty()) std::printf("loaded %s%s\n", t.loaded.c_str(), t.optimizer_note.c_str());
   const edb::samples::Evaluation& before = result.initial;
   if (result.split.heldout > 0)
     std::printf("held-out before training: loss %.4f, %s accuracy %s (majority class %s)\n", before.loss,
                 unit.c_str(), percent(before.accuracy()).c_str(), percent(before.majority_accuracy()).c_str());
-  std::printf("\n| epoch | train loss | held-out loss | %s acc | majority | all acc | inst/s | forward ms | "
+  std::printf("\n| epoch | train loss | held-out loss | %s acc | majority | all acc | instances/s | forward ms | "
               "backward ms | optimizer ms | bwd/fwd |\n",
               unit.c_str());
-  std::printf("|------:|-----------:|--------------:|%s|---------:|--------:|-------:|-----------:|"
+  std::printf("|------:|-----------:|--------------:|%s|---------:|--------:|------------:|-----------:|"
               "------------:|-------------:|--------:|\n",
               std::string(unit.size() + 6, '-').c_str());
   for (const edb::samples::EpochResult& e : result.epochs) {
     const bool held = result.split.heldout > 0;
-    std::printf("| %5d | %10.4f | %13s | %*s | %8s | %7s | %6.1f | %10.1f | %11.1f | %12.1f | %7.2f |\n", e.epoch,
+    std::printf("| %5d | %10.4f | %13s | %*s | %8s | %7s | %11.1f | %10.1f | %11.1f | %12.1f | %7.2f |\n", e.epoch,
                 e.train_loss, held ? fixed(e.heldout.loss, 4).c_str() : "-", int(unit.size() + 4),
                 held ? percent(e.heldout.accuracy()).c_str() : "-",
                 held ? percent(e.heldout.majority_accuracy()).c_str() : "-",

@@ -9,19 +9,26 @@
 
 namespace edb {
 
+// Checked when an Optimizer is made (and by set_learning_rate, and in a loaded file): a value out of
+// range is a UsageError naming it.
 struct OptimizerOptions {
   std::string kind = "sgd";    // sgd (with momentum when momentum > 0) or adam; others: UsageError
-  float learning_rate = 0.1f;
-  float momentum = 0.0f;       // sgd: v = momentum * v + g; w -= learning_rate * v
-  float beta1 = 0.9f;          // adam
-  float beta2 = 0.999f;
-  float epsilon = 1e-8f;
-  float clip_norm = 0.0f;      // > 0: gradients whose global L2 norm exceeds it are scaled to it
+  float learning_rate = 0.1f;  // finite, > 0
+  float momentum = 0.0f;       // [0, 1). sgd: v = momentum * v + g; w -= learning_rate * v
+  float beta1 = 0.9f;          // adam, [0, 1): m = beta1 * m + (1 - beta1) * g
+  float beta2 = 0.999f;        // adam, [0, 1): v = beta2 * v + (1 - beta2) * g^2
+  float epsilon = 1e-8f;       // adam, > 0: w -= lr * m_hat / (sqrt(v_hat) + epsilon), with
+                               // m_hat = m / (1 - beta1^t), v_hat = v / (1 - beta2^t), t = steps()
+  float clip_norm = 0.0f;      // > 0: gradients whose global L2 norm (all parameters and table
+                               // rows of the step together) exceeds it are scaled to it
 };
 
-// Updates a model's parameters from gradients. Dense parameters update every step; a lookup
-// table's rows update only where the gradients touched it (their moments too: lazy, as sparse
-// optimizers do). The model must outlive the optimizer.
+// Updates a model's parameters from gradients. A dense parameter with a gradient updates whole; one
+// without (the loss did not depend on it) keeps its weights and moments. A lookup table's rows
+// update only where the gradients touched it, and so do their moments (lazy, as sparse optimizers
+// do); Adam's bias correction there uses the global step count t, as TensorFlow's LazyAdam does.
+// Moments start at zero when a parameter first gets a gradient, so parameters added to the model
+// later are picked up. The model must outlive the optimizer.
 class Optimizer {
  public:
   explicit Optimizer(Model& model, OptimizerOptions options = {});
@@ -29,15 +36,24 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update. Returns the gradients' global L2 norm before clipping. Gradients of another
-  // model's parameters are a UsageError.
+  // One update; the step count goes up by one even when `gradients` is empty. Returns the
+  // gradients' global L2 norm before clipping. Everything is checked before any weight changes,
+  // and a UsageError names what is wrong: a gradient of another model's parameter, a shape that
+  // differs from its parameter's, table entries out of range or not ascending, a value count that
+  // is not entries * dim, a NaN or infinity (naming the parameter and where), two gradients for
+  // one parameter (sum batches with Gradients::add).
   float step(const Gradients& gradients);
   int64_t steps() const;
   const OptimizerOptions& options() const;
   void set_learning_rate(float learning_rate);
 
-  // The optimizer's state (options, step count, moments per parameter by name) in a checksummed
-  // binary file next to the model's own file; load() checks names and shapes against the model.
+  // The optimizer's state (kind, options, step count, moments per parameter by name and shape) in
+  // a checksummed binary file (magic, format version, FNV-1a; written to a temp file and renamed),
+  // kept next to the model's own file. load() restores all of it, options included (a learning
+  // rate set since is part of the state), after checking that the kind is this optimizer's and
+  // that every saved name exists in the model with the same shape; parameters the file lacks start
+  // from zero moments. A missing, truncated or damaged file, or one for another model, is a
+  // UsageError naming the path and the byte offset, and leaves the optimizer as it was.
   void save(const std::string& path) const;
   void load(const std::string& path);
 

@@ -210,6 +210,70 @@ TEST(Differential, RandomGraphsEveryCombinationEqualsReference) {
   }
 }
 
+// The backward pass of random graphs: a loss weighing every compared value, differentiated under
+// each combination (rotating, EDB_FUZZ_GRADIENT_COMBINATIONS per graph, default 10) and compared
+// with the reference's gradients for every parameter and lookup row.
+Outcome run_gradients(Engine& engine, testing::RandomGraphModel& model, uint64_t seed,
+                      const testing::RandomGraphOptions& options) {
+  Outcome outcome;
+  try {
+    Trace trace(engine);
+    const testing::RandomGraph graph = testing::record_random_graph(trace, model, seed, options);
+    std::vector<Expr> terms;
+    for (size_t i = 0; i < graph.compared.size(); ++i) {
+      const Expr& v = graph.compared[i];
+      const int n = v.rows() * v.cols();
+      std::vector<float> weights(static_cast<size_t>(n));
+      for (int k = 0; k < n; ++k) weights[size_t(k)] = 0.01f * float(int((i * 31 + size_t(k) * 17) % 13) - 6);
+      terms.push_back(matmul(trace.input(1, n, weights), reshape(v, n, 1)));
+    }
+    const Gradients g = trace.backward(sum(terms));
+    outcome.values.push_back(Tensor{1, 1, {g.loss}});
+    outcome.ops.push_back("loss");
+    for (Parameter p : model.model().parameters()) {
+      const Tensor* t = g.of(p);
+      outcome.values.push_back(t ? *t : Tensor{p.rows(), p.cols(), std::vector<float>(size_t(p.rows() * p.cols()), 0.0f)});
+      outcome.ops.push_back("gradient of " + p.name());
+    }
+    for (LookupTable t : model.model().lookups()) {
+      const Gradients::Rows* rows = g.of(t);
+      std::vector<float> dense(size_t(t.dim()) * size_t(t.entries()), 0.0f);
+      for (size_t i = 0; rows && i < rows->entries.size(); ++i)
+        std::copy_n(rows->gradients.begin() + ptrdiff_t(i) * t.dim(), t.dim(), dense.begin() + rows->entries[i] * t.dim());
+      outcome.values.push_back(Tensor{t.dim(), t.entries(), dense});
+      outcome.ops.push_back("gradient of " + t.name());
+    }
+  } catch (const std::exception& e) {
+    outcome.error = e.what();
+  }
+  return outcome;
+}
+
+TEST(Differential, RandomGraphGradientsEqualReference) {
+  const uint64_t graphs = env_number("EDB_FUZZ_GRADIENT_GRAPHS", 100);
+  Fuzzer fuzzer;
+  const size_t total = fuzzer.combinations.size();
+  const size_t per_graph = std::clamp<size_t>(env_number("EDB_FUZZ_GRADIENT_COMBINATIONS", 10), 1, total);
+  int compared = 0;
+  for (uint64_t seed = 1; seed <= graphs; ++seed) {
+    const testing::RandomGraphOptions options = options_for(seed);
+    const Outcome expected = run_gradients(fuzzer.reference, fuzzer.model, seed, options);
+    ASSERT_EQ(expected.error, "") << "seed " << seed;
+    if (!std::all_of(expected.values.begin(), expected.values.end(), all_finite)) continue;  // overflowed
+    ++compared;
+    for (size_t k = 0; k < per_graph; ++k) {
+      const size_t index = (seed * per_graph + k) % total;
+      const Outcome actual = run_gradients(*fuzzer.engines[index], fuzzer.model, seed, options);
+      ASSERT_EQ(actual.error, "") << "seed " << seed << " " << name_of(fuzzer.combinations[index]);
+      ASSERT_EQ(actual.values.size(), expected.values.size());
+      for (size_t i = 0; i < actual.values.size(); ++i)
+        ASSERT_TRUE(testing::near_relative(actual.values[i], expected.values[i], 1e-3))
+            << "seed " << seed << " " << name_of(fuzzer.combinations[index]) << ": " << actual.ops[i];
+    }
+  }
+  EXPECT_GT(compared, int(graphs * 3 / 4));  // most graphs stay finite, so most are compared
+}
+
 // Seeds the long mode once failed on, under every combination. 3114: values overflow to inf in
 // both runs (inf vs inf was counted as a difference), then relu(NaN) differs between executors.
 TEST(Differential, RegressionSeeds) {
