@@ -148,12 +148,18 @@ double check_rows(const detail::ParameterStorage& table, const Gradients::Rows& 
   return sum;
 }
 
-// Marks parameter `index` as having a gradient in this step. A second one is the caller's mistake:
-// two batches' gradients are summed (Gradients::add), not passed side by side.
-void mark_once(std::vector<bool>& seen, uint32_t index, const std::string& what) {
+// Marks parameter `index` as seen; false when it already was (a step's gradients and a state file
+// name each parameter at most once).
+bool first_sight(std::vector<bool>& seen, uint32_t index) {
   if (seen.size() <= index) seen.resize(index + 1);
-  if (seen[index]) gradient_error(what + " has two gradients (Gradients::add sums batches)");
+  if (seen[index]) return false;
   seen[index] = true;
+  return true;
+}
+
+// Two batches' gradients are summed (Gradients::add), not passed side by side.
+void check_once(std::vector<bool>& seen, uint32_t index, const std::string& what) {
+  if (!first_sight(seen, index)) gradient_error(what + " has two gradients (Gradients::add sums batches)");
 }
 
 // ---- The state file: header (magic, version, body size, checksum), then the body.
@@ -328,12 +334,12 @@ double Optimizer::State::checked_sum_of_squares(const Gradients& gradients) {
   double sum = 0;
   for (const Gradients::Dense& dense : gradients.parameters) {
     const detail::ParameterStorage& p = checked_storage(dense.parameter, "parameter");
-    mark_once(seen, dense.parameter.index_, "parameter '" + p.name + "'");
+    check_once(seen, dense.parameter.index_, "parameter '" + p.name + "'");
     sum += check_dense(p, dense.gradient);
   }
   for (const Gradients::Rows& rows : gradients.tables) {
     const detail::ParameterStorage& table = checked_storage(rows.table, "lookup table");
-    mark_once(seen, rows.table.index_, "lookup table '" + table.name + "'");
+    check_once(seen, rows.table.index_, "lookup table '" + table.name + "'");
     sum += check_rows(table, rows);
   }
   return sum;
@@ -341,8 +347,9 @@ double Optimizer::State::checked_sum_of_squares(const Gradients& gradients) {
 
 // Advances the step count and fixes this step's clipping scale and bias corrections. Table rows
 // use the global step count t in Adam's bias correction (as TensorFlow's LazyAdam does) rather
-// than a count per row: the state stays one number, and a row first touched late is corrected by
-// 1 - beta^t ~ 1, so its first updates are about (1 - beta1) * lr, smaller than a fresh Adam's lr.
+// than a count per row, so the state stays one number per table value. The cost: a row first
+// touched late is corrected by 1 - beta^t ~ 1, so its first update is about
+// lr * (1 - beta1) / sqrt(1 - beta2) (3.2 lr with the defaults) where a fresh Adam moves lr.
 Update Optimizer::State::next_update(double norm) {
   ++steps;
   Update update{options};
@@ -414,9 +421,7 @@ uint32_t Optimizer::State::decode_entry(Reader& reader, std::vector<bool>& seen)
   if (p.rows != rows || p.cols != cols)
     reader.fail(what + " has " + shape_text(is_lookup, rows, cols) + " in the file but " +
                 shape_text(is_lookup, p.rows, p.cols) + " in the model");
-  if (seen.size() <= index) seen.resize(index + 1);
-  if (seen[index]) reader.fail("the file has " + what + " twice");
-  seen[index] = true;
+  if (!first_sight(seen, index)) reader.fail("the file has " + what + " twice");
   return index;
 }
 

@@ -301,7 +301,7 @@ TEST_P(OptimizerResume, IsBitIdenticalToAnUninterruptedRun) {
   EXPECT_EQ(read_file(dir.file("again.edb")), read_file(dir.file("straight.edb")));
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, OptimizerResume,
+INSTANTIATE_TEST_SUITE_P(OptimizerKinds, OptimizerResume,
                          ::testing::Values(sgd(0.1f), sgd(0.1f, 0.9f), adam(0.01f)),
                          [](const auto& info) {
                            const OptimizerOptions& o = info.param;
@@ -463,6 +463,22 @@ TEST_F(OptimizerFile, BodyErrorsBehindAValidChecksum) {
   std::memcpy(changed.data() + 4 + 4 + 24 + 8 + 4, &huge, 4);
   EXPECT_NE(load_error(with_body(bytes, changed)).find("file ends inside a name (truncated?)"),
             std::string::npos);
+}
+
+TEST_F(OptimizerFile, DuplicateEntry) {
+  Model two("m");
+  two.add_parameter("a", 2, 1);
+  two.add_parameter("b", 2, 1);
+  Optimizer optimizer(two, sgd(0.1f));
+  optimizer.save(path);
+  std::string changed = read_file(path).substr(kHeaderBytes);
+  const std::string b_entry("\x01\x00\x00\x00" "b", 5);
+  const size_t at = changed.find(b_entry);
+  ASSERT_NE(at, std::string::npos);
+  changed.replace(at, 5, std::string("\x01\x00\x00\x00" "a", 5));
+  write_file(bad, with_body(read_file(path), changed));
+  const std::string error = usage_error([&] { optimizer.load(bad); });
+  EXPECT_NE(error.find("the file has parameter 'a' twice"), std::string::npos) << error;
 }
 
 TEST_F(OptimizerFile, FailedLoadsChangeNothing) {
