@@ -91,7 +91,8 @@ void print_report(const std::vector<Row>& rows, int batch, const std::vector<std
   std::printf("Training throughput, batch %d, one epoch per configuration (Adam, lr 0.01), one thread\n", batch);
   for (const std::string& d : data) std::printf("  %s\n", d.c_str());
   std::printf("\n| model | configuration | policy | executor | instances/s | vs sequential | forward ms | backward ms "
-              "| optimizer ms | backward/forward | <= %.1f | of which compile ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+              "| optimizer ms | backward/forward | <= %.1f | compile ms |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
               kBackwardTarget);
   for (const Row& r : rows) {
     double sequential = 0;
