@@ -50,13 +50,15 @@ const std::vector<Op> kUnaryShapePreserving = {Op::scale,   Op::add_const, Op::t
                                                Op::relu,    Op::softmax,   Op::log_softmax};
 
 TEST(IrOps, TableMatchesOpsDef) {
-  EXPECT_EQ(kOpCount, 21);
+  EXPECT_EQ(kOpCount, 29);  // 21 forward ops and the backward pass's 8
   std::set<std::string> names;
   for (int i = 0; i < kOpCount; ++i) names.insert(std::string(op_name(static_cast<Op>(i))));
   EXPECT_EQ(names.size(), size_t(kOpCount));
   EXPECT_EQ(op_name(Op::pick_neg_log_softmax), "pick_neg_log_softmax");
   EXPECT_EQ(op_arity(Op::matmul), 2);
   EXPECT_EQ(op_arity(Op::affine), -1);
+  EXPECT_EQ(op_arity(Op::matmul_nt), -1);
+  EXPECT_EQ(op_arity(Op::tanh_grad), 2);
   EXPECT_EQ(op_arity(Op::tanh), 1);
   EXPECT_EQ(op_arity(Op::input), 0);
   EXPECT_TRUE(has_flag(Op::input, kLeaf));
@@ -86,6 +88,26 @@ TEST(IrShape, GoodShapesOfEveryOp) {
   EXPECT_EQ(infer(Op::slice, {{10, 1}}, rows(0, 10)), (Shape{10, 1}));
   EXPECT_EQ(infer(Op::pick_neg_log_softmax, {{5, 1}}, label(4)), (Shape{1, 1}));
   EXPECT_EQ(infer(Op::pick_neg_log_softmax, {{5, 1}}, label(0)), (Shape{1, 1}));
+}
+
+TEST(IrShape, BackwardOps) {
+  EXPECT_EQ(infer(Op::matmul_tn, {{4, 3}, {4, 2}}), (Shape{3, 2}));
+  EXPECT_EQ(infer(Op::matmul_nt, {{4, 1}, {3, 1}}), (Shape{4, 3}));
+  EXPECT_EQ(infer(Op::matmul_nt, {{4, 2}, {3, 2}, {4, 2}, {3, 2}}), (Shape{4, 3}));
+  for (Op op : {Op::tanh_grad, Op::sigmoid_grad, Op::relu_grad, Op::softmax_grad, Op::log_softmax_grad})
+    EXPECT_EQ(infer(op, {{5, 2}, {5, 2}}), (Shape{5, 2}));
+  EXPECT_EQ(infer(Op::pick_neg_log_softmax_grad, {{5, 1}, {1, 1}}, label(4)), (Shape{5, 1}));
+  EXPECT_EQ(shape_error(Op::matmul_tn, {{4, 3}, {5, 2}}),
+            "edb::matmul_tn(): A is 4x3 but B is 5x2 (A^T B needs as many rows in both)");
+  EXPECT_EQ(shape_error(Op::matmul_nt, {{4, 1}, {3, 1}, {4, 1}}),
+            "edb::matmul_nt(): takes A1, B1, A2, B2, ...: an even count of at least 2 arguments, got 3");
+  EXPECT_EQ(shape_error(Op::matmul_nt, {{4, 1}, {3, 1}, {4, 1}, {2, 1}}),
+            "edb::matmul_nt(): pair 2 is 4x1, 2x1 but pair 1 is 4x1, 3x1");
+  EXPECT_EQ(shape_error(Op::matmul_nt, {{4, 2}, {3, 1}}),
+            "edb::matmul_nt(): A is 4x2 but B is 3x1 (A B^T needs as many columns in both)");
+  EXPECT_EQ(shape_error(Op::tanh_grad, {{4, 1}, {3, 1}}), "edb::tanh_grad(): argument 2 is 3x1 but argument 1 is 4x1");
+  EXPECT_EQ(shape_error(Op::pick_neg_log_softmax_grad, {{5, 1}, {1, 1}}, label(5)),
+            "edb::pick_neg_log_softmax_grad(): label 5 is outside [0, 5) for x of 5x1");
 }
 
 TEST(IrShape, MatrixProductErrorsNameBothShapes) {
