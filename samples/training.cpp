@@ -105,6 +105,24 @@ Evaluation evaluate(SampleModel& model, Engine& engine, size_t first, size_t las
   return result;
 }
 
+namespace {
+
+// Adds what the engine counted between two readings of its stats.
+void add_difference(Stats& into, const Stats& after, const Stats& before) {
+  into.nodes += after.nodes - before.nodes;
+  into.batches += after.batches - before.batches;
+  into.lower_bound += after.lower_bound - before.lower_bound;
+  into.kernel_calls += after.kernel_calls - before.kernel_calls;
+  into.bytes_gathered += after.bytes_gathered - before.bytes_gathered;
+  into.flops += after.flops - before.flops;
+  into.time.schedule_ms += after.time.schedule_ms - before.time.schedule_ms;
+  into.time.plan_ms += after.time.plan_ms - before.time.plan_ms;
+  into.time.compile_ms += after.time.compile_ms - before.time.compile_ms;
+  into.time.execute_ms += after.time.execute_ms - before.time.execute_ms;
+}
+
+}  // namespace
+
 TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, const TrainOptions& options) {
   if (options.epochs < 1) throw UsageError("--epochs must be at least 1, got " + std::to_string(options.epochs));
   if (options.batch < 1) throw UsageError("--batch must be at least 1, got " + std::to_string(options.batch));
@@ -124,15 +142,19 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
     for (size_t begin = 0; begin < train_count; begin += size_t(options.batch)) {
       const size_t end = std::min(train_count, begin + size_t(options.batch));
       Trace trace(engine);
+      const Stats before_forward = engine.stats();
       auto start = Clock::now();
       std::vector<Expr> losses;
       for (size_t k = begin; k < end; ++k) losses.push_back(model.record_loss(trace, order[k]));
       const Expr loss = sum(losses) * (1.0f / float(end - begin));
       loss_sum += double(loss.scalar()) * double(end - begin);
       e.forward_ms += ms_since(start);
+      const Stats before_backward = engine.stats();
+      add_difference(e.forward_stats, before_backward, before_forward);
       start = Clock::now();
       const Gradients gradients = trace.backward(loss);
       e.backward_ms += ms_since(start);
+      add_difference(e.backward_stats, engine.stats(), before_backward);
       start = Clock::now();
       norm_sum += optimizer.step(gradients);
       e.optimizer_ms += ms_since(start);

@@ -71,6 +71,8 @@ struct EpochResult {
   double backward_ms = 0;        // Trace::backward
   double optimizer_ms = 0;       // Optimizer::step
   double total_ms = 0;           // the epoch's training time (all of the above and the shuffle)
+  Stats forward_stats;           // what the engine counted while evaluating the losses
+  Stats backward_stats;          // and while running Trace::backward
   double backward_over_forward() const { return forward_ms > 0 ? backward_ms / forward_ms : 0.0; }
 };
 

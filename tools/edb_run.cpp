@@ -279,6 +279,21 @@ nlohmann::json evaluation_json(const edb::samples::Evaluation& e) {
           {"majority_position_accuracy", e.position_majority_accuracy()}};
 }
 
+// One phase of training steps (the forward or the backward pass): what the engine did and where
+// its time went.
+nlohmann::json phase_json(const edb::Stats& s) {
+  return {{"nodes", s.nodes},
+          {"batches", s.batches},
+          {"lower_bound", s.lower_bound},
+          {"bytes_gathered", s.bytes_gathered},
+          {"flops", s.flops},
+          {"time_ms",
+           {{"schedule", s.time.schedule_ms},
+            {"plan", s.time.plan_ms},
+            {"compile", s.time.compile_ms},
+            {"execute", s.time.execute_ms}}}};
+}
+
 nlohmann::json training_json(const Report& r, const TrainingReport& t) {
   nlohmann::json epochs = nlohmann::json::array();
   for (const edb::samples::EpochResult& e : t.result.epochs) {
@@ -292,6 +307,8 @@ nlohmann::json training_json(const Report& r, const TrainingReport& t) {
     j["optimizer_ms"] = e.optimizer_ms;
     j["total_ms"] = e.total_ms;
     j["backward_over_forward"] = e.backward_over_forward();
+    j["forward"] = phase_json(e.forward_stats);
+    j["backward"] = phase_json(e.backward_stats);
     epochs.push_back(j);
   }
   nlohmann::json j = {

@@ -19,8 +19,16 @@ namespace {
 using ir::NodeId;
 using ir::Op;
 
-struct Pair {
-  NodeId a, b;  // a b^T
+// What a consumer sends to a node's gradient, in one flat list per backward pass (a node's
+// contributions are linked through `next`): no allocation per node.
+struct Contribution {
+  enum Kind : uint8_t { kWhole, kPair, kSlice };
+  Kind kind;
+  NodeId a;        // whole: the gradient term; pair: dy; slice: the slice's gradient
+  NodeId b;        // pair: x (the term is a b^T)
+  int32_t begin;   // slice: its rows
+  int32_t end;
+  int32_t next;    // the node's previous contribution, or -1
 };
 
 struct SlicePart {
@@ -28,24 +36,31 @@ struct SlicePart {
   NodeId gradient;
 };
 
-struct Incoming {
-  std::vector<NodeId> whole;  // summed as they are
-  std::vector<Pair> pairs;    // parameters only: their products, one matmul_nt per shape
+// The pass's working arrays, kept per thread across passes: a training loop's traces are alike,
+// so after the first they record without allocating (or faulting in) fresh memory.
+struct Buffers {
+  std::vector<int32_t> head;  // per node: its newest contribution, or -1
+  std::vector<Contribution> items;
+  std::vector<uint8_t> depends, flows;
+  std::vector<ir::Shape> shapes;  // emit()'s
+  std::vector<NodeId> terms;      // combine()'s
   std::vector<SlicePart> slices;
 };
 
 class Backward {
  public:
-  explicit Backward(detail::TraceState& s) : s_(s), graph_(s.data.graph) {}
+  explicit Backward(detail::TraceState& s) : s_(s), graph_(s.data.graph), b_(buffers()) {
+    b_.items.clear();
+  }
 
   // Records the gradient nodes of `loss`; returns per parameter or lookup node its gradient node.
   std::vector<std::pair<NodeId, NodeId>> record(NodeId loss) {
-    const std::vector<uint8_t> flows = gradient_flows(loss);
-    incoming_.assign(loss + 1, {});
-    incoming_[loss].whole.push_back(constant(ir::Shape{1, 1}, 1.0f));
+    const std::vector<uint8_t>& flows = gradient_flows(loss);
+    b_.head.assign(loss + 1, -1);
+    push(loss, {Contribution::kWhole, constant(ir::Shape{1, 1}, 1.0f), 0, 0, 0, -1});
     std::vector<std::pair<NodeId, NodeId>> leaves;
     for (NodeId n = loss + 1; n-- > 0;) {
-      if (!flows[n] || empty(incoming_[n])) continue;
+      if (!flows[n] || b_.head[n] < 0) continue;
       const NodeId gradient = combine(n);
       const ir::Node& node = graph_.node(n);
       if (node.op == Op::parameter || node.op == Op::lookup) {
@@ -53,18 +68,26 @@ class Backward {
         continue;
       }
       send(n, gradient, flows);
-      incoming_[n] = {};  // free as we go: a long trace holds contributions only for its frontier
     }
     std::reverse(leaves.begin(), leaves.end());
     return leaves;
   }
 
  private:
-  static bool empty(const Incoming& in) { return in.whole.empty() && in.pairs.empty() && in.slices.empty(); }
+  void push(NodeId to, Contribution c) {
+    c.next = b_.head[to];
+    b_.head[to] = int32_t(b_.items.size());
+    b_.items.push_back(c);
+  }
+  void whole(NodeId to, NodeId gradient) { push(to, {Contribution::kWhole, gradient, 0, 0, 0, -1}); }
+  void pair(NodeId to, NodeId dy, NodeId x) { push(to, {Contribution::kPair, dy, x, 0, 0, -1}); }
 
   // Which nodes a gradient flows through: on the loss's path and depending on a parameter or lookup.
-  std::vector<uint8_t> gradient_flows(NodeId loss) const {
-    std::vector<uint8_t> depends(loss + 1, 0), reached(loss + 1, 0);
+  const std::vector<uint8_t>& gradient_flows(NodeId loss) {
+    std::vector<uint8_t>& depends = b_.depends;
+    std::vector<uint8_t>& reached = b_.flows;
+    depends.assign(loss + 1, 0);
+    reached.assign(loss + 1, 0);
     for (NodeId n = 0; n <= loss; ++n) {
       const Op op = graph_.node(n).op;
       depends[n] = op == Op::parameter || op == Op::lookup;
@@ -79,10 +102,9 @@ class Backward {
   }
 
   NodeId emit(Op op, std::span<const NodeId> args, const ir::Attributes& attrs = {}) {
-    std::vector<ir::Shape> shapes;
-    shapes.reserve(args.size());
-    for (NodeId a : args) shapes.push_back(graph_.node(a).shape);
-    return s_.add(op, args, ir::infer_shape(op, shapes, attrs), attrs).node_id();
+    b_.shapes.clear();
+    for (NodeId a : args) b_.shapes.push_back(graph_.node(a).shape);
+    return s_.add(op, args, ir::infer_shape(op, b_.shapes, attrs), attrs).node_id();
   }
   NodeId emit(Op op, std::initializer_list<NodeId> args, const ir::Attributes& attrs = {}) {
     return emit(op, std::span(args.begin(), args.size()), attrs);
@@ -101,22 +123,39 @@ class Backward {
     return id;
   }
 
-  // The sum of everything sent to n.
+  // The sum of everything sent to n: its whole terms, its slices put back in place, and one
+  // matmul_nt per shape of pair (a bias's (dy, 1) apart from a weight's (dy, x)).
   NodeId combine(NodeId n) {
-    Incoming& in = incoming_[n];
-    std::vector<NodeId> terms = in.whole;
-    if (!in.slices.empty()) terms.push_back(assemble_slices(n, in.slices));
-    // One matmul_nt per shape of pair (a bias's (dy, 1) apart from a weight's (dy, x)).
+    std::vector<NodeId>& terms = b_.terms;
+    std::vector<SlicePart>& slices = b_.slices;
+    terms.clear();
+    slices.clear();
     std::vector<std::vector<NodeId>> groups;  // each: a1, b1, a2, b2, ...
-    for (const Pair& p : in.pairs) {
-      auto same_shapes = [&](const std::vector<NodeId>& g) {
-        return graph_.node(g[0]).shape == graph_.node(p.a).shape && graph_.node(g[1]).shape == graph_.node(p.b).shape;
-      };
-      auto group = std::find_if(groups.begin(), groups.end(), same_shapes);
-      if (group == groups.end()) group = groups.insert(groups.end(), std::vector<NodeId>{});
-      group->push_back(p.a);
-      group->push_back(p.b);
+    for (int32_t i = b_.head[n]; i >= 0; i = b_.items[size_t(i)].next) {
+      const Contribution c = b_.items[size_t(i)];
+      if (c.kind == Contribution::kWhole) {
+        terms.push_back(c.a);
+      } else if (c.kind == Contribution::kSlice) {
+        slices.push_back({c.begin, c.end, c.a});
+      } else {
+        auto same_shapes = [&](const std::vector<NodeId>& g) {
+          return graph_.node(g[0]).shape == graph_.node(c.a).shape && graph_.node(g[1]).shape == graph_.node(c.b).shape;
+        };
+        auto group = std::find_if(groups.begin(), groups.end(), same_shapes);
+        if (group == groups.end()) group = groups.insert(groups.end(), std::vector<NodeId>{});
+        group->push_back(c.a);
+        group->push_back(c.b);
+      }
     }
+    // The list runs newest first: uses in recording order read better in dumps.
+    std::reverse(terms.begin(), terms.end());
+    for (std::vector<NodeId>& g : groups) {
+      for (size_t i = 0, j = g.size() - 2; i < j; i += 2, j -= 2) {
+        std::swap(g[i], g[j]);
+        std::swap(g[i + 1], g[j + 1]);
+      }
+    }
+    if (!slices.empty()) terms.push_back(assemble_slices(n, slices));
     for (const std::vector<NodeId>& g : groups) terms.push_back(emit(Op::matmul_nt, g));
     return terms.size() == 1 ? terms[0] : emit(Op::sum, terms);
   }
@@ -166,8 +205,8 @@ class Backward {
   // The product term a * b's gradient for a (its left factor): a pair kept for a parameter, a
   // node now for anything else.
   void send_left_factor(NodeId a, NodeId dy, NodeId b) {
-    if (graph_.node(a).op == Op::parameter) incoming_[a].pairs.push_back({dy, b});
-    else incoming_[a].whole.push_back(emit(Op::matmul_nt, {dy, b}));
+    if (graph_.node(a).op == Op::parameter) pair(a, dy, b);
+    else whole(a, emit(Op::matmul_nt, {dy, b}));
   }
 
   // Each op's rule: what n's gradient dy sends to each argument a gradient flows into.
@@ -175,7 +214,7 @@ class Backward {
     const ir::Node node = graph_.node(n);  // a copy: emit() may grow the node array
     const std::vector<NodeId> args(graph_.args(n).begin(), graph_.args(n).end());
     auto to = [&](size_t i, NodeId gradient) {
-      if (flows[args[i]]) incoming_[args[i]].whole.push_back(gradient);
+      if (flows[args[i]]) whole(args[i], gradient);
     };
     auto flows_to = [&](size_t i) { return flows[args[i]] != 0; };
     ir::Attributes attrs;
@@ -193,7 +232,7 @@ class Backward {
         if (flows_to(0)) {
           // A parameter bias vector adds up its uses as one product with ones: (dy_1 ... dy_m) 1.
           if (graph_.node(args[0]).op == Op::parameter && node.shape.cols == 1)
-            incoming_[args[0]].pairs.push_back({dy, constant(ir::Shape{1, 1}, 1.0f)});
+            pair(args[0], dy, constant(ir::Shape{1, 1}, 1.0f));
           else
             to(0, dy);
         }
@@ -244,7 +283,7 @@ class Backward {
         return;
       }
       case Op::slice:
-        incoming_[args[0]].slices.push_back({node.attrs.begin, node.attrs.end, dy});
+        push(args[0], {Contribution::kSlice, dy, 0, node.attrs.begin, node.attrs.end, -1});
         return;
       case Op::reshape:
         attrs.target = graph_.node(args[0]).shape;
@@ -267,9 +306,14 @@ class Backward {
     throw InternalError("backward: no rule for op " + std::string(ir::op_name(node.op)));
   }
 
+  static Buffers& buffers() {
+    static thread_local Buffers b;
+    return b;
+  }
+
   detail::TraceState& s_;
   ir::Graph& graph_;
-  std::vector<Incoming> incoming_;
+  Buffers& b_;
   std::map<std::tuple<int32_t, int32_t, float>, NodeId> constants_;
 };
 
