@@ -105,7 +105,11 @@ int64_t copied_members(const ir::Graph& graph, const ir::Node& first, ir::NodeId
     case ir::Op::softmax_grad:
     case ir::Op::log_softmax_grad:
     case ir::Op::pick_neg_log_softmax_grad: return n;
-    case ir::Op::matmul_tn: return slot == 0 ? 0 : n;  // X copied whole into the GEMM's scratch
+    case ir::Op::matmul_tn: {  // A^T X: X read like a GEMM's (run_matmul_tn)
+      if (slot == 0) return 0;
+      const int64_t output_rows = graph.node(graph.args(member0)[0]).shape.cols;
+      return gemm_reads_runs(runs, output_rows, n) ? alone : n;
+    }
     case ir::Op::matvec: return 0;  // per-member products, read in place
     case ir::Op::affine:
     case ir::Op::matmul: {

@@ -321,13 +321,29 @@ void run_matmul_tn(const BatchContext& c) {
     c.stats.kernel_calls += c.n();
     return;
   }
+  // As gemm_rows: X read run by run in place where the shared rule says so, else copied whole.
   const ConstMatrix weight(a.base, a.shape.rows, a.shape.cols);
-  const StridedConst x = c.matrix(c.operand(1));
+  const Operand x = c.operand(1);
+  int64_t runs = 0;
+  if (x.kind == Operand::kGathered)
+    for (int64_t k = 0; k < c.n(); k = x.run_end[k]) ++runs;
+  const bool by_runs = x.kind == Operand::kGathered && memplan::gemm_reads_runs(runs, a.shape.cols, c.n());
+  if (by_runs) c.count_alone(x, 0, c.n());
+  const StridedConst whole = by_runs ? x.view(0, 1) : c.matrix(x);  // by runs: stands in only
   Matrix out = c.output();
+  const int64_t cols = x.shape.cols;
   c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {
-    out.middleRows(begin, end - begin).noalias() = weight.middleCols(begin, end - begin).transpose() * x;
+    const auto rows = weight.middleCols(begin, end - begin).transpose();
+    if (!by_runs) {
+      out.middleRows(begin, end - begin).noalias() = rows * whole;
+      return;
+    }
+    for (int64_t k = 0; k < c.n(); k = x.run_end[k]) {
+      const int64_t count = int64_t(x.run_end[k]) - k;
+      out.block(begin, k * cols, end - begin, count * cols).noalias() = rows * x.view(k, count);
+    }
   });
-  c.stats.kernel_calls += 1;
+  c.stats.kernel_calls += by_runs ? runs : 1;
 }
 
 // Member k's pairs as two side-by-side matrices [A1 A2 ...] and [B1 B2 ...], read in place when

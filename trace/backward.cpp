@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <map>
 
+#include "scheduler/schedule.h"
 #include "trace/state.h"
 
 namespace edb {
@@ -45,6 +46,8 @@ struct Buffers {
   std::vector<ir::Shape> shapes;  // emit()'s
   std::vector<NodeId> terms;      // combine()'s
   std::vector<SlicePart> slices;
+  std::vector<NodeId> order;      // mirrored_order()'s
+  std::vector<uint32_t> position;
 };
 
 class Backward {
@@ -59,7 +62,7 @@ class Backward {
     b_.head.assign(loss + 1, -1);
     push(loss, {Contribution::kWhole, constant(ir::Shape{1, 1}, 1.0f), 0, 0, 0, -1});
     std::vector<std::pair<NodeId, NodeId>> leaves;
-    for (NodeId n = loss + 1; n-- > 0;) {
+    for (NodeId n : mirrored_order(loss)) {
       if (!flows[n] || b_.head[n] < 0) continue;
       const NodeId gradient = combine(n);
       const ir::Node& node = graph_.node(n);
@@ -74,6 +77,42 @@ class Backward {
   }
 
  private:
+  // The order in which nodes pass their gradients on: the forward schedule's batches last to first,
+  // each batch's members in the batch's order, then what earlier evaluations ran (reverse
+  // recording order), then the leaves. Every node still comes after all its consumers, and the
+  // gradient nodes of one forward batch are recorded member by member in that batch's order, so
+  // the policy batches them in that order too: the forward values they read, and the gradients
+  // they pass on, then sit one after another as the forward batch left them (no gathers).
+  const std::vector<NodeId>& mirrored_order(NodeId loss) {
+    std::vector<NodeId>& order = b_.order;
+    std::vector<uint32_t>& position = b_.position;
+    order.clear();
+    position.assign(loss + 1, UINT32_MAX);
+    const scheduler::Schedule& last = s_.data.schedule;
+    for (size_t b = last.batch_count(); b-- > 0;)
+      for (NodeId m : last.batch(b))
+        if (m <= loss && position[m] == UINT32_MAX) {
+          position[m] = uint32_t(order.size());
+          order.push_back(m);
+        }
+    for (int leaves = 0; leaves < 2; ++leaves)
+      for (NodeId n = loss + 1; n-- > 0;)
+        if (position[n] == UINT32_MAX && has_flag(graph_.node(n).op, ir::kLeaf) == (leaves == 1)) {
+          position[n] = uint32_t(order.size());
+          order.push_back(n);
+        }
+    // A schedule that is not this trace's forward pass (the loss recorded after other work) falls
+    // back to reverse recording order, which is always valid.
+    for (NodeId n : order)
+      for (NodeId a : graph_.args(n))
+        if (position[a] < position[n]) {
+          order.clear();
+          for (NodeId m = loss + 1; m-- > 0;) order.push_back(m);
+          return order;
+        }
+    return order;
+  }
+
   void push(NodeId to, Contribution c) {
     c.next = b_.head[to];
     b_.head[to] = int32_t(b_.items.size());
@@ -333,6 +372,9 @@ Gradients Trace::backward(const Expr& loss) {
   if (!(loss_shape == ir::Shape{1, 1}))
     throw UsageError("edb::Trace::backward(): the loss must be 1x1, got " + ir::to_string(loss_shape));
 
+  // The forward pass runs first (if it has not): its schedule is what the backward pass mirrors.
+  if (s.data.evaluated < s.data.graph.size()) s.engine->driver.submit(s.data);
+  s.engine->driver.wait(s.data);
   const std::vector<std::pair<NodeId, NodeId>> leaves = Backward(s).record(loss.node_id());
   s.engine->driver.submit(s.data);
   s.engine->driver.wait(s.data);
