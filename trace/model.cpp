@@ -1,12 +1,11 @@
 // Model: named parameters and lookup tables, seeded initialisation, and the checksummed file format.
 #include <atomic>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <mutex>
 #include <random>
 #include <unordered_map>
 
+#include "trace/binary_file.h"
 #include "trace/state.h"
 
 namespace edb {
@@ -15,70 +14,16 @@ namespace {
 
 std::atomic<uint64_t> next_parameter_uid{1};
 
-constexpr char kMagic[8] = {'E', 'D', 'B', 'M', 'O', 'D', 'E', 'L'};
-constexpr uint32_t kFormatVersion = 1;
-
-// FNV-1a, 64-bit: detects damaged files; not a security measure.
-uint64_t checksum(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+constexpr detail::BinaryFormat kModelFile{{'E', 'D', 'B', 'M', 'O', 'D', 'E', 'L'}, 1, "model file"};
 
 // Deterministic uniform floats from a seed and a parameter's name, independent of insertion order.
 void fill_uniform(std::vector<float>& values, float scale, uint64_t seed, const std::string& name) {
-  std::mt19937_64 rng(seed ^ checksum(name));
+  std::mt19937_64 rng(seed ^ detail::fnv1a(name));
   for (float& v : values) {
     const double unit = double(rng() >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
     v = static_cast<float>((2.0 * unit - 1.0) * scale);
   }
 }
-
-template <typename T>
-void put(std::string& out, const T& value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-
-// Reads typed fields from the file's bytes, with errors that name the file and the offset.
-class Reader {
- public:
-  // `base`: where `bytes` start in the file, so messages give file offsets.
-  Reader(const std::string& bytes, const std::string& path, size_t base = 0)
-      : bytes_(bytes), path_(path), base_(base) {}
-  template <typename T>
-  T get(const char* what) {
-    T value;
-    need(sizeof value, what);
-    std::memcpy(&value, bytes_.data() + pos_, sizeof value);
-    pos_ += sizeof value;
-    return value;
-  }
-  std::string get_string(uint32_t length, const char* what) {
-    need(length, what);
-    std::string s = bytes_.substr(pos_, length);
-    pos_ += length;
-    return s;
-  }
-  void get_floats(float* out, size_t count, const char* what) {
-    need(count * sizeof(float), what);
-    std::memcpy(out, bytes_.data() + pos_, count * sizeof(float));
-    pos_ += count * sizeof(float);
-  }
-  [[noreturn]] void fail(const std::string& what) const {
-    throw UsageError("edb::Model::load(): '" + path_ + "' at byte " + std::to_string(base_ + pos_) +
-                     ": " + what);
-  }
-  size_t position() const { return pos_; }
-
- private:
-  void need(size_t count, const char* what) {
-    if (bytes_.size() - pos_ < count) fail(std::string("file ends inside ") + what + " (truncated?)");
-  }
-  const std::string& bytes_;
-  const std::string& path_;
-  size_t base_ = 0;
-  size_t pos_ = 0;
-};
 
 }  // namespace
 
@@ -226,58 +171,22 @@ int64_t Model::value_count() const {
 
 void Model::save(const std::string& path) const {
   std::string body;
-  put(body, static_cast<uint32_t>(state_->parameters.size()));
+  detail::put(body, static_cast<uint32_t>(state_->parameters.size()));
   for (const auto& p : state_->parameters) {
-    put(body, static_cast<uint32_t>(p->name.size()));
-    body += p->name;
-    put(body, static_cast<uint8_t>(p->is_lookup));
-    put(body, static_cast<int32_t>(p->rows));
-    put(body, static_cast<int32_t>(p->cols));
+    detail::put_string(body, p->name);
+    detail::put(body, static_cast<uint8_t>(p->is_lookup));
+    detail::put(body, static_cast<int32_t>(p->rows));
+    detail::put(body, static_cast<int32_t>(p->cols));
     body.append(reinterpret_cast<const char*>(p->values.data()), p->values.size() * sizeof(float));
   }
-  std::string file(kMagic, sizeof kMagic);
-  put(file, kFormatVersion);
-  put(file, static_cast<uint64_t>(body.size()));
-  put(file, checksum(body));
-  file += body;
-  // Temp file + rename: a crash mid-write never leaves a half-written model under `path`.
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) throw UsageError("edb::Model::save(): cannot write '" + temp + "': " + std::strerror(errno));
-    out.write(file.data(), static_cast<std::streamsize>(file.size()));
-    if (!out.flush())
-      throw UsageError("edb::Model::save(): writing '" + temp + "' failed: " + std::strerror(errno));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0)
-    throw UsageError("edb::Model::save(): cannot rename '" + temp + "' to '" + path + "': " +
-                     std::strerror(errno));
+  detail::write_binary_file(path, kModelFile, body, "edb::Model::save()");
 }
 
 void Model::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("edb::Model::load(): cannot open '" + path + "': " + std::strerror(errno));
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  Reader header(bytes, path);
-  if (header.get_string(sizeof kMagic, "the header") != std::string(kMagic, sizeof kMagic))
-    header.fail("not an edbatch model file (bad magic)");
-  const uint32_t version = header.get<uint32_t>("the header");
-  if (version != kFormatVersion)
-    header.fail("format version " + std::to_string(version) + ", this build reads version " +
-                std::to_string(kFormatVersion));
-  const uint64_t body_size = header.get<uint64_t>("the header");
-  const uint64_t expected = header.get<uint64_t>("the header");
-  const std::string body = bytes.substr(header.position());
-  if (body.size() < body_size)
-    header.fail("body is " + std::to_string(body.size()) + " bytes, header says " +
-                std::to_string(body_size) + " (truncated?)");
-  if (body.size() > body_size)
-    header.fail("has " + std::to_string(body.size() - body_size) + " extra bytes after the " +
-                std::to_string(body_size) + "-byte body");
-  if (checksum(body) != expected) header.fail("checksum mismatch (the file is damaged)");
+  const std::string body = detail::read_binary_body(path, kModelFile, "edb::Model::load()");
 
   // Parse everything before touching the model, so a bad file changes nothing.
-  Reader reader(body, path, header.position());
+  detail::BinaryReader reader(body, path, "edb::Model::load()", detail::kBinaryHeaderBytes);
   const uint32_t count = reader.get<uint32_t>("the entry count");
   if (count != state_->parameters.size())
     reader.fail("has " + std::to_string(count) + " parameters, model '" + state_->name + "' has " +
@@ -285,7 +194,7 @@ void Model::load(const std::string& path) {
   std::vector<std::vector<float>> loaded(count);
   for (uint32_t i = 0; i < count; ++i) {
     const uint32_t length = reader.get<uint32_t>("a name length");
-    const std::string name = reader.get_string(length, "a name");
+    const std::string name = reader.get_bytes(length, "a name");
     const bool is_lookup = reader.get<uint8_t>("an entry kind") != 0;
     const int32_t rows = reader.get<int32_t>("a shape");
     const int32_t cols = reader.get<int32_t>("a shape");
@@ -301,8 +210,7 @@ void Model::load(const std::string& path) {
       reader.fail("'" + name + "' is " + std::to_string(rows) + "x" + std::to_string(cols) +
                   " in the file but " + std::to_string(p.rows) + "x" + std::to_string(p.cols) +
                   " in the model");
-    loaded[index].resize(size_t(rows) * cols);
-    reader.get_floats(loaded[index].data(), loaded[index].size(), "parameter values");
+    loaded[index] = reader.get_floats(size_t(rows) * cols, "parameter values");
   }
   for (uint32_t i = 0; i < count; ++i) {
     if (loaded[i].empty())

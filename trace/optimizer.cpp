@@ -1,23 +1,19 @@
 // Optimizers (train.h): SGD with momentum and Adam over dense parameters and the touched rows of
 // lookup tables, global-norm clipping, and the optimizer's checksummed state file. Computing the
 // gradients is Trace::backward's job (backward.cpp); this file only applies them.
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "edbatch/train.h"
+#include "trace/binary_file.h"
 #include "trace/state.h"
 
 namespace edb {
 
 namespace {
 
-constexpr char kMagic[8] = {'E', 'D', 'B', 'O', 'P', 'T', 'I', 'M'};
-constexpr uint32_t kFormatVersion = 1;
-constexpr size_t kHeaderBytes = sizeof kMagic + 4 + 8 + 8;  // magic, version, body size, checksum
+constexpr detail::BinaryFormat kStateFile{
+    {'E', 'D', 'B', 'O', 'P', 'T', 'I', 'M'}, 1, "optimizer state file"};
 
 std::string number(double value) {
   char text[32];
@@ -162,68 +158,10 @@ void check_once(std::vector<bool>& seen, uint32_t index, const std::string& what
   if (!first_sight(seen, index)) gradient_error(what + " has two gradients (Gradients::add sums batches)");
 }
 
-// ---- The state file: header (magic, version, body size, checksum), then the body.
+// ---- The state file: binary_file.h's header (magic, version, body size, checksum), then the body.
 
-// FNV-1a, 64-bit: detects damaged files; not a security measure.
-uint64_t checksum(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-template <typename T>
-void put(std::string& out, const T& value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-
-void put_string(std::string& out, const std::string& text) {
-  put(out, static_cast<uint32_t>(text.size()));
-  out += text;
-}
-
-// Reads typed fields from a state file, with errors that name the file and the byte offset.
-class Reader {
- public:
-  // `base`: where `bytes` start in the file, so messages give file offsets.
-  Reader(const std::string& bytes, const std::string& path, size_t base = 0)
-      : bytes_(bytes), path_(path), base_(base) {}
-  template <typename T>
-  T get(const char* what) {
-    T value;
-    need(sizeof value, what);
-    std::memcpy(&value, bytes_.data() + pos_, sizeof value);
-    pos_ += sizeof value;
-    return value;
-  }
-  std::string get_bytes(size_t length, const char* what) {
-    need(length, what);
-    std::string s = bytes_.substr(pos_, length);
-    pos_ += length;
-    return s;
-  }
-  std::string get_string(const char* what) { return get_bytes(get<uint32_t>(what), what); }
-  std::vector<float> get_floats(size_t count, const char* what) {
-    need(count * sizeof(float), what);  // before allocating
-    std::vector<float> out(count);
-    std::memcpy(out.data(), bytes_.data() + pos_, count * sizeof(float));
-    pos_ += count * sizeof(float);
-    return out;
-  }
-  [[noreturn]] void fail(const std::string& what) const {
-    throw UsageError("edb::Optimizer::load(): '" + path_ + "' at byte " + std::to_string(base_ + pos_) +
-                     ": " + what);
-  }
-  size_t left() const { return bytes_.size() - pos_; }
-
- private:
-  void need(size_t count, const char* what) {
-    if (left() < count) fail(std::string("file ends inside ") + what + " (truncated?)");
-  }
-  const std::string& bytes_;
-  const std::string& path_;
-  size_t base_ = 0;
-  size_t pos_ = 0;
-};
+using detail::put;
+using detail::put_string;
 
 // A shape as the user declared it: rows x cols, or a lookup table's entries (cols) of dim (rows).
 std::string shape_text(bool is_lookup, int rows, int cols) {
@@ -231,52 +169,9 @@ std::string shape_text(bool is_lookup, int rows, int cols) {
   return "shape " + std::to_string(rows) + "x" + std::to_string(cols);
 }
 
-// Temp file + rename: a crash mid-write never leaves a half-written state under `path`.
-void write_state_file(const std::string& path, const std::string& body) {
-  std::string file(kMagic, sizeof kMagic);
-  put(file, kFormatVersion);
-  put(file, static_cast<uint64_t>(body.size()));
-  put(file, checksum(body));
-  file += body;
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) throw UsageError("edb::Optimizer::save(): cannot write '" + temp + "': " + std::strerror(errno));
-    out.write(file.data(), static_cast<std::streamsize>(file.size()));
-    if (!out.flush())
-      throw UsageError("edb::Optimizer::save(): writing '" + temp + "' failed: " + std::strerror(errno));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0)
-    throw UsageError("edb::Optimizer::save(): cannot rename '" + temp + "' to '" + path + "': " +
-                     std::strerror(errno));
-}
-
-// The body of the state file at `path`, after checking its header's magic, version, size and
-// checksum.
-std::string read_state_body(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("edb::Optimizer::load(): cannot open '" + path + "': " + std::strerror(errno));
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  Reader header(bytes, path);
-  if (header.get_bytes(sizeof kMagic, "the header") != std::string(kMagic, sizeof kMagic))
-    header.fail("not an edbatch optimizer state file (bad magic)");
-  const uint32_t version = header.get<uint32_t>("the header");
-  if (version != kFormatVersion)
-    header.fail("format version " + std::to_string(version) + ", this build reads version " +
-                std::to_string(kFormatVersion));
-  const uint64_t body_size = header.get<uint64_t>("the header");
-  const uint64_t expected = header.get<uint64_t>("the header");
-  if (header.left() != body_size)
-    header.fail("body is " + std::to_string(header.left()) + " bytes, header says " +
-                std::to_string(body_size) + (header.left() < body_size ? " (truncated?)" : ""));
-  std::string body = bytes.substr(kHeaderBytes);
-  if (checksum(body) != expected) header.fail("checksum mismatch (the file is damaged)");
-  return body;
-}
-
 // One moment buffer. A NaN there (or a negative second moment, whose root Adam takes) would spread
 // into the weights at the next step, so it is as much damage as a bad checksum.
-std::vector<float> read_moments(Reader& reader, size_t size, bool second_moment) {
+std::vector<float> read_moments(detail::BinaryReader& reader, size_t size, bool second_moment) {
   std::vector<float> values = reader.get_floats(size, "moment values");
   for (float v : values)
     if (!std::isfinite(v) || (second_moment && v < 0))
@@ -302,7 +197,7 @@ struct Optimizer::State {
   Moments& moments_of(uint32_t index);
   std::string encode();
   void decode(const std::string& body, const std::string& path);
-  uint32_t decode_entry(Reader& reader, std::vector<bool>& seen);
+  uint32_t decode_entry(detail::BinaryReader& reader, std::vector<bool>& seen);
 
  private:
   detail::ModelState* model_state_ = nullptr;
@@ -405,7 +300,7 @@ std::string Optimizer::State::encode() {
 
 // The index of the model's parameter that the next file entry names, after checking its kind and
 // shape, and that the file names it once.
-uint32_t Optimizer::State::decode_entry(Reader& reader, std::vector<bool>& seen) {
+uint32_t Optimizer::State::decode_entry(detail::BinaryReader& reader, std::vector<bool>& seen) {
   const std::string name = reader.get_string("a name");
   const bool is_lookup = reader.get<uint8_t>("an entry kind") != 0;
   const int32_t rows = reader.get<int32_t>("a shape");
@@ -427,7 +322,7 @@ uint32_t Optimizer::State::decode_entry(Reader& reader, std::vector<bool>& seen)
 
 // Parses the whole body before changing anything, so a bad file leaves the optimizer as it was.
 void Optimizer::State::decode(const std::string& body, const std::string& path) {
-  Reader reader(body, path, kHeaderBytes);
+  detail::BinaryReader reader(body, path, "edb::Optimizer::load()", detail::kBinaryHeaderBytes);
   OptimizerOptions loaded;
   loaded.kind = reader.get_string("the kind");
   if (loaded.kind != options.kind)
@@ -498,8 +393,12 @@ void Optimizer::set_learning_rate(float learning_rate) {
   state_->options = std::move(changed);
 }
 
-void Optimizer::save(const std::string& path) const { write_state_file(path, state_->encode()); }
+void Optimizer::save(const std::string& path) const {
+  detail::write_binary_file(path, kStateFile, state_->encode(), "edb::Optimizer::save()");
+}
 
-void Optimizer::load(const std::string& path) { state_->decode(read_state_body(path), path); }
+void Optimizer::load(const std::string& path) {
+  state_->decode(detail::read_binary_body(path, kStateFile, "edb::Optimizer::load()"), path);
+}
 
 }  // namespace edb

@@ -1,0 +1,93 @@
+// The shared framing of trace/'s binary files (binary_file.h): header checks, temp file + rename,
+// and the field reader's errors.
+#include "trace/binary_file.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+namespace edb::detail {
+
+uint64_t fnv1a(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+void put_string(std::string& out, const std::string& text) {
+  put(out, static_cast<uint32_t>(text.size()));
+  out += text;
+}
+
+void write_binary_file(const std::string& path, const BinaryFormat& format, const std::string& body,
+                       const char* function) {
+  std::string file(format.magic, sizeof format.magic);
+  put(file, format.version);
+  put(file, static_cast<uint64_t>(body.size()));
+  put(file, fnv1a(body));
+  file += body;
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out)
+      throw UsageError(std::string(function) + ": cannot write '" + temp + "': " + std::strerror(errno));
+    out.write(file.data(), static_cast<std::streamsize>(file.size()));
+    if (!out.flush())
+      throw UsageError(std::string(function) + ": writing '" + temp + "' failed: " + std::strerror(errno));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0)
+    throw UsageError(std::string(function) + ": cannot rename '" + temp + "' to '" + path + "': " +
+                     std::strerror(errno));
+}
+
+std::string read_binary_body(const std::string& path, const BinaryFormat& format, const char* function) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(std::string(function) + ": cannot open '" + path + "': " + std::strerror(errno));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  BinaryReader header(bytes, path, function);
+  if (header.get_bytes(sizeof format.magic, "the header") != std::string(format.magic, sizeof format.magic))
+    header.fail(std::string("not an edbatch ") + format.name + " (bad magic)");
+  const uint32_t version = header.get<uint32_t>("the header");
+  if (version != format.version)
+    header.fail("format version " + std::to_string(version) + ", this build reads version " +
+                std::to_string(format.version));
+  const uint64_t body_size = header.get<uint64_t>("the header");
+  const uint64_t expected = header.get<uint64_t>("the header");
+  const size_t left = header.left();
+  if (left < body_size)
+    header.fail("body is " + std::to_string(left) + " bytes, header says " + std::to_string(body_size) +
+                " (truncated?)");
+  if (left > body_size)
+    header.fail("has " + std::to_string(left - body_size) + " extra bytes after the " +
+                std::to_string(body_size) + "-byte body");
+  std::string body = bytes.substr(kBinaryHeaderBytes);
+  if (fnv1a(body) != expected) header.fail("checksum mismatch (the file is damaged)");
+  return body;
+}
+
+std::string BinaryReader::get_bytes(size_t length, const char* what) {
+  need(length, what);
+  std::string s = bytes_.substr(pos_, length);
+  pos_ += length;
+  return s;
+}
+
+std::vector<float> BinaryReader::get_floats(size_t count, const char* what) {
+  if (count > left() / sizeof(float)) truncated(what);  // not need(): count * 4 could overflow
+  std::vector<float> out(count);
+  if (count > 0) std::memcpy(out.data(), bytes_.data() + pos_, count * sizeof(float));
+  pos_ += count * sizeof(float);
+  return out;
+}
+
+void BinaryReader::truncated(const char* what) const {
+  fail(std::string("file ends inside ") + what + " (truncated?)");
+}
+
+void BinaryReader::fail(const std::string& what) const {
+  throw UsageError(std::string(function_) + ": '" + path_ + "' at byte " + std::to_string(base_ + pos_) +
+                   ": " + what);
+}
+
+}  // namespace edb::detail

@@ -1,0 +1,85 @@
+// The framing that trace/'s binary files share (the model file, the optimizer state file): magic,
+// version, body size and FNV-1a checksum, written through a temp file + rename, and the typed
+// field reader whose errors name the file and the byte offset. Each file's body is its owner's.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "edbatch/errors.h"
+
+namespace edb::detail {
+
+// FNV-1a, 64-bit: detects damaged files; not a security measure.
+uint64_t fnv1a(const std::string& bytes);
+
+template <typename T>
+void put(std::string& out, const T& value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// A uint32 length, then the bytes.
+void put_string(std::string& out, const std::string& text);
+
+// One kind of file: its 8-byte magic, the version this build writes and reads, and its name in
+// errors ("model file": "not an edbatch model file (bad magic)").
+struct BinaryFormat {
+  char magic[8];
+  uint32_t version;
+  const char* name;
+};
+
+// Magic, version, body size, checksum: where the body starts.
+constexpr size_t kBinaryHeaderBytes = 8 + 4 + 8 + 8;
+
+// Writes header + `body` to `path` through `path`.tmp and a rename, so a crash mid-write never
+// leaves a half-written file there. `function` ("edb::Model::save()") starts every error.
+void write_binary_file(const std::string& path, const BinaryFormat& format, const std::string& body,
+                       const char* function);
+
+// The body of the file at `path`, after checking the header's magic, version, size and checksum;
+// a UsageError starting with `function` ("edb::Model::load()") otherwise.
+std::string read_binary_body(const std::string& path, const BinaryFormat& format, const char* function);
+
+// Reads typed fields from a file's bytes; a field that runs past the end, or fail(), is a
+// UsageError "FUNCTION: 'PATH' at byte N: ...".
+class BinaryReader {
+ public:
+  // `base`: where `bytes` start in the file, so messages give file offsets. The reader keeps
+  // references to all three strings.
+  BinaryReader(const std::string& bytes, const std::string& path, const char* function, size_t base = 0)
+      : bytes_(bytes), path_(path), function_(function), base_(base) {}
+
+  template <typename T>
+  T get(const char* what) {
+    T value;
+    need(sizeof value, what);
+    std::memcpy(&value, bytes_.data() + pos_, sizeof value);
+    pos_ += sizeof value;
+    return value;
+  }
+  std::string get_bytes(size_t length, const char* what);
+  // A uint32 length, then the bytes (put_string's layout); `what` names both in errors.
+  std::string get_string(const char* what) { return get_bytes(get<uint32_t>(what), what); }
+  // Checks the length before allocating, so a damaged count fails instead of allocating.
+  std::vector<float> get_floats(size_t count, const char* what);
+
+  [[noreturn]] void fail(const std::string& what) const;
+  size_t position() const { return pos_; }
+  size_t left() const { return bytes_.size() - pos_; }
+
+ private:
+  void need(size_t count, const char* what) const {
+    if (left() < count) truncated(what);
+  }
+  [[noreturn]] void truncated(const char* what) const;
+  const std::string& bytes_;
+  const std::string& path_;
+  const char* function_;
+  size_t base_ = 0;
+  size_t pos_ = 0;
+};
+
+}  // namespace edb::detail
