@@ -3,6 +3,7 @@
 // gradients is Trace::backward's job (backward.cpp); this file only applies them.
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "edbatch/train.h"
 #include "trace/binary_file.h"
@@ -334,6 +335,9 @@ void Optimizer::State::decode(const std::string& body, const std::string& path) 
     reader.fail("options: " + problem);
   const int64_t loaded_steps = reader.get<int64_t>("the step count");
   if (loaded_steps < 0) reader.fail("step count " + std::to_string(loaded_steps) + " is negative");
+  // The next step() adds one, which the largest count would overflow.
+  if (loaded_steps == std::numeric_limits<int64_t>::max())
+    reader.fail("step count " + std::to_string(loaded_steps) + " leaves no room for another step");
 
   const uint32_t count = reader.get<uint32_t>("the entry count");
   const int buffers = moment_buffers(loaded);

@@ -1,7 +1,8 @@
 // libFuzzer target: the model file (Model::load) for a model with one parameter and one lookup
 // table. A bad file is a UsageError that leaves the model unchanged; a loaded model saves and loads
 // again to the same values. Inputs whose first byte is 1 are the file's body, given a header
-// with the right magic, version, size and checksum, so the fuzzer reaches the entry parser.
+// with the right magic, version, size and checksum (fuzz::binary_file_input), so the fuzzer
+// reaches the entry parser.
 #include <cstring>
 #include <vector>
 
@@ -10,17 +11,6 @@
 #include "tests/fuzz/fuzz_support.h"
 
 namespace {
-
-uint64_t fnv1a(const uint8_t* data, size_t size) {  // the model file's checksum (trace/model.cpp)
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < size; ++i) h = (h ^ data[i]) * 1099511628211ull;
-  return h;
-}
-
-template <typename T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
 
 std::vector<float> values_of(edb::Model& model) {
   std::vector<float> all;
@@ -33,17 +23,8 @@ std::vector<float> values_of(edb::Model& model) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace edb;
-  std::string path;
-  if (size > 0 && data[0] == 1) {
-    std::string file = "EDBMODEL";
-    put(file, uint32_t{1});
-    put(file, uint64_t(size - 1));
-    put(file, fnv1a(data + 1, size - 1));
-    file.append(reinterpret_cast<const char*>(data + 1), size - 1);
-    path = fuzz::write_scratch("wrapped.model", reinterpret_cast<const uint8_t*>(file.data()), file.size());
-  } else {
-    path = fuzz::write_scratch("raw.model", data, size);
-  }
+  const std::string path = fuzz::binary_file_input(
+      {{'E', 'D', 'B', 'M', 'O', 'D', 'E', 'L'}, 1, "model file"}, data, size);
   Model model("fuzz", 7);
   model.add_parameter("W", 3, 2);
   model.add_lookup("E", 4, 2);

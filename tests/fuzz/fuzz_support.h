@@ -12,6 +12,8 @@
 
 #include <edbatch/errors.h>
 
+#include "trace/binary_file.h"
+
 namespace edb::fuzz {
 
 // Runs `read`; true when it returned, false when it refused the input with a UsageError.
@@ -49,6 +51,16 @@ inline std::string write_scratch(const std::string& name, const uint8_t* data, s
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   out.close();
+  return path;
+}
+
+// The input as a file of trace/binary_file.h's framing, for the checksummed formats. An input
+// whose first byte is 1 is the body after it, given a header of `format` with the right size and
+// checksum so the fuzzer reaches the body's parser; any other input is the whole file.
+inline std::string binary_file_input(const detail::BinaryFormat& format, const uint8_t* data, size_t size) {
+  if (size == 0 || data[0] != 1) return write_scratch("raw.bin", data, size);
+  const std::string path = scratch_directory() + "/wrapped.bin";
+  detail::write_binary_file(path, format, std::string(data + 1, data + size), "fuzz");
   return path;
 }
 
