@@ -342,7 +342,7 @@ class Backward {
                          std::string(ir::op_name(node.op)) +
                          ") belongs to an earlier backward pass; second derivatives are not supported");
     }
-    throw InternalError("backward: no rule for op " + std::string(ir::op_name(node.op)));
+    throw InternalError("backward: no rule for op number " + std::to_string(int(node.op)));  // not op_name(): every op returned above
   }
 
   static Buffers& buffers() {
