@@ -1,6 +1,8 @@
 // Shared test helpers.
 #include "tests/support/test_support.h"
 
+#include "trace/binary_file.h"
+
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -43,6 +45,13 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ignored;
   std::filesystem::remove_all(path_, ignored);
+}
+
+std::string with_binary_body(const std::string& file, const std::string& body) {
+  std::string out = file.substr(0, 12);  // magic and version
+  detail::put(out, uint64_t(body.size()));
+  detail::put(out, detail::fnv1a(body));
+  return out + body;
 }
 
 void write_file(const std::string& path, const std::string& contents) {

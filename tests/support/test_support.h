@@ -38,6 +38,9 @@ std::string usage_error(F&& f) {
 }
 
 void write_file(const std::string& path, const std::string& contents);
+// A model or optimizer file (trace/binary_file.h) with its body replaced and the header's size and
+// checksum recomputed, so a test reaches the errors behind the checksum.
+std::string with_binary_body(const std::string& file, const std::string& body);
 std::string read_file(const std::string& path);
 
 // What a program printed and how it ended.

@@ -127,17 +127,6 @@ class ModelFile : public ::testing::Test {
     EXPECT_EQ(all_values(target), before) << "a failed load changed the model";
     return error;
   }
-  // The file's header with the checksum and size recomputed for a changed body, so a test can
-  // reach the errors behind the checksum.
-  static std::string with_body(const std::string& file, const std::string& body) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : body) h = (h ^ c) * 1099511628211ull;
-    std::string out = file.substr(0, 12);
-    const uint64_t size = body.size();
-    out.append(reinterpret_cast<const char*>(&size), 8);
-    out.append(reinterpret_cast<const char*>(&h), 8);
-    return out + body;
-  }
 
   TempDir dir;
   std::string path = dir.file("model.edb"), bad = dir.file("bad.edb");
@@ -279,7 +268,7 @@ TEST_F(ModelFile, DuplicateEntryLeavesAParameterWithoutValues) {
   const size_t at = body.find(b_entry);
   ASSERT_NE(at, std::string::npos);
   body.replace(at, 5, std::string("\x01\x00\x00\x00" "a", 5));
-  write_file(bad, with_body(read_file(path), body));
+  write_file(bad, testing::with_binary_body(read_file(path), body));
   Model fresh("m", 2);
   fresh.add_parameter("a", 2, 1);
   fresh.add_parameter("b", 2, 1);

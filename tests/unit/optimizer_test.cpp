@@ -329,17 +329,6 @@ class OptimizerFile : public ::testing::Test {
     EXPECT_EQ(target->options().learning_rate, 0.02f) << "a failed load changed the optimizer";
     return error;
   }
-  // The file's header with size and checksum recomputed for a changed body, to reach the errors
-  // behind the checksum.
-  static std::string with_body(const std::string& file, const std::string& body) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : body) h = (h ^ c) * 1099511628211ull;
-    std::string out = file.substr(0, 12);
-    const uint64_t size = body.size();
-    out.append(reinterpret_cast<const char*>(&size), 8);
-    out.append(reinterpret_cast<const char*>(&h), 8);
-    return out + body;
-  }
   std::string body() const { return bytes.substr(kHeaderBytes); }
   std::string prefix(const std::string& file) const { return "edb::Optimizer::load(): '" + file + "'"; }
 
@@ -387,7 +376,7 @@ TEST_F(OptimizerFile, Truncated) {
             prefix(bad) + " at byte 20: file ends inside the header (truncated?)");
   EXPECT_EQ(load_error(""), prefix(bad) + " at byte 0: file ends inside the header (truncated?)");
   // Cut inside the body with a consistent header: the parser meets the end.
-  const std::string cut = with_body(bytes, body().substr(0, 36));  // kind 8, options 24, steps 8
+  const std::string cut = testing::with_binary_body(bytes, body().substr(0, 36));  // kind 8, options 24, steps 8
   EXPECT_NE(load_error(cut).find("file ends inside the step count (truncated?)"), std::string::npos);
 }
 
@@ -443,17 +432,17 @@ TEST_F(OptimizerFile, BodyErrorsBehindAValidChecksum) {
   std::string changed = body();
   const float negative = -1;
   std::memcpy(changed.data() + 8, &negative, 4);
-  EXPECT_EQ(load_error(with_body(bytes, changed)),
+  EXPECT_EQ(load_error(testing::with_binary_body(bytes, changed)),
             prefix(bad) + " at byte 60: options: learning_rate -1 must be finite and > 0");
   // Bytes after the last entry.
-  EXPECT_EQ(load_error(with_body(bytes, body() + "junk")),
+  EXPECT_EQ(load_error(testing::with_binary_body(bytes, body() + "junk")),
             prefix(bad) + " at byte " + std::to_string(bytes.size()) + ": 4 bytes follow the last entry");
   // Moments that would poison the next step: a NaN, or a negative second moment (the file ends
   // with E's v).
   for (const float value : {std::nanf(""), -1.0f}) {
     changed = body();
     std::memcpy(changed.data() + changed.size() - 4, &value, 4);
-    EXPECT_EQ(load_error(with_body(bytes, changed)),
+    EXPECT_EQ(load_error(testing::with_binary_body(bytes, changed)),
               prefix(bad) + " at byte " + std::to_string(bytes.size()) + ": a moment value is " +
                   (std::isnan(value) ? "nan" : "-1") + " (the file is damaged)");
   }
@@ -461,7 +450,7 @@ TEST_F(OptimizerFile, BodyErrorsBehindAValidChecksum) {
   changed = body();
   const uint32_t huge = 0xfffffff0u;
   std::memcpy(changed.data() + 4 + 4 + 24 + 8 + 4, &huge, 4);
-  EXPECT_NE(load_error(with_body(bytes, changed)).find("file ends inside a name (truncated?)"),
+  EXPECT_NE(load_error(testing::with_binary_body(bytes, changed)).find("file ends inside a name (truncated?)"),
             std::string::npos);
 }
 
@@ -476,7 +465,7 @@ TEST_F(OptimizerFile, DuplicateEntry) {
   const size_t at = changed.find(b_entry);
   ASSERT_NE(at, std::string::npos);
   changed.replace(at, 5, std::string("\x01\x00\x00\x00" "a", 5));
-  write_file(bad, with_body(read_file(path), changed));
+  write_file(bad, testing::with_binary_body(read_file(path), changed));
   const std::string error = usage_error([&] { optimizer.load(bad); });
   EXPECT_NE(error.find("the file has parameter 'a' twice"), std::string::npos) << error;
 }
