@@ -17,34 +17,15 @@ namespace {
 
 using edb::testing::read_file;
 using edb::testing::TempDir;
+using edb::testing::edb_run_binary;
+using edb::testing::one_error_line;
+using edb::testing::run_edb;
 using edb::testing::write_file;
 
-// EDB_RUN_BINARY if set, else build/tools/edb-run beside this binary's build/tests/.
-std::string edb_run_binary() {
-  if (const char* path = std::getenv("EDB_RUN_BINARY")) return path;
-  std::error_code error;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  return (self.parent_path() / ".." / "tools" / "edb-run").lexically_normal().string();
-}
 
 using Outcome = testing::ProgramRun;
 
-// Runs edb-run with `args` (already shell-quoted where needed), capturing both streams.
-Outcome run_edb(const std::string& args) { return testing::run_program(edb_run_binary(), args); }
 
-// A failing run: non-zero status, nothing on stdout, exactly one line on stderr; returns it.
-std::string one_error_line(const std::string& args) {
-  const Outcome o = run_edb(args);
-  EXPECT_NE(o.status, 0) << args;
-  EXPECT_NE(o.status, -1) << args << ": did not exit normally";
-  EXPECT_EQ(o.out, "") << args;
-  EXPECT_FALSE(o.err.empty()) << args;
-  if (o.err.empty()) return "";
-  EXPECT_EQ(o.err.back(), '\n') << args;
-  const std::string line = o.err.substr(0, o.err.size() - 1);
-  EXPECT_EQ(line.find('\n'), std::string::npos) << args << ": more than one line:\n" << o.err;
-  return line;
-}
 
 class EdbRun : public ::testing::Test {
  protected:

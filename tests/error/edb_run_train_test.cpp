@@ -12,17 +12,12 @@
 namespace edb {
 namespace {
 
+using edb::testing::edb_run_binary;
+using edb::testing::one_error_line;
+using edb::testing::run_edb;
 using edb::testing::TempDir;
 
-// EDB_RUN_BINARY if set, else build/tools/edb-run beside this binary's build/tests/.
-std::string edb_run_binary() {
-  if (const char* path = std::getenv("EDB_RUN_BINARY")) return path;
-  std::error_code error;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  return (self.parent_path() / ".." / "tools" / "edb-run").lexically_normal().string();
-}
 
-testing::ProgramRun run_edb(const std::string& args) { return testing::run_program(edb_run_binary(), args); }
 
 // A small generated TreeLSTM workload: 60 trees, 54 trained and 6 held out, batches of 16.
 const std::string kSmall = "treelstm --limit 60 --hidden 8 --embed 8 --batch 16 --train --json";
@@ -35,16 +30,6 @@ nlohmann::json run_json(const std::string& args) {
   return j.is_object() ? j : nlohmann::json::object();
 }
 
-// A failing run: status 2, nothing on stdout, one line on stderr; returns it.
-std::string one_error_line(const std::string& args) {
-  const testing::ProgramRun o = run_edb(args);
-  EXPECT_EQ(o.status, 2) << args << "\n" << o.err;
-  EXPECT_EQ(o.out, "") << args;
-  if (o.err.empty() || o.err.back() != '\n') return o.err;
-  const std::string line = o.err.substr(0, o.err.size() - 1);
-  EXPECT_EQ(line.find('\n'), std::string::npos) << args << ": more than one line:\n" << o.err;
-  return line;
-}
 
 class EdbRunTrain : public ::testing::Test {
  protected:

@@ -14,14 +14,8 @@
 namespace edb {
 namespace {
 
+using testing::edb_run_binary;
 using testing::TempDir;
-
-std::string edb_run_binary() {
-  if (const char* path = std::getenv("EDB_RUN_BINARY")) return path;
-  std::error_code error;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  return (self.parent_path() / ".." / "tools" / "edb-run").lexically_normal().string();
-}
 
 std::string stub_library() {
   for (const char* variable : {"CUDA_HOME", "CUDA_PATH"})

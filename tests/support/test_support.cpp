@@ -79,4 +79,26 @@ ProgramRun run_program(const std::string& binary, const std::string& args) {
   return run;
 }
 
+std::string edb_run_binary() {
+  if (const char* path = std::getenv("EDB_RUN_BINARY")) return path;
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return (self.parent_path() / ".." / "tools" / "edb-run").lexically_normal().string();
+}
+
+ProgramRun run_edb(const std::string& args) { return run_program(edb_run_binary(), args); }
+
+std::string one_error_line(const std::string& args) {
+  const ProgramRun o = run_edb(args);
+  EXPECT_NE(o.status, 0) << args;
+  EXPECT_NE(o.status, -1) << args << ": did not exit normally";
+  EXPECT_EQ(o.out, "") << args;
+  EXPECT_FALSE(o.err.empty()) << args;
+  if (o.err.empty()) return "";
+  EXPECT_EQ(o.err.back(), '\n') << args;
+  const std::string line = o.err.substr(0, o.err.size() - 1);
+  EXPECT_EQ(line.find('\n'), std::string::npos) << args << ": more than one line:\n" << o.err;
+  return line;
+}
+
 }  // namespace edb::testing

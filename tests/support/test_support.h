@@ -52,4 +52,11 @@ struct ProgramRun {
 // streams.
 ProgramRun run_program(const std::string& binary, const std::string& args);
 
+// edb-run for the tests that run it: EDB_RUN_BINARY if set, else build/tools/edb-run beside this
+// test binary's build/tests/.
+std::string edb_run_binary();
+ProgramRun run_edb(const std::string& args);
+// A failing edb-run: a non-zero exit, nothing on stdout, exactly one line on stderr; returns it.
+std::string one_error_line(const std::string& args);
+
 }  // namespace edb::testing
