@@ -47,6 +47,19 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
+void add_layout(Model& model) {
+  model.add_parameter("W", 3, 4);
+  model.add_parameter("b", 3, 1);
+  model.add_lookup("E", 10, 4);
+}
+
+std::vector<float> all_values(const Model& model) {
+  std::vector<float> out;
+  for (const Parameter& p : model.parameters()) out.insert(out.end(), p.values().begin(), p.values().end());
+  for (const LookupTable& t : model.lookups()) out.insert(out.end(), t.values().begin(), t.values().end());
+  return out;
+}
+
 std::string with_binary_body(const std::string& file, const std::string& body) {
   std::string out = file.substr(0, 12);  // magic and version
   detail::put(out, uint64_t(body.size()));

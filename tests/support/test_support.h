@@ -38,6 +38,10 @@ std::string usage_error(F&& f) {
 }
 
 void write_file(const std::string& path, const std::string& contents);
+// The layout the model and optimizer file tests use: parameters W (3x4) and b (3x1), table E (10 x 4).
+void add_layout(Model& model);
+// Every value of every parameter, then of every lookup table, in the order they were added.
+std::vector<float> all_values(const Model& model);
 // A model or optimizer file (trace/binary_file.h) with its body replaced and the header's size and
 // checksum recomputed, so a test reaches the errors behind the checksum.
 std::string with_binary_body(const std::string& file, const std::string& body);

@@ -18,6 +18,8 @@ namespace {
 
 using testing::usage_error;
 
+using edb::testing::add_layout;
+using edb::testing::all_values;
 using edb::testing::read_file;
 using edb::testing::TempDir;
 using edb::testing::write_file;
@@ -25,25 +27,6 @@ using edb::testing::write_file;
 constexpr size_t kHeaderBytes = 8 + 4 + 8 + 8;  // magic, version, body size, checksum
 
 std::vector<float> copy(std::span<const float> v) { return {v.begin(), v.end()}; }
-
-// The layout the file tests use: two parameters and a lookup table.
-void add_layout(Model& model) {
-  model.add_parameter("W", 3, 4);
-  model.add_parameter("b", 3, 1);
-  model.add_lookup("E", 10, 4);
-}
-
-// Every value of every entry of the layout above, in order.
-std::vector<float> all_values(const Model& model) {
-  std::vector<float> out;
-  for (const char* name : {"W", "b"}) {
-    const auto v = model.parameter(name).values();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  const auto e = model.lookup("E").values();
-  out.insert(out.end(), e.begin(), e.end());
-  return out;
-}
 
 TEST(ModelInit, SeededAndDeterministic) {
   Model a("m", 7), b("m", 7), c("m", 8);

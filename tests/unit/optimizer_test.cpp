@@ -26,6 +26,8 @@ static void PrintTo(const OptimizerOptions& o, std::ostream* out) {
 
 namespace {
 
+using edb::testing::add_layout;
+using edb::testing::all_values;
 using edb::testing::read_file;
 using edb::testing::TempDir;
 using edb::testing::usage_error;
@@ -220,20 +222,6 @@ TEST(OptimizerSparse, AdamRowsUseTheGlobalStepForBiasCorrection) {
 }
 
 // ---- The state file.
-
-// A model of two parameters and a table, all initialised from `seed`.
-void add_layout(Model& model) {
-  model.add_parameter("W", 3, 4);
-  model.add_parameter("b", 3, 1);
-  model.add_lookup("E", 10, 4);
-}
-
-std::vector<float> all_values(const Model& model) {
-  std::vector<float> out;
-  for (const Parameter& p : model.parameters()) out.insert(out.end(), p.values().begin(), p.values().end());
-  for (const LookupTable& t : model.lookups()) out.insert(out.end(), t.values().begin(), t.values().end());
-  return out;
-}
 
 // Step k's gradients: every dense value, and table rows that differ from step to step (some rows
 // first touched after a resume), with values large enough that clipping takes part.
