@@ -47,6 +47,7 @@ struct Buffers {
   std::vector<NodeId> terms;      // combine()'s
   std::vector<SlicePart> slices;
   std::vector<NodeId> order;      // mirrored_order()'s
+  std::vector<NodeId> args;       // send()'s
   std::vector<uint32_t> position;
 };
 
@@ -251,7 +252,8 @@ class Backward {
   // Each op's rule: what n's gradient dy sends to each argument a gradient flows into.
   void send(NodeId n, NodeId dy, const std::vector<uint8_t>& flows) {
     const ir::Node node = graph_.node(n);  // a copy: emit() may grow the node array
-    const std::vector<NodeId> args(graph_.args(n).begin(), graph_.args(n).end());
+    std::vector<NodeId>& args = b_.args;  // a copy, as emit() may move the argument pool
+    args.assign(graph_.args(n).begin(), graph_.args(n).end());
     auto to = [&](size_t i, NodeId gradient) {
       if (flows[args[i]]) whole(args[i], gradient);
     };
