@@ -90,27 +90,28 @@ class Backward {
     order.clear();
     position.assign(loss + 1, UINT32_MAX);
     const scheduler::Schedule& last = s_.data.schedule;
+    NodeId first_scheduled = loss + 1;
     for (size_t b = last.batch_count(); b-- > 0;)
       for (NodeId m : last.batch(b))
         if (m <= loss && position[m] == UINT32_MAX) {
           position[m] = uint32_t(order.size());
           order.push_back(m);
+          first_scheduled = std::min(first_scheduled, m);
         }
+    // The schedule is an order of its nodes, so its reverse is valid for them; the nodes below
+    // all of them (earlier evaluations) can read none of them. A computed node among them that
+    // the schedule lacks would break that: then plain reverse recording order, always valid.
     for (int leaves = 0; leaves < 2; ++leaves)
-      for (NodeId n = loss + 1; n-- > 0;)
-        if (position[n] == UINT32_MAX && has_flag(graph_.node(n).op, ir::kLeaf) == (leaves == 1)) {
-          position[n] = uint32_t(order.size());
-          order.push_back(n);
-        }
-    // A schedule that is not this trace's forward pass (the loss recorded after other work) falls
-    // back to reverse recording order, which is always valid.
-    for (NodeId n : order)
-      for (NodeId a : graph_.args(n))
-        if (position[a] < position[n]) {
+      for (NodeId n = loss + 1; n-- > 0;) {
+        if (position[n] != UINT32_MAX || has_flag(graph_.node(n).op, ir::kLeaf) != (leaves == 1)) continue;
+        if (!leaves && n > first_scheduled) {
           order.clear();
           for (NodeId m = loss + 1; m-- > 0;) order.push_back(m);
           return order;
         }
+        position[n] = uint32_t(order.size());
+        order.push_back(n);
+      }
     return order;
   }
 
@@ -386,30 +387,40 @@ Gradients Trace::backward(const Expr& loss) {
   Gradients out;
   out.loss = values.in(loss.node_id())[0];
   // Lookups of one entry (a word read twice) add up; entries come out ascending per table.
-  std::map<uint32_t, std::map<int64_t, std::vector<float>>> rows;  // graph table index -> entry -> sum
+  struct Read {
+    uint32_t table;  // the graph's parameter index
+    int64_t entry;
+    NodeId gradient;
+  };
+  std::vector<Read> reads;
   for (const auto& [leaf, gradient] : leaves) {
     const ir::Node& node = graph.node(leaf);
-    if (node.op == Op::parameter) {
-      const auto [model, index] = detail::find_parameter(graph.parameter(node.attrs.parameter).uid);
-      if (!model) throw UsageError("edb::Trace::backward(): a parameter's Model was destroyed during the trace");
-      out.parameters.push_back({Parameter(model, index), tensor_of(values, graph, gradient)});
+    if (node.op == Op::lookup) {
+      reads.push_back({node.attrs.parameter, node.attrs.index, gradient});
       continue;
     }
-    std::vector<float>& sum = rows[node.attrs.parameter][node.attrs.index];
-    const float* g = values.in(gradient);
-    const size_t dim = size_t(node.shape.rows);
-    if (sum.empty()) sum.assign(g, g + dim);
-    else for (size_t i = 0; i < dim; ++i) sum[i] += g[i];
+    const auto [model, index] = detail::find_parameter(graph.parameter(node.attrs.parameter).uid);
+    if (!model) throw UsageError("edb::Trace::backward(): a parameter's Model was destroyed during the trace");
+    out.parameters.push_back({Parameter(model, index), tensor_of(values, graph, gradient)});
   }
-  for (const auto& [table_index, entries] : rows) {
-    const auto [model, index] = detail::find_parameter(graph.parameter(table_index).uid);
+  std::sort(reads.begin(), reads.end(), [](const Read& x, const Read& y) {
+    return std::tie(x.table, x.entry, x.gradient) < std::tie(y.table, y.entry, y.gradient);
+  });
+  for (size_t i = 0; i < reads.size();) {
+    const auto [model, index] = detail::find_parameter(graph.parameter(reads[i].table).uid);
     if (!model) throw UsageError("edb::Trace::backward(): a lookup table's Model was destroyed during the trace");
-    Gradients::Rows r{LookupTable(model, index), {}, {}};
-    for (const auto& [entry, g] : entries) {
-      r.entries.push_back(entry);
-      r.gradients.insert(r.gradients.end(), g.begin(), g.end());
+    Gradients::Rows& r = out.tables.emplace_back(Gradients::Rows{LookupTable(model, index), {}, {}});
+    const size_t dim = size_t(graph.parameter(reads[i].table).shape.rows);
+    for (const uint32_t table = reads[i].table; i < reads.size() && reads[i].table == table; ++i) {
+      const float* g = values.in(reads[i].gradient);
+      if (!r.entries.empty() && r.entries.back() == reads[i].entry) {
+        float* sum = r.gradients.data() + r.gradients.size() - dim;
+        for (size_t k = 0; k < dim; ++k) sum[k] += g[k];
+        continue;
+      }
+      r.entries.push_back(reads[i].entry);
+      r.gradients.insert(r.gradients.end(), g, g + dim);
     }
-    out.tables.push_back(std::move(r));
   }
   return out;
 }

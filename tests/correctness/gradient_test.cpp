@@ -44,6 +44,9 @@ std::vector<OpCase> op_cases() {
   return {
       {"parameter", [=](Trace& t, Model& m) { return P(t, m, "W"); }},
       {"lookup", [=](Trace& t, Model& m) { return cmult(t.lookup(m.lookup("E"), 2), t.lookup(m.lookup("E"), 4)); }},
+      {"lookup of one entry twice", [=](Trace& t, Model& m) {
+         return cmult(t.lookup(m.lookup("E"), 2), tanh(t.lookup(m.lookup("E"), 2) * 2.0f)) + t.lookup(m.lookup("E"), 5);
+       }},
       {"matmul", [=](Trace& t, Model& m) { return matmul(P(t, m, "W"), P(t, m, "X")); }},
       {"matmul of a vector", [=](Trace& t, Model& m) { return matmul(P(t, m, "W"), x(t)); }},
       {"affine", [=](Trace& t, Model& m) {
