@@ -269,5 +269,37 @@ TEST(CudaLaunch, EverySampleModelMatchesTheCpu) {
   }
 }
 
+// Every sample model's backward pass: the GPU executor's gradients against the CPU's.
+TEST(CudaLaunch, EverySampleModelsGradientsMatchTheCpu) {
+  REQUIRE_GPU(probe);
+  for (const samples::ModelEntry& entry : samples::model_registry()) {
+    TempDir cache;
+    samples::ModelConfig config;
+    config.limit = 8;
+    config.embed = 16;
+    config.hidden = 16;
+    const auto model = entry.make(config);
+    Gradients gradients[2];
+    for (int gpu = 0; gpu < 2; ++gpu) {
+      EngineOptions options;
+      options.device = gpu ? "cuda" : "cpu";
+      options.cache_directory = cache.path();
+      options.verify = true;
+      Engine engine(options);
+      Trace trace(engine);
+      std::vector<Expr> losses;
+      for (size_t i = 0; i < model->instance_count(); ++i) losses.push_back(model->record_loss(trace, i));
+      gradients[gpu] = trace.backward(sum(losses));
+    }
+    EXPECT_TRUE(testing::near_relative(gradients[1].loss, gradients[0].loss, 1e-4)) << entry.name;
+    ASSERT_EQ(gradients[1].parameters.size(), gradients[0].parameters.size()) << entry.name;
+    for (const Gradients::Dense& cpu : gradients[0].parameters) {
+      const Tensor* gpu = gradients[1].of(cpu.parameter);
+      ASSERT_NE(gpu, nullptr) << entry.name << " " << cpu.parameter.name();
+      EXPECT_TRUE(testing::near_relative(*gpu, cpu.gradient, 1e-3)) << entry.name << " " << cpu.parameter.name();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace edb
