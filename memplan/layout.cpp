@@ -60,9 +60,7 @@ void for_each_read_slot(const ir::Node& first, size_t members, ModeOf&& mode_of)
   switch (first.op) {
     case ir::Op::lookup:
     case ir::Op::matmul_nt: return;  // packs each member's pairs itself (run_matmul_nt)
-    case ir::Op::matmul_tn:
-      if (mode_of(size_t{0}) == OperandMode::shared || members == 1) mode_of(size_t{1});
-      return;
+    case ir::Op::matmul_tn:  // as matmul: its weight is transposed, not read otherwise
     case ir::Op::matmul:
     case ir::Op::affine:
     case ir::Op::matvec: {
@@ -105,22 +103,16 @@ int64_t copied_members(const ir::Graph& graph, const ir::Node& first, ir::NodeId
     case ir::Op::softmax_grad:
     case ir::Op::log_softmax_grad:
     case ir::Op::pick_neg_log_softmax_grad: return n;
-    case ir::Op::matmul_tn: {  // A^T X: X read like a GEMM's (run_matmul_tn)
-      if (slot == 0) return 0;
-      const int64_t output_rows = graph.node(graph.args(member0)[0]).shape.cols;
-      return gemm_reads_runs(runs, output_rows, n) ? alone : n;
-    }
     case ir::Op::matvec: return 0;  // per-member products, read in place
     case ir::Op::affine:
-    case ir::Op::matmul: {
+    case ir::Op::matmul:
+    case ir::Op::matmul_tn: {  // A^T X: X read like any GEMM's (gemm_rows, transposed)
       const size_t product_begin = first.op == ir::Op::affine ? 1 : 0;
       if (slot < product_begin) return n;  // the bias
       if ((slot - product_begin) % 2 == 0) return 0;  // a weight that differs: per-member products
-      {
-        const int64_t weight_rows = graph.node(graph.args(member0)[slot - 1]).shape.rows;
-        return gemm_reads_runs(runs, weight_rows, n) ? alone : n;
-      }
-      return alone;
+      const ir::Shape weight = graph.node(graph.args(member0)[slot - 1]).shape;
+      const int64_t output_rows = first.op == ir::Op::matmul_tn ? weight.cols : weight.rows;
+      return gemm_reads_runs(runs, output_rows, n) ? alone : n;
     }
     default: return alone;
   }

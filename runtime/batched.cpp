@@ -229,43 +229,49 @@ void run_sum(const BatchContext& c) {
 
 // Whether a gathered X is better read in place run by run (one GEMM per strided run) than copied
 // whole into scratch (memplan::gemm_reads_runs, which the planner's prediction shares).
-bool gemm_by_runs(const Operand& x, const Operand& w, int64_t n) {
+bool gemm_by_runs(const Operand& x, int64_t output_rows, int64_t n) {
   if (x.kind != Operand::kGathered) return false;
   int64_t runs = 0;
   for (int64_t k = 0; k < n; k = x.run_end[k]) ++runs;
-  return memplan::gemm_reads_runs(runs, w.shape.rows, n);
+  return memplan::gemm_reads_runs(runs, output_rows, n);
 }
 
-// out += W_1 X_1 + W_2 X_2 + ...: one GEMM per shared weight over all members, split by rows of
-// the output across threads (each thread packs only its rows of W; X is small). A gathered X is
-// copied into scratch first, or read run by run in place where gemm_by_runs says so.
-void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Operand>>& products) {
+// out += W_1 X_1 + W_2 X_2 + ... (or W_1^T X_1 + ... when `transposed`): one GEMM per shared
+// weight over all members, split by rows of the output across threads (each thread packs only its
+// rows of W; X is small). A gathered X is copied into scratch first, or read run by run in place
+// where gemm_by_runs says so.
+void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Operand>>& products,
+               bool transposed = false) {
   Matrix out = c.output();
   std::vector<StridedConst> xs;
   std::vector<uint8_t> by_runs;
   for (const auto& [w, x] : products) {
-    by_runs.push_back(gemm_by_runs(x, w, c.n()));
+    by_runs.push_back(gemm_by_runs(x, transposed ? w.shape.cols : w.shape.rows, c.n()));
     if (by_runs.back()) c.count_alone(x, 0, c.n());
     xs.push_back(by_runs.back() ? x.view(0, 1) : c.matrix(x));  // the first only stands in for a run view
   }
   int64_t calls = 0;
   for (size_t i = 0; i < products.size(); ++i)
     for (int64_t k = 0; k < c.n(); k = by_runs[i] ? products[i].second.run_end[k] : c.n()) ++calls;
+  // rows: output rows [begin, end) of W (or W^T), whichever expression type that is.
+  auto add_products = [&](size_t i, int64_t begin, int64_t end, const auto& rows) {
+    if (!by_runs[i]) {
+      out.middleRows(begin, end - begin).noalias() += rows * xs[i];
+      return;
+    }
+    const Operand& x = products[i].second;
+    const int64_t cols = x.shape.cols;
+    for (int64_t k = 0; k < c.n(); k = x.run_end[k]) {
+      const int64_t count = int64_t(x.run_end[k]) - k;
+      out.block(begin, k * cols, end - begin, count * cols).noalias() += rows * x.view(k, count);
+    }
+  };
   c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {
     for (size_t i = 0; i < products.size(); ++i) {
       const Operand& w = products[i].first;
       const ConstMatrix weight(w.base, w.shape.rows, w.shape.cols);
-      const auto rows = weight.middleRows(begin, end - begin);
-      if (!by_runs[i]) {
-        out.middleRows(begin, end - begin).noalias() += rows * xs[i];
-        continue;
-      }
-      const Operand& x = products[i].second;
-      const int64_t cols = x.shape.cols;
-      for (int64_t k = 0; k < c.n(); k = x.run_end[k]) {
-        const int64_t count = int64_t(x.run_end[k]) - k;
-        out.block(begin, k * cols, end - begin, count * cols).noalias() += rows * x.view(k, count);
-      }
+      if (transposed) add_products(i, begin, end, weight.middleCols(begin, end - begin).transpose());
+      else add_products(i, begin, end, weight.middleRows(begin, end - begin));
     }
   });
   c.stats.kernel_calls += calls;
@@ -307,8 +313,8 @@ void run_linear(const BatchContext& c) {
   gemm_rows(c, products);
 }
 
-// A^T B: with A shared (a weight), one GEMM A^T X over all members, split by output rows (columns
-// of A) across threads; otherwise one small product per member.
+// A^T B: with A shared (a weight), one GEMM A^T X over all members (gemm_rows, transposed);
+// otherwise one small product per member.
 void run_matmul_tn(const BatchContext& c) {
   const Operand a = c.operand(0);
   if (a.kind != Operand::kShared && c.n() > 1) {
@@ -321,29 +327,8 @@ void run_matmul_tn(const BatchContext& c) {
     c.stats.kernel_calls += c.n();
     return;
   }
-  // As gemm_rows: X read run by run in place where the shared rule says so, else copied whole.
-  const ConstMatrix weight(a.base, a.shape.rows, a.shape.cols);
-  const Operand x = c.operand(1);
-  int64_t runs = 0;
-  if (x.kind == Operand::kGathered)
-    for (int64_t k = 0; k < c.n(); k = x.run_end[k]) ++runs;
-  const bool by_runs = x.kind == Operand::kGathered && memplan::gemm_reads_runs(runs, a.shape.cols, c.n());
-  if (by_runs) c.count_alone(x, 0, c.n());
-  const StridedConst whole = by_runs ? x.view(0, 1) : c.matrix(x);  // by runs: stands in only
-  Matrix out = c.output();
-  const int64_t cols = x.shape.cols;
-  c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {
-    const auto rows = weight.middleCols(begin, end - begin).transpose();
-    if (!by_runs) {
-      out.middleRows(begin, end - begin).noalias() = rows * whole;
-      return;
-    }
-    for (int64_t k = 0; k < c.n(); k = x.run_end[k]) {
-      const int64_t count = int64_t(x.run_end[k]) - k;
-      out.block(begin, k * cols, end - begin, count * cols).noalias() = rows * x.view(k, count);
-    }
-  });
-  c.stats.kernel_calls += by_runs ? runs : 1;
+  c.output().setZero();
+  gemm_rows(c, {{a, c.operand(1)}}, /*transposed=*/true);
 }
 
 // Member k's pairs as two side-by-side matrices [A1 A2 ...] and [B1 B2 ...], read in place when
@@ -408,10 +393,13 @@ void run_lookup(const BatchContext& c) {
   c.stats.kernel_calls += 1;
 }
 
+// tanh_grad and sigmoid_grad, which the jit builds from kernel ops (activation_gradient()).
+bool is_activation_gradient(ir::Op op) { return op == ir::Op::tanh_grad || op == ir::Op::sigmoid_grad; }
+
 // The kernel op of an elementwise batch the JIT runs; false for others (and for wide sums, a
 // trace's losses, where each arity would be a kernel of its own).
 bool jit_op_of(const ir::Node& node, jit::KernelOp& op) {
-  if (node.op == ir::Op::tanh_grad || node.op == ir::Op::sigmoid_grad) {
+  if (is_activation_gradient(node.op)) {
     op = jit::KernelOp::cmult;  // built from kernel ops by activation_gradient()
     return true;
   }
@@ -470,7 +458,7 @@ void run_jit_group(std::span<const BatchContext> group) {
       key += "in ";
     }
     jit::ValueId value = args[0];
-    if (c.first.op == ir::Op::tanh_grad || c.first.op == ir::Op::sigmoid_grad) {
+    if (is_activation_gradient(c.first.op)) {
       value = activation_gradient(kernel, c.first.op, args[0], args[1]);
     } else if (jit::kernel_op_has_constant(op)) {
       value = kernel.with_constant(op, value, c.first.attrs.constant);
