@@ -44,7 +44,8 @@ struct Buffers {
   std::vector<Contribution> items;
   std::vector<uint8_t> depends, flows;
   std::vector<ir::Shape> shapes;  // emit()'s
-  std::vector<NodeId> terms;      // combine()'s
+  std::vector<int32_t> list;      // combine()'s
+  std::vector<NodeId> terms;
   std::vector<SlicePart> slices;
   std::vector<NodeId> order;      // mirrored_order()'s
   std::vector<NodeId> args;       // send()'s
@@ -167,12 +168,16 @@ class Backward {
   // The sum of everything sent to n: its whole terms, its slices put back in place, and one
   // matmul_nt per shape of pair (a bias's (dy, 1) apart from a weight's (dy, x)).
   NodeId combine(NodeId n) {
+    std::vector<int32_t>& list = b_.list;  // n's contributions, oldest first (the links run newest first)
+    list.clear();
+    for (int32_t i = b_.head[n]; i >= 0; i = b_.items[size_t(i)].next) list.push_back(i);
+    std::reverse(list.begin(), list.end());
     std::vector<NodeId>& terms = b_.terms;
     std::vector<SlicePart>& slices = b_.slices;
     terms.clear();
     slices.clear();
     std::vector<std::vector<NodeId>> groups;  // each: a1, b1, a2, b2, ...
-    for (int32_t i = b_.head[n]; i >= 0; i = b_.items[size_t(i)].next) {
+    for (int32_t i : list) {
       const Contribution c = b_.items[size_t(i)];
       if (c.kind == Contribution::kWhole) {
         terms.push_back(c.a);
@@ -186,14 +191,6 @@ class Backward {
         if (group == groups.end()) group = groups.insert(groups.end(), std::vector<NodeId>{});
         group->push_back(c.a);
         group->push_back(c.b);
-      }
-    }
-    // The list runs newest first: uses in recording order read better in dumps.
-    std::reverse(terms.begin(), terms.end());
-    for (std::vector<NodeId>& g : groups) {
-      for (size_t i = 0, j = g.size() - 2; i < j; i += 2, j -= 2) {
-        std::swap(g[i], g[j]);
-        std::swap(g[i + 1], g[j + 1]);
       }
     }
     if (!slices.empty()) terms.push_back(assemble_slices(n, slices));
@@ -220,26 +217,21 @@ class Backward {
     }
     bool disjoint = true;
     for (size_t i = 1; i < merged.size(); ++i) disjoint &= merged[i].begin >= merged[i - 1].end;
-    auto zeros = [&](int32_t rows) { return constant(ir::Shape{rows, shape.cols}, 0.0f); };
-    if (disjoint) {
+    // Disjoint slices in ascending order as one value of n's shape, with zeros in the gaps.
+    auto place = [&](std::span<const SlicePart> ascending) {
       std::vector<NodeId> pieces;
       int32_t row = 0;
-      for (const SlicePart& p : merged) {
-        if (p.begin > row) pieces.push_back(zeros(p.begin - row));
+      for (const SlicePart& p : ascending) {
+        if (p.begin > row) pieces.push_back(constant(ir::Shape{p.begin - row, shape.cols}, 0.0f));
         pieces.push_back(p.gradient);
         row = p.end;
       }
-      if (row < shape.rows) pieces.push_back(zeros(shape.rows - row));
+      if (row < shape.rows) pieces.push_back(constant(ir::Shape{shape.rows - row, shape.cols}, 0.0f));
       return pieces.size() == 1 ? pieces[0] : emit(Op::concat, pieces);
-    }
+    };
+    if (disjoint) return place(merged);
     std::vector<NodeId> padded;
-    for (const SlicePart& p : merged) {
-      std::vector<NodeId> pieces;
-      if (p.begin > 0) pieces.push_back(zeros(p.begin));
-      pieces.push_back(p.gradient);
-      if (p.end < shape.rows) pieces.push_back(zeros(shape.rows - p.end));
-      padded.push_back(pieces.size() == 1 ? pieces[0] : emit(Op::concat, pieces));
-    }
+    for (const SlicePart& p : merged) padded.push_back(place(std::span(&p, 1)));
     return emit(Op::sum, padded);
   }
 
