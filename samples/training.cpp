@@ -78,13 +78,11 @@ Evaluation evaluate(SampleModel& model, Engine& engine, size_t first, size_t las
     Trace trace(engine);
     std::vector<Prediction> predictions;
     std::vector<Expr> losses;
-    for (size_t i = begin; i < end; ++i) {
-      const size_t before = predictions.size();
-      const std::vector<Prediction> own = model.record_predictions(trace, i);
-      predictions.insert(predictions.end(), own.begin(), own.end());
-      for (size_t p = before; p < predictions.size(); ++p)
-        losses.push_back(pick_neg_log_softmax(predictions[p].scores, predictions[p].gold));
-    }
+    for (size_t i = begin; i < end; ++i)
+      for (const Prediction& p : model.record_predictions(trace, i)) {
+        losses.push_back(pick_neg_log_softmax(p.scores, p.gold));
+        predictions.push_back(p);
+      }
     loss += sum(losses).scalar();
     const bool roots = std::any_of(predictions.begin(), predictions.end(), [](const Prediction& p) { return p.root; });
     for (const Prediction& p : predictions) {
@@ -104,24 +102,6 @@ Evaluation evaluate(SampleModel& model, Engine& engine, size_t first, size_t las
   result.positions_majority = most_frequent(position_labels);
   return result;
 }
-
-namespace {
-
-// Adds what the engine counted between two readings of its stats.
-void add_difference(Stats& into, const Stats& after, const Stats& before) {
-  into.nodes += after.nodes - before.nodes;
-  into.batches += after.batches - before.batches;
-  into.lower_bound += after.lower_bound - before.lower_bound;
-  into.kernel_calls += after.kernel_calls - before.kernel_calls;
-  into.bytes_gathered += after.bytes_gathered - before.bytes_gathered;
-  into.flops += after.flops - before.flops;
-  into.time.schedule_ms += after.time.schedule_ms - before.time.schedule_ms;
-  into.time.plan_ms += after.time.plan_ms - before.time.plan_ms;
-  into.time.compile_ms += after.time.compile_ms - before.time.compile_ms;
-  into.time.execute_ms += after.time.execute_ms - before.time.execute_ms;
-}
-
-}  // namespace
 
 TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, const TrainOptions& options) {
   if (options.epochs < 1) throw UsageError("--epochs must be at least 1, got " + std::to_string(options.epochs));
@@ -149,12 +129,12 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
       const Expr loss = sum(losses) * (1.0f / float(end - begin));
       loss_sum += double(loss.scalar()) * double(end - begin);
       e.forward_ms += ms_since(start);
-      const Stats before_backward = engine.stats();
-      add_difference(e.forward_stats, before_backward, before_forward);
+      const Stats after_forward = engine.stats();
+      (e.forward_stats += after_forward) -= before_forward;
       start = Clock::now();
       const Gradients gradients = trace.backward(loss);
       e.backward_ms += ms_since(start);
-      add_difference(e.backward_stats, engine.stats(), before_backward);
+      (e.backward_stats += engine.stats()) -= after_forward;
       start = Clock::now();
       norm_sum += optimizer.step(gradients);
       e.optimizer_ms += ms_since(start);

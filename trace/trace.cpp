@@ -305,21 +305,35 @@ PolicyProgress Engine::train_policy(std::span<Trace* const> traces, const Policy
 
 void Engine::save_policy(const std::string& path) { state_->driver.save_policy(path); }
 
+namespace {
+
+// Every counter and time of `o`, times `sign`, added to `s`.
+void accumulate(Stats& s, const Stats& o, int sign) {
+  s.nodes += sign * o.nodes;
+  s.batches += sign * o.batches;
+  s.lower_bound += sign * o.lower_bound;
+  s.kernel_calls += sign * o.kernel_calls;
+  s.bytes_gathered += sign * o.bytes_gathered;
+  s.kernels_compiled += sign * o.kernels_compiled;
+  s.cache_hits += sign * o.cache_hits;
+  s.flops += sign * o.flops;
+  s.policy_decisions += sign * o.policy_decisions;
+  s.policy_unseen += sign * o.policy_unseen;
+  s.time.schedule_ms += sign * o.time.schedule_ms;
+  s.time.plan_ms += sign * o.time.plan_ms;
+  s.time.compile_ms += sign * o.time.compile_ms;
+  s.time.execute_ms += sign * o.time.execute_ms;
+}
+
+}  // namespace
+
 Stats& Stats::operator+=(const Stats& o) {
-  nodes += o.nodes;
-  batches += o.batches;
-  lower_bound += o.lower_bound;
-  kernel_calls += o.kernel_calls;
-  bytes_gathered += o.bytes_gathered;
-  kernels_compiled += o.kernels_compiled;
-  cache_hits += o.cache_hits;
-  flops += o.flops;
-  policy_decisions += o.policy_decisions;
-  policy_unseen += o.policy_unseen;
-  time.schedule_ms += o.time.schedule_ms;
-  time.plan_ms += o.time.plan_ms;
-  time.compile_ms += o.time.compile_ms;
-  time.execute_ms += o.time.execute_ms;
+  accumulate(*this, o, 1);
+  return *this;
+}
+
+Stats& Stats::operator-=(const Stats& o) {
+  accumulate(*this, o, -1);
   return *this;
 }
 

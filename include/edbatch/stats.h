@@ -26,6 +26,7 @@ struct Stats {
   StageTimes time;
 
   Stats& operator+=(const Stats& other);
+  Stats& operator-=(const Stats& other);  // what was counted between two readings: later -= earlier
 };
 
 }  // namespace edb

@@ -118,10 +118,7 @@ Outcome run_graph(Engine& engine, const testing::RandomGraphModel& model, uint64
   } catch (const std::exception& e) {
     outcome.error = e.what();
   }
-  outcome.stats = engine.stats();
-  outcome.stats.nodes -= before.nodes;
-  outcome.stats.batches -= before.batches;
-  outcome.stats.lower_bound -= before.lower_bound;
+  (outcome.stats = engine.stats()) -= before;
   return outcome;
 }
 
