@@ -8,7 +8,6 @@
 #include <iostream>
 #include <optional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include <edbatch/edbatch.h>
 #include <edbatch/train.h>
@@ -124,6 +123,12 @@ double gflops(const Report& r) {
   return instances > 0 ? r.result.instances_per_sec * double(r.result.stats.flops) / double(instances) / 1e9 : 0.0;
 }
 
+// --train-policy's outcome: the learned table's batches against the lower bound, and its time.
+nlohmann::json policy_training_json(const Report& r) {
+  return {{"episodes", r.training.episode}, {"batches", r.training.best_batches},
+          {"lower_bound", r.training.lower_bound}, {"time_ms", r.training_ms}};
+}
+
 nlohmann::json to_json(const Report& r) {
   const edb::Stats& s = r.result.stats;
   const auto& t = s.time;
@@ -162,24 +167,29 @@ nlohmann::json to_json(const Report& r) {
         {"total", r.result.total_ms}}},
   };
   if (s.policy_decisions > 0) j["policy_unseen_rate"] = double(s.policy_unseen) / double(s.policy_decisions);
-  if (r.trained)
-    j["training"] = {{"episodes", r.training.episode}, {"batches", r.training.best_batches},
-                     {"lower_bound", r.training.lower_bound}, {"time_ms", r.training_ms}};
+  if (r.trained) j["training"] = policy_training_json(r);
   return j;
 }
+
+std::string fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
+
+std::string number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
+std::string percent(double fraction) { return fixed(100 * fraction, 1) + "%"; }
 
 void print_table(const Report& r) {
   const edb::Stats& s = r.result.stats;
   const double total = r.result.total_ms;
   auto row = [](const std::string& name, const std::string& value) {
     std::printf("| %-22s | %22s |\n", name.c_str(), value.c_str());
-  };
-  auto fixed = [](double v, int digits) {
-    std::ostringstream out;
-    out.setf(std::ios::fixed);
-    out.precision(digits);
-    out << v;
-    return out.str();
   };
   auto share = [&](double ms) { return fixed(ms, 1) + " ms (" + fixed(total > 0 ? 100 * ms / total : 0, 1) + "%)"; };
   std::printf("edb-run %s: %s\n", r.model.c_str(), r.data.c_str());
@@ -326,25 +336,9 @@ nlohmann::json training_json(const Report& r, const TrainingReport& t) {
   };
   if (!t.loaded.empty()) j["loaded"] = t.loaded;
   if (!t.saved.empty()) j["saved"] = t.saved;
-  if (r.trained)
-    j["policy_training"] = {{"episodes", r.training.episode}, {"batches", r.training.best_batches},
-                            {"lower_bound", r.training.lower_bound}, {"time_ms", r.training_ms}};
+  if (r.trained) j["policy_training"] = policy_training_json(r);
   return j;
 }
-
-std::string fixed(double v, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, v);
-  return text;
-}
-
-std::string number(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", v);
-  return text;
-}
-
-std::string percent(double fraction) { return fixed(100 * fraction, 1) + "%"; }
 
 void print_training_table(const Report& r, const TrainingReport& t) {
   const edb::samples::TrainResult& result = t.result;
