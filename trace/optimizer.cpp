@@ -199,19 +199,9 @@ struct Optimizer::State {
   std::string encode();
   void decode(const std::string& body, const std::string& path);
   uint32_t decode_entry(detail::BinaryReader& reader, std::vector<bool>& seen);
-
- private:
-  detail::ModelState* model_state_ = nullptr;
 };
 
-// Optimizer is a friend of the handles but not of Model, so the model's state is reached through
-// any handle of it. A model without any has none to find yet (and no gradient can be its then).
-detail::ModelState* Optimizer::State::model_state() {
-  if (model_state_) return model_state_;
-  for (const Parameter& p : model.parameters()) return model_state_ = p.model_;
-  for (const LookupTable& t : model.lookups()) return model_state_ = t.model_;
-  return nullptr;
-}
+detail::ModelState* Optimizer::State::model_state() { return model.state_.get(); }
 
 // The storage behind a gradient's handle, after checking that it is one of this model's.
 template <typename Handle>
@@ -276,7 +266,7 @@ std::string Optimizer::State::encode() {
     put(body, value);
   put(body, steps);
   detail::ModelState* state = model_state();
-  const uint32_t count = state ? static_cast<uint32_t>(state->parameters.size()) : 0;
+  const uint32_t count = static_cast<uint32_t>(state->parameters.size());
   const int buffers = moment_buffers(options);
   put(body, count);
   const Moments none;
@@ -308,7 +298,7 @@ uint32_t Optimizer::State::decode_entry(detail::BinaryReader& reader, std::vecto
   const int32_t cols = reader.get<int32_t>("a shape");
   const std::string what = std::string(is_lookup ? "lookup table" : "parameter") + " '" + name + "'";
   detail::ModelState* state = model_state();
-  const size_t count = state ? state->parameters.size() : 0;
+  const size_t count = state->parameters.size();
   uint32_t index = 0;
   while (index < count && !(state->at(index).name == name && state->at(index).is_lookup == is_lookup))
     ++index;

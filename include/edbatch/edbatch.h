@@ -107,6 +107,7 @@ class Model {
   void load(const std::string& path);
 
  private:
+  friend class Optimizer;
   std::unique_ptr<detail::ModelState> state_;
 };
 
