@@ -210,7 +210,8 @@ class LatticeLineParser {
       size_t at = line_.find(std::string_view(message).substr(open + 1, close - open - 1));
       if (at != std::string_view::npos) pos = at;
     }
-    std::string reason = message.substr(message.find("] ") == std::string::npos ? 0 : message.find("] ") + 2);
+    const size_t tag_end = message.find("] ");  // after nlohmann's "[json.exception...]" tag
+    const std::string reason = tag_end == std::string::npos ? message : message.substr(tag_end + 2);
     detail::throw_parse_error(name_, line_number_, static_cast<int>(pos) + 1,
                               "a number that fits a double", reason);
   }
