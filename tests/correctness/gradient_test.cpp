@@ -33,9 +33,15 @@ struct OpCase {
 void initialise(Model& model) {
   int k = 0;
   for (Parameter p : model.parameters())
-    for (float& v : p.values()) v = (k++ % 2 ? 1.0f : -1.0f) * (0.15f + 0.05f * float(k % 7));
+    for (float& v : p.values()) {
+      v = (k % 2 ? 1.0f : -1.0f) * (0.15f + 0.05f * float((k + 1) % 7));
+      ++k;
+    }
   for (LookupTable t : model.lookups())
-    for (float& v : t.values()) v = (k++ % 3 ? 0.3f : -0.2f) + 0.02f * float(k % 5);
+    for (float& v : t.values()) {
+      v = (k % 3 ? 0.3f : -0.2f) + 0.02f * float((k + 1) % 5);
+      ++k;
+    }
 }
 
 std::vector<OpCase> op_cases() {
