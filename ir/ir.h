@@ -72,6 +72,7 @@ struct ParameterInfo {
   std::string name;      // stable name ("model/W_iou"); goes into signatures
   Shape shape;
   const float* data = nullptr;  // column-major, owned by the model
+  const uint64_t* version = nullptr;  // changes whenever the data may have (null: never changes)
 };
 
 // Attributes a node may carry; which ones mean something depends on the op's flags.

@@ -29,8 +29,16 @@ CachedCompiler::CachedCompiler(CachedCompilerOptions options)
       backend_(options.backend) {}
 
 CompiledKernel CachedCompiler::get(const Kernel& kernel, bool& compiled_now) {
+  return get_described(kernel, describe(kernel), compiled_now);  // describe verifies the kernel
+}
+
+CompiledKernel CachedCompiler::get(const CellProgram& program, bool& compiled_now) {
+  return get_described(program, describe(program), compiled_now);
+}
+
+template <typename Program>
+CompiledKernel CachedCompiler::get_described(const Program& program, const std::string& description, bool& compiled_now) {
   compiled_now = false;
-  const std::string description = describe(kernel);  // verifies the kernel
   const KernelKey key = kernel_key(description, "llvm", host_cpu_name(), llvm_kernel_flags());
   if (std::optional<KernelEntry> entry = cache_.lookup(key)) {
     try {
@@ -42,7 +50,7 @@ CompiledKernel CachedCompiler::get(const Kernel& kernel, bool& compiled_now) {
       warn_("edbatch kernel cache: warning: cannot load " + key.hex() + " (" + why + "); recompiling");
     }
   }
-  CompiledKernel compiled = backend_.compile(kernel);
+  CompiledKernel compiled = backend_.compile(program);
   compiled_now = true;
   KernelEntry entry;
   entry.key = compiled.key;

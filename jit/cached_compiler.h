@@ -27,11 +27,14 @@ class CachedCompiler {
   // The kernel's code; compiled_now says whether LLVM compiled it in this call (false: loaded
   // from the cache, or already held by this compiler's backend).
   CompiledKernel get(const Kernel& kernel, bool& compiled_now);
+  CompiledKernel get(const CellProgram& program, bool& compiled_now);  // the same for a cell program
 
   KernelCache& cache() { return cache_; }
   LlvmBackend& backend() { return backend_; }
 
  private:
+  template <typename Program>
+  CompiledKernel get_described(const Program& program, const std::string& description, bool& compiled_now);
   std::function<void(const std::string&)> warn_;
   KernelCache cache_;
   LlvmBackend backend_;

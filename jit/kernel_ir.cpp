@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "edbatch/errors.h"
+#include "jit/text_reader.h"
 
 namespace edb::jit {
 
@@ -30,12 +31,6 @@ const KernelOpInfo& info(KernelOp op) {
   return kKernelOpInfo[index];
 }
 
-// "0x3f000000 (0.5)": the bits decide, the decimal is for people.
-std::string constant_text(float value) {
-  char text[64];
-  std::snprintf(text, sizeof text, "0x%08x (%.9g)", std::bit_cast<uint32_t>(value), double(value));
-  return text;
-}
 
 float apply(const Instruction& in, float a, float b) {
   switch (in.op) {
@@ -149,63 +144,14 @@ std::string describe(const Kernel& kernel) {
   return text;
 }
 
-namespace {
 
-// One line of kernel text, read token by token; every failure names the line.
-class LineReader {
- public:
-  LineReader(std::string_view line, size_t number) : line_(line), number_(number) {}
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw UsageError("kernel text line " + std::to_string(number_) + " ('" + std::string(line_) + "'): " + what);
-  }
-  std::string_view word() {
-    while (at_ < line_.size() && line_[at_] == ' ') ++at_;
-    const size_t begin = at_;
-    while (at_ < line_.size() && line_[at_] != ' ') ++at_;
-    if (begin == at_) fail("the line ends early");
-    return line_.substr(begin, at_ - begin);
-  }
-  void expect(std::string_view token) {
-    if (word() != token) fail("expected '" + std::string(token) + "'");
-  }
-  // "<prefix><decimal>", e.g. %3 or x0.
-  int32_t number(char prefix) { return number(word(), prefix); }
-  int32_t number(std::string_view w, char prefix) const {
-    if (w.size() < 2 || w[0] != prefix) fail("expected " + std::string(1, prefix) + "N, got '" + std::string(w) + "'");
-    int64_t value = 0;
-    for (char c : w.substr(1)) {
-      if (c < '0' || c > '9' || value > (int64_t{1} << 30)) fail("bad number '" + std::string(w) + "'");
-      value = value * 10 + (c - '0');
-    }
-    return int32_t(value);
-  }
-  // "0x3f000000 (0.5)": the bits; the decimal must agree with them.
-  float constant() {
-    const std::string_view bits = word();
-    uint32_t value = 0;
-    if (bits.size() != 10 || bits.substr(0, 2) != "0x") fail("expected a constant as 0x and 8 hex digits");
-    for (char c : bits.substr(2)) {
-      const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (digit < 0) fail("bad hex digit in '" + std::string(bits) + "'");
-      value = value << 4 | uint32_t(digit);
-    }
-    const float f = std::bit_cast<float>(value);
-    if (word() != constant_text(f).substr(11)) fail("the decimal beside the constant does not match its bits");
-    return f;
-  }
-  void end() {
-    while (at_ < line_.size() && line_[at_] == ' ') ++at_;
-    if (at_ != line_.size()) fail("unexpected '" + std::string(line_.substr(at_)) + "' at the end");
-  }
-
- private:
-  std::string_view line_;
-  size_t number_;
-  size_t at_ = 0;
-};
-
-}  // namespace
+bool kernel_op_from_name(std::string_view name, KernelOp& out) {
+  const auto found = std::find_if(std::begin(kKernelOpInfo), std::end(kKernelOpInfo),
+                                  [&](const KernelOpInfo& op) { return op.name == name; });
+  if (found == std::end(kKernelOpInfo)) return false;
+  out = KernelOp(found - std::begin(kKernelOpInfo));
+  return true;
+}
 
 Kernel parse_kernel(std::string_view text) {
   Kernel kernel;
@@ -240,11 +186,9 @@ Kernel parse_kernel(std::string_view text) {
       if (in.number(first, '%') != int32_t(kernel.body.size())) in.fail("values must be numbered %0, %1, ... in order");
       in.expect("=");
       const std::string_view name = in.word();
-      const auto found = std::find_if(std::begin(kKernelOpInfo), std::end(kKernelOpInfo),
-                                      [&](const KernelOpInfo& op) { return op.name == name; });
-      if (found == std::end(kKernelOpInfo)) in.fail("unknown kernel op '" + std::string(name) + "'");
       Instruction instruction;
-      instruction.op = KernelOp(found - std::begin(kKernelOpInfo));
+      if (!kernel_op_from_name(name, instruction.op)) in.fail("unknown kernel op '" + std::string(name) + "'");
+      const KernelOpInfo* found = &kKernelOpInfo[size_t(instruction.op)];
       if (instruction.op == KernelOp::load) instruction.input = in.number('x');
       if (found->arity >= 1) instruction.a = in.number('%');
       if (found->arity >= 2) instruction.b = in.number('%');

@@ -35,6 +35,7 @@ enum class KernelOp : uint8_t {
 };
 
 std::string_view kernel_op_name(KernelOp op);
+bool kernel_op_from_name(std::string_view name, KernelOp& out);  // false for an unknown name
 // The kernel op an elementwise graph op runs as (sum as a chain of adds); false for other ops.
 // Executors that render batches into kernels (the jit's, the GPU's) share this mapping.
 bool kernel_op_for(ir::Op op, KernelOp& out);

@@ -29,13 +29,15 @@
 
 #include "edbatch/errors.h"
 #include "jit/host.h"
+#include "jit/llvm_cell.h"
+#include "jit/llvm_math.h"
 
 namespace edb::jit {
 
 namespace {
 
 // Bump when the emitted code changes, so cached kernels of the old code miss.
-constexpr const char* kCodeVersion = "llvm-kernel-2";
+constexpr const char* kCodeVersion = "llvm-kernel-3";
 
 // The compiled code reads KernelArgs and KernelInput by these byte offsets.
 static_assert(offsetof(KernelArgs, members) == 0 && offsetof(KernelArgs, elements) == 8 &&
@@ -78,82 +80,14 @@ llvm::orc::JITTargetMachineBuilder host_machine() {
 class Renderer {
  public:
   Renderer(llvm::Module& module)
-      : module_(module), b_(module.getContext()), f32_(b_.getFloatTy()), i32_(b_.getInt32Ty()),
+      : module_(module), b_(module.getContext()), f32_(b_.getFloatTy()),
         i64_(b_.getInt64Ty()), ptr_(b_.getPtrTy()) {}
 
   void render(const Kernel& kernel, const std::string& symbol) { member_loop(kernel, symbol, element_loop(kernel)); }
 
  private:
-  llvm::Value* f(float value) { return llvm::ConstantFP::get(f32_, value); }
-  llvm::Value* fma(llvm::Value* a, llvm::Value* x, llvm::Value* c) {
-    return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32_}, {a, x, c});
-  }
-  // Horner: c[0] * x^(n-1) + ... + c[n-1].
-  llvm::Value* polynomial(llvm::Value* x, std::initializer_list<float> c) {
-    llvm::Value* p = f(*c.begin());
-    for (auto it = c.begin() + 1; it != c.end(); ++it) p = fma(p, x, f(*it));
-    return p;
-  }
-  // x clamped to [low, high]; a NaN stays NaN.
-  llvm::Value* clamp(llvm::Value* x, float low, float high) {
-    x = b_.CreateSelect(b_.CreateFCmpOLT(x, f(low)), f(low), x);
-    return b_.CreateSelect(b_.CreateFCmpOGT(x, f(high)), f(high), x);
-  }
-  // 2^n for n in [-126, 127], built from the exponent bits.
-  llvm::Value* power_of_two(llvm::Value* n) {
-    return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(n, b_.getInt32(127)), 23), f32_);
-  }
-
-  // Cephes expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so n ln2 is exact), a
-  // degree-7 polynomial for e^r, then 2^n applied as 2^(n/2) 2^(n - n/2), so results from
-  // gradual underflow (x ~ -104) to overflow (x > 88.72) come out right with one rounding.
-  llvm::Value* exp(llvm::Value* x) {
-    llvm::Value* clamped = clamp(x, -104.0f, 88.8f);
-    llvm::Value* n = b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, fma(clamped, f(1.44269504088896341f), f(0.5f)));
-    llvm::Value* r = fma(n, f(-0.693359375f), clamped);
-    r = fma(n, f(2.12194440e-4f), r);
-    llvm::Value* p = polynomial(r, {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
-                                    1.6666665459e-1f, 5.0000001201e-1f});
-    llvm::Value* e = b_.CreateFAdd(fma(p, b_.CreateFMul(r, r), r), f(1.0f));
-    llvm::Value* whole = b_.CreateFPToSI(n, i32_);  // poison for NaN: that lane is replaced below
-    llvm::Value* half = b_.CreateAShr(whole, 1);
-    llvm::Value* scaled = b_.CreateFMul(b_.CreateFMul(e, power_of_two(half)), power_of_two(b_.CreateSub(whole, half)));
-    return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, scaled);
-  }
-
-  // Cephes tanhf: an odd polynomial below |x| = 0.625 (relative accuracy near 0), above it
-  // 1 - 2 / (e^2|x| + 1) with the sign of x (saturates to exactly 1 from |x| ~ 9 on).
-  llvm::Value* tanh(llvm::Value* x) {
-    llvm::Value* z = b_.CreateFMul(x, x);
-    llvm::Value* p = polynomial(z, {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f,
-                                    -3.33332819422e-1f});
-    llvm::Value* small = fma(b_.CreateFMul(p, z), x, x);
-    llvm::Value* magnitude = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
-    llvm::Value* e = exp(b_.CreateFMul(clamp(magnitude, 0.0f, 10.0f), f(2.0f)));
-    llvm::Value* large = b_.CreateFSub(f(1.0f), b_.CreateFDiv(f(2.0f), b_.CreateFAdd(e, f(1.0f))));
-    large = b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, large, x);
-    return b_.CreateSelect(b_.CreateFCmpOLT(magnitude, f(0.625f)), small, large);
-  }
-
-  llvm::Value* sigmoid(llvm::Value* x) {
-    return b_.CreateFDiv(f(1.0f), b_.CreateFAdd(f(1.0f), exp(b_.CreateFNeg(x))));
-  }
-
   llvm::Value* instruction(const Instruction& in, llvm::Value* a, llvm::Value* c) {
-    switch (in.op) {
-      case KernelOp::load: break;
-      case KernelOp::add: return b_.CreateFAdd(a, c);
-      case KernelOp::sub: return b_.CreateFSub(a, c);
-      case KernelOp::cmult: return b_.CreateFMul(a, c);
-      case KernelOp::scale: return b_.CreateFMul(a, f(in.constant));
-      case KernelOp::add_const: return b_.CreateFAdd(a, f(in.constant));
-      case KernelOp::tanh: return tanh(a);
-      case KernelOp::sigmoid: return sigmoid(a);
-      // a < 0 ? 0 : a, so NaN stays NaN (as Eigen's max in the other executors)
-      case KernelOp::relu: return b_.CreateSelect(b_.CreateFCmpOLT(a, f(0.0f)), f(0.0f), a);
-      case KernelOp::exp: return exp(a);
-    }
-    throw InternalError("LlvmBackend::compile: no rule for kernel op " + std::string(kernel_op_name(in.op)));
+    return MathEmitter(b_, f32_).op(in.op, a, c, in.constant);
   }
 
   // void edb_elements(i64 n, ptr noalias in0, ..., ptr noalias out0, ...): one member's elements.
@@ -165,6 +99,7 @@ class Renderer {
                                             llvm::Function::InternalLinkage, "edb_elements", module_);
     function->addFnAttr(llvm::Attribute::AlwaysInline);
     function->addFnAttr(llvm::Attribute::NoUnwind);
+    MathEmitter::allow_reciprocal_estimates(*function);
     for (unsigned i = 1; i < params.size(); ++i) {
       function->addParamAttr(i, llvm::Attribute::NoAlias);
       function->addParamAttr(i, llvm::Attribute::NoCapture);
@@ -211,6 +146,7 @@ class Renderer {
     auto* function = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr_}, false),
                                             llvm::Function::ExternalLinkage, symbol, module_);
     function->addFnAttr(llvm::Attribute::NoUnwind);
+    MathEmitter::allow_reciprocal_estimates(*function);
     function->addParamAttr(0, llvm::Attribute::NoAlias);
     function->addParamAttr(0, llvm::Attribute::ReadOnly);
     auto* entry = llvm::BasicBlock::Create(module_.getContext(), "entry", function);
@@ -260,7 +196,7 @@ class Renderer {
 
   llvm::Module& module_;
   llvm::IRBuilder<> b_;
-  llvm::Type *f32_, *i32_, *i64_, *ptr_;
+  llvm::Type *f32_, *i64_, *ptr_;
 };
 
 void optimise(llvm::Module& module, llvm::TargetMachine& machine) {
@@ -344,10 +280,11 @@ size_t LlvmBackend::kernels() const {
   return state_->compiled.size();
 }
 
-CompiledKernel LlvmBackend::compile(const Kernel& kernel) {
+template <typename Render>
+CompiledKernel LlvmBackend::compile_described(std::string description, Render&& render) {
   const auto start = std::chrono::steady_clock::now();
   CompiledKernel result;
-  result.description = describe(kernel);  // verifies the kernel
+  result.description = std::move(description);
   result.target = state_->target;
   result.flags = state_->flags;
   result.key = kernel_key(result.description, "llvm", result.target, result.flags);
@@ -363,7 +300,7 @@ CompiledKernel LlvmBackend::compile(const Kernel& kernel) {
   auto module = std::make_unique<llvm::Module>(symbol, *context);
   module->setDataLayout(state_->jit->getDataLayout());
   module->setTargetTriple(state_->jit->getTargetTriple().str());
-  Renderer(*module).render(kernel, symbol);
+  render(*module, symbol);
   std::string problems;
   llvm::raw_string_ostream problem_stream(problems);
   if (llvm::verifyModule(*module, &problem_stream))
@@ -380,6 +317,16 @@ CompiledKernel LlvmBackend::compile(const Kernel& kernel) {
   state_->compiled.emplace(result.key, result);
   result.keep_alive = state_;
   return result;
+}
+
+CompiledKernel LlvmBackend::compile(const Kernel& kernel) {
+  return compile_described(describe(kernel),  // verifies the kernel
+                           [&](llvm::Module& module, const std::string& symbol) { Renderer(module).render(kernel, symbol); });
+}
+
+CompiledKernel LlvmBackend::compile(const CellProgram& program) {
+  return compile_described(describe(program),  // verifies the program
+                           [&](llvm::Module& module, const std::string& symbol) { render_cell(module, program, symbol); });
 }
 
 CompiledKernel LlvmBackend::load(const KernelEntry& entry) {

@@ -7,13 +7,16 @@
 #include <memory>
 #include <string>
 
+#include "jit/cell_program.h"
 #include "jit/kernel_cache.h"
 #include "jit/kernel_ir.h"
 
 namespace edb::jit {
 
-// The compiled function: `extern "C" void edb_kernel_<hex>(const KernelArgs*)`.
+// The compiled function: `extern "C" void edb_kernel_<hex>(const KernelArgs*)`; a compiled cell
+// program's takes `const CellArgs*` instead (CompiledKernel::cell()).
 using KernelFunction = void (*)(const KernelArgs*);
+using CellFunction = void (*)(const CellArgs*);
 
 // A compiled kernel; it keeps its JIT (and so its code) alive however long it is held.
 struct CompiledKernel {
@@ -30,6 +33,8 @@ struct CompiledKernel {
   std::shared_ptr<void> keep_alive;
 
   void operator()(const KernelArgs& args) const { function(&args); }
+  // The entry point of a kernel compiled from a CellProgram (its description starts "cell ").
+  CellFunction cell() const { return reinterpret_cast<CellFunction>(function); }
   std::string symbol() const { return key.symbol(); }
 };
 
@@ -42,6 +47,10 @@ struct LlvmBackendOptions {
 // optimisation level and the host features (bump the version when emitted code changes).
 std::string llvm_kernel_flags();
 
+// Floats per vector register in compiled cell programs on this host (16 with AVX-512, 8 with
+// AVX, else 4): the row tile of their packed weights (jit::pack_weight).
+int32_t cell_vector_floats();
+
 // One JIT per backend object; compiling a kernel it already holds returns the same code.
 // Thread-safe. Throws InternalError (with LLVM's message) when LLVM rejects the module.
 class LlvmBackend {
@@ -52,6 +61,8 @@ class LlvmBackend {
   LlvmBackend& operator=(const LlvmBackend&) = delete;
 
   CompiledKernel compile(const Kernel& kernel);
+  // The same for a cell program: one kernel over a batch of calls (jit/cell_program.h).
+  CompiledKernel compile(const CellProgram& program);
   // Links a cached kernel's object into the JIT without optimising or generating code. Throws
   // InternalError (with LLVM's message) when the entry is not this backend's (backend, target,
   // flags or key differ) or its object does not load or lacks the kernel's symbol; the JIT is
@@ -61,6 +72,8 @@ class LlvmBackend {
 
  private:
   struct State;
+  template <typename Render>
+  CompiledKernel compile_described(std::string description, Render&& render);
   LlvmBackendOptions options_;
   std::shared_ptr<State> state_;
 };

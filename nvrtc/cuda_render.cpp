@@ -34,21 +34,31 @@ std::string load_expression(jit::OperandAccess access, int32_t input) {
   throw InternalError("render_kernel: operand access " + std::to_string(int(access)) + " out of range");
 }
 
-std::string expression(const jit::Kernel& kernel, const jit::Instruction& in) {
-  const std::string a = value_name(in.a), b = value_name(in.b);
-  switch (in.op) {
-    case jit::KernelOp::load: return load_expression(kernel.inputs[size_t(in.input)], in.input);
+// A computing kernel op on values named a and b.
+std::string op_expression(jit::KernelOp op, const std::string& a, const std::string& b, float constant) {
+  switch (op) {
+    case jit::KernelOp::load: break;
     case jit::KernelOp::add: return a + " + " + b;
     case jit::KernelOp::sub: return a + " - " + b;
     case jit::KernelOp::cmult: return a + " * " + b;
-    case jit::KernelOp::scale: return a + " * " + float_literal(in.constant);
-    case jit::KernelOp::add_const: return a + " + " + float_literal(in.constant);
+    case jit::KernelOp::scale: return a + " * " + float_literal(constant);
+    case jit::KernelOp::add_const: return a + " + " + float_literal(constant);
     case jit::KernelOp::tanh: return "tanhf(" + a + ")";
     case jit::KernelOp::sigmoid: return "1.0f / (1.0f + expf(-" + a + "))";
     case jit::KernelOp::relu: return a + " > 0.0f ? " + a + " : 0.0f";  // NaN -> 0, as jit::interpret
     case jit::KernelOp::exp: return "expf(" + a + ")";
   }
-  throw InternalError("render_kernel: no CUDA rule for kernel op " + std::string(jit::kernel_op_name(in.op)));
+  throw InternalError("render_kernel: no CUDA rule for kernel op " + std::string(jit::kernel_op_name(op)));
+}
+
+std::string expression(const jit::Kernel& kernel, const jit::Instruction& in) {
+  if (in.op == jit::KernelOp::load) return load_expression(kernel.inputs[size_t(in.input)], in.input);
+  return op_expression(in.op, value_name(in.a), value_name(in.b), in.constant);
+}
+
+// The float pointer of a cell program operand in the kernel below.
+std::string operand_pointer(const jit::CellProgram::Operand& operand) {
+  return (operand.shared ? "shared[" : "p[") + std::to_string(operand.slot) + "]";
 }
 
 }  // namespace
@@ -70,6 +80,69 @@ std::string render_kernel(const jit::Kernel& kernel, const std::string& symbol) 
     out << "    const float " << value_name(jit::ValueId(v)) << " = " << expression(kernel, kernel.body[v]) << ";\n";
   for (size_t j = 0; j < kernel.outputs.size(); ++j)
     out << "    outputs[" << j << "][i] = " << value_name(kernel.outputs[j]) << ";\n";
+  out << "  }\n}\n";
+  return out.str();
+}
+
+std::string render_cell(const jit::CellProgram& program, const std::string& symbol, int vector) {
+  jit::verify(program);
+  const std::string rows = std::to_string(program.rows), v = std::to_string(vector);
+  std::ostringstream out;
+  out << "// cell " << program.name << "\n"
+      << "extern \"C\" __global__ void " << symbol
+      << "(long long calls, const float* const* __restrict__ shared,\n"
+      << "    const float* const* __restrict__ weights, float* const* __restrict__ pointers) {\n"
+      << "  for (long long call = blockIdx.x; call < calls; call += gridDim.x) {\n"
+      << "    float* const* p = pointers + call * " << program.call_slots << ";\n"
+      << "    (void)p; (void)shared; (void)weights;\n";
+  for (size_t s = 0; s < program.stages.size(); ++s) {
+    const jit::CellProgram::Stage& stage = program.stages[s];
+    out << "    // stage " << s << "\n"
+        << "    for (int r = threadIdx.x; r < " << rows << "; r += blockDim.x) {\n"
+        << "      const long long tile = r / " << v << ", lane = r - tile * " << v << ";\n"
+        << "      (void)tile; (void)lane;\n";
+    for (size_t c = 0; c < stage.contractions.size(); ++c) {
+      const jit::CellProgram::Contraction& k = stage.contractions[c];
+      int64_t depth = 0;
+      for (const jit::CellProgram::Segment& x : k.x) depth += x.rows;
+      for (int32_t g = 0; g < k.blocks; ++g)
+        out << "      float a" << c << "_" << g << " = "
+            << (k.has_bias ? operand_pointer(k.bias.operand) + "[" + std::to_string(k.bias.row + int64_t(g) * program.rows) + " + r]"
+                           : std::string("0.0f"))
+            << ";\n";
+      int64_t k_begin = 0;
+      for (const jit::CellProgram::Segment& x : k.x) {
+        out << "      {\n        const float* x = " << operand_pointer(x.operand) << " + " << x.row << ";\n"
+            << "        const float* w = weights[" << k.weight << "] + (tile * " << depth << " + " << k_begin << ") * "
+            << k.blocks * vector << " + lane;\n"
+            << "        for (int k = 0; k < " << x.rows << "; ++k) {\n          const float xk = x[k];\n";
+        for (int32_t g = 0; g < k.blocks; ++g)
+          out << "          a" << c << "_" << g << " += w[(k * " << k.blocks << " + " << g << ") * " << v << "] * xk;\n";
+        out << "        }\n      }\n";
+        k_begin += x.rows;
+      }
+    }
+    for (size_t i = 0; i < stage.body.size(); ++i) {
+      const jit::CellProgram::Instruction& in = stage.body[i];
+      std::string value;
+      switch (in.kind) {
+        case jit::CellProgram::Instruction::load:
+          value = operand_pointer(in.operand) + "[" + std::to_string(int64_t(in.block) * program.rows) + " + r]";
+          break;
+        case jit::CellProgram::Instruction::accumulator:
+          value = "a" + std::to_string(in.contraction) + "_" + std::to_string(in.block);
+          break;
+        case jit::CellProgram::Instruction::compute:
+          value = op_expression(in.op, value_name(in.a), in.b >= 0 ? value_name(in.b) : std::string(), in.constant);
+          break;
+      }
+      out << "      const float " << value_name(jit::ValueId(i)) << " = " << value << ";\n";
+    }
+    for (const jit::CellProgram::Store& store : stage.stores)
+      out << "      " << operand_pointer(store.operand) << "[" << int64_t(store.block) * program.rows << " + r] = "
+          << value_name(store.value) << ";\n";
+    out << "    }\n    __syncthreads();\n";
+  }
   out << "  }\n}\n";
   return out.str();
 }

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "jit/cell_program.h"
 #include "jit/kernel_ir.h"
 
 namespace edb::nvrtc {
@@ -14,6 +15,12 @@ namespace edb::nvrtc {
 // (EdbKernelInput has jit::KernelInput's layout). One thread per element of members x elements, in
 // a grid-stride loop; gathers are fused into the loads. Verifies the kernel first.
 std::string render_kernel(const jit::Kernel& kernel, const std::string& symbol);
+
+// A compiled cell (jit/cell_program.h): `extern "C" __global__ void SYMBOL(long long calls,
+//     const float* const* shared, const float* const* weights, float* const* pointers)`, jit::CellArgs'
+// fields by value. One block per call (grid-stride), its threads over the rows; stages apart by
+// __syncthreads. Weights packed by jit::pack_weight with `vector` floats per row tile.
+std::string render_cell(const jit::CellProgram& program, const std::string& symbol, int vector = 32);
 
 // The batched GEMM, C (+)= W * [X_0 X_1 ... X_{members-1}], everything column-major:
 // `extern "C" __global__ void SYMBOL(int rows, int depth, int cols, long long members,

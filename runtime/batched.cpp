@@ -7,6 +7,7 @@
 //              cell calls): elementwise kernels run run by run in place, and only members alone
 //              in their run count as bytes gathered; a GEMM copies the operand into scratch.
 #include "runtime/batched.h"
+#include "runtime/cell_kernels.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -666,13 +667,23 @@ const float** BatchedExecutor::Scratch::allocate_pointers(size_t count) {
 BatchedExecutor::BatchedExecutor(int threads, bool jit, std::string cache_directory)
     : pool_(threads),
       jit_(jit),
-      kernels_(jit ? std::make_unique<JitKernels>(std::move(cache_directory)) : nullptr) {}
+      kernels_(jit ? std::make_unique<JitKernels>(cache_directory) : nullptr),
+      cells_(jit ? std::make_unique<CellKernels>(std::move(cache_directory)) : nullptr) {}
 
 BatchedExecutor::~BatchedExecutor() = default;
 
 void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
   std::vector<BatchContext> group;
+  size_t next_call_batch = 0;
   for (size_t b = 0; b < schedule.batch_count(); ++b) {
+    // A batch of cell calls as one compiled kernel, where its cell lowers.
+    if (cells_ && next_call_batch < schedule.call_batches.size() && schedule.call_batches[next_call_batch].first_batch == b) {
+      const scheduler::Schedule::CallBatch& calls = schedule.call_batches[next_call_batch++];
+      if (cells_->run(schedule, calls, values, pool_, stats)) {
+        b = calls.end_batch - 1;
+        continue;
+      }
+    }
     if (values.plan.is_view(schedule.batch(b)[0])) continue;  // the planner made the whole batch a view
     // With the JIT, a run of elementwise batches goes as one kernel.
     const size_t end = jit_ ? fusable_end(schedule, values, b) : b;

@@ -15,8 +15,10 @@
 namespace edb::runtime {
 
 struct JitKernels;  // compiled elementwise kernels by description (batched.cpp)
+class CellKernels;  // compiled cells (runtime/cell_kernels.h)
 
-// With `jit`, elementwise batches run kernels compiled by the LLVM backend (jit/llvm_backend.h):
+// With `jit`, a batch of cell calls whose body lowers to a cell program runs as one compiled kernel
+// (runtime/cell_kernels.h), and other elementwise batches run kernels compiled by the LLVM backend:
 // operands are read through per-member pointers inside the kernel's loads, and consecutive
 // elementwise batches over the same members fuse into one kernel; the rest stays Eigen. Kernels
 // are kept in the kernel cache in `cache_directory` (empty: the default, jit/kernel_cache.h).
@@ -44,6 +46,7 @@ class BatchedExecutor final : public Executor {
   Scratch scratch_;
   bool jit_;
   std::unique_ptr<JitKernels> kernels_;  // null unless jit
+  std::unique_ptr<CellKernels> cells_;   // null unless jit
 };
 
 }  // namespace edb::runtime

@@ -22,6 +22,8 @@ void Schedule::clear() {
   nodes.clear();
   batch_begin.assign(1, 0);
   batch_type.clear();
+  call_batches.clear();
+  call_firsts.clear();
 }
 
 void SequentialPolicy::schedule(const ScheduleInput& input, Schedule& out) {
@@ -43,6 +45,15 @@ void expand_calls(const CallGroups& calls, Schedule& schedule) {
       continue;
     }
     const Schedule& inner = calls.calls[first_call].schedule->batches;
+    Schedule::CallBatch call_batch;
+    call_batch.first_batch = uint32_t(expanded.batch_count());
+    call_batch.end_batch = uint32_t(expanded.batch_count() + inner.batch_count());
+    call_batch.cell = calls.calls[first_call].schedule;
+    call_batch.calls_begin = uint32_t(expanded.call_firsts.size());
+    call_batch.body_nodes = calls.calls[first_call].last - calls.calls[first_call].first + 1;
+    for (ir::NodeId id : batch) expanded.call_firsts.push_back(calls.calls[calls.call(id)].first);
+    call_batch.calls_end = uint32_t(expanded.call_firsts.size());
+    expanded.call_batches.push_back(call_batch);
     for (size_t i = 0; i < inner.batch_count(); ++i) {
       // Node-major: the calls' copies of one body node lie together, so a batch that reads them
       // (the next internal batch, or a consumer outside) finds them at a regular stride.

@@ -14,10 +14,23 @@
 
 namespace edb::scheduler {
 
+struct CellSchedule;
+
 struct Schedule {
   std::vector<ir::NodeId> nodes;         // members of every batch, batch after batch
   std::vector<uint32_t> batch_begin{0};  // batch b is nodes[batch_begin[b], batch_begin[b+1])
   std::vector<ir::TypeId> batch_type;
+  // Where expand_calls() put batches of cell calls: batches [first_batch, end_batch) are one
+  // cell's internal batches over the calls whose bodies start at call_firsts[calls_begin,
+  // calls_end) (each `body_nodes` nodes long), so an executor may run them as one kernel.
+  struct CallBatch {
+    uint32_t first_batch = 0, end_batch = 0;
+    const CellSchedule* cell = nullptr;
+    uint32_t calls_begin = 0, calls_end = 0;
+    uint32_t body_nodes = 0;
+  };
+  std::vector<CallBatch> call_batches;
+  std::vector<ir::NodeId> call_firsts;
 
   size_t batch_count() const { return batch_type.size(); }
   std::span<const ir::NodeId> batch(size_t b) const {
@@ -35,6 +48,10 @@ struct Analysis;
 // cell's internal batches (planned once per cell), over the calls' copies.
 struct CellSchedule {
   Schedule batches;  // members are offsets from a call's `first`
+  std::string name;  // the cell's, printable on one line (compiled kernels are named by it)
+  // Every argument of the body from outside it, in body order: (offset of the body node, which of
+  // its arguments). The same in every call, so the policies need not scan the body for them.
+  std::vector<std::pair<uint32_t, uint32_t>> outside_arguments;
 };
 struct CallGroups {
   static constexpr uint32_t kNone = ~0u;
@@ -94,9 +111,8 @@ void for_each_argument(const ScheduleInput& input, ir::NodeId id, F&& f) {
     return;
   }
   const CallGroups::Call& call = calls->calls[c];
-  for (ir::NodeId inner = call.first; inner <= call.last; ++inner)
-    for (ir::NodeId arg : input.graph.args(inner))
-      if (arg < call.first) f(calls->outer(arg));
+  for (const auto& [offset, argument] : call.schedule->outside_arguments)
+    f(calls->outer(input.graph.args(call.first + offset)[argument]));
 }
 
 // Replaces every batch of calls in `schedule` by its cell's internal batches over the calls'

@@ -122,7 +122,9 @@ int show(KernelCache& cache, const std::string& hash, bool json) {
   std::string regenerated;
   if ((entry->ir.empty() || entry->assembly.empty()) && entry->backend == "llvm") {
     edb::jit::LlvmBackend backend(edb::jit::LlvmBackendOptions{true, true});
-    const edb::jit::CompiledKernel compiled = backend.compile(edb::jit::parse_kernel(entry->description));
+    const bool cell = entry->description.starts_with("cell ");
+    const edb::jit::CompiledKernel compiled = cell ? backend.compile(edb::jit::parse_cell_program(entry->description))
+                                                   : backend.compile(edb::jit::parse_kernel(entry->description));
     if (entry->ir.empty()) entry->ir = compiled.ir;
     if (entry->assembly.empty()) entry->assembly = compiled.assembly;
     regenerated = compiled.key == entry->key

@@ -144,6 +144,13 @@ std::unique_ptr<CellRecord> record_body(detail::EngineState& engine, const Cell&
     printed += (i ? ", " : "") + shape_text(inputs[i].first, inputs[i].second);
   printed += ")";
   record->call_type = engine.driver.signatures.intern_named(std::to_string(cell.id()), printed);
+  // A call copies the operations contiguously; everything else they read lies outside the copy.
+  for (uint32_t o = 0; o < record->operations.size(); ++o) {
+    const auto args = record->body.args(record->operations[o]);
+    for (uint32_t a = 0; a < args.size(); ++a)
+      if (ir::has_flag(record->body.node(args[a]).op, ir::kLeaf)) record->schedule.outside_arguments.emplace_back(o, a);
+  }
+  for (char c : cell.name()) record->schedule.name += c >= ' ' && c != 127 ? c : '?';
   return record;
 }
 

@@ -19,6 +19,9 @@ struct ParameterStorage {
   int rows = 0;      // lookup: dim
   int cols = 0;      // lookup: entries
   uint64_t uid = 0;  // process-unique
+  // Bumped whenever the values may have changed (values() handed out, a load, an optimizer step),
+  // so copies made of them (a compiled cell's packed weights) know when to be made again.
+  uint64_t version = 0;
   std::vector<float> values;
 };
 

@@ -43,7 +43,10 @@ class Parameter {
   const std::string& name() const;
   int rows() const;
   int cols() const;
-  std::span<float> values() const;  // column-major, for initialisation and inspection
+  // Column-major, for initialisation and inspection. Writes through the span are seen by traces
+  // evaluated after this call (compiled cells repack their weights then); keep no span across
+  // evaluations to write through later.
+  std::span<float> values() const;
   bool valid() const { return model_ != nullptr; }
   friend bool operator==(const Parameter& a, const Parameter& b) {
     return a.model_ == b.model_ && a.index_ == b.index_;

@@ -118,7 +118,7 @@ TEST(NvrtcCompile, ASourceErrorCarriesTheNvrtcLog) {
 // each also with its inputs read shared, strided and gathered in turn, as the GPU executor may.
 TEST(NvrtcCompile, EverySampleModelKernelCompilesToPtxForSm80AndSm90) {
   REQUIRE_NVRTC(nvrtc);
-  int compiled = 0;
+  int compiled = 0, cells = 0;
   for (const samples::ModelEntry& entry : samples::model_registry()) {
     TempDir cache;
     samples::ModelConfig config;
@@ -142,6 +142,19 @@ TEST(NvrtcCompile, EverySampleModelKernelCompilesToPtxForSm80AndSm90) {
     for (const jit::KernelInfo& info : list) {
       const std::optional<jit::KernelEntry> stored = kernels.read(info.key);
       ASSERT_TRUE(stored) << entry.name << " " << info.key.hex();
+      if (stored->description.starts_with("cell ")) {  // a compiled cell's program
+        const jit::CellProgram program = jit::parse_cell_program(stored->description);
+        const jit::KernelKey key = jit::kernel_key(stored->description, "cuda", "compute_80", "test");
+        const std::string source = nvrtc::render_cell(program, key.symbol());
+        EXPECT_EQ(source.find("#include"), std::string::npos) << source;
+        for (int major : {8, 9}) {
+          const nvrtc::CompiledImage image = nvrtc->compile(source, key.symbol(), major, 0, true);
+          EXPECT_NE(image.ptx.find(".entry " + key.symbol()), std::string::npos) << entry.name << "\n" << source;
+          ++compiled;
+          ++cells;
+        }
+        continue;
+      }
       jit::Kernel kernel = jit::parse_kernel(stored->description);
       for (int variant = 0; variant < 2; ++variant) {
         if (variant == 1)
@@ -158,6 +171,7 @@ TEST(NvrtcCompile, EverySampleModelKernelCompilesToPtxForSm80AndSm90) {
     }
   }
   EXPECT_GT(compiled, 0);
+  EXPECT_GT(cells, 0);  // the tree and sequence models' cells compile
 }
 
 TEST(NvrtcCompile, CudaImagesGoThroughTheKernelCache) {

@@ -1,0 +1,279 @@
+// The cell program's checks, canonical text and weight packing (jit/cell_program.h).
+#include "jit/cell_program.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <sstream>
+
+#include "edbatch/errors.h"
+#include "jit/text_reader.h"
+
+namespace edb::jit {
+
+namespace {
+
+[[noreturn]] void invalid(const CellProgram& program, const std::string& what) {
+  throw InternalError("jit::verify(CellProgram '" + program.name + "'): " + what);
+}
+
+void check_operand(const CellProgram& program, const CellProgram::Operand& operand, const char* what) {
+  const int32_t slots = operand.shared ? program.shared_slots : program.call_slots;
+  if (operand.slot < 0 || operand.slot >= slots)
+    invalid(program, std::string(what) + " reads " + (operand.shared ? "shared" : "call") + " slot " +
+                         std::to_string(operand.slot) + " of " + std::to_string(slots));
+}
+
+std::string operand_text(const CellProgram::Operand& operand) {
+  return (operand.shared ? "s" : "c") + std::to_string(operand.slot);
+}
+
+std::string segment_text(const CellProgram::Segment& segment) {
+  return operand_text(segment.operand) + "[" + std::to_string(segment.row) + "+" + std::to_string(segment.rows) + "]";
+}
+
+}  // namespace
+
+int32_t CellProgram::weight_count() const {
+  int32_t count = 0;
+  for (const Stage& stage : stages)
+    for (const Contraction& c : stage.contractions) count = std::max(count, c.weight + 1);
+  return count;
+}
+
+void verify(const CellProgram& program) {
+  if (program.rows <= 0) invalid(program, "block rows " + std::to_string(program.rows));
+  if (program.stages.empty()) invalid(program, "no stages");
+  std::vector<int> weight_uses(size_t(std::max(program.weight_count(), 0)), 0);
+  for (size_t s = 0; s < program.stages.size(); ++s) {
+    const CellProgram::Stage& stage = program.stages[s];
+    const std::string where = "stage " + std::to_string(s);
+    for (const CellProgram::Contraction& c : stage.contractions) {
+      if (c.blocks <= 0 || c.x.empty() || c.weight < 0) invalid(program, where + ": a contraction without blocks, x or weight");
+      ++weight_uses[size_t(c.weight)];
+      for (const CellProgram::Segment& x : c.x) {
+        check_operand(program, x.operand, "a contraction");
+        if (x.rows <= 0 || x.row < 0) invalid(program, where + ": an empty x segment");
+      }
+      if (c.has_bias) check_operand(program, c.bias.operand, "a bias");
+    }
+    for (size_t i = 0; i < stage.body.size(); ++i) {
+      const CellProgram::Instruction& in = stage.body[i];
+      const std::string at = where + " value " + std::to_string(i);
+      switch (in.kind) {
+        case CellProgram::Instruction::load:
+          check_operand(program, in.operand, "a load");
+          if (in.block < 0) invalid(program, at + ": negative block");
+          break;
+        case CellProgram::Instruction::accumulator:
+          if (in.contraction < 0 || size_t(in.contraction) >= stage.contractions.size() || in.block < 0 ||
+              in.block >= stage.contractions[size_t(in.contraction)].blocks)
+            invalid(program, at + ": no such accumulator");
+          break;
+        case CellProgram::Instruction::compute: {
+          const int arity = kernel_op_arity(in.op);
+          if (in.op == KernelOp::load || arity < 1) invalid(program, at + ": not a computing op");
+          if (in.a < 0 || size_t(in.a) >= i || (arity == 2 && (in.b < 0 || size_t(in.b) >= i)))
+            invalid(program, at + ": reads a value not defined before it");
+          break;
+        }
+      }
+    }
+    if (stage.stores.empty()) invalid(program, where + " stores nothing");
+    for (const CellProgram::Store& store : stage.stores) {
+      if (store.value < 0 || size_t(store.value) >= stage.body.size()) invalid(program, where + ": a store of no value");
+      if (store.operand.shared) invalid(program, where + ": a store into a shared slot");
+      check_operand(program, store.operand, "a store");
+    }
+  }
+  for (size_t w = 0; w < weight_uses.size(); ++w)
+    if (weight_uses[w] != 1) invalid(program, "weight " + std::to_string(w) + " is used by " + std::to_string(weight_uses[w]) + " contractions");
+}
+
+std::string describe(const CellProgram& program) {
+  verify(program);
+  std::ostringstream out;
+  out << "cell " << program.name << '\n';
+  out << "rows " << program.rows << " call_slots " << program.call_slots << " shared_slots " << program.shared_slots << '\n';
+  for (size_t s = 0; s < program.stages.size(); ++s) {
+    const CellProgram::Stage& stage = program.stages[s];
+    out << "stage " << s << '\n';
+    for (size_t c = 0; c < stage.contractions.size(); ++c) {
+      const CellProgram::Contraction& k = stage.contractions[c];
+      out << "  contraction " << c << " blocks " << k.blocks << " weight " << k.weight << " x";
+      for (const CellProgram::Segment& x : k.x) out << ' ' << segment_text(x);
+      if (k.has_bias) out << " bias " << segment_text(k.bias);
+      out << '\n';
+    }
+    for (size_t i = 0; i < stage.body.size(); ++i) {
+      const CellProgram::Instruction& in = stage.body[i];
+      out << "  %" << i << " = ";
+      switch (in.kind) {
+        case CellProgram::Instruction::load: out << "load " << operand_text(in.operand) << " block " << in.block; break;
+        case CellProgram::Instruction::accumulator:
+          out << "accumulator " << in.contraction << " block " << in.block;
+          break;
+        case CellProgram::Instruction::compute:
+          out << kernel_op_name(in.op) << " %" << in.a;
+          if (kernel_op_arity(in.op) == 2) out << " %" << in.b;
+          if (kernel_op_has_constant(in.op)) out << ' ' << constant_text(in.constant);
+          break;
+      }
+      out << '\n';
+    }
+    for (const CellProgram::Store& store : stage.stores)
+      out << "  store %" << store.value << " " << operand_text(store.operand) << " block " << store.block << '\n';
+  }
+  return out.str();
+}
+
+namespace {
+
+// "c3" or "s0": a call or shared slot.
+CellProgram::Operand parse_operand(const LineReader& in, std::string_view word) {
+  if (word.empty() || (word[0] != 'c' && word[0] != 's')) in.fail("expected a slot cN or sN, got '" + std::string(word) + "'");
+  return {in.number(word, word[0]), word[0] == 's'};
+}
+
+// "c3[0+128]": rows [0, 0 + 128) of call slot 3.
+CellProgram::Segment parse_segment(const LineReader& in, std::string_view word) {
+  const size_t open = word.find('['), plus = word.find('+'), close = word.find(']');
+  if (open == std::string_view::npos || plus == std::string_view::npos || close != word.size() - 1 || plus < open)
+    in.fail("expected a segment like c0[0+128], got '" + std::string(word) + "'");
+  CellProgram::Segment segment;
+  segment.operand = parse_operand(in, word.substr(0, open));
+  segment.row = in.number("r" + std::string(word.substr(open + 1, plus - open - 1)), 'r');
+  segment.rows = in.number("r" + std::string(word.substr(plus + 1, close - plus - 1)), 'r');
+  return segment;
+}
+
+int32_t parse_count(LineReader& in, std::string_view name) {
+  in.expect(name);
+  return in.number("n" + std::string(in.word()), 'n');
+}
+
+}  // namespace
+
+CellProgram parse_cell_program(std::string_view text) {
+  CellProgram program;
+  size_t number = 0;
+  constexpr const char* kText = "cell program text";
+  bool header = false, sizes = false;
+  while (!text.empty()) {
+    const size_t newline = text.find('\n');
+    const std::string_view line = text.substr(0, newline);
+    text = newline == std::string_view::npos ? std::string_view{} : text.substr(newline + 1);
+    LineReader in(line, ++number, kText);
+    if (!header) {
+      if (!line.starts_with("cell ")) in.fail("expected 'cell NAME'");
+      program.name = std::string(line.substr(5));
+      header = true;
+      continue;
+    }
+    if (!sizes) {
+      program.rows = parse_count(in, "rows");
+      program.call_slots = parse_count(in, "call_slots");
+      program.shared_slots = parse_count(in, "shared_slots");
+      in.end();
+      sizes = true;
+      continue;
+    }
+    const std::string_view first = in.word();
+    if (first == "stage") {
+      if (in.number("n" + std::string(in.word()), 'n') != int32_t(program.stages.size())) in.fail("stages must be numbered 0, 1, ... in order");
+      program.stages.emplace_back();
+      in.end();
+      continue;
+    }
+    if (program.stages.empty()) in.fail("expected 'stage 0' before the stage's lines");
+    CellProgram::Stage& stage = program.stages.back();
+    if (first == "contraction") {
+      if (in.number("n" + std::string(in.word()), 'n') != int32_t(stage.contractions.size()))
+        in.fail("contractions must be numbered 0, 1, ... in order");
+      CellProgram::Contraction c;
+      c.blocks = parse_count(in, "blocks");
+      c.weight = parse_count(in, "weight");
+      in.expect("x");
+      for (;;) {
+        const std::string_view word = in.word_or_end();
+        if (word.empty()) break;
+        if (word == "bias") {
+          c.has_bias = true;
+          c.bias = parse_segment(in, in.word());
+          break;
+        }
+        c.x.push_back(parse_segment(in, word));
+      }
+      in.end();
+      stage.contractions.push_back(std::move(c));
+    } else if (first == "store") {
+      CellProgram::Store store;
+      store.value = in.number('%');
+      store.operand = parse_operand(in, in.word());
+      store.block = parse_count(in, "block");
+      in.end();
+      stage.stores.push_back(store);
+    } else if (first.starts_with("%")) {
+      if (in.number(first, '%') != int32_t(stage.body.size())) in.fail("values must be numbered %0, %1, ... in order");
+      in.expect("=");
+      const std::string_view name = in.word();
+      CellProgram::Instruction instruction;
+      if (name == "load") {
+        instruction.kind = CellProgram::Instruction::load;
+        instruction.operand = parse_operand(in, in.word());
+        instruction.block = parse_count(in, "block");
+      } else if (name == "accumulator") {
+        instruction.kind = CellProgram::Instruction::accumulator;
+        instruction.contraction = in.number("n" + std::string(in.word()), 'n');
+        instruction.block = parse_count(in, "block");
+      } else {
+        if (!kernel_op_from_name(name, instruction.op) || instruction.op == KernelOp::load)
+          in.fail("unknown op '" + std::string(name) + "'");
+        instruction.a = in.number('%');
+        if (kernel_op_arity(instruction.op) == 2) instruction.b = in.number('%');
+        if (kernel_op_has_constant(instruction.op)) instruction.constant = in.constant();
+      }
+      in.end();
+      stage.body.push_back(instruction);
+    } else {
+      in.fail("expected 'stage', 'contraction', 'store' or '%N = ...'");
+    }
+  }
+  if (!header) throw UsageError("cell program text is empty");
+  try {
+    verify(program);
+  } catch (const InternalError& e) {
+    throw UsageError(std::string("cell program text: ") + e.what());
+  }
+  return program;
+}
+
+int64_t packed_weight_floats(int32_t rows, int32_t blocks, int64_t k, int32_t vector) {
+  const int64_t tiles = (rows + vector - 1) / vector;
+  return tiles * k * blocks * vector;
+}
+
+void pack_weight(int32_t rows, int32_t blocks, const std::vector<WeightPiece>& pieces, int32_t vector, float* packed) {
+  int64_t k_total = 0;
+  for (const WeightPiece& piece : pieces) k_total += piece.cols;
+  const int64_t tiles = (rows + vector - 1) / vector;
+  const int64_t weight_rows = int64_t(rows) * blocks;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t row0 = t * vector;
+    const int64_t live = std::min<int64_t>(vector, rows - row0);
+    float* tile = packed + t * k_total * blocks * vector;
+    int64_t k = 0;
+    for (const WeightPiece& piece : pieces) {
+      for (int64_t col = 0; col < piece.cols; ++col, ++k) {
+        const float* column = piece.data + col * weight_rows;
+        for (int32_t g = 0; g < blocks; ++g) {
+          float* out = tile + (k * blocks + g) * vector;
+          std::memcpy(out, column + int64_t(g) * rows + row0, sizeof(float) * size_t(live));
+          std::fill(out + live, out + vector, 0.0f);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace edb::jit

@@ -1,0 +1,104 @@
+// The cell program: a batch of calls of one cell body as one kernel, backend-neutral and free of
+// LLVM types. Lowering a body into a program is runtime/'s job (runtime/cell_lowering.h); the LLVM
+// backend compiles it (jit/llvm_cell.cpp), the CUDA renderer will take the same program.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jit/kernel_ir.h"
+
+namespace edb::jit {
+
+// Every value a program computes is cut into blocks of `rows` rows (the cell's hidden size); a
+// value of G * rows rows is G blocks. A call reads and writes through its own pointer table
+// (call slots: arguments, and the arena places of the values it stores) and a table shared by every
+// call (shared slots: parameters read elementwise, biases).
+//
+// A stage is one pass over every row tile of every call: its contractions (acc = bias + W x, W a
+// weight packed once per model version, x read through the calls' pointers: the gather is in the
+// loads) are accumulated in registers, then its body runs on the accumulators tile by tile and
+// its stores write blocks out. A stage reads only what earlier stages stored, so a contraction
+// over a value computed in the same cell starts a new stage.
+struct CellProgram {
+  struct Operand {
+    int32_t slot = -1;
+    bool shared = false;  // a shared slot (one pointer for every call), else a call slot
+  };
+  // Rows [row, row + rows) of an operand: one piece of a contraction's x.
+  struct Segment {
+    Operand operand;
+    int32_t row = 0;
+    int32_t rows = 0;
+  };
+  struct Contraction {
+    int32_t blocks = 1;            // output rows = blocks * rows
+    std::vector<Segment> x;        // its K = the sum of their rows, the packed weight's columns
+    bool has_bias = false;
+    Segment bias;                  // blocks * rows rows, added to the product
+    int32_t weight = -1;           // which packed weight (CellArgs::weights)
+  };
+  // One block-sized value of the stage body. `op` is a kernel op (jit/kernel_ir.h); `load` reads
+  // block `block` of an operand, `accumulator` is block `block` of contraction `contraction`.
+  struct Instruction {
+    enum Kind : uint8_t { load, accumulator, compute };
+    Kind kind = compute;
+    KernelOp op = KernelOp::add;
+    int32_t a = -1, b = -1;  // compute: earlier values of this stage
+    float constant = 0;      // scale, add_const
+    Operand operand;         // load
+    int32_t block = 0;       // load, accumulator
+    int32_t contraction = -1;
+  };
+  struct Store {
+    int32_t value = -1;  // a value of the stage body
+    Operand operand;     // a call slot
+    int32_t block = 0;   // rows [block * rows, (block + 1) * rows) of it
+  };
+  struct Stage {
+    std::vector<Contraction> contractions;
+    std::vector<Instruction> body;
+    std::vector<Store> stores;
+  };
+
+  std::string name;         // the cell's call signature; the first line of the text
+  int32_t rows = 0;         // block height
+  int32_t call_slots = 0;
+  int32_t shared_slots = 0;
+  std::vector<Stage> stages;
+
+  int32_t weight_count() const;
+};
+
+// Throws InternalError unless slots, values, blocks and segments are in range and every stage has
+// work (a store).
+void verify(const CellProgram& program);
+
+// Canonical text, stable across runs and builds (the kernel cache's description of the program).
+std::string describe(const CellProgram& program);
+
+// The program whose canonical text is `text` (describe's inverse), for edb-cache show. Throws
+// UsageError naming the line and what is wrong with it, or what verify found.
+CellProgram parse_cell_program(std::string_view text);
+
+// Runtime arguments of a compiled program (C ABI, read by the compiled code by byte offset).
+struct CellArgs {
+  int64_t calls = 0;
+  const float* const* shared = nullptr;   // shared_slots pointers
+  const float* const* weights = nullptr;  // per packed weight (pack_weight's layout)
+  float* const* pointers = nullptr;       // calls * call_slots, call after call
+};
+
+// The packed layout of contraction weight W (blocks * rows x K, column-major, given as column
+// pieces W_t of K_t columns each, side by side): for row tile t (vector rows of each block), for
+// k < K, for block g, `vector` floats (rows past the block's end are zero). Returns the floats.
+int64_t packed_weight_floats(int32_t rows, int32_t blocks, int64_t k, int32_t vector);
+struct WeightPiece {
+  const float* data = nullptr;  // column-major, blocks * rows rows
+  int64_t cols = 0;
+};
+void pack_weight(int32_t rows, int32_t blocks, const std::vector<WeightPiece>& pieces, int32_t vector, float* packed);
+
+}  // namespace edb::jit

@@ -1,0 +1,295 @@
+// CellProgram -> LLVM IR: per stage, a loop over row tiles (one vector of each block) and, inside,
+// over register blocks of calls. A block keeps every contraction's accumulators (blocks x calls
+// vectors) in registers while it streams the tile's packed weights and broadcasts each call's x
+// element (read through the call's pointer), then runs the stage body on them and stores.
+#include "jit/llvm_cell.h"
+
+#include <algorithm>
+#include <cstddef>
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Metadata.h>
+#include <llvm/IR/Module.h>
+
+#include "jit/host.h"
+#include "jit/llvm_backend.h"
+#include "jit/llvm_math.h"
+
+namespace edb::jit {
+
+static_assert(offsetof(CellArgs, calls) == 0 && offsetof(CellArgs, shared) == 8 && offsetof(CellArgs, weights) == 16 &&
+              offsetof(CellArgs, pointers) == 24);
+
+int32_t cell_vector_floats() {
+  const std::string features = host_cpu_features();
+  if (features.find("+avx512f") != std::string::npos) return 16;
+  if (features.find("+avx") != std::string::npos) return 8;
+  return 4;
+}
+
+int32_t cell_vector_registers() { return cell_vector_floats() == 16 ? 32 : 16; }
+
+int32_t cell_calls_per_block(const CellProgram::Stage& stage, int32_t registers) {
+  int32_t accumulators = 0, widest = 0;
+  for (const CellProgram::Contraction& c : stage.contractions) {
+    accumulators += c.blocks;
+    widest = std::max(widest, c.blocks);
+  }
+  if (accumulators == 0) return 4;
+  return std::clamp((registers - widest - 2) / accumulators, 1, 8);
+}
+
+namespace {
+
+class CellRenderer {
+ public:
+  CellRenderer(llvm::Module& module, const CellProgram& program)
+      : module_(module), program_(program), b_(module.getContext()), vector_(cell_vector_floats()),
+        f32_(b_.getFloatTy()), i64_(b_.getInt64Ty()), ptr_(b_.getPtrTy()),
+        vf_(llvm::FixedVectorType::get(f32_, unsigned(vector_))) {}
+
+  void render(const std::string& symbol) {
+    auto* function = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), {ptr_}, false),
+                                            llvm::Function::ExternalLinkage, symbol, module_);
+    function->addFnAttr(llvm::Attribute::NoUnwind);
+    MathEmitter::allow_reciprocal_estimates(*function);
+    auto* entry = llvm::BasicBlock::Create(context(), "entry", function);
+    b_.SetInsertPoint(entry);
+    llvm::Value* args = function->getArg(0);
+    calls_ = load_field(args, offsetof(CellArgs, calls), i64_);
+    shared_ = load_field(args, offsetof(CellArgs, shared), ptr_);
+    weights_ = load_field(args, offsetof(CellArgs, weights), ptr_);
+    pointers_ = load_field(args, offsetof(CellArgs, pointers), ptr_);
+    for (size_t s = 0; s < program_.stages.size(); ++s) stage(function, program_.stages[s], int(s));
+    b_.CreateRetVoid();
+  }
+
+ private:
+  llvm::LLVMContext& context() { return module_.getContext(); }
+  llvm::Value* load_field(llvm::Value* base, int64_t byte_offset, llvm::Type* type) {
+    return b_.CreateLoad(type, b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), base, uint64_t(byte_offset)));
+  }
+
+  // for (i = begin; i < end; i += step) body(i): a counted loop at the insert point; leaves the
+  // insert point after it.
+  template <typename Body>
+  void counted_loop(llvm::Function* function, llvm::Value* begin, llvm::Value* end, int64_t step, const char* name,
+                    Body&& body) {
+    llvm::BasicBlock* before = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(context(), name, function);
+    auto* exit = llvm::BasicBlock::Create(context(), std::string(name) + ".exit", function);
+    b_.CreateCondBr(b_.CreateICmpSLT(begin, end), loop, exit);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* i = b_.CreatePHI(i64_, 2, name);
+    i->addIncoming(begin, before);
+    body(static_cast<llvm::Value*>(i));
+    llvm::Value* next = b_.CreateNSWAdd(i, b_.getInt64(step));
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, end), loop, exit);
+    b_.SetInsertPoint(exit);
+  }
+
+  void stage(llvm::Function* function, const CellProgram::Stage& stage, int index) {
+    const int32_t per_block = cell_calls_per_block(stage, cell_vector_registers());
+    const int64_t tiles = (program_.rows + vector_ - 1) / vector_;
+    // Block functions of per_block calls, and of each power of two below it for the rest (the
+    // last calls % per_block calls run as, say, 4 + 2 + 1): few variants keep compiling short.
+    llvm::Function* wide = block_function(stage, index, per_block);
+    std::vector<std::pair<int32_t, llvm::Function*>> narrow;  // widest first
+    for (int32_t width = 1; width < per_block; width *= 2) narrow.emplace(narrow.begin(), width, block_function(stage, index, width));
+    const std::string prefix = "stage" + std::to_string(index);
+    counted_loop(function, b_.getInt64(0), b_.getInt64(tiles), 1, (prefix + ".tiles").c_str(), [&](llvm::Value* tile) {
+      llvm::Value* whole = b_.CreateMul(b_.CreateSDiv(calls_, b_.getInt64(per_block)), b_.getInt64(per_block));
+      counted_loop(function, b_.getInt64(0), whole, per_block, (prefix + ".blocks").c_str(), [&](llvm::Value* j) {
+        b_.CreateCall(wide, {shared_, weights_, pointers_, tile, j});
+      });
+      llvm::Value* next = whole;
+      for (const auto& [width, block] : narrow) {
+        // while fewer than per_block calls are left, take `width` of them if that many are.
+        auto* take = llvm::BasicBlock::Create(context(), prefix + ".rest" + std::to_string(width), function);
+        auto* after = llvm::BasicBlock::Create(context(), prefix + ".rest" + std::to_string(width) + ".done", function);
+        llvm::BasicBlock* before = b_.GetInsertBlock();
+        b_.CreateCondBr(b_.CreateICmpSGE(b_.CreateSub(calls_, next), b_.getInt64(width)), take, after);
+        b_.SetInsertPoint(take);
+        b_.CreateCall(block, {shared_, weights_, pointers_, tile, next});
+        llvm::Value* taken = b_.CreateAdd(next, b_.getInt64(width));
+        b_.CreateBr(after);
+        b_.SetInsertPoint(after);
+        llvm::PHINode* phi = b_.CreatePHI(i64_, 2);
+        phi->addIncoming(next, before);
+        phi->addIncoming(taken, take);
+        next = phi;
+      }
+    });
+  }
+
+  // void block(ptr shared, ptr weights, ptr pointers, i64 tile, i64 first_call): `calls` calls of
+  // one row tile of one stage.
+  llvm::Function* block_function(const CellProgram::Stage& stage, int index, int32_t calls) {
+    auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, ptr_, i64_, i64_}, false);
+    auto* function = llvm::Function::Create(type, llvm::Function::InternalLinkage,
+                                            "stage" + std::to_string(index) + "_x" + std::to_string(calls), module_);
+    function->addFnAttr(llvm::Attribute::NoUnwind);
+    function->addFnAttr(llvm::Attribute::AlwaysInline);
+    MathEmitter::allow_reciprocal_estimates(*function);
+    const llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+    b_.SetInsertPoint(llvm::BasicBlock::Create(context(), "entry", function));
+    Block block{function->getArg(0), function->getArg(1), function->getArg(2), function->getArg(3), function->getArg(4),
+                calls, nullptr, nullptr, {}};
+    block.row = b_.CreateMul(block.tile, b_.getInt64(vector_));
+    // Lanes whose row is inside the block (the last tile may be partial).
+    std::vector<llvm::Constant*> lanes;
+    for (int32_t l = 0; l < vector_; ++l) lanes.push_back(b_.getInt64(uint64_t(l)));
+    llvm::Value* rows = b_.CreateAdd(b_.CreateVectorSplat(unsigned(vector_), block.row), llvm::ConstantVector::get(lanes));
+    block.mask = b_.CreateICmpSLT(rows, b_.CreateVectorSplat(unsigned(vector_), b_.getInt64(uint64_t(program_.rows))));
+    for (int32_t j = 0; j < calls; ++j)
+      block.call_table.push_back(b_.CreateInBoundsGEP(
+          ptr_, block.pointers, b_.CreateMul(b_.CreateAdd(block.first_call, b_.getInt64(uint64_t(j))),
+                                            b_.getInt64(uint64_t(program_.call_slots)))));
+    std::vector<std::vector<std::vector<llvm::Value*>>> accumulators;  // [contraction][block][call]
+    for (const CellProgram::Contraction& c : stage.contractions) accumulators.push_back(contract(function, block, c));
+    epilogue(block, stage, accumulators);
+    b_.CreateRetVoid();
+    b_.restoreIP(saved);
+    return function;
+  }
+
+  struct Block {
+    llvm::Value *shared, *weights, *pointers, *tile, *first_call;
+    int32_t calls;
+    llvm::Value* row = nullptr;   // first row of the tile inside a block
+    llvm::Value* mask = nullptr;  // lanes inside the block
+    std::vector<llvm::Value*> call_table;  // per call: its pointer table
+  };
+
+  // The float pointer of an operand for call j.
+  llvm::Value* operand_pointer(const Block& block, const CellProgram::Operand& operand, int32_t j) {
+    llvm::Value* table = operand.shared ? block.shared : block.call_table[size_t(j)];
+    return b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, table, uint64_t(operand.slot)));
+  }
+  // Rows [row0 + tile row, + vector) of an operand for call j, lanes outside the block zero.
+  llvm::Value* load_tile(const Block& block, llvm::Value* base, int64_t row0) {
+    llvm::Value* at = b_.CreateInBoundsGEP(f32_, base, b_.CreateAdd(block.row, b_.getInt64(uint64_t(row0))));
+    return b_.CreateMaskedLoad(vf_, at, llvm::Align(4), block.mask, llvm::Constant::getNullValue(vf_));
+  }
+
+  // Loop metadata: the k loop carries blocks x calls FMAs already; unrolling it only grows code.
+  llvm::MDNode* no_unrolling() {
+    llvm::LLVMContext& c = context();
+    llvm::Metadata* disable = llvm::MDNode::get(c, llvm::MDString::get(c, "llvm.loop.unroll.disable"));
+    llvm::MDNode* self = llvm::MDNode::getDistinct(c, {nullptr, disable});
+    self->replaceOperandWith(0, self);
+    return self;
+  }
+
+  // acc[g][j] = bias + W x over the tile, W's packed tile streamed once for all the block's calls.
+  std::vector<std::vector<llvm::Value*>> contract(llvm::Function* function, const Block& block,
+                                                  const CellProgram::Contraction& c) {
+    const int32_t blocks = c.blocks;
+    std::vector<std::vector<llvm::Value*>> acc(size_t(blocks), std::vector<llvm::Value*>(size_t(block.calls)));
+    for (int32_t j = 0; j < block.calls; ++j) {
+      llvm::Value* bias = c.has_bias ? operand_pointer(block, c.bias.operand, j) : nullptr;
+      for (int32_t g = 0; g < blocks; ++g)
+        acc[size_t(g)][size_t(j)] = bias ? load_tile(block, bias, c.bias.row + int64_t(g) * program_.rows)
+                                         : llvm::Constant::getNullValue(vf_);
+    }
+    int64_t k_total = 0;
+    for (const CellProgram::Segment& x : c.x) k_total += x.rows;
+    llvm::Value* packed = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, block.weights, uint64_t(c.weight)));
+    packed = b_.CreateInBoundsGEP(f32_, packed, b_.CreateMul(block.tile, b_.getInt64(uint64_t(k_total * blocks * vector_))));
+    int64_t k_begin = 0;
+    for (const CellProgram::Segment& x : c.x) {
+      std::vector<llvm::Value*> xs;
+      for (int32_t j = 0; j < block.calls; ++j)
+        xs.push_back(b_.CreateConstInBoundsGEP1_64(f32_, operand_pointer(block, x.operand, j), uint64_t(x.row)));
+      llvm::Value* w_segment = b_.CreateConstInBoundsGEP1_64(f32_, packed, uint64_t(k_begin * blocks * vector_));
+      // The k loop carries the accumulators in phis.
+      llvm::BasicBlock* before = b_.GetInsertBlock();
+      auto* loop = llvm::BasicBlock::Create(context(), "k", function);
+      auto* exit = llvm::BasicBlock::Create(context(), "k.exit", function);
+      b_.CreateBr(loop);
+      b_.SetInsertPoint(loop);
+      llvm::PHINode* k = b_.CreatePHI(i64_, 2, "k");
+      k->addIncoming(b_.getInt64(0), before);
+      std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(blocks));
+      for (int32_t g = 0; g < blocks; ++g)
+        for (int32_t j = 0; j < block.calls; ++j) {
+          llvm::PHINode* phi = b_.CreatePHI(vf_, 2);
+          phi->addIncoming(acc[size_t(g)][size_t(j)], before);
+          phis[size_t(g)].push_back(phi);
+        }
+      llvm::Value* w_row = b_.CreateInBoundsGEP(f32_, w_segment, b_.CreateMul(k, b_.getInt64(uint64_t(blocks * vector_))));
+      std::vector<llvm::Value*> ws;
+      for (int32_t g = 0; g < blocks; ++g)
+        ws.push_back(b_.CreateAlignedLoad(vf_, b_.CreateConstInBoundsGEP1_64(f32_, w_row, uint64_t(g * vector_)),
+                                          llvm::Align(size_t(vector_) * 4)));
+      for (int32_t j = 0; j < block.calls; ++j) {
+        llvm::Value* element = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, xs[size_t(j)], k));
+        llvm::Value* broadcast = b_.CreateVectorSplat(unsigned(vector_), element);
+        for (int32_t g = 0; g < blocks; ++g) {
+          llvm::Value* sum = b_.CreateIntrinsic(llvm::Intrinsic::fma, {vf_}, {ws[size_t(g)], broadcast, phis[size_t(g)][size_t(j)]});
+          acc[size_t(g)][size_t(j)] = sum;
+        }
+      }
+      llvm::Value* next = b_.CreateNSWAdd(k, b_.getInt64(1));
+      k->addIncoming(next, loop);
+      for (int32_t g = 0; g < blocks; ++g)
+        for (int32_t j = 0; j < block.calls; ++j) phis[size_t(g)][size_t(j)]->addIncoming(acc[size_t(g)][size_t(j)], loop);
+      llvm::BranchInst* back = b_.CreateCondBr(b_.CreateICmpSLT(next, b_.getInt64(uint64_t(x.rows))), loop, exit);
+      back->setMetadata(llvm::LLVMContext::MD_loop, no_unrolling());
+      b_.SetInsertPoint(exit);
+      for (int32_t g = 0; g < blocks; ++g)
+        for (int32_t j = 0; j < block.calls; ++j) {
+          llvm::PHINode* out = b_.CreatePHI(vf_, 1);
+          out->addIncoming(acc[size_t(g)][size_t(j)], loop);
+          acc[size_t(g)][size_t(j)] = out;
+        }
+      k_begin += x.rows;
+    }
+    return acc;
+  }
+
+  void epilogue(const Block& block, const CellProgram::Stage& stage,
+                const std::vector<std::vector<std::vector<llvm::Value*>>>& accumulators) {
+    MathEmitter math(b_, vf_);
+    for (int32_t j = 0; j < block.calls; ++j) {
+      std::vector<llvm::Value*> values(stage.body.size());
+      for (size_t i = 0; i < stage.body.size(); ++i) {
+        const CellProgram::Instruction& in = stage.body[i];
+        switch (in.kind) {
+          case CellProgram::Instruction::load:
+            values[i] = load_tile(block, operand_pointer(block, in.operand, j), int64_t(in.block) * program_.rows);
+            break;
+          case CellProgram::Instruction::accumulator:
+            values[i] = accumulators[size_t(in.contraction)][size_t(in.block)][size_t(j)];
+            break;
+          case CellProgram::Instruction::compute:
+            values[i] = math.op(in.op, values[size_t(in.a)], in.b >= 0 ? values[size_t(in.b)] : nullptr, in.constant);
+            break;
+        }
+      }
+      for (const CellProgram::Store& store : stage.stores) {
+        llvm::Value* base = operand_pointer(block, store.operand, j);
+        llvm::Value* at = b_.CreateInBoundsGEP(
+            f32_, base, b_.CreateAdd(block.row, b_.getInt64(uint64_t(int64_t(store.block) * program_.rows))));
+        b_.CreateMaskedStore(values[size_t(store.value)], at, llvm::Align(4), block.mask);
+      }
+    }
+  }
+
+  llvm::Module& module_;
+  const CellProgram& program_;
+  llvm::IRBuilder<> b_;
+  int32_t vector_;
+  llvm::Type *f32_, *i64_, *ptr_;
+  llvm::FixedVectorType* vf_;
+  llvm::Value *calls_ = nullptr, *shared_ = nullptr, *weights_ = nullptr, *pointers_ = nullptr;
+};
+
+}  // namespace
+
+void render_cell(llvm::Module& module, const CellProgram& program, const std::string& symbol) {
+  CellRenderer(module, program).render(symbol);
+}
+
+}  // namespace edb::jit

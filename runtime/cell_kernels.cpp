@@ -1,0 +1,502 @@
+// Lowering a cell body (as copied into a trace) into a cell program, and running batches of calls
+// through its compiled kernel. Every value the body computes is still written to its arena place
+// (the backward pass and later batches read them); what goes away is the batch-by-batch
+// interpretation: operand classification, separate GEMM and elementwise passes, gather copies.
+#include "runtime/cell_kernels.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <tuple>
+
+#include "edbatch/errors.h"
+#include "jit/cached_compiler.h"
+
+namespace edb::runtime {
+
+namespace {
+
+using Program = jit::CellProgram;
+
+constexpr int64_t kMinCallsPerTask = 16;  // calls worth a thread hand-off
+
+bool elementwise_op(ir::Op op, jit::KernelOp& kernel_op) {
+  switch (op) {
+    case ir::Op::add: kernel_op = jit::KernelOp::add; return true;
+    case ir::Op::sub: kernel_op = jit::KernelOp::sub; return true;
+    case ir::Op::cmult: kernel_op = jit::KernelOp::cmult; return true;
+    case ir::Op::scale: kernel_op = jit::KernelOp::scale; return true;
+    case ir::Op::add_const: kernel_op = jit::KernelOp::add_const; return true;
+    case ir::Op::tanh: kernel_op = jit::KernelOp::tanh; return true;
+    case ir::Op::sigmoid: kernel_op = jit::KernelOp::sigmoid; return true;
+    case ir::Op::relu: kernel_op = jit::KernelOp::relu; return true;
+    case ir::Op::sum: kernel_op = jit::KernelOp::add; return true;
+    default: return false;
+  }
+}
+
+// Not expressible: the reason, for the lowering's caller.
+struct Unsupported {
+  std::string why;
+};
+
+class Lowerer {
+ public:
+  Lowerer(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first, uint32_t body_nodes, std::string name)
+      : graph_(graph), plan_(plan), first_(first), count_(body_nodes) {
+    out_.program.name = std::move(name);
+  }
+
+  CellLowering lower() {
+    choose_rows();
+    forms_.resize(count_);
+    for (uint32_t o = 0; o < count_; ++o) classify(o);
+    // Stages in order; within one, nodes in recording order (a topological order).
+    int32_t stages = 0;
+    for (const Form& f : forms_) stages = std::max(stages, f.stage);
+    out_.program.stages.resize(size_t(stages));
+    loads_.assign(size_t(stages), {});
+    for (uint32_t o = 0; o < count_; ++o) emit(o);
+    out_.program.rows = rows_;
+    out_.program.call_slots = int32_t(out_.call_slots.size());
+    out_.program.shared_slots = int32_t(out_.shared_slots.size());
+    // A stage with nothing to store (possible only for an empty body) would be refused by verify.
+    for (const Program::Stage& stage : out_.program.stages)
+      if (stage.stores.empty()) throw Unsupported{"a stage computes nothing that is kept"};
+    jit::verify(out_.program);
+    return std::move(out_);
+  }
+
+ private:
+  // What the lowering knows of a body node, or of one reference to a node outside the body.
+  struct Form {
+    enum Kind : uint8_t { external, contraction, elementwise, slice, concat };
+    Kind kind = external;
+    int32_t rows = 0;
+    int32_t stage = 0;  // the stage that computes it (0: outside the body)
+    Program::Operand memory;  // where its values are: an external's slot, or its own call slot
+    bool stored = false;      // computed here and written to its arena place
+    // contraction: its index in its stage; elementwise: its block values in its stage.
+    int32_t contraction_index = -1;
+    std::vector<int32_t> values;
+    std::vector<int32_t> accumulators;  // contraction: accumulator values, made on first use
+    // slice: source and first block; concat: parts (form ids)
+    std::vector<int32_t> sources;
+    int32_t begin = 0;
+  };
+
+  const ir::Node& body_node(uint32_t o) const { return graph_.node(first_ + o); }
+  bool inside(ir::NodeId id) const { return id >= first_ && id < first_ + count_; }
+
+  // The block height: the rows of the narrowest elementwise value (else of the narrowest product).
+  void choose_rows() {
+    int32_t elementwise = 0, linear = 0;
+    for (uint32_t o = 0; o < count_; ++o) {
+      const ir::Node& n = body_node(o);
+      jit::KernelOp op;
+      if (elementwise_op(n.op, op)) elementwise = elementwise ? std::min(elementwise, n.shape.rows) : n.shape.rows;
+      if (n.op == ir::Op::affine || n.op == ir::Op::matmul) linear = linear ? std::min(linear, n.shape.rows) : n.shape.rows;
+    }
+    rows_ = elementwise ? elementwise : linear;
+    if (rows_ <= 0) throw Unsupported{"no elementwise op or product to build blocks from"};
+  }
+
+  // The form id of argument `argument` of body node o: a body node's own, or a new external.
+  int32_t argument_form(uint32_t o, int32_t argument) {
+    const ir::NodeId arg = graph_.args(first_ + o)[size_t(argument)];
+    if (inside(arg)) return int32_t(arg - first_);
+    const ir::Node& n = graph_.node(arg);
+    if (n.shape.cols != 1) throw Unsupported{"an argument that is not a column vector"};
+    Form f;
+    f.kind = Form::external;
+    f.rows = n.shape.rows;
+    if (n.op == ir::Op::parameter) {
+      // The same node in every call: one shared slot per parameter.
+      auto [it, added] = shared_of_.try_emplace(arg, int32_t(out_.shared_slots.size()));
+      if (added) out_.shared_slots.push_back({o, argument});
+      f.memory = {it->second, true};
+    } else {
+      // One call slot per reference: two references may be one node in this call and two in another.
+      f.memory = {int32_t(out_.call_slots.size()), false};
+      out_.call_slots.push_back({o, argument});
+    }
+    forms_.push_back(f);
+    return int32_t(forms_.size() - 1);
+  }
+
+  bool block_aligned(int32_t rows) const { return rows % rows_ == 0; }
+
+  void classify(uint32_t o) {
+    const ir::Node& n = body_node(o);
+    Form& f = forms_[o];
+    f.rows = n.shape.rows;
+    if (n.shape.cols != 1) throw Unsupported{std::string(ir::op_name(n.op)) + " of a matrix (cols " + std::to_string(n.shape.cols) + ")"};
+    const auto args = graph_.args(n);
+    jit::KernelOp op;
+    if (n.op == ir::Op::affine || n.op == ir::Op::matmul) {
+      if (!block_aligned(n.shape.rows)) throw Unsupported{"a product of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
+      const size_t products = n.op == ir::Op::affine ? 1 : 0;
+      int32_t stage = 1;
+      std::vector<int32_t> x_forms;
+      for (size_t slot = products; slot + 1 < args.size(); slot += 2) {
+        if (inside(args[slot]) || graph_.node(args[slot]).op != ir::Op::parameter)
+          throw Unsupported{"a product whose weight is not a parameter"};
+        x_forms.push_back(argument_form(o, int32_t(slot + 1)));
+        stage = std::max(stage, memory_stage(x_forms.back()) + 1);
+      }
+      int32_t bias = -1;
+      if (products) {
+        bias = argument_form(o, 0);
+        stage = std::max(stage, memory_stage(bias) + 1);
+      }
+      Form& g = forms_[o];  // forms_ may have grown
+      g.kind = Form::contraction;
+      g.stage = stage;
+      g.sources = x_forms;
+      g.begin = bias;  // the bias's form, or -1
+      return;
+    }
+    if (n.op == ir::Op::slice) {
+      const int32_t source = argument_form(o, 0);
+      Form& g = forms_[o];
+      g.kind = Form::slice;
+      g.sources = {source};
+      g.begin = n.attrs.begin;
+      g.stage = std::max(1, forms_[size_t(source)].stage);
+      const bool view = plan_.is_view(first_ + o);
+      if (view) out_.views.push_back(o);
+      if (!view && !(block_aligned(n.attrs.begin) && block_aligned(g.rows)))
+        throw Unsupported{"a copied slice of rows not on block boundaries"};
+      return;
+    }
+    if (n.op == ir::Op::concat) {
+      std::vector<int32_t> parts;
+      int32_t stage = 1;
+      for (size_t i = 0; i < args.size(); ++i) {
+        parts.push_back(argument_form(o, int32_t(i)));
+        if (!block_aligned(forms_[size_t(parts.back())].rows))
+          throw Unsupported{"a concat of a part of " + std::to_string(forms_[size_t(parts.back())].rows) + " rows, not blocks of " + std::to_string(rows_)};
+        stage = std::max(stage, forms_[size_t(parts.back())].stage);
+      }
+      Form& g = forms_[o];
+      g.kind = Form::concat;
+      g.sources = parts;
+      g.stage = stage;
+      return;
+    }
+    if (elementwise_op(n.op, op)) {
+      if (!block_aligned(n.shape.rows)) throw Unsupported{std::string(ir::op_name(n.op)) + " of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
+      std::vector<int32_t> operands;
+      int32_t stage = 1;
+      for (size_t i = 0; i < args.size(); ++i) {
+        operands.push_back(argument_form(o, int32_t(i)));
+        if (forms_[size_t(operands.back())].rows != n.shape.rows) throw Unsupported{"an elementwise op over operands of other shapes"};
+        stage = std::max(stage, forms_[size_t(operands.back())].stage);
+      }
+      Form& g = forms_[o];
+      g.kind = Form::elementwise;
+      g.sources = operands;
+      g.stage = stage;
+      return;
+    }
+    throw Unsupported{std::string("op ") + std::string(ir::op_name(n.op))};
+  }
+
+  // After which stage form f's values are all in memory (0: before the kernel starts).
+  int32_t memory_stage(int32_t f) const {
+    const Form& form = forms_[size_t(f)];
+    switch (form.kind) {
+      case Form::external: return 0;
+      case Form::slice: return memory_stage(form.sources[0]);
+      case Form::concat: {
+        int32_t stage = 0;
+        for (int32_t part : form.sources) stage = std::max(stage, memory_stage(part));
+        return stage;
+      }
+      default: return form.stage;
+    }
+  }
+
+  // Rows [row, row + rows) of form f as memory segments.
+  void segments(int32_t f, int32_t row, int32_t rows, std::vector<Program::Segment>& out) {
+    const Form& form = forms_[size_t(f)];
+    if (form.kind == Form::slice) return segments(form.sources[0], form.begin + row, rows, out);
+    if (form.kind == Form::concat) {
+      int32_t at = 0;
+      for (int32_t part : form.sources) {
+        const int32_t part_rows = forms_[size_t(part)].rows;
+        const int32_t from = std::max(row, at), to = std::min(row + rows, at + part_rows);
+        if (from < to) segments(part, from - at, to - from, out);
+        at += part_rows;
+      }
+      return;
+    }
+    out.push_back({form.memory, row, rows});
+  }
+
+  int32_t add(Program::Stage& stage, const Program::Instruction& in) {
+    stage.body.push_back(in);
+    return int32_t(stage.body.size() - 1);
+  }
+
+  // A load of rows [row, row + rows_) of memory operand `operand` into stage s (once per stage).
+  int32_t load(int32_t s, Program::Operand operand, int32_t row) {
+    if (row % rows_ != 0) throw Unsupported{"a block read at a row off the block boundaries"};
+    const auto key = std::make_tuple(operand.slot, operand.shared, row);
+    auto [it, added] = loads_[size_t(s - 1)].try_emplace(key, -1);
+    if (added) {
+      Program::Instruction in;
+      in.kind = Program::Instruction::load;
+      in.operand = operand;
+      in.block = row / rows_;
+      it->second = add(out_.program.stages[size_t(s - 1)], in);
+    }
+    return it->second;
+  }
+
+  // Block g of form f as a value of stage s (s >= f's stage).
+  int32_t block(int32_t f, int32_t g, int32_t s) {
+    Form& form = forms_[size_t(f)];
+    switch (form.kind) {
+      case Form::external: return load(s, form.memory, g * rows_);
+      case Form::slice: return block(form.sources[0], form.begin / rows_ + g, s);
+      case Form::concat: {
+        for (int32_t part : form.sources) {
+          const int32_t blocks = forms_[size_t(part)].rows / rows_;
+          if (g < blocks) return block(part, g, s);
+          g -= blocks;
+        }
+        throw InternalError("lower_cell: a concat block out of range");
+      }
+      case Form::contraction:
+        if (form.stage != s) return load(s, form.memory, g * rows_);
+        if (form.accumulators[size_t(g)] < 0) {
+          Program::Instruction in;
+          in.kind = Program::Instruction::accumulator;
+          in.contraction = form.contraction_index;
+          in.block = g;
+          form.accumulators[size_t(g)] = add(out_.program.stages[size_t(s - 1)], in);
+        }
+        return form.accumulators[size_t(g)];
+      case Form::elementwise:
+        if (form.stage != s) return load(s, form.memory, g * rows_);
+        return form.values[size_t(g)];
+    }
+    throw InternalError("lower_cell: a form of no kind");
+  }
+
+  void emit(uint32_t o) {
+    Form& form = forms_[o];
+    const ir::Node& n = body_node(o);
+    const int32_t s = form.stage;
+    Program::Stage& stage = out_.program.stages[size_t(s - 1)];
+    const int32_t blocks = form.rows / rows_;
+    if (form.kind == Form::contraction) {
+      Program::Contraction c;
+      c.blocks = blocks;
+      CellLowering::Weight weight;
+      weight.blocks = blocks;
+      const auto args = graph_.args(n);
+      const size_t products = n.op == ir::Op::affine ? 1 : 0;
+      size_t term = 0;
+      for (size_t slot = products; slot + 1 < args.size(); slot += 2, ++term) {
+        weight.pieces.push_back({o, int32_t(slot)});
+        const int32_t x = form.sources[term];
+        segments(x, 0, forms_[size_t(x)].rows, c.x);
+      }
+      if (form.begin >= 0) {
+        std::vector<Program::Segment> bias;
+        segments(form.begin, 0, form.rows, bias);
+        if (bias.size() != 1) throw Unsupported{"a bias that is not one value in memory"};
+        c.has_bias = true;
+        c.bias = bias[0];
+      }
+      c.weight = int32_t(out_.weights.size());
+      out_.weights.push_back(std::move(weight));
+      form.contraction_index = int32_t(stage.contractions.size());
+      stage.contractions.push_back(std::move(c));
+      form.accumulators.assign(size_t(blocks), -1);
+    } else if (form.kind == Form::elementwise) {
+      jit::KernelOp op;
+      elementwise_op(n.op, op);
+      for (int32_t g = 0; g < blocks; ++g) {
+        int32_t value = block(form.sources[0], g, s);
+        if (n.op == ir::Op::sum) {
+          for (size_t i = 1; i < form.sources.size(); ++i) {
+            Program::Instruction in;
+            in.op = jit::KernelOp::add;
+            in.a = value;
+            in.b = block(form.sources[i], g, s);
+            value = add(stage, in);
+          }
+          if (form.sources.size() == 1) {  // a sum of one value is that value, kept as its own
+            Program::Instruction in;
+            in.op = jit::KernelOp::add_const;
+            in.a = value;
+            value = add(stage, in);
+          }
+        } else {
+          Program::Instruction in;
+          in.op = op;
+          in.a = value;
+          if (jit::kernel_op_arity(op) == 2) in.b = block(form.sources[1], g, s);
+          if (jit::kernel_op_has_constant(op)) in.constant = n.attrs.constant;
+          value = add(stage, in);
+        }
+        form.values.push_back(value);
+      }
+    }
+    // Every value that is not a view of another is written to its arena place.
+    if (form.kind == Form::slice && plan_.is_view(first_ + o)) return;
+    form.memory = {int32_t(out_.call_slots.size()), false};
+    out_.call_slots.push_back({o, -1});
+    form.stored = true;
+    for (int32_t g = 0; g < blocks; ++g) stage.stores.push_back({block(int32_t(o), g, s), form.memory, g});
+  }
+
+  const ir::Graph& graph_;
+  const memplan::Plan& plan_;
+  ir::NodeId first_;
+  uint32_t count_;
+  int32_t rows_ = 0;
+  std::vector<Form> forms_;  // body nodes by offset, then external references
+  std::map<ir::NodeId, int32_t> shared_of_;
+  std::vector<std::map<std::tuple<int32_t, bool, int32_t>, int32_t>> loads_;  // per stage
+  CellLowering out_;
+};
+
+}  // namespace
+
+std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first,
+                                       uint32_t body_nodes, const std::string& name, std::string& why_not) {
+  try {
+    return Lowerer(graph, plan, first, body_nodes, name).lower();
+  } catch (const Unsupported& unsupported) {
+    why_not = unsupported.why;
+    return std::nullopt;
+  }
+}
+
+struct CellKernels::PackedWeight {
+  std::vector<std::pair<const float*, uint64_t>> sources;  // per piece: data and version packed from
+  float* data = nullptr;
+  int64_t floats = 0;
+  ~PackedWeight() { std::free(data); }
+};
+
+struct CellKernels::Cell {
+  std::optional<CellLowering> lowering;
+  std::string why_not;
+  jit::CompiledKernel kernel;
+  int32_t vector = 0;
+  std::vector<std::unique_ptr<PackedWeight>> weights;
+  std::vector<const float*> weight_pointers;
+};
+
+CellKernels::CellKernels(std::string cache_directory) : cache_directory_(std::move(cache_directory)) {}
+CellKernels::~CellKernels() = default;
+
+CellKernels::Cell& CellKernels::cell_of(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch,
+                                        const Values& values, Stats& stats) {
+  std::unique_ptr<Cell>& slot = cells_[batch.cell];
+  if (slot) return *slot;
+  auto cell = std::make_unique<Cell>();
+  cell->lowering = lower_cell(values.graph, values.plan, schedule.call_firsts[batch.calls_begin], batch.body_nodes,
+                              batch.cell->name, cell->why_not);
+  if (cell->lowering) {
+    if (!compiler_) compiler_ = &jit::shared_compiler(cache_directory_);
+    bool compiled_now = false;
+    cell->kernel = compiler_->get(cell->lowering->program, compiled_now);
+    if (compiled_now) {
+      stats.kernels_compiled += 1;
+      stats.time.compile_ms += cell->kernel.compile_ms;
+    } else {
+      stats.cache_hits += 1;
+    }
+    cell->vector = jit::cell_vector_floats();
+    cell->weights.resize(cell->lowering->weights.size());
+    cell->weight_pointers.resize(cell->lowering->weights.size());
+  }
+  slot = std::move(cell);
+  return *slot;
+}
+
+bool CellKernels::run(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch,
+                      const Values& values, ThreadPool& pool, Stats& stats) {
+  Cell& cell = cell_of(schedule, batch, values, stats);
+  if (!cell.lowering) return false;
+  const CellLowering& lowering = *cell.lowering;
+  const ir::Graph& graph = values.graph;
+  const std::span<const ir::NodeId> firsts(schedule.call_firsts.data() + batch.calls_begin, batch.calls_end - batch.calls_begin);
+  // The program reads these slices in place of their sources: in this plan too?
+  for (uint32_t view : lowering.views)
+    for (ir::NodeId first : firsts)
+      if (!values.plan.is_view(first + view)) return false;
+
+  // Packed weights, made again when a piece moved or its version changed.
+  const ir::NodeId first0 = firsts[0];
+  for (size_t w = 0; w < lowering.weights.size(); ++w) {
+    const CellLowering::Weight& weight = lowering.weights[w];
+    std::unique_ptr<PackedWeight>& packed = cell.weights[w];
+    std::vector<std::pair<const float*, uint64_t>> sources;
+    std::vector<jit::WeightPiece> pieces;
+    int64_t k = 0;
+    for (const CellLowering::Reference& piece : weight.pieces) {
+      const ir::NodeId node = graph.args(first0 + piece.offset)[size_t(piece.argument)];
+      const ir::ParameterInfo& info = graph.parameter(graph.node(node).attrs.parameter);
+      sources.emplace_back(info.data, info.version ? *info.version : 0);
+      pieces.push_back({info.data, info.shape.cols});
+      k += info.shape.cols;
+    }
+    if (packed && packed->sources == sources) continue;
+    if (!packed) packed = std::make_unique<PackedWeight>();
+    const int64_t floats = jit::packed_weight_floats(lowering.program.rows, weight.blocks, k, cell.vector);
+    if (floats != packed->floats) {
+      std::free(packed->data);
+      const size_t bytes = (size_t(floats) * sizeof(float) + 63) / 64 * 64;
+      packed->data = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (!packed->data) throw std::bad_alloc();
+      packed->floats = floats;
+    }
+    jit::pack_weight(lowering.program.rows, weight.blocks, pieces, cell.vector, packed->data);
+    packed->sources = std::move(sources);
+    cell.weight_pointers[w] = packed->data;
+  }
+
+  // The calls' pointer tables and the shared one.
+  const size_t slots = lowering.call_slots.size();
+  pointers_.resize(firsts.size() * slots);
+  for (size_t j = 0; j < firsts.size(); ++j) {
+    float** table = pointers_.data() + j * slots;
+    for (size_t s = 0; s < slots; ++s) {
+      const CellLowering::Reference& ref = lowering.call_slots[s];
+      const ir::NodeId node = firsts[j] + ref.offset;
+      table[s] = ref.argument < 0 ? values.out(node) : const_cast<float*>(values.in(graph.args(node)[size_t(ref.argument)]));
+    }
+  }
+  shared_.resize(lowering.shared_slots.size());
+  for (size_t s = 0; s < shared_.size(); ++s) {
+    const CellLowering::Reference& ref = lowering.shared_slots[s];
+    shared_[s] = values.in(graph.args(first0 + ref.offset)[size_t(ref.argument)]);
+  }
+
+  const int64_t calls = int64_t(firsts.size());
+  const jit::CellFunction function = cell.kernel.cell();
+  auto run_calls = [&](int64_t begin, int64_t end) {
+    const jit::CellArgs args{end - begin, shared_.data(), cell.weight_pointers.data(), pointers_.data() + begin * int64_t(slots)};
+    function(&args);
+  };
+  const int64_t pieces = std::min<int64_t>(pool.size(), std::max<int64_t>(1, calls / kMinCallsPerTask));
+  if (pieces <= 1) {
+    run_calls(0, calls);
+  } else {
+    const std::function<void(int)> task = [&](int i) { run_calls(calls * i / pieces, calls * (i + 1) / pieces); };
+    pool.parallel_for(int(pieces), task);
+  }
+  stats.kernel_calls += pieces;
+  return true;
+}
+
+}  // namespace edb::runtime

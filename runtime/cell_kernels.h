@@ -1,0 +1,78 @@
+// Compiled cells for the jit executor: a batch of cell calls (scheduler::Schedule::CallBatch) runs
+// as one kernel compiled from the cell's program (jit/cell_program.h) instead of the body's
+// batches one by one. The body is lowered once per cell from its first call's copy in a trace;
+// weights are packed once per model version (repacked when a parameter's version moves).
+// Precondition: the plan gives every body node of every call its place (memplan's Plan).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "edbatch/stats.h"
+#include "jit/cell_program.h"
+#include "jit/llvm_backend.h"
+#include "runtime/executor.h"
+#include "runtime/thread_pool.h"
+
+namespace edb::jit {
+class CachedCompiler;
+}
+
+namespace edb::runtime {
+
+// A cell body as copied into a trace, lowered: its program, and where each call finds its slots.
+struct CellLowering {
+  // Body node `offset` (from the call's first node) itself (argument < 0: its place in the arena)
+  // or its `argument`-th argument (a node outside the body).
+  struct Reference {
+    uint32_t offset = 0;
+    int32_t argument = -1;
+  };
+  // A contraction's weight: parameter pieces side by side (blocks * rows rows each).
+  struct Weight {
+    int32_t blocks = 1;
+    std::vector<Reference> pieces;
+  };
+  jit::CellProgram program;
+  std::vector<Reference> call_slots;    // per call slot
+  std::vector<Reference> shared_slots;  // per shared slot, found through the first call
+  std::vector<Weight> weights;          // per packed weight
+  std::vector<uint32_t> views;          // body slices the program reads in place of their source
+};
+
+// The lowering of the call whose body is graph nodes [first, first + body_nodes), or nullopt with
+// the reason in `why_not` when the body holds what the program cannot express (then the
+// executor runs its batches one by one).
+// `name` names the program (the cell's name).
+std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first,
+                                       uint32_t body_nodes, const std::string& name, std::string& why_not);
+
+// The jit executor's compiled cells: per cell, its lowering, kernel and packed weights.
+class CellKernels {
+ public:
+  explicit CellKernels(std::string cache_directory);
+  ~CellKernels();
+
+  // Runs a batch of calls as one kernel, split by calls across the pool; false when its cell does
+  // not lower (the caller runs the batches instead).
+  bool run(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch, const Values& values,
+           ThreadPool& pool, Stats& stats);
+
+ private:
+  struct PackedWeight;
+  struct Cell;
+  Cell& cell_of(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch, const Values& values,
+                Stats& stats);
+
+  std::string cache_directory_;
+  jit::CachedCompiler* compiler_ = nullptr;
+  std::unordered_map<const scheduler::CellSchedule*, std::unique_ptr<Cell>> cells_;
+  std::vector<float*> pointers_;        // the batch's call tables, kept between batches
+  std::vector<const float*> shared_;
+};
+
+}  // namespace edb::runtime

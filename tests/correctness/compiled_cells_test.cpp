@@ -1,0 +1,205 @@
+// Compiled cells (runtime/cell_kernels.h): a batch of cell calls runs as one kernel under the jit
+// executor and gives the reference executor's values, for bodies of one and of several stages,
+// hidden sizes off the vector width, and bodies that do not lower (they run batch by batch);
+// packed weights follow every change of the parameters (values(), load, an optimizer step).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+#include <edbatch/train.h>
+
+namespace edb {
+namespace {
+
+using Record = std::function<std::vector<Expr>(Trace&)>;
+
+struct CellRun {
+  std::vector<Tensor> values;
+  Stats stats;
+};
+
+CellRun evaluate(const std::string& executor, const Record& record, int threads = 1) {
+  EngineOptions options;
+  options.executor = executor;
+  options.threads = threads;
+  options.verify = true;
+  Engine engine(options);
+  Trace trace(engine);
+  const std::vector<Expr> outputs = record(trace);
+  trace.run();
+  CellRun run;
+  for (const Expr& e : outputs) run.values.push_back(e.value());
+  run.stats = engine.stats();
+  return run;
+}
+
+void expect_same(const CellRun& got, const CellRun& want, const std::string& what) {
+  ASSERT_EQ(got.values.size(), want.values.size()) << what;
+  for (size_t i = 0; i < want.values.size(); ++i) {
+    ASSERT_EQ(got.values[i].data.size(), want.values[i].data.size()) << what;
+    for (size_t e = 0; e < want.values[i].data.size(); ++e)
+      ASSERT_NEAR(got.values[i].data[e], want.values[i].data[e], 2e-5f * (1 + std::abs(want.values[i].data[e])))
+          << what << ": output " << i << " element " << e;
+  }
+}
+
+std::vector<float> column(int rows, float seed) {
+  std::vector<float> v(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) v[size_t(r)] = std::sin(seed * 1.7f + 0.37f * float(r));
+  return v;
+}
+
+// An LSTM step of hidden size h (37: rows off the vector width): one affine of four gates over
+// x and h, slices at block boundaries, c and h out.
+struct Lstm {
+  Model model{"lstm", 3};
+  int h, x_rows;
+  Parameter w, u, b;
+  Cell cell;
+  Lstm(int hidden, int x)
+      : h(hidden), x_rows(x), w(model.add_parameter("W", 4 * hidden, x)), u(model.add_parameter("U", 4 * hidden, hidden)),
+        b(model.add_parameter("b", 4 * hidden, 1)),
+        cell("lstm_step", {{x, 1}, {hidden, 1}, {hidden, 1}}, [this](Trace& t, std::span<const Expr> in) {
+          const Expr gates = affine({t.param(b), t.param(w), in[0], t.param(u), in[1]});
+          const Expr i = sigmoid(slice(gates, 0, h)), f = sigmoid(slice(gates, h, 2 * h));
+          const Expr o = sigmoid(slice(gates, 2 * h, 3 * h)), g = tanh(slice(gates, 3 * h, 4 * h));
+          const Expr c = cmult(f, in[2]) + cmult(i, g);
+          return std::vector<Expr>{cmult(o, tanh(c)), c};
+        }) {}
+
+  // Chains of different lengths, so batches of calls have every size from `chains` down to 1.
+  std::vector<Expr> record(Trace& t, int chains) const {
+    std::vector<Expr> outputs;
+    for (int k = 0; k < chains; ++k) {
+      Expr hs = t.input(column(h, float(k))), cs = t.input(column(h, float(k) + 0.5f));
+      for (int step = 0; step <= k; ++step) {
+        const std::vector<Expr> hc = cell(t, {t.input(column(x_rows, float(k * 7 + step))), hs, cs});
+        hs = hc[0];
+        cs = hc[1];
+      }
+      outputs.push_back(hs);
+      outputs.push_back(cs);
+    }
+    return outputs;
+  }
+};
+
+TEST(CompiledCells, LstmStepsEqualTheReference) {
+  for (int hidden : {1, 16, 37, 50}) {
+    const Lstm lstm(hidden, 11);
+    const Record record = [&](Trace& t) { return lstm.record(t, 9); };
+    const CellRun reference = evaluate("reference", record);
+    for (int threads : {1, 2}) expect_same(evaluate("jit", record, threads), reference, "hidden " + std::to_string(hidden));
+  }
+}
+
+TEST(CompiledCells, ABatchOfCallsIsOneKernelCall) {
+  // tanh, sigmoid, cmult, add: four batches of body nodes, one compiled kernel.
+  const Cell mix("mix", {{3, 1}, {3, 1}}, [](Trace&, std::span<const Expr> in) {
+    return std::vector<Expr>{tanh(in[0]) + cmult(sigmoid(in[0]), in[1])};
+  });
+  const Record record = [&](Trace& t) {
+    std::vector<Expr> outputs;
+    for (int k = 0; k < 6; ++k) outputs.push_back(mix(t, {t.input(column(3, float(k))), t.input(column(3, -float(k)))})[0]);
+    return outputs;
+  };
+  const CellRun jit = evaluate("jit", record), batched = evaluate("batched", record);
+  expect_same(jit, evaluate("reference", record), "mix");
+  EXPECT_EQ(jit.stats.batches, 4);  // the schedule is the same; it runs as one kernel
+  EXPECT_EQ(jit.stats.kernel_calls, 1);
+  EXPECT_GT(batched.stats.kernel_calls, 1);
+}
+
+TEST(CompiledCells, AContractionOverAValueOfTheSameCellIsALaterStage) {
+  // A GRU step: the candidate's product reads r * h, computed in the cell itself.
+  Model model("gru", 5);
+  const int h = 21;
+  const Parameter wg = model.add_parameter("Wg", 2 * h, h), bg = model.add_parameter("bg", 2 * h, 1);
+  const Parameter wc = model.add_parameter("Wc", h, h), uc = model.add_parameter("Uc", h, 9);
+  const Cell gru("gru", {{9, 1}, {h, 1}}, [&](Trace& t, std::span<const Expr> in) {
+    const Expr gates = sigmoid(affine({t.param(bg), t.param(wg), in[1]}));
+    const Expr r = slice(gates, 0, h), z = slice(gates, h, 2 * h);
+    const Expr candidate = tanh(matmul(t.param(wc), cmult(r, in[1])) + matmul(t.param(uc), in[0]));
+    const Expr one_minus_z = (-1.0f * z) + 1.0f;
+    return std::vector<Expr>{sum({cmult(one_minus_z, in[1]), cmult(z, candidate)}), relu(candidate)};
+  });
+  const Record record = [&](Trace& t) {
+    std::vector<Expr> outputs;
+    for (int k = 0; k < 5; ++k) {
+      Expr state = t.input(column(h, float(k)));
+      for (int step = 0; step < 3 + k; ++step) {
+        const std::vector<Expr> out = gru(t, {t.input(column(9, float(step))), state});
+        state = out[0];
+        outputs.push_back(out[1]);
+      }
+      outputs.push_back(state);
+    }
+    return outputs;
+  };
+  expect_same(evaluate("jit", record), evaluate("reference", record), "gru");
+}
+
+TEST(CompiledCells, BodiesThatDoNotLowerRunBatchByBatch) {
+  // softmax and a per-call matrix are not cell-program ops: the body's batches run as before.
+  const Cell odd("odd", {{4, 1}, {4, 4}}, [](Trace&, std::span<const Expr> in) {
+    return std::vector<Expr>{softmax(matvec(in[1], in[0]) + in[0])};
+  });
+  const Record record = [&](Trace& t) {
+    std::vector<Expr> outputs;
+    for (int k = 0; k < 4; ++k) {
+      std::vector<float> m(16);
+      for (int i = 0; i < 16; ++i) m[size_t(i)] = 0.1f * float(i - k);
+      outputs.push_back(odd(t, {t.input(column(4, float(k))), t.input(4, 4, m)})[0]);
+    }
+    return outputs;
+  };
+  expect_same(evaluate("jit", record), evaluate("reference", record), "odd");
+}
+
+// The packed weights must follow the parameters: a stale packing gives the old values.
+TEST(CompiledCells, PackedWeightsFollowEveryChangeOfTheParameters) {
+  Lstm lstm(19, 6);
+  EngineOptions jit_options, reference_options;
+  jit_options.executor = "jit";
+  reference_options.executor = "reference";
+  Engine jit(jit_options), reference(reference_options);
+  auto outputs = [&](Engine& engine) {
+    Trace trace(engine);
+    std::vector<Tensor> values;
+    for (const Expr& e : lstm.record(trace, 4)) values.push_back(e.value());
+    return CellRun{values, {}};
+  };
+  const CellRun first = outputs(jit);
+  expect_same(first, outputs(reference), "before any change");
+
+  for (float& v : lstm.u.values()) v *= -0.5f;
+  const CellRun changed = outputs(jit);
+  expect_same(changed, outputs(reference), "after values()");
+  EXPECT_NE(changed.values[0].data, first.values[0].data);
+
+  const std::string path = (std::filesystem::temp_directory_path() / "edb_compiled_cells_model.bin").string();
+  lstm.model.save(path);
+  for (float& v : lstm.w.values()) v = 0.25f;
+  expect_same(outputs(jit), outputs(reference), "after a second values()");
+  lstm.model.load(path);
+  std::filesystem::remove(path);
+  expect_same(outputs(jit), changed, "after load()");
+
+  Optimizer optimizer(lstm.model, {.kind = "sgd", .learning_rate = 0.5f});
+  {
+    Trace trace(jit);
+    const std::vector<Expr> out = lstm.record(trace, 3);
+    Expr loss = pick_neg_log_softmax(out[0], 0);
+    optimizer.step(trace.backward(loss));
+  }
+  const CellRun stepped = outputs(jit);
+  expect_same(stepped, outputs(reference), "after an optimizer step");
+  EXPECT_NE(stepped.values[0].data, changed.values[0].data);
+}
+
+}  // namespace
+}  // namespace edb

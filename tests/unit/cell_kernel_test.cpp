@@ -1,0 +1,212 @@
+// Compiled cell programs (jit/cell_program.h, jit/llvm_cell.cpp): the register-blocked
+// contraction against a plain product for awkward shapes (rows not a multiple of the vector, K not
+// a multiple of it, N = 1..1000, unaligned pointers), the elementwise stage body against libm,
+// packing, and the program's checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "edbatch/errors.h"
+#include "jit/cell_program.h"
+#include "jit/llvm_backend.h"
+
+namespace edb::jit {
+namespace {
+
+using Program = CellProgram;
+
+// acc = bias + W [x_0; x_1; ...] (pieces of `ks` rows, call slots 0..), optionally through
+// `activation`, every block stored into the call slot after the pieces.
+Program contraction(int rows, int blocks, const std::vector<int>& ks, bool bias, KernelOp activation = KernelOp::load) {
+  Program p;
+  p.name = "test contraction";
+  p.rows = rows;
+  Program::Stage stage;
+  Program::Contraction c;
+  c.blocks = blocks;
+  int32_t slot = 0;
+  for (int k : ks) c.x.push_back({{slot++, false}, 0, k});
+  c.has_bias = bias;
+  if (bias) c.bias = {{0, true}, 0, rows * blocks};
+  c.weight = 0;
+  stage.contractions.push_back(c);
+  for (int g = 0; g < blocks; ++g) {
+    Program::Instruction in;
+    in.kind = Program::Instruction::accumulator;
+    in.contraction = 0;
+    in.block = g;
+    stage.body.push_back(in);
+    int32_t value = int32_t(stage.body.size() - 1);
+    if (activation != KernelOp::load) {
+      Program::Instruction act;
+      act.op = activation;
+      act.a = value;
+      stage.body.push_back(act);
+      value = int32_t(stage.body.size() - 1);
+    }
+    stage.stores.push_back({value, {slot, false}, g});
+  }
+  p.stages.push_back(stage);
+  p.call_slots = slot + 1;
+  p.shared_slots = 1;
+  return p;
+}
+
+struct Case {
+  int rows, blocks;
+  std::vector<int> ks;
+  int calls;
+  bool bias;
+};
+
+float apply(KernelOp op, float x) {
+  switch (op) {
+    case KernelOp::tanh: return std::tanh(x);
+    case KernelOp::sigmoid: return 1.0f / (1.0f + std::exp(-x));
+    case KernelOp::relu: return x < 0 ? 0 : x;
+    default: return x;
+  }
+}
+
+// Runs `program` (from contraction()) on random data and compares every stored value with a
+// double-precision product.
+void check(LlvmBackend& backend, const Case& c, KernelOp activation = KernelOp::load) {
+  const Program program = contraction(c.rows, c.blocks, c.ks, c.bias, activation);
+  const CompiledKernel kernel = backend.compile(program);
+  const int vector = cell_vector_floats();
+  std::mt19937 random(uint32_t(c.rows * 131 + c.calls));
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const int out_rows = c.rows * c.blocks;
+  int k_total = 0;
+  for (int k : c.ks) k_total += k;
+  // Weight pieces, column-major out_rows x k.
+  std::vector<std::vector<float>> pieces;
+  std::vector<WeightPiece> views;
+  for (int k : c.ks) {
+    pieces.emplace_back(size_t(out_rows) * size_t(k));
+    for (float& v : pieces.back()) v = uniform(random);
+    views.push_back({pieces.back().data(), k});
+  }
+  std::vector<float> packed(size_t(packed_weight_floats(c.rows, c.blocks, k_total, vector)) + size_t(vector));
+  // 64-byte aligned start inside the buffer, as the executor allocates it.
+  float* packed_data = packed.data();
+  while (reinterpret_cast<uintptr_t>(packed_data) % (size_t(vector) * 4) != 0) ++packed_data;
+  pack_weight(c.rows, c.blocks, views, vector, packed_data);
+  std::vector<float> bias(static_cast<size_t>(out_rows));
+  for (float& v : bias) v = uniform(random);
+  // Every call's operands in one buffer at odd offsets (unaligned, apart), outputs guarded.
+  const int64_t stride = std::max(out_rows, *std::max_element(c.ks.begin(), c.ks.end())) + 3;
+  const size_t slots = c.ks.size() + 1;
+  std::vector<float> memory(size_t(stride) * slots * size_t(c.calls) + 8, 0.0f);
+  for (float& v : memory) v = uniform(random);
+  const std::vector<float> before = memory;
+  std::vector<float*> pointers(slots * size_t(c.calls));
+  for (size_t i = 0; i < pointers.size(); ++i) pointers[i] = memory.data() + 1 + int64_t(i) * stride;
+  const float* shared[] = {bias.data()};
+  const float* weights[] = {packed_data};
+  const CellArgs args{c.calls, shared, weights, pointers.data()};
+  kernel.cell()(&args);
+
+  for (int j = 0; j < c.calls; ++j) {
+    const float* out = pointers[size_t(j) * slots + c.ks.size()];
+    for (int r = 0; r < out_rows; ++r) {
+      double expected = c.bias ? bias[size_t(r)] : 0.0;
+      for (size_t piece = 0; piece < c.ks.size(); ++piece) {
+        const float* x = pointers[size_t(j) * slots + piece];
+        for (int k = 0; k < c.ks[piece]; ++k) expected += double(pieces[piece][size_t(k) * out_rows + size_t(r)]) * x[k];
+      }
+      const float want = apply(activation, float(expected));
+      ASSERT_NEAR(out[r], want, 2e-5 * (1 + std::abs(want)) + 1e-5 * std::sqrt(double(k_total)))
+          << "rows " << c.rows << " blocks " << c.blocks << " K " << k_total << " calls " << c.calls << ": call " << j
+          << " row " << r;
+    }
+    // Nothing written past the stored rows (the next buffer's guard floats stay as they were).
+    const int64_t after = (out - memory.data()) + out_rows;
+    for (int64_t i = after; i < after + 2; ++i) ASSERT_EQ(memory[size_t(i)], before[size_t(i)]) << "write past a store";
+  }
+}
+
+TEST(CellKernel, ContractionEqualsPlainProductForAwkwardShapes) {
+  LlvmBackend backend;
+  const std::vector<Case> cases = {
+      {1, 1, {1}, 1, false},      {5, 1, {7}, 3, true},        {16, 3, {16}, 4, true},
+      {17, 2, {33, 5}, 9, true},  {37, 4, {13}, 33, true},     {50, 4, {128, 50}, 64, true},
+      {128, 3, {128, 128}, 7, true}, {31, 5, {3}, 1000, false}, {64, 1, {1}, 2, true},
+  };
+  for (const Case& c : cases) check(backend, c);
+}
+
+TEST(CellKernel, EveryCallCountUpTo64) {
+  LlvmBackend backend;
+  for (int calls = 1; calls <= 64; ++calls) check(backend, {20, 3, {9, 4}, calls, true});
+}
+
+TEST(CellKernel, ActivationsOnTheAccumulatorsMatchLibm) {
+  LlvmBackend backend;
+  for (KernelOp op : {KernelOp::tanh, KernelOp::sigmoid, KernelOp::relu}) check(backend, {23, 2, {11}, 6, true}, op);
+}
+
+TEST(CellKernel, PackingLaysTilesOutBlockByBlockWithZeroPadding) {
+  // rows 3, blocks 2, K 2, vector 4: tile 0 holds, per k, block 0's rows 0-2 then block 1's.
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6, /* column 1 */ 7, 8, 9, 10, 11, 12};
+  std::vector<float> packed(size_t(packed_weight_floats(3, 2, 2, 4)), -1.0f);
+  ASSERT_EQ(packed.size(), 16u);
+  pack_weight(3, 2, {{w.data(), 2}}, 4, packed.data());
+  const std::vector<float> expected = {1, 2, 3, 0, 4, 5, 6, 0, 7, 8, 9, 0, 10, 11, 12, 0};
+  EXPECT_EQ(packed, expected);
+}
+
+TEST(CellKernel, VerifyRefusesBrokenPrograms) {
+  Program p = contraction(8, 1, {4}, true);
+  EXPECT_NO_THROW(verify(p));
+  Program bad_slot = p;
+  bad_slot.stages[0].contractions[0].x[0].operand.slot = 9;
+  EXPECT_THROW(verify(bad_slot), InternalError);
+  Program bad_value = p;
+  bad_value.stages[0].stores[0].value = 5;
+  EXPECT_THROW(verify(bad_value), InternalError);
+  Program shared_store = p;
+  shared_store.stages[0].stores[0].operand.shared = true;
+  EXPECT_THROW(verify(shared_store), InternalError);
+  Program no_rows = p;
+  no_rows.rows = 0;
+  EXPECT_THROW(verify(no_rows), InternalError);
+}
+
+TEST(CellKernel, DescriptionNamesEveryPartAndDiffersWithTheShape) {
+  const std::string a = describe(contraction(8, 2, {4, 3}, true));
+  EXPECT_NE(a.find("contraction 0 blocks 2 weight 0 x c0[0+4] c1[0+3] bias s0[0+16]"), std::string::npos) << a;
+  EXPECT_NE(a, describe(contraction(8, 2, {4, 4}, true)));
+  EXPECT_NE(a, describe(contraction(8, 2, {4, 3}, false)));
+}
+
+TEST(CellKernel, TextReadsBackToTheSameProgram) {
+  Program p = contraction(8, 2, {4, 3}, true, KernelOp::tanh);
+  Program::Instruction scale;
+  scale.op = KernelOp::scale;
+  scale.a = 1;
+  scale.constant = 0.3f;
+  p.stages[0].body.push_back(scale);
+  p.stages[0].stores.push_back({int32_t(p.stages[0].body.size() - 1), {2, false}, 1});
+  Program::Stage second;
+  Program::Instruction load;
+  load.kind = Program::Instruction::load;
+  load.operand = {2, false};
+  second.body.push_back(load);
+  second.stores.push_back({0, {1, false}, 0});
+  p.stages.push_back(second);
+  const std::string text = describe(p);
+  EXPECT_EQ(describe(parse_cell_program(text)), text);
+  EXPECT_THROW(parse_cell_program("cell x\nrows 8 call_slots 3 shared_slots 1\n  %0 = load c0 block 0\n"), UsageError);
+  EXPECT_THROW(parse_cell_program("kernel f32 elementwise add\n"), UsageError);
+  std::string broken = text;
+  broken.replace(broken.find("c1[0+3]"), 7, "c9[0+3]");
+  EXPECT_THROW(parse_cell_program(broken), UsageError);
+}
+
+}  // namespace
+}  // namespace edb::jit
