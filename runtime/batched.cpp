@@ -672,6 +672,10 @@ BatchedExecutor::BatchedExecutor(int threads, bool jit, std::string cache_direct
 
 BatchedExecutor::~BatchedExecutor() = default;
 
+void BatchedExecutor::keep_every_value() {
+  if (cells_) cells_->keep_every_value();
+}
+
 void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
   std::vector<BatchContext> group;
   size_t next_call_batch = 0;

@@ -28,6 +28,7 @@ class BatchedExecutor final : public Executor {
   ~BatchedExecutor() override;
   std::string_view name() const override { return jit_ ? "jit" : "batched"; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
+  void keep_every_value() override;
 
   // Grow-only scratch blocks, reset per batch (pointers stay valid within a batch).
   class Scratch {

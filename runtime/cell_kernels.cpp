@@ -44,15 +44,23 @@ struct Unsupported {
 
 class Lowerer {
  public:
-  Lowerer(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first, uint32_t body_nodes, std::string name)
-      : graph_(graph), plan_(plan), first_(first), count_(body_nodes) {
-    out_.program.name = std::move(name);
+  Lowerer(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first, const scheduler::CellSchedule& cell,
+          uint32_t body_nodes, bool keep_every_value)
+      : graph_(graph), plan_(plan), first_(first), count_(body_nodes), needed_(body_nodes, keep_every_value) {
+    out_.program.name = cell.name;
+    for (uint32_t o : cell.outputs)
+      if (o < count_) needed_[o] = true;
   }
 
   CellLowering lower() {
     choose_rows();
     forms_.resize(count_);
     for (uint32_t o = 0; o < count_; ++o) classify(o);
+    for (uint32_t o = 0; o < count_; ++o) need_for_backward(o);
+    // A view keeps nothing of its own: readers after the kernel find it in its source's place.
+    for (uint32_t o = count_; o-- > 0;)
+      if (needed_[o] && forms_[o].kind == Form::slice && plan_.is_view(first_ + o) && forms_[o].sources[0] < int32_t(count_))
+        needed_[size_t(forms_[o].sources[0])] = true;
     // Stages in order; within one, nodes in recording order (a topological order).
     int32_t stages = 0;
     for (const Form& f : forms_) stages = std::max(stages, f.stage);
@@ -145,11 +153,13 @@ class Lowerer {
           throw Unsupported{"a product whose weight is not a parameter"};
         x_forms.push_back(argument_form(o, int32_t(slot + 1)));
         stage = std::max(stage, memory_stage(x_forms.back()) + 1);
+        need_in_memory(x_forms.back());
       }
       int32_t bias = -1;
       if (products) {
         bias = argument_form(o, 0);
         stage = std::max(stage, memory_stage(bias) + 1);
+        need_in_memory(bias);
       }
       Form& g = forms_[o];  // forms_ may have grown
       g.kind = Form::contraction;
@@ -184,6 +194,7 @@ class Lowerer {
       g.kind = Form::concat;
       g.sources = parts;
       g.stage = stage;
+      need_earlier_stages(parts, stage);
       return;
     }
     if (elementwise_op(n.op, op)) {
@@ -199,9 +210,46 @@ class Lowerer {
       g.kind = Form::elementwise;
       g.sources = operands;
       g.stage = stage;
+      need_earlier_stages(operands, stage);
       return;
     }
     throw Unsupported{std::string("op ") + std::string(ir::op_name(n.op))};
+  }
+
+  // Form f's values are read from memory: every body value they come from must be stored.
+  void need_in_memory(int32_t f) {
+    const Form& form = forms_[size_t(f)];
+    if (form.kind == Form::external) return;
+    if (form.kind == Form::slice || form.kind == Form::concat) {
+      for (int32_t source : form.sources) need_in_memory(source);
+      return;
+    }
+    needed_[size_t(f)] = true;
+  }
+  // Operands computed in an earlier stage than their reader are loaded from memory.
+  void need_earlier_stages(const std::vector<int32_t>& operands, int32_t stage) {
+    for (int32_t f : operands)
+      if (forms_[size_t(f)].stage < stage) need_in_memory(f);
+  }
+  // What the backward pass's rule for body node o reads of the forward values (trace/backward.cpp):
+  // a product's right factors, both factors of cmult, the outputs of activations.
+  void need_for_backward(uint32_t o) {
+    const ir::Node& n = body_node(o);
+    const auto args = graph_.args(n);
+    auto need = [&](ir::NodeId id) {
+      if (inside(id)) needed_[id - first_] = true;
+    };
+    switch (n.op) {
+      case ir::Op::matmul: need(args[1]); break;
+      case ir::Op::affine:
+        for (size_t i = 1; i + 1 < args.size(); i += 2) need(args[i + 1]);
+        break;
+      case ir::Op::cmult: need(args[0]); need(args[1]); break;
+      case ir::Op::tanh:
+      case ir::Op::sigmoid:
+      case ir::Op::relu: needed_[o] = true; break;
+      default: break;
+    }
   }
 
   // After which stage form f's values are all in memory (0: before the kernel starts).
@@ -348,8 +396,10 @@ class Lowerer {
         form.values.push_back(value);
       }
     }
-    // Every value that is not a view of another is written to its arena place.
+    // What is read after the kernel (the call's outputs, the backward pass's operands) or by a
+    // later stage is written to its arena place, unless it is a view of another value.
     if (form.kind == Form::slice && plan_.is_view(first_ + o)) return;
+    if (!needed_[o]) return;
     form.memory = {int32_t(out_.call_slots.size()), false};
     out_.call_slots.push_back({o, -1});
     form.stored = true;
@@ -362,6 +412,7 @@ class Lowerer {
   uint32_t count_;
   int32_t rows_ = 0;
   std::vector<Form> forms_;  // body nodes by offset, then external references
+  std::vector<uint8_t> needed_;  // per body node: its value must be in the arena after the kernel
   std::map<ir::NodeId, int32_t> shared_of_;
   std::vector<std::map<std::tuple<int32_t, bool, int32_t>, int32_t>> loads_;  // per stage
   CellLowering out_;
@@ -370,9 +421,10 @@ class Lowerer {
 }  // namespace
 
 std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first,
-                                       uint32_t body_nodes, const std::string& name, std::string& why_not) {
+                                       const scheduler::CellSchedule& cell, uint32_t body_nodes, bool keep_every_value,
+                                       std::string& why_not) {
   try {
-    return Lowerer(graph, plan, first, body_nodes, name).lower();
+    return Lowerer(graph, plan, first, cell, body_nodes, keep_every_value).lower();
   } catch (const Unsupported& unsupported) {
     why_not = unsupported.why;
     return std::nullopt;
@@ -403,8 +455,8 @@ CellKernels::Cell& CellKernels::cell_of(const scheduler::Schedule& schedule, con
   std::unique_ptr<Cell>& slot = cells_[batch.cell];
   if (slot) return *slot;
   auto cell = std::make_unique<Cell>();
-  cell->lowering = lower_cell(values.graph, values.plan, schedule.call_firsts[batch.calls_begin], batch.body_nodes,
-                              batch.cell->name, cell->why_not);
+  cell->lowering = lower_cell(values.graph, values.plan, schedule.call_firsts[batch.calls_begin], *batch.cell,
+                              batch.body_nodes, keep_every_value_, cell->why_not);
   if (cell->lowering) {
     if (!compiler_) compiler_ = &jit::shared_compiler(cache_directory_);
     bool compiled_now = false;

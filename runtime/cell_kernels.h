@@ -47,14 +47,18 @@ struct CellLowering {
 // The lowering of the call whose body is graph nodes [first, first + body_nodes), or nullopt with
 // the reason in `why_not` when the body holds what the program cannot express (then the
 // executor runs its batches one by one).
-// `name` names the program (the cell's name).
+// The program writes to the arena only what is read after it: the call's outputs (`cell.outputs`)
+// and what the backward pass's rules read (trace/backward.cpp); with `keep_every_value`, every
+// value (EngineOptions::check_finite looks at each one).
 std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first,
-                                       uint32_t body_nodes, const std::string& name, std::string& why_not);
+                                       const scheduler::CellSchedule& cell, uint32_t body_nodes, bool keep_every_value,
+                                       std::string& why_not);
 
 // The jit executor's compiled cells: per cell, its lowering, kernel and packed weights.
 class CellKernels {
  public:
   explicit CellKernels(std::string cache_directory);
+  void keep_every_value() { keep_every_value_ = true; }  // before the first run
   ~CellKernels();
 
   // Runs a batch of calls as one kernel, split by calls across the pool; false when its cell does
@@ -69,6 +73,7 @@ class CellKernels {
                 Stats& stats);
 
   std::string cache_directory_;
+  bool keep_every_value_ = false;
   jit::CachedCompiler* compiler_ = nullptr;
   std::unordered_map<const scheduler::CellSchedule*, std::unique_ptr<Cell>> cells_;
   std::vector<float*> pointers_;        // the batch's call tables, kept between batches

@@ -234,6 +234,7 @@ Driver::Driver(const EngineOptions& options)
   const bool pipelined = options.threads >= 2 && options.executor != "reference";
   executor_ = make_device_executor(options.device, options.executor, pipelined ? options.threads - 1 : options.threads,
                                    options.cache_directory, options_.device);
+  if (options.check_finite) executor_->keep_every_value();
   if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_, options.check_finite);
 }
 

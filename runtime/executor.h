@@ -34,6 +34,9 @@ class Executor {
   virtual std::string_view name() const = 0;
   // Runs every batch of `schedule`; adds batches, kernel calls and bytes gathered to `stats`.
   virtual void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) = 0;
+  // Every node's value must be in the arena afterwards (EngineOptions::check_finite reads them all);
+  // otherwise a compiled cell writes only what is read after it. Called before the first execute.
+  virtual void keep_every_value() {}
 };
 
 class ReferenceExecutor final : public Executor {

@@ -52,6 +52,7 @@ struct CellSchedule {
   // Every argument of the body from outside it, in body order: (offset of the body node, which of
   // its arguments). The same in every call, so the policies need not scan the body for them.
   std::vector<std::pair<uint32_t, uint32_t>> outside_arguments;
+  std::vector<uint32_t> outputs;  // offsets of the body nodes a call returns
 };
 struct CallGroups {
   static constexpr uint32_t kNone = ~0u;

@@ -144,6 +144,7 @@ std::unique_ptr<CellRecord> record_body(detail::EngineState& engine, const Cell&
     printed += (i ? ", " : "") + shape_text(inputs[i].first, inputs[i].second);
   printed += ")";
   record->call_type = engine.driver.signatures.intern_named(std::to_string(cell.id()), printed);
+  for (ir::NodeId output : record->outputs) record->schedule.outputs.push_back(offset_of[output]);
   // A call copies the operations contiguously; everything else they read lies outside the copy.
   for (uint32_t o = 0; o < record->operations.size(); ++o) {
     const auto args = record->body.args(record->operations[o]);

@@ -160,6 +160,29 @@ TEST(CompiledCells, BodiesThatDoNotLowerRunBatchByBatch) {
   expect_same(evaluate("jit", record), evaluate("reference", record), "odd");
 }
 
+TEST(CompiledCells, CheckFiniteSeesValuesTheCallsDoNotReturn) {
+  // cmult(a, a) overflows inside the cell; tanh of it is finite, so only a check of every value
+  // finds it (the kernel then keeps every value, not only what is read after it).
+  const Cell overflow("overflow", {{20, 1}}, [](Trace&, std::span<const Expr> in) {
+    const Expr a = in[0] * 1e30f;
+    return std::vector<Expr>{tanh(cmult(a, a))};
+  });
+  EngineOptions options;
+  options.executor = "jit";
+  options.check_finite = true;
+  Engine engine(options);
+  Trace trace(engine);
+  std::vector<Expr> outputs;
+  for (int k = 0; k < 5; ++k) outputs.push_back(overflow(trace, {trace.input(column(20, float(k) + 1))})[0]);
+  try {
+    trace.run();
+    outputs[0].value();
+    FAIL() << "no NumericError";
+  } catch (const NumericError& e) {
+    EXPECT_NE(std::string(e.what()).find("cmult"), std::string::npos) << e.what();
+  }
+}
+
 // The packed weights must follow the parameters: a stale packing gives the old values.
 TEST(CompiledCells, PackedWeightsFollowEveryChangeOfTheParameters) {
   Lstm lstm(19, 6);
