@@ -49,7 +49,7 @@ void print_help() {
       "  --embed N          embedding size (default: the model's, 128 for treelstm)\n"
       "  --hidden N         hidden size (default: the model's, 128 for treelstm)\n"
       "  --policy NAME      batching policy: %s (default greedy)\n"
-      "  --executor NAME    %s (default batched)\n"
+      "  --executor NAME    %s (default jit)\n"
       "  --device NAME      cpu, cuda (a GPU through NVRTC and the CUDA driver; an error naming why\n"
       "                     when there is none) or auto (cuda when usable, else the CPU, saying why)\n"
       "                     (default cpu)\n"

@@ -27,7 +27,7 @@ int main() {
   model.add_parameter("W", 4, 4);
   model.add_parameter("b", 4, 1);
 
-  edb::Engine batched;  // default EngineOptions: policy "greedy", executor "batched"
+  edb::Engine batched;  // default EngineOptions: policy "greedy", executor "jit"
   edb::EngineOptions unbatched;
   unbatched.policy = "sequential";
   unbatched.executor = "reference";

@@ -1,5 +1,5 @@
 // Executors run a schedule: reference (node by node, the oracle), batched (one Eigen call per
-// batch) and jit (batched, with elementwise batches compiled by LLVM and kept in a disk cache).
+// batch) and jit (cells and elementwise batches compiled by LLVM and kept in a disk cache).
 // Threads and the memory planner are engine options too.
 #include <edbatch/edbatch.h>
 
@@ -33,7 +33,7 @@ int main() {
   const edb::Tensor expected = run(reference, model);
 
   std::vector<edb::EngineOptions> variants(4);
-  variants[0].executor = "batched";  // the default
+  variants[0].executor = "batched";  // the baseline (the default is jit)
   variants[1].threads = 2;           // execution overlaps recording the next trace
   variants[2].memplan = true;        // the PQ-tree layout: fewer gathered operands
   variants[3].executor = "jit";      // compiled once, then found in the cache directory

@@ -9,7 +9,7 @@ int main() {
   edb::Parameter W = model.add_parameter("W", 2, 3);  // Glorot-uniform initialised
   edb::Parameter b = model.add_parameter("b", 2, 1);
 
-  edb::Engine engine;        // greedy policy, batched executor, CPU
+  edb::Engine engine;        // greedy policy, jit executor, CPU
   edb::Trace trace(engine);  // a recording scope, like a DyNet ComputationGraph
   edb::Expr x = trace.input({1.0f, 2.0f, 3.0f});
   edb::Expr y = edb::tanh(edb::affine({trace.param(b), trace.param(W), x}));  // tanh(b + W x)

@@ -117,9 +117,10 @@ class Model {
 // Which policy, executor and device evaluate traces. Unknown names are a UsageError.
 struct EngineOptions {
   std::string policy = "greedy";     // sequential, depth, agenda, greedy, fsm (learned)
-  std::string executor = "batched";  // batched (Eigen, one call per batch), jit (batched, with
-                                     // elementwise batches run by kernels LLVM compiles at run
-                                     // time), or reference: the unbatched node-by-node oracle
+  std::string executor = "jit";  // jit (batches of cell calls, and elementwise batches, run by
+                                 // kernels LLVM compiles at run time for this CPU; the rest as
+                                 // batched), batched (Eigen, one call per batch: the baseline),
+                                 // or reference: the unbatched node-by-node oracle
   std::string device = "cpu";        // cpu, cuda (a UsageError naming why when no GPU is usable),
                                      // or auto (cuda when usable, else cpu, saying why once)
   int threads = 1;  // 2 or more: execution overlaps recording; the executor's pool gets the rest
