@@ -181,33 +181,22 @@ class Lowerer {
         throw Unsupported{"a copied slice of rows not on block boundaries"};
       return;
     }
-    if (n.op == ir::Op::concat) {
-      std::vector<int32_t> parts;
-      int32_t stage = 1;
-      for (size_t i = 0; i < args.size(); ++i) {
-        parts.push_back(argument_form(o, int32_t(i)));
-        if (!block_aligned(forms_[size_t(parts.back())].rows))
-          throw Unsupported{"a concat of a part of " + std::to_string(forms_[size_t(parts.back())].rows) + " rows, not blocks of " + std::to_string(rows_)};
-        stage = std::max(stage, forms_[size_t(parts.back())].stage);
-      }
-      Form& g = forms_[o];
-      g.kind = Form::concat;
-      g.sources = parts;
-      g.stage = stage;
-      need_earlier_stages(parts, stage);
-      return;
-    }
-    if (elementwise_op(n.op, op)) {
-      if (!block_aligned(n.shape.rows)) throw Unsupported{std::string(ir::op_name(n.op)) + " of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
+    const bool concat = n.op == ir::Op::concat;
+    if (concat || elementwise_op(n.op, op)) {
+      if (!concat && !block_aligned(n.shape.rows))
+        throw Unsupported{std::string(ir::op_name(n.op)) + " of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
       std::vector<int32_t> operands;
       int32_t stage = 1;
       for (size_t i = 0; i < args.size(); ++i) {
         operands.push_back(argument_form(o, int32_t(i)));
-        if (forms_[size_t(operands.back())].rows != n.shape.rows) throw Unsupported{"an elementwise op over operands of other shapes"};
+        const int32_t rows = forms_[size_t(operands.back())].rows;
+        if (concat && !block_aligned(rows))
+          throw Unsupported{"a concat of a part of " + std::to_string(rows) + " rows, not blocks of " + std::to_string(rows_)};
+        if (!concat && rows != n.shape.rows) throw Unsupported{"an elementwise op over operands of other shapes"};
         stage = std::max(stage, forms_[size_t(operands.back())].stage);
       }
       Form& g = forms_[o];
-      g.kind = Form::elementwise;
+      g.kind = concat ? Form::concat : Form::elementwise;
       g.sources = operands;
       g.stage = stage;
       need_earlier_stages(operands, stage);

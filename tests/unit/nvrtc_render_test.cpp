@@ -142,31 +142,28 @@ TEST(NvrtcCompile, EverySampleModelKernelCompilesToPtxForSm80AndSm90) {
     for (const jit::KernelInfo& info : list) {
       const std::optional<jit::KernelEntry> stored = kernels.read(info.key);
       ASSERT_TRUE(stored) << entry.name << " " << info.key.hex();
-      if (stored->description.starts_with("cell ")) {  // a compiled cell's program
-        const jit::CellProgram program = jit::parse_cell_program(stored->description);
-        const jit::KernelKey key = jit::kernel_key(stored->description, "cuda", "compute_80", "test");
-        const std::string source = nvrtc::render_cell(program, key.symbol());
+      // Renders under `description`'s key and compiles for sm_80 and sm_90.
+      auto compile = [&](const std::string& description, auto render) {
+        const jit::KernelKey key = jit::kernel_key(description, "cuda", "compute_80", "test");
+        const std::string source = render(key.symbol());
         EXPECT_EQ(source.find("#include"), std::string::npos) << source;
         for (int major : {8, 9}) {
           const nvrtc::CompiledImage image = nvrtc->compile(source, key.symbol(), major, 0, true);
           EXPECT_NE(image.ptx.find(".entry " + key.symbol()), std::string::npos) << entry.name << "\n" << source;
           ++compiled;
-          ++cells;
         }
+      };
+      if (stored->description.starts_with("cell ")) {  // a compiled cell's program
+        const jit::CellProgram program = jit::parse_cell_program(stored->description);
+        compile(stored->description, [&](const std::string& symbol) { return nvrtc::render_cell(program, symbol); });
+        ++cells;
         continue;
       }
       jit::Kernel kernel = jit::parse_kernel(stored->description);
       for (int variant = 0; variant < 2; ++variant) {
         if (variant == 1)
           for (size_t i = 0; i < kernel.inputs.size(); ++i) kernel.inputs[i] = jit::OperandAccess(i % 3);
-        const jit::KernelKey key = jit::kernel_key(jit::describe(kernel), "cuda", "compute_80", "test");
-        const std::string source = nvrtc::render_kernel(kernel, key.symbol());
-        EXPECT_EQ(source.find("#include"), std::string::npos) << source;
-        for (int major : {8, 9}) {
-          const nvrtc::CompiledImage image = nvrtc->compile(source, key.symbol(), major, 0, true);
-          EXPECT_NE(image.ptx.find(".entry " + key.symbol()), std::string::npos) << entry.name << "\n" << source;
-          ++compiled;
-        }
+        compile(jit::describe(kernel), [&](const std::string& symbol) { return nvrtc::render_kernel(kernel, symbol); });
       }
     }
   }
