@@ -29,14 +29,17 @@ int32_t cell_vector_floats() {
 
 int32_t cell_vector_registers() { return cell_vector_floats() == 16 ? 32 : 16; }
 
-int32_t cell_calls_per_block(const CellProgram::Stage& stage, int32_t registers) {
+CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers) {
   int32_t accumulators = 0, widest = 0;
   for (const CellProgram::Contraction& c : stage.contractions) {
     accumulators += c.blocks;
     widest = std::max(widest, c.blocks);
   }
-  if (accumulators == 0) return 4;
-  return std::clamp((registers - widest - 2) / accumulators, 1, 8);
+  if (accumulators == 0) return {4, 1};
+  // Few gate blocks: several row tiles per register block, so that each broadcast x element feeds
+  // enough FMAs (a block of one tile and one gate would load as often as it multiplies).
+  const int32_t tiles = accumulators == 1 ? 3 : accumulators == 2 ? 2 : 1;
+  return {std::clamp((registers - tiles * widest - 2) / (tiles * accumulators), 1, 8), tiles};
 }
 
 namespace {
@@ -90,63 +93,80 @@ class CellRenderer {
   }
 
   void stage(llvm::Function* function, const CellProgram::Stage& stage, int index) {
-    const int32_t per_block = cell_calls_per_block(stage, cell_vector_registers());
+    const CellBlocking blocking = cell_blocking(stage, cell_vector_registers());
     const int64_t tiles = (program_.rows + vector_ - 1) / vector_;
-    // Block functions of per_block calls, and of each power of two below it for the rest (the
-    // last calls % per_block calls run as, say, 4 + 2 + 1): few variants keep compiling short.
-    llvm::Function* wide = block_function(stage, index, per_block);
-    std::vector<std::pair<int32_t, llvm::Function*>> narrow;  // widest first
-    for (int32_t width = 1; width < per_block; width *= 2) narrow.emplace(narrow.begin(), width, block_function(stage, index, width));
+    const int32_t tiles_per_block = int32_t(std::min<int64_t>(blocking.tiles, tiles));
+    const int64_t whole_tiles = tiles / tiles_per_block * tiles_per_block;
     const std::string prefix = "stage" + std::to_string(index);
-    counted_loop(function, b_.getInt64(0), b_.getInt64(tiles), 1, (prefix + ".tiles").c_str(), [&](llvm::Value* tile) {
-      llvm::Value* whole = b_.CreateMul(b_.CreateSDiv(calls_, b_.getInt64(per_block)), b_.getInt64(per_block));
-      counted_loop(function, b_.getInt64(0), whole, per_block, (prefix + ".blocks").c_str(), [&](llvm::Value* j) {
-        b_.CreateCall(wide, {shared_, weights_, pointers_, tile, j});
+    // Register blocks of tiles_per_block row tiles, then single tiles for the rest of the rows.
+    struct Variant {
+      int32_t tiles;
+      llvm::Value *begin, *end;
+    };
+    std::vector<Variant> variants = {{tiles_per_block, b_.getInt64(0), b_.getInt64(whole_tiles)}};
+    if (whole_tiles < tiles) variants.push_back({1, b_.getInt64(whole_tiles), b_.getInt64(tiles)});
+    for (const Variant& variant : variants) {
+      // Block functions of `calls` calls, and of each power of two below it for the rest (the
+      // last calls % calls run as, say, 4 + 2 + 1): few variants keep compiling short.
+      llvm::Function* wide = block_function(stage, index, blocking.calls, variant.tiles);
+      std::vector<std::pair<int32_t, llvm::Function*>> narrow;  // widest first
+      for (int32_t width = 1; width < blocking.calls; width *= 2)
+        narrow.emplace(narrow.begin(), width, block_function(stage, index, width, variant.tiles));
+      counted_loop(function, variant.begin, variant.end, variant.tiles, (prefix + ".tiles").c_str(), [&](llvm::Value* tile) {
+        llvm::Value* whole = b_.CreateMul(b_.CreateSDiv(calls_, b_.getInt64(blocking.calls)), b_.getInt64(blocking.calls));
+        counted_loop(function, b_.getInt64(0), whole, blocking.calls, (prefix + ".blocks").c_str(), [&](llvm::Value* j) {
+          b_.CreateCall(wide, {shared_, weights_, pointers_, tile, j});
+        });
+        llvm::Value* next = whole;
+        for (const auto& [width, block] : narrow) {
+          // while fewer than a block of calls are left, take `width` of them if that many are.
+          auto* take = llvm::BasicBlock::Create(context(), prefix + ".rest" + std::to_string(width), function);
+          auto* after = llvm::BasicBlock::Create(context(), prefix + ".rest" + std::to_string(width) + ".done", function);
+          llvm::BasicBlock* before = b_.GetInsertBlock();
+          b_.CreateCondBr(b_.CreateICmpSGE(b_.CreateSub(calls_, next), b_.getInt64(width)), take, after);
+          b_.SetInsertPoint(take);
+          b_.CreateCall(block, {shared_, weights_, pointers_, tile, next});
+          llvm::Value* taken = b_.CreateAdd(next, b_.getInt64(width));
+          b_.CreateBr(after);
+          b_.SetInsertPoint(after);
+          llvm::PHINode* phi = b_.CreatePHI(i64_, 2);
+          phi->addIncoming(next, before);
+          phi->addIncoming(taken, take);
+          next = phi;
+        }
       });
-      llvm::Value* next = whole;
-      for (const auto& [width, block] : narrow) {
-        // while fewer than per_block calls are left, take `width` of them if that many are.
-        auto* take = llvm::BasicBlock::Create(context(), prefix + ".rest" + std::to_string(width), function);
-        auto* after = llvm::BasicBlock::Create(context(), prefix + ".rest" + std::to_string(width) + ".done", function);
-        llvm::BasicBlock* before = b_.GetInsertBlock();
-        b_.CreateCondBr(b_.CreateICmpSGE(b_.CreateSub(calls_, next), b_.getInt64(width)), take, after);
-        b_.SetInsertPoint(take);
-        b_.CreateCall(block, {shared_, weights_, pointers_, tile, next});
-        llvm::Value* taken = b_.CreateAdd(next, b_.getInt64(width));
-        b_.CreateBr(after);
-        b_.SetInsertPoint(after);
-        llvm::PHINode* phi = b_.CreatePHI(i64_, 2);
-        phi->addIncoming(next, before);
-        phi->addIncoming(taken, take);
-        next = phi;
-      }
-    });
+    }
   }
 
   // void block(ptr shared, ptr weights, ptr pointers, i64 tile, i64 first_call): `calls` calls of
-  // one row tile of one stage.
-  llvm::Function* block_function(const CellProgram::Stage& stage, int index, int32_t calls) {
+  // `tiles` row tiles (from `tile` on) of one stage.
+  llvm::Function* block_function(const CellProgram::Stage& stage, int index, int32_t calls, int32_t tiles) {
     auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, ptr_, i64_, i64_}, false);
-    auto* function = llvm::Function::Create(type, llvm::Function::InternalLinkage,
-                                            "stage" + std::to_string(index) + "_x" + std::to_string(calls), module_);
+    auto* function = llvm::Function::Create(
+        type, llvm::Function::InternalLinkage,
+        "stage" + std::to_string(index) + "_x" + std::to_string(calls) + "_t" + std::to_string(tiles), module_);
     function->addFnAttr(llvm::Attribute::NoUnwind);
     function->addFnAttr(llvm::Attribute::AlwaysInline);
     MathEmitter::allow_reciprocal_estimates(*function);
     const llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
     b_.SetInsertPoint(llvm::BasicBlock::Create(context(), "entry", function));
     Block block{function->getArg(0), function->getArg(1), function->getArg(2), function->getArg(3), function->getArg(4),
-                calls, nullptr, nullptr, {}};
-    block.row = b_.CreateMul(block.tile, b_.getInt64(vector_));
-    // Lanes whose row is inside the block (the last tile may be partial).
+                calls, tiles, {}, {}, {}};
+    // Per tile: its first row inside a block, and the lanes whose row is inside it (the last tile
+    // may be partial).
     std::vector<llvm::Constant*> lanes;
     for (int32_t l = 0; l < vector_; ++l) lanes.push_back(b_.getInt64(uint64_t(l)));
-    llvm::Value* rows = b_.CreateAdd(b_.CreateVectorSplat(unsigned(vector_), block.row), llvm::ConstantVector::get(lanes));
-    block.mask = b_.CreateICmpSLT(rows, b_.CreateVectorSplat(unsigned(vector_), b_.getInt64(uint64_t(program_.rows))));
+    for (int32_t u = 0; u < tiles; ++u) {
+      llvm::Value* row = b_.CreateMul(b_.CreateAdd(block.tile, b_.getInt64(uint64_t(u))), b_.getInt64(uint64_t(vector_)));
+      llvm::Value* rows = b_.CreateAdd(b_.CreateVectorSplat(unsigned(vector_), row), llvm::ConstantVector::get(lanes));
+      block.row.push_back(row);
+      block.mask.push_back(b_.CreateICmpSLT(rows, b_.CreateVectorSplat(unsigned(vector_), b_.getInt64(uint64_t(program_.rows)))));
+    }
     for (int32_t j = 0; j < calls; ++j)
       block.call_table.push_back(b_.CreateInBoundsGEP(
           ptr_, block.pointers, b_.CreateMul(b_.CreateAdd(block.first_call, b_.getInt64(uint64_t(j))),
                                             b_.getInt64(uint64_t(program_.call_slots)))));
-    std::vector<std::vector<std::vector<llvm::Value*>>> accumulators;  // [contraction][block][call]
+    std::vector<Accumulators> accumulators;  // per contraction
     for (const CellProgram::Contraction& c : stage.contractions) accumulators.push_back(contract(function, block, c));
     epilogue(block, stage, accumulators);
     b_.CreateRetVoid();
@@ -156,21 +176,25 @@ class CellRenderer {
 
   struct Block {
     llvm::Value *shared, *weights, *pointers, *tile, *first_call;
-    int32_t calls;
-    llvm::Value* row = nullptr;   // first row of the tile inside a block
-    llvm::Value* mask = nullptr;  // lanes inside the block
+    int32_t calls, tiles;
+    std::vector<llvm::Value*> row;   // per tile: its first row inside a block
+    std::vector<llvm::Value*> mask;  // per tile: lanes inside the block
     std::vector<llvm::Value*> call_table;  // per call: its pointer table
+    // The (tile, call) pairs of a block, q = tile * calls + call.
+    int32_t pairs() const { return calls * tiles; }
   };
+  // [block of the contraction][tile * calls + call]
+  using Accumulators = std::vector<std::vector<llvm::Value*>>;
 
   // The float pointer of an operand for call j.
   llvm::Value* operand_pointer(const Block& block, const CellProgram::Operand& operand, int32_t j) {
     llvm::Value* table = operand.shared ? block.shared : block.call_table[size_t(j)];
     return b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, table, uint64_t(operand.slot)));
   }
-  // Rows [row0 + tile row, + vector) of an operand for call j, lanes outside the block zero.
-  llvm::Value* load_tile(const Block& block, llvm::Value* base, int64_t row0) {
-    llvm::Value* at = b_.CreateInBoundsGEP(f32_, base, b_.CreateAdd(block.row, b_.getInt64(uint64_t(row0))));
-    return b_.CreateMaskedLoad(vf_, at, llvm::Align(4), block.mask, llvm::Constant::getNullValue(vf_));
+  // Rows [row0 + tile u's row, + vector) of an operand, lanes outside the block zero.
+  llvm::Value* load_tile(const Block& block, int32_t u, llvm::Value* base, int64_t row0) {
+    llvm::Value* at = b_.CreateInBoundsGEP(f32_, base, b_.CreateAdd(block.row[size_t(u)], b_.getInt64(uint64_t(row0))));
+    return b_.CreateMaskedLoad(vf_, at, llvm::Align(4), block.mask[size_t(u)], llvm::Constant::getNullValue(vf_));
   }
 
   // Loop metadata: the k loop carries blocks x calls FMAs already; unrolling it only grows code.
@@ -182,21 +206,22 @@ class CellRenderer {
     return self;
   }
 
-  // acc[g][j] = bias + W x over the tile, W's packed tile streamed once for all the block's calls.
-  std::vector<std::vector<llvm::Value*>> contract(llvm::Function* function, const Block& block,
-                                                  const CellProgram::Contraction& c) {
-    const int32_t blocks = c.blocks;
-    std::vector<std::vector<llvm::Value*>> acc(size_t(blocks), std::vector<llvm::Value*>(size_t(block.calls)));
+  // acc = bias + W x over the block's tiles, each packed tile streamed once for all its calls.
+  Accumulators contract(llvm::Function* function, const Block& block, const CellProgram::Contraction& c) {
+    const int32_t blocks = c.blocks, pairs = block.pairs();
+    Accumulators acc(static_cast<size_t>(blocks), std::vector<llvm::Value*>(static_cast<size_t>(pairs)));
     for (int32_t j = 0; j < block.calls; ++j) {
       llvm::Value* bias = c.has_bias ? operand_pointer(block, c.bias.operand, j) : nullptr;
-      for (int32_t g = 0; g < blocks; ++g)
-        acc[size_t(g)][size_t(j)] = bias ? load_tile(block, bias, c.bias.row + int64_t(g) * program_.rows)
-                                         : llvm::Constant::getNullValue(vf_);
+      for (int32_t u = 0; u < block.tiles; ++u)
+        for (int32_t g = 0; g < blocks; ++g)
+          acc[size_t(g)][size_t(u * block.calls + j)] =
+              bias ? load_tile(block, u, bias, c.bias.row + int64_t(g) * program_.rows) : llvm::Constant::getNullValue(vf_);
     }
     int64_t k_total = 0;
     for (const CellProgram::Segment& x : c.x) k_total += x.rows;
     llvm::Value* packed = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, block.weights, uint64_t(c.weight)));
-    packed = b_.CreateInBoundsGEP(f32_, packed, b_.CreateMul(block.tile, b_.getInt64(uint64_t(k_total * blocks * vector_))));
+    const uint64_t tile_floats = uint64_t(k_total * blocks * vector_);
+    packed = b_.CreateInBoundsGEP(f32_, packed, b_.CreateMul(block.tile, b_.getInt64(tile_floats)));
     int64_t k_begin = 0;
     for (const CellProgram::Segment& x : c.x) {
       std::vector<llvm::Value*> xs;
@@ -213,68 +238,73 @@ class CellRenderer {
       k->addIncoming(b_.getInt64(0), before);
       std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(blocks));
       for (int32_t g = 0; g < blocks; ++g)
-        for (int32_t j = 0; j < block.calls; ++j) {
+        for (int32_t q = 0; q < pairs; ++q) {
           llvm::PHINode* phi = b_.CreatePHI(vf_, 2);
-          phi->addIncoming(acc[size_t(g)][size_t(j)], before);
+          phi->addIncoming(acc[size_t(g)][size_t(q)], before);
           phis[size_t(g)].push_back(phi);
         }
       llvm::Value* w_row = b_.CreateInBoundsGEP(f32_, w_segment, b_.CreateMul(k, b_.getInt64(uint64_t(blocks * vector_))));
-      std::vector<llvm::Value*> ws;
-      for (int32_t g = 0; g < blocks; ++g)
-        ws.push_back(b_.CreateAlignedLoad(vf_, b_.CreateConstInBoundsGEP1_64(f32_, w_row, uint64_t(g * vector_)),
-                                          llvm::Align(size_t(vector_) * 4)));
+      std::vector<std::vector<llvm::Value*>> ws(static_cast<size_t>(block.tiles));  // [tile][block]
+      for (int32_t u = 0; u < block.tiles; ++u)
+        for (int32_t g = 0; g < blocks; ++g)
+          ws[size_t(u)].push_back(b_.CreateAlignedLoad(
+              vf_, b_.CreateConstInBoundsGEP1_64(f32_, w_row, uint64_t(u) * tile_floats + uint64_t(g * vector_)),
+              llvm::Align(size_t(vector_) * 4)));
       for (int32_t j = 0; j < block.calls; ++j) {
         llvm::Value* element = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, xs[size_t(j)], k));
         llvm::Value* broadcast = b_.CreateVectorSplat(unsigned(vector_), element);
-        for (int32_t g = 0; g < blocks; ++g) {
-          llvm::Value* sum = b_.CreateIntrinsic(llvm::Intrinsic::fma, {vf_}, {ws[size_t(g)], broadcast, phis[size_t(g)][size_t(j)]});
-          acc[size_t(g)][size_t(j)] = sum;
-        }
+        for (int32_t u = 0; u < block.tiles; ++u)
+          for (int32_t g = 0; g < blocks; ++g) {
+            const size_t q = size_t(u * block.calls + j);
+            acc[size_t(g)][q] =
+                b_.CreateIntrinsic(llvm::Intrinsic::fma, {vf_}, {ws[size_t(u)][size_t(g)], broadcast, phis[size_t(g)][q]});
+          }
       }
       llvm::Value* next = b_.CreateNSWAdd(k, b_.getInt64(1));
       k->addIncoming(next, loop);
       for (int32_t g = 0; g < blocks; ++g)
-        for (int32_t j = 0; j < block.calls; ++j) phis[size_t(g)][size_t(j)]->addIncoming(acc[size_t(g)][size_t(j)], loop);
+        for (int32_t q = 0; q < pairs; ++q) phis[size_t(g)][size_t(q)]->addIncoming(acc[size_t(g)][size_t(q)], loop);
       llvm::BranchInst* back = b_.CreateCondBr(b_.CreateICmpSLT(next, b_.getInt64(uint64_t(x.rows))), loop, exit);
       back->setMetadata(llvm::LLVMContext::MD_loop, no_unrolling());
       b_.SetInsertPoint(exit);
       for (int32_t g = 0; g < blocks; ++g)
-        for (int32_t j = 0; j < block.calls; ++j) {
+        for (int32_t q = 0; q < pairs; ++q) {
           llvm::PHINode* out = b_.CreatePHI(vf_, 1);
-          out->addIncoming(acc[size_t(g)][size_t(j)], loop);
-          acc[size_t(g)][size_t(j)] = out;
+          out->addIncoming(acc[size_t(g)][size_t(q)], loop);
+          acc[size_t(g)][size_t(q)] = out;
         }
       k_begin += x.rows;
     }
     return acc;
   }
 
-  void epilogue(const Block& block, const CellProgram::Stage& stage,
-                const std::vector<std::vector<std::vector<llvm::Value*>>>& accumulators) {
+  void epilogue(const Block& block, const CellProgram::Stage& stage, const std::vector<Accumulators>& accumulators) {
     MathEmitter math(b_, vf_);
-    for (int32_t j = 0; j < block.calls; ++j) {
-      std::vector<llvm::Value*> values(stage.body.size());
-      for (size_t i = 0; i < stage.body.size(); ++i) {
-        const CellProgram::Instruction& in = stage.body[i];
-        switch (in.kind) {
-          case CellProgram::Instruction::load:
-            values[i] = load_tile(block, operand_pointer(block, in.operand, j), int64_t(in.block) * program_.rows);
-            break;
-          case CellProgram::Instruction::accumulator:
-            values[i] = accumulators[size_t(in.contraction)][size_t(in.block)][size_t(j)];
-            break;
-          case CellProgram::Instruction::compute:
-            values[i] = math.op(in.op, values[size_t(in.a)], in.b >= 0 ? values[size_t(in.b)] : nullptr, in.constant);
-            break;
+    for (int32_t u = 0; u < block.tiles; ++u)
+      for (int32_t j = 0; j < block.calls; ++j) {
+        const size_t q = size_t(u * block.calls + j);
+        std::vector<llvm::Value*> values(stage.body.size());
+        for (size_t i = 0; i < stage.body.size(); ++i) {
+          const CellProgram::Instruction& in = stage.body[i];
+          switch (in.kind) {
+            case CellProgram::Instruction::load:
+              values[i] = load_tile(block, u, operand_pointer(block, in.operand, j), int64_t(in.block) * program_.rows);
+              break;
+            case CellProgram::Instruction::accumulator:
+              values[i] = accumulators[size_t(in.contraction)][size_t(in.block)][q];
+              break;
+            case CellProgram::Instruction::compute:
+              values[i] = math.op(in.op, values[size_t(in.a)], in.b >= 0 ? values[size_t(in.b)] : nullptr, in.constant);
+              break;
+          }
+        }
+        for (const CellProgram::Store& store : stage.stores) {
+          llvm::Value* base = operand_pointer(block, store.operand, j);
+          llvm::Value* at = b_.CreateInBoundsGEP(
+              f32_, base, b_.CreateAdd(block.row[size_t(u)], b_.getInt64(uint64_t(int64_t(store.block) * program_.rows))));
+          b_.CreateMaskedStore(values[size_t(store.value)], at, llvm::Align(4), block.mask[size_t(u)]);
         }
       }
-      for (const CellProgram::Store& store : stage.stores) {
-        llvm::Value* base = operand_pointer(block, store.operand, j);
-        llvm::Value* at = b_.CreateInBoundsGEP(
-            f32_, base, b_.CreateAdd(block.row, b_.getInt64(uint64_t(int64_t(store.block) * program_.rows))));
-        b_.CreateMaskedStore(values[size_t(store.value)], at, llvm::Align(4), block.mask);
-      }
-    }
   }
 
   llvm::Module& module_;

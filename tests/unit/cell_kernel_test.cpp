@@ -136,6 +136,8 @@ TEST(CellKernel, ContractionEqualsPlainProductForAwkwardShapes) {
       {1, 1, {1}, 1, false},      {5, 1, {7}, 3, true},        {16, 3, {16}, 4, true},
       {17, 2, {33, 5}, 9, true},  {37, 4, {13}, 33, true},     {50, 4, {128, 50}, 64, true},
       {128, 3, {128, 128}, 7, true}, {31, 5, {3}, 1000, false}, {64, 1, {1}, 2, true},
+      // one or two gate blocks: several row tiles per register block, single tiles for the rest
+      {100, 1, {5}, 13, true},    {50, 2, {9}, 11, true},      {33, 1, {17, 2}, 70, true},
   };
   for (const Case& c : cases) check(backend, c);
 }
@@ -143,6 +145,7 @@ TEST(CellKernel, ContractionEqualsPlainProductForAwkwardShapes) {
 TEST(CellKernel, EveryCallCountUpTo64) {
   LlvmBackend backend;
   for (int calls = 1; calls <= 64; ++calls) check(backend, {20, 3, {9, 4}, calls, true});
+  for (int calls = 1; calls <= 24; ++calls) check(backend, {70, 1, {6}, calls, true});
 }
 
 TEST(CellKernel, ActivationsOnTheAccumulatorsMatchLibm) {
