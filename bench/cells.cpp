@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/gemm_rate.h"
+#include "edbatch/edbatch.h"
 #include "edbatch/errors.h"
 #include "jit/cell_program.h"
 #include "jit/llvm_backend.h"
@@ -24,6 +25,13 @@
 namespace edb::bench {
 
 namespace {
+
+using edb::Cell;
+using edb::Engine;
+using edb::Expr;
+using edb::Model;
+using edb::Parameter;
+using edb::Trace;
 
 using Clock = std::chrono::steady_clock;
 using Program = jit::CellProgram;
@@ -227,6 +235,56 @@ double program_gflops(jit::LlvmBackend& backend, const Program& p, int n, bool p
   return contraction_flops(p) * n / seconds / 1e9;
 }
 
+// The work per trace that is not arithmetic, at the call level: recording one call of a
+// TreeLSTM-shaped cell (4 arguments, two outputs), and the policy's schedule step per call-level
+// node, over `chains` chains of `length` calls each (one trace, greedy, jit).
+struct CallLevelCosts {
+  double record_ns_per_call = 0;
+  double schedule_ns_per_node = 0;
+  int64_t calls = 0;
+};
+
+CallLevelCosts call_level_costs(int h, int chains, int length) {
+  Model model("calls", 1);
+  const Parameter u = model.add_parameter("U", 3 * h, 2 * h), b = model.add_parameter("b", 3 * h, 1);
+  const Parameter f = model.add_parameter("Uf", h, h), bf = model.add_parameter("bf", h, 1);
+  const Cell cell("treelstm_like", {{h, 1}, {h, 1}, {h, 1}, {h, 1}}, [&](Trace& t, std::span<const Expr> in) {
+    const Expr iou = affine({t.param(b), t.param(u), concat({in[0], in[2]})});
+    const Expr f1 = sigmoid(affine({t.param(bf), t.param(f), in[0]})), f2 = sigmoid(affine({t.param(bf), t.param(f), in[2]}));
+    const Expr c = sum({cmult(sigmoid(slice(iou, 0, h)), tanh(slice(iou, 2 * h, 3 * h))), cmult(f1, in[1]), cmult(f2, in[3])});
+    return std::vector<Expr>{cmult(sigmoid(slice(iou, h, 2 * h)), tanh(c)), c};
+  });
+  std::vector<double> record_times, schedule_times;
+  CallLevelCosts costs;
+  for (int round = 0; round < 4; ++round) {  // the first warms up (the cell's body, the kernels)
+    Engine engine;
+    Trace trace(engine);
+    const std::vector<float> zeros(size_t(h), 0.1f);
+    std::vector<std::pair<Expr, Expr>> state;
+    for (int c = 0; c < chains; ++c) state.emplace_back(trace.input(zeros), trace.input(zeros));
+    const auto t0 = Clock::now();
+    for (int step = 0; step < length; ++step)
+      for (auto& [hs, cs] : state) {
+        const std::vector<Expr> out = cell(trace, {hs, cs, hs, cs});
+        hs = out[0];
+        cs = out[1];
+      }
+    const double record = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    trace.run();
+    state[0].first.value();
+    costs.calls = int64_t(chains) * length;
+    if (round == 0) continue;
+    record_times.push_back(record / double(costs.calls));
+    // Call-level nodes the policy sees: the calls, and the 2 * chains inputs (leaves, not scheduled).
+    schedule_times.push_back(engine.stats().time.schedule_ms * 1e6 / double(costs.calls));
+  }
+  std::sort(record_times.begin(), record_times.end());
+  std::sort(schedule_times.begin(), schedule_times.end());
+  costs.record_ns_per_call = record_times[record_times.size() / 2];
+  costs.schedule_ns_per_node = schedule_times[schedule_times.size() / 2];
+  return costs;
+}
+
 int run(int argc, char** argv) {
   tools::Flags flags("edb-bench-cells", {"hidden", "embed", "calls"}, {"json", "assembly", "help"});
   flags.parse(argc, argv, 1);
@@ -235,7 +293,8 @@ int run(int argc, char** argv) {
                  "  The FMA peak (1 and 2 threads), the compiled cell micro-kernel alone at each sample model's\n"
                  "  cell shapes and the whole TreeLSTM internal cell, against Eigen's GEMM at the same shapes,\n"
                  "  for N = 1, 4, 16, 64, 256, 1024 calls (--calls N: that N only). --assembly prints the\n"
-                 "  TreeLSTM cell's code.\n";
+                 "  TreeLSTM cell's code. Last, the work that is not arithmetic per call-level node: recording\n"
+                 "  a cell call, and the policy's schedule step.\n";
     return 0;
   }
   const int h = int(flags.get_int("hidden", 128, 1, 4096));
@@ -275,9 +334,16 @@ int run(int argc, char** argv) {
     report(shape.name, contraction_program(shape), shape.rows * shape.blocks, k);
   }
   report("treelstm internal cell (all gates, c, h)", treelstm_internal(h), 5 * h, 2 * h);
+  const CallLevelCosts costs = call_level_costs(h, 64, 200);
+  if (!json)
+    std::printf("\nper call-level node (%lld calls of a TreeLSTM-shaped cell in 64 chains, greedy): recording %.0f ns "
+                "a call, the policy's schedule step %.0f ns a node (each target: at most 60)\n",
+                static_cast<long long>(costs.calls), costs.record_ns_per_call, costs.schedule_ns_per_node);
   if (json)
     std::cout << nlohmann::json{{"fma_peak_gflops", {{"threads_1", peak1}, {"threads_2", peak2}}},
-                                {"vector_floats", jit::cell_vector_floats()}, {"rows", rows}}
+                                {"vector_floats", jit::cell_vector_floats()}, {"rows", rows},
+                                {"record_ns_per_call", costs.record_ns_per_call},
+                                {"schedule_ns_per_call_level_node", costs.schedule_ns_per_node}}
                      .dump(2)
               << '\n';
   return 0;
