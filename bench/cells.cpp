@@ -1,7 +1,7 @@
 // edb-bench-cells: the yardsticks of compiled cells, measured in one run: the machine's FMA peak
 // (independent vector FMAs in registers, one and two threads), the cell micro-kernel alone (one
 // contraction, its blocks stored) at each sample model's cell shapes, the whole TreeLSTM internal
-// cell, and Eigen's GEMM at the same shapes, for N = 1, 4, 16, 64, 256, 1024 calls.
+// cell, and Eigen's GEMM at the same shapes, for N = 1, 4, 16, 64, 256, 1024 calls; then recording and scheduling per call.
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
