@@ -1,0 +1,457 @@
+// Traces, expressions, the ops (as functions and operators) and cells. Recording holds the GIL
+// and the engine's lock; evaluation (Expr.value, Trace.run, Trace.backward) releases the GIL.
+#include <pybind11/stl.h>
+
+#include <chrono>
+
+#include "common.h"
+
+namespace edbpy {
+
+PyTrace::PyTrace(std::shared_ptr<EngineBox> box) : engine(std::move(box)) {
+  EngineLock lock(*engine);
+  owned.emplace(engine->engine);
+  trace = &*owned;
+}
+
+PyTrace::~PyTrace() {
+  if (!owned) return;
+  EngineLock lock(*engine);
+  owned.reset();  // waits for a queued execution into this trace's arena
+}
+
+edb::Trace& PyTrace::live(const char* function) const {
+  if (!trace)
+    throw edb::UsageError(std::string(function) +
+                          ": this trace was a cell body's scope, which ended when the body returned");
+  return *trace;
+}
+
+void PyTrace::finish() {
+  EngineLock lock(*engine);
+  if (owned) owned->finish();
+}
+
+namespace {
+
+const edb::Expr& expr_of(const PyExpr& e) { return e.expr; }
+
+// Exprs from a sequence of them, or from the arguments themselves: f(a, b, c) or f([a, b, c]).
+std::vector<edb::Expr> exprs_from(const py::args& args, std::shared_ptr<EngineBox>& engine, const char* function) {
+  py::sequence items = args;
+  if (args.size() == 1 && (py::isinstance<py::list>(args[0]) || py::isinstance<py::tuple>(args[0])))
+    items = py::reinterpret_borrow<py::sequence>(args[0]);
+  std::vector<edb::Expr> out;
+  out.reserve(items.size());
+  for (py::handle item : items) {
+    PyExpr* e = nullptr;
+    try {
+      e = &item.cast<PyExpr&>();
+    } catch (const py::cast_error&) {
+      throw py::type_error(std::string(function) + ": expected edbatch.Expr arguments, got " +
+                           std::string(py::str(py::type::handle_of(item).attr("__name__"))));
+    }
+    if (!engine) engine = e->engine;
+    out.push_back(e->expr);
+  }
+  if (out.empty()) throw edb::UsageError(std::string(function) + ": needs at least one argument");
+  return out;
+}
+
+template <typename Op>
+PyExpr unary(const PyExpr& x, Op&& op) {
+  EngineLock lock(*x.engine);
+  return PyExpr{op(x.expr), x.engine};
+}
+
+template <typename Op>
+PyExpr binary(const PyExpr& a, const PyExpr& b, Op&& op) {
+  EngineLock lock(*a.engine);
+  return PyExpr{op(a.expr, b.expr), a.engine};
+}
+
+template <typename Op>
+PyExpr nary(const py::args& args, const char* function, Op&& op) {
+  std::shared_ptr<EngineBox> engine;
+  const std::vector<edb::Expr> xs = exprs_from(args, engine, function);
+  EngineLock lock(*engine);
+  return PyExpr{op(std::span<const edb::Expr>(xs)), engine};
+}
+
+PyExpr slice_rows(const PyExpr& x, const py::slice& rows) {
+  EngineLock lock(*x.engine);
+  py::ssize_t start = 0, stop = 0, step = 0, length = 0;
+  if (!rows.compute(py::ssize_t(x.expr.rows()), &start, &stop, &step, &length)) throw py::error_already_set();
+  if (step != 1) throw edb::UsageError("edbatch.Expr[]: only row ranges with step 1 are supported");
+  return PyExpr{edb::slice(x.expr, int(start), int(stop)), x.engine};
+}
+
+const char* const kTraceDoc = R"doc(A recording scope: ops record into it, nothing runs until a value is read.
+
+    with edbatch.Trace(engine) as t:
+        x = t.input([1.0, 2.0, 3.0])          # a 3x1 column
+        y = edbatch.tanh(t.param(W) @ x + t.param(b))
+        y.value()                              # evaluates what was recorded, returns numpy
+
+Leaving the `with` block (or finish()) ends the trace: its Exprs become invalid, and using one is
+a UsageError. Record many instances into one trace and read their results afterwards: that is
+what lets independent nodes run as one batch. One thread records into a trace at a time.)doc";
+
+const char* const kExprDoc = R"doc(A node of a trace. Operators: a + b, a - b, a * b (elementwise), a @ b
+(matrix product), with a float: x * c, c * x, x + c, c + x, x - c, c - x, x / c, -x; x[i:j] takes
+rows i..j-1. value() evaluates (if needed) and returns a rows x cols float32 array.)doc";
+
+}  // namespace
+
+void bind_trace(py::module_& m) {
+  py::class_<PyTrace>(m, "Trace", kTraceDoc)
+      .def(py::init([](std::shared_ptr<EngineBox> engine) { return std::make_unique<PyTrace>(std::move(engine)); }),
+           py::arg("engine"))
+      .def("__enter__", [](py::object self) { return self; })
+      .def(
+          "__exit__", [](PyTrace& t, py::handle, py::handle, py::handle) { t.finish(); }, py::arg("type"),
+          py::arg("value"), py::arg("traceback"))
+      .def(
+          "input",
+          [](const PyTrace& t, py::handle values) {
+            Floats f = floats_from(values, "edb::Trace::input()");
+            EngineLock lock(*t.engine);
+            return t.wrap(t.live("edb::Trace::input()").input(f.rows, f.cols, f.column_major));
+          },
+          py::arg("values"),
+          "A constant input: a float32 numpy array (1-D: a column vector; 2-D: rows x cols) or a list\n"
+          "of numbers (a column; a list of lists: rows). A numpy array of another dtype is a UsageError.")
+      .def(
+          "param",
+          [](const PyTrace& t, const PyParameter& p) {
+            EngineLock lock(*t.engine);
+            PyExpr e = t.wrap(t.live("edb::Trace::param()").param(p.handle));
+            t.keep(p.model);
+            return e;
+          },
+          py::arg("parameter"), "The parameter's node: the same node for every use within this trace.")
+      .def(
+          "lookup",
+          [](const PyTrace& t, const PyLookupTable& table, int64_t entry) {
+            EngineLock lock(*t.engine);
+            PyExpr e = t.wrap(t.live("edb::Trace::lookup()").lookup(table.handle, entry));
+            t.keep(table.model);
+            return e;
+          },
+          py::arg("table"), py::arg("entry"), "Entry `entry` of a lookup table, a dim x 1 column.")
+      .def(
+          "run",
+          [](const PyTrace& t) {
+            edb::Trace& trace = t.live("edb::Trace::run()");
+            without_gil(*t.engine, [&] {
+              trace.run();
+              return 0;
+            });
+          },
+          "Starts evaluating everything recorded since the last run (in the background with threads >= 2).")
+      .def(
+          "backward",
+          [](const PyTrace& t, const PyExpr& loss) {
+            edb::Trace& trace = t.live("edb::Trace::backward()");
+            PyGradients g;
+            g.gradients = without_gil(*t.engine, [&] { return trace.backward(loss.expr); });
+            EngineLock lock(*t.engine);
+            g.models = t.engine->models;
+            return g;
+          },
+          py::arg("loss"),
+          "Records the backward pass of a 1x1 loss into this trace, evaluates it (batched like the\n"
+          "forward pass) and returns the Gradients.")
+      .def("finish", &PyTrace::finish, "Ends the trace; its Exprs become invalid.")
+      .def_property_readonly(
+          "active",
+          [](const PyTrace& t) {
+            EngineLock lock(*t.engine);
+            return t.trace != nullptr && t.trace->active();
+          },
+          "Not finished, and its engine still lives.")
+      .def_property_readonly("node_count",
+                             [](const PyTrace& t) {
+                               EngineLock lock(*t.engine);
+                               return t.trace ? t.trace->node_count() : size_t(0);
+                             })
+      .def_property_readonly("engine", [](const PyTrace& t) { return t.engine; })
+      .def(
+          "dump",
+          [](const PyTrace& t) {
+            EngineLock lock(*t.engine);
+            return t.trace ? t.trace->dump() : std::string();
+          },
+          "The recorded IR, one node per line ('' once finished).");
+
+  py::class_<PyExpr>(m, "Expr", kExprDoc)
+      .def_property_readonly("rows",
+                             [](const PyExpr& e) {
+                               EngineLock lock(*e.engine);
+                               return e.expr.rows();
+                             })
+      .def_property_readonly("cols",
+                             [](const PyExpr& e) {
+                               EngineLock lock(*e.engine);
+                               return e.expr.cols();
+                             })
+      .def_property_readonly("shape",
+                             [](const PyExpr& e) {
+                               EngineLock lock(*e.engine);
+                               return py::make_tuple(e.expr.rows(), e.expr.cols());
+                             })
+      .def_property_readonly("node_id", [](const PyExpr& e) { return e.expr.node_id(); })
+      .def(
+          "value",
+          [](const PyExpr& e) { return to_numpy(without_gil(*e.engine, [&] { return e.expr.value(); })); },
+          "Evaluates everything recorded so far (if not yet evaluated) and returns this node's value as a\n"
+          "rows x cols float32 array (a copy). Releases the GIL while it evaluates.")
+      .def(
+          "scalar", [](const PyExpr& e) { return without_gil(*e.engine, [&] { return e.expr.scalar(); }); },
+          "The value of a 1x1 expression as a float (UsageError for another shape).")
+      .def("__float__", [](const PyExpr& e) { return without_gil(*e.engine, [&] { return e.expr.scalar(); }); })
+      .def("__add__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return x + y; }); })
+      .def("__add__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v + c; }); })
+      .def("__radd__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return c + v; }); })
+      .def("__sub__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return x - y; }); })
+      .def("__sub__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v + (-c); }); })
+      .def("__rsub__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v * -1.0f + c; }); })
+      .def("__mul__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::cmult(x, y); }); })
+      .def("__mul__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v * c; }); })
+      .def("__rmul__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return c * v; }); })
+      .def("__truediv__", [](const PyExpr& x, float c) {
+        if (c == 0.0f) throw edb::UsageError("edbatch.Expr / c: division by zero");
+        return unary(x, [c](auto& v) { return v * (1.0f / c); });
+      })
+      .def("__matmul__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::matmul(x, y); }); })
+      .def("__neg__", [](const PyExpr& x) { return unary(x, [](auto& v) { return v * -1.0f; }); })
+      .def("__getitem__", &slice_rows, py::arg("rows"))
+      .def("__repr__", [](const PyExpr& e) {
+        EngineLock lock(*e.engine);
+        try {
+          return "<edbatch.Expr " + std::to_string(e.expr.rows()) + "x" + std::to_string(e.expr.cols()) + ", node " +
+                 std::to_string(e.expr.node_id()) + ">";
+        } catch (const edb::UsageError&) {
+          return std::string("<edbatch.Expr of a finished trace>");
+        }
+      });
+}
+
+void bind_ops(py::module_& m) {
+  m.def("matmul", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::matmul(x, y); }); },
+        py::arg("a"), py::arg("b"), "a @ b: a matrix product (a usually a parameter).");
+  // The common b + W x first: a fixed arity skips building a vector from *args.
+  m.def(
+      "affine",
+      [](const PyExpr& b, const PyExpr& w, const PyExpr& x) {
+        EngineLock lock(*b.engine);
+        const edb::Expr xs[3] = {b.expr, w.expr, x.expr};
+        return PyExpr{edb::affine(std::span<const edb::Expr>(xs, 3)), b.engine};
+      },
+      "affine(b, W1, x1, W2, x2, ...) = b + W1 x1 + W2 x2 + ... (or one list of them).");
+  m.def("affine", [](const py::args& args) { return nary(args, "edb::affine()", [](auto xs) { return edb::affine(xs); }); },
+        "affine(b, W1, x1, W2, x2, ...) = b + W1 x1 + W2 x2 + ... (or one list of them).");
+  m.def("matvec", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::matvec(x, y); }); },
+        py::arg("matrix"), py::arg("vector"), "A per-instance matrix times a vector (MV-RNN).");
+  m.def("cmult", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::cmult(x, y); }); },
+        py::arg("a"), py::arg("b"), "Elementwise product (also a * b).");
+  m.def("add", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return x + y; }); },
+        py::arg("a"), py::arg("b"), "Elementwise sum (also a + b).");
+  m.def("sub", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return x - y; }); },
+        py::arg("a"), py::arg("b"), "Elementwise difference (also a - b).");
+  m.def("tanh", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::tanh(v); }); }, py::arg("x"));
+  m.def("sigmoid", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::sigmoid(v); }); }, py::arg("x"));
+  m.def("relu", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::relu(v); }); }, py::arg("x"));
+  m.def("softmax", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::softmax(v); }); }, py::arg("x"),
+        "Softmax of each column.");
+  m.def("log_softmax", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::log_softmax(v); }); },
+        py::arg("x"), "Log-softmax of each column.");
+  m.def(
+      "pick_neg_log_softmax",
+      [](const PyExpr& x, int64_t label) { return unary(x, [label](auto& v) { return edb::pick_neg_log_softmax(v, label); }); },
+      py::arg("x"), py::arg("label"), "-log softmax(x)[label], 1x1: a classification loss.");
+  m.def("sum", [](const py::args& args) { return nary(args, "edb::sum()", [](auto xs) { return edb::sum(xs); }); },
+        "sum(a, b, ...) or sum([a, b, ...]): the elementwise sum of expressions of one shape.");
+  m.def("concat", [](const py::args& args) { return nary(args, "edb::concat()", [](auto xs) { return edb::concat(xs); }); },
+        "concat(a, b, ...) or concat([a, b, ...]): rows stacked.");
+  m.def(
+      "slice", [](const PyExpr& x, int begin, int end) { return unary(x, [=](auto& v) { return edb::slice(v, begin, end); }); },
+      py::arg("x"), py::arg("begin"), py::arg("end"), "Rows [begin, end) (also x[begin:end]).");
+  m.def(
+      "reshape", [](const PyExpr& x, int rows, int cols) { return unary(x, [=](auto& v) { return edb::reshape(v, rows, cols); }); },
+      py::arg("x"), py::arg("rows"), py::arg("cols"), "The same values (column-major) as rows x cols.");
+  (void)&expr_of;
+}
+
+namespace {
+
+// A Cell: declared with its argument shapes, its body a Python function body(t, *inputs) that
+// returns an Expr or a tuple of them. With EngineOptions.cells the body runs once per engine on a
+// scope of its own; otherwise on the caller's trace at every call.
+struct PyCell {
+  std::string name;
+  std::vector<std::pair<int, int>> shapes;
+  py::object body;
+  std::optional<edb::Cell> cell;
+  bool single_output = false;
+};
+
+// The Python trace of the call being recorded on this thread, for the body's first argument.
+thread_local py::handle calling_trace;
+
+std::vector<edb::Expr> run_body(PyCell& cell, edb::Trace& trace, std::span<const edb::Expr> inputs) {
+  PyTrace& caller = calling_trace.cast<PyTrace&>();
+  py::object scope;
+  PyTrace* borrowed = nullptr;
+  if (caller.trace == &trace) {
+    scope = py::reinterpret_borrow<py::object>(calling_trace);
+  } else {
+    auto box = std::make_unique<PyTrace>(caller.engine, &trace);
+    borrowed = box.get();
+    scope = py::cast(std::move(box));
+  }
+  struct EndScope {
+    PyTrace* borrowed;
+    ~EndScope() {
+      if (borrowed) borrowed->trace = nullptr;
+    }
+  } end{borrowed};
+  py::tuple args(inputs.size() + 1);
+  args[0] = scope;
+  for (size_t i = 0; i < inputs.size(); ++i) args[i + 1] = py::cast(PyExpr{inputs[i], caller.engine});
+  py::object result = cell.body(*args);
+  std::vector<edb::Expr> outputs;
+  auto add = [&](py::handle item, size_t index) {
+    if (!py::isinstance<PyExpr>(item))
+      throw edb::UsageError("edbatch.Cell: cell '" + cell.name + "': the body must return an Expr or a tuple of them, " +
+                            (index ? "item " + std::to_string(index) + " is " : "it returned ") +
+                            std::string(py::str(py::type::handle_of(item).attr("__name__"))));
+    outputs.push_back(item.cast<PyExpr&>().expr);
+  };
+  if (py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result)) {
+    size_t index = 0;
+    for (py::handle item : result) add(item, ++index);
+    cell.single_output = false;
+  } else {
+    add(result, 0);
+    cell.single_output = true;
+  }
+  return outputs;
+}
+
+std::pair<int, int> shape_from(py::handle shape) {
+  if (py::isinstance<py::int_>(shape)) return {shape.cast<int>(), 1};
+  if (py::isinstance<py::tuple>(shape) || py::isinstance<py::list>(shape)) {
+    py::sequence s = py::reinterpret_borrow<py::sequence>(shape);
+    if (s.size() == 2) return {s[0].cast<int>(), s[1].cast<int>()};
+  }
+  throw edb::UsageError("edbatch.Cell: an argument shape is rows (a column) or (rows, cols), got " +
+                        std::string(py::repr(shape)));
+}
+
+void set_body(PyCell& c, py::object body) {
+  if (!PyCallable_Check(body.ptr())) throw py::type_error("edbatch.Cell: the body must be callable");
+  if (c.name.empty()) c.name = py::hasattr(body, "__name__") ? py::str(body.attr("__name__")).cast<std::string>() : "cell";
+  c.body = std::move(body);
+  PyCell* self = &c;
+  c.cell.emplace(c.name, c.shapes,
+                 [self](edb::Trace& trace, std::span<const edb::Expr> in) { return run_body(*self, trace, in); });
+}
+
+py::object call(PyCell& c, py::handle trace_object, const edb::Expr* args, size_t count) {
+  PyTrace& t = trace_object.cast<PyTrace&>();
+  edb::Trace& trace = t.live("edbatch.Cell");
+  EngineLock lock(*t.engine);
+  const py::handle saved = calling_trace;
+  calling_trace = trace_object;
+  struct Restore {
+    py::handle saved;
+    ~Restore() { calling_trace = saved; }
+  } restore{saved};
+  const std::vector<edb::Expr> outputs = (*c.cell)(trace, std::span<const edb::Expr>(args, count));
+  if (c.single_output && outputs.size() == 1) return py::cast(PyExpr{outputs[0], t.engine});
+  py::tuple out(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) out[i] = py::cast(PyExpr{outputs[i], t.engine});
+  return out;
+}
+
+const char* const kCellDoc = R"doc(A static subgraph declared once and called many times; calls batch together.
+
+    @edbatch.Cell((128, 1), (128, 1))        # the argument shapes; an int n means (n, 1)
+    def combine(t, a, b):
+        h = edbatch.tanh(t.param(W) @ edbatch.concat(a, b) + t.param(bias))
+        return h, edbatch.sigmoid(h)         # one Expr, or a tuple of them
+
+    h, g = combine(t, x, y)                  # records one call into trace t
+
+Cell(*shapes, name=None, body=None): without a body the Cell is a decorator. The body gets a trace
+and the arguments and may use only them, parameters and constants: with cells on (the default)
+it runs once per engine, on a scope of its own that ends when it returns, and every call copies
+what it recorded. With Engine(cells=False) it runs at each call on the caller's trace.)doc";
+
+}  // namespace
+
+void bind_cell(py::module_& m) {
+  py::class_<PyCell>(m, "Cell", kCellDoc)
+      .def(py::init([](const py::args& shapes, std::optional<std::string> name, py::object body) {
+             auto c = std::make_unique<PyCell>();
+             for (py::handle s : shapes) c->shapes.push_back(shape_from(s));
+             if (name) c->name = *name;
+             if (!body.is_none()) set_body(*c, std::move(body));
+             return c;
+           }),
+           py::kw_only(), py::arg("name") = py::none(), py::arg("body") = py::none())
+      .def("__call__",
+           [](py::object self, const py::args& args) -> py::object {
+             PyCell& c = self.cast<PyCell&>();
+             if (!c.cell) {
+               if (args.size() != 1) throw py::type_error("edbatch.Cell: a cell without a body takes one function (the body)");
+               set_body(c, py::reinterpret_borrow<py::object>(args[0]));
+               return self;
+             }
+             if (args.size() == 0 || !py::isinstance<PyTrace>(args[0]))
+               throw py::type_error("edbatch.Cell '" + c.name + "': call it as cell(trace, *arguments)");
+             edb::Expr exprs[16];
+             std::vector<edb::Expr> many;
+             const size_t count = args.size() - 1;
+             edb::Expr* xs = exprs;
+             if (count > 16) {
+               many.resize(count);
+               xs = many.data();
+             }
+             for (size_t i = 0; i < count; ++i) {
+               py::handle a = args[i + 1];
+               if (!py::isinstance<PyExpr>(a))
+                 throw py::type_error("edbatch.Cell '" + c.name + "': argument " + std::to_string(i + 1) +
+                                      " is not an edbatch.Expr");
+               xs[i] = a.cast<PyExpr&>().expr;
+             }
+             return call(c, args[0], xs, count);
+           })
+      .def_property_readonly("name", [](const PyCell& c) { return c.name; })
+      .def_property_readonly("shapes", [](const PyCell& c) { return c.shapes; })
+      .def("__repr__", [](const PyCell& c) {
+        std::string s = "<edbatch.Cell '" + c.name + "' (";
+        for (size_t i = 0; i < c.shapes.size(); ++i)
+          s += (i ? ", " : "") + std::to_string(c.shapes[i].first) + "x" + std::to_string(c.shapes[i].second);
+        return s + ")>";
+      });
+
+  // For python/bench: records `count` calls of `cell` on the same arguments from C++, the
+  // recording cost without Python, to compare a Python loop of the same calls against.
+  m.def("_record_calls", [](PyCell& c, py::object trace_object, const std::vector<PyExpr>& args, int count) {
+    std::vector<edb::Expr> xs;
+    for (const PyExpr& e : args) xs.push_back(e.expr);
+    PyTrace& t = trace_object.cast<PyTrace&>();
+    EngineLock lock(*t.engine);
+    const py::handle saved = calling_trace;
+    calling_trace = trace_object;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < count; ++i) (*c.cell)(t.live("edbatch._record_calls()"), xs);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    calling_trace = saved;
+    return seconds;
+  });
+}
+
+}  // namespace edbpy

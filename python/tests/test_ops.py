@@ -1,0 +1,164 @@
+# Every op and operator against numpy, on the default engine and on the reference executor.
+import numpy as np
+import pytest
+
+import edbatch
+
+RNG = np.random.default_rng(7)
+ENGINES = [{}, {"executor": "reference", "policy": "sequential"}, {"cells": False}]
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def close(got, want):
+    np.testing.assert_allclose(got, np.asarray(want, dtype=np.float32), rtol=2e-5, atol=2e-6)
+
+
+@pytest.fixture(params=range(len(ENGINES)), ids=["default", "reference", "cells-off"])
+def engine(request):
+    return edbatch.Engine(**ENGINES[request.param])
+
+
+def test_input_layouts(engine):
+    m = rand(3, 4)
+    with edbatch.Trace(engine) as t:
+        assert t.input([1, 2, 3]).shape == (3, 1)
+        close(t.input([1, 2, 3]).value(), [[1], [2], [3]])
+        close(t.input(np.array([1, 2], dtype=np.float32)).value(), [[1], [2]])
+        close(t.input(m).value(), m)                       # C order in, rows x cols out
+        close(t.input(np.asfortranarray(m)).value(), m)
+        close(t.input(m[:, ::2]).value(), m[:, ::2])       # strided views too
+        close(t.input([[1, 2], [3, 4]]).value(), [[1, 2], [3, 4]])
+        v = t.input(m).value()
+        assert v.dtype == np.float32 and v.shape == (3, 4)
+
+
+def test_parameters_and_lookup(engine):
+    model = edbatch.Model("ops", seed=3)
+    W = model.add_parameter("W", 4, 3)
+    E = model.add_lookup("E", 10, 4)
+    with edbatch.Trace(engine) as t:
+        close(t.param(W).value(), W.values())
+        close(t.lookup(E, 7).value(), E.values()[7][:, None])
+
+
+def test_binary_ops(engine):
+    a, b, c = rand(5, 1), rand(5, 1), rand(5, 3)
+    with edbatch.Trace(engine) as t:
+        x, y, z = t.input(a), t.input(b), t.input(c)
+        close((x + y).value(), a + b)
+        close((x - y).value(), a - b)
+        close((x * y).value(), a * b)
+        close(edbatch.cmult(x, y).value(), a * b)
+        close(edbatch.add(x, y).value(), a + b)
+        close(edbatch.sub(x, y).value(), a - b)
+        close((z + z).value(), c + c)
+
+
+def test_constant_ops(engine):
+    a = rand(4, 1)
+    with edbatch.Trace(engine) as t:
+        x = t.input(a)
+        close((x * 2.5).value(), a * 2.5)
+        close((2.5 * x).value(), a * 2.5)
+        close((x + 1.5).value(), a + 1.5)
+        close((1.5 + x).value(), a + 1.5)
+        close((x - 1.5).value(), a - 1.5)
+        close((1.5 - x).value(), 1.5 - a)
+        close((x / 4).value(), a / 4)
+        close((-x).value(), -a)
+        close((x * 2).value(), a * 2)  # ints are constants too
+
+
+def test_products(engine):
+    w, v, b2, w2, v2 = rand(3, 4), rand(4, 1), rand(3, 1), rand(3, 2), rand(2, 1)
+    m, n = rand(4, 4), rand(4, 2)
+    with edbatch.Trace(engine) as t:
+        W, V, B, W2, V2 = t.input(w), t.input(v), t.input(b2), t.input(w2), t.input(v2)
+        close((W @ V).value(), w @ v)
+        close(edbatch.matmul(W, V).value(), w @ v)
+        close(edbatch.affine(B, W, V).value(), b2 + w @ v)
+        close(edbatch.affine(B, W, V, W2, V2).value(), b2 + w @ v + w2 @ v2)
+        close(edbatch.affine([B, W, V, W2, V2]).value(), b2 + w @ v + w2 @ v2)
+        close((t.input(m) @ t.input(n)).value(), m @ n)
+        close(edbatch.matvec(t.input(m), V).value(), m @ v)
+
+
+def test_activations(engine):
+    a = rand(6, 2)
+    with edbatch.Trace(engine) as t:
+        x = t.input(a)
+        close(edbatch.tanh(x).value(), np.tanh(a))
+        close(edbatch.sigmoid(x).value(), 1 / (1 + np.exp(-a)))
+        close(edbatch.relu(x).value(), np.maximum(a, 0))
+        e = np.exp(a - a.max(axis=0))
+        close(edbatch.softmax(x).value(), e / e.sum(axis=0))
+        close(edbatch.log_softmax(x).value(), np.log(e / e.sum(axis=0)))
+
+
+def test_loss(engine):
+    a = rand(5, 1)
+    with edbatch.Trace(engine) as t:
+        loss = edbatch.pick_neg_log_softmax(t.input(a), 3)
+        e = np.exp(a[:, 0] - a.max())
+        want = -np.log(e[3] / e.sum())
+        assert loss.shape == (1, 1)
+        assert loss.scalar() == pytest.approx(want, rel=1e-5)
+        assert float(loss) == pytest.approx(want, rel=1e-5)
+
+
+def test_structure_ops(engine):
+    a, b, c = rand(3, 1), rand(2, 1), rand(3, 1)
+    with edbatch.Trace(engine) as t:
+        x, y, z = t.input(a), t.input(b), t.input(c)
+        close(edbatch.sum(x, z).value(), a + c)
+        close(edbatch.sum([x, z, x]).value(), a + c + a)
+        close(edbatch.concat(x, y).value(), np.vstack([a, b]))
+        close(edbatch.concat([y, x, y]).value(), np.vstack([b, a, b]))
+        s = edbatch.concat(x, y)
+        close(edbatch.slice(s, 1, 4).value(), np.vstack([a, b])[1:4])
+        close(s[1:4].value(), np.vstack([a, b])[1:4])
+        close(s[:2].value(), np.vstack([a, b])[:2])
+        close(s[-2:].value(), np.vstack([a, b])[-2:])
+        m = rand(2, 3)
+        close(edbatch.reshape(t.input(m), 3, 2).value(), m.reshape(3, 2, order="F"))
+        close(edbatch.reshape(x, 1, 3).value(), a.T)
+
+
+def test_batched_values_match_unbatched():
+    """Many instances in one trace, evaluated together, against numpy one by one."""
+    model = edbatch.Model("many")
+    W, b = model.add_parameter("W", 4, 4), model.add_parameter("b", 4)
+    w, bias = W.values(), b.values()
+    engine = edbatch.Engine()
+    inputs = [rand(4, 1) for _ in range(20)]
+    with edbatch.Trace(engine) as t:
+        outs = []
+        for i, v in enumerate(inputs):
+            h = t.input(v)
+            for _ in range(1 + i % 3):
+                h = edbatch.tanh(t.param(W) @ h + t.param(b))
+            outs.append(h)
+        values = [o.value() for o in outs]
+    for i, v in enumerate(inputs):
+        h = v
+        for _ in range(1 + i % 3):
+            h = np.tanh(w @ h + bias)
+        close(values[i], h)
+    stats = engine.stats()
+    assert stats["batches"] < stats["nodes"]
+    assert set(stats) >= {"nodes", "batches", "lower_bound", "kernel_calls", "bytes_gathered", "flops", "time"}
+    assert set(stats["time"]) == {"schedule_ms", "plan_ms", "compile_ms", "execute_ms"}
+
+
+def test_recording_after_a_read(engine):
+    with edbatch.Trace(engine) as t:
+        x = t.input([1, 2])
+        close((x + x).value(), [[2], [4]])
+        y = x * 3.0  # recorded after the first evaluation
+        t.run()
+        close(y.value(), [[3], [6]])
+        assert t.node_count >= 3
+        assert "tanh" not in t.dump() and t.dump()
