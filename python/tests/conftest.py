@@ -8,6 +8,9 @@ import pytest
 import edbatch
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+# Subprocesses (the examples, the guide's blocks) import the same module from any directory.
+MODULE_DIR = str(pathlib.Path(edbatch.__file__).resolve().parent)
+os.environ["PYTHONPATH"] = os.pathsep.join([MODULE_DIR, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
 
 def build_dir():
