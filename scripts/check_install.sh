@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs a build into a temporary prefix and uses it as an outside project would: configures,
 # builds and runs examples/consumer with find_package(edbatch), and compiles, links and runs a
-# small program with pkg-config's flags alone. Any failure fails the script.
+# small program with pkg-config's flags alone, and imports the installed Python module (when the
+# build has it) from the prefix alone. Any failure fails the script.
 # Usage: scripts/check_install.sh [BUILD_DIR]   (default: $EDB_BUILD_DIR, else build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,3 +48,19 @@ ${CXX:-g++} -std=c++20 $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags edbatch) "$
   -o "$work/pkgconfig_check" -Wl,-rpath,"$(PKG_CONFIG_PATH=$pc_dir pkg-config --variable=libdir edbatch)" \
   $(PKG_CONFIG_PATH=$pc_dir pkg-config "${pkg_static[@]}" --libs edbatch)
 "$work/pkgconfig_check"
+
+if ! grep -q '^EDB_PYTHON:STRING=OFF$' "$build_dir/CMakeCache.txt" && compgen -G "$build_dir/python/edbatch*.so" >/dev/null; then
+  echo "edbatch: importing the installed Python module from the prefix" >&2
+  module=$(find "$prefix" -name 'edbatch*.so' -print -quit)
+  [ -n "$module" ] || { echo "edbatch: the Python module was not installed" >&2; exit 1; }
+  [ -e "$(dirname "$module")/edbatch.pyi" ] || { echo "edbatch: edbatch.pyi was not installed" >&2; exit 1; }
+  python=$(sed -n 's/^Python_EXECUTABLE:[A-Z]*=//p' "$build_dir/CMakeCache.txt")
+  (cd "$work" && PYTHONPATH="$(dirname "$module")" "$python" -c '
+import edbatch, sys
+assert edbatch.__file__.startswith(sys.argv[1]), edbatch.__file__
+with edbatch.Trace(edbatch.Engine()) as t:
+    got = edbatch.tanh(t.input([0.5, -1.0])).value()[1, 0]
+assert abs(got - -0.7615942) < 1e-6, got
+print("edbatch", edbatch.__version__, "installed Python module: OK")
+' "$prefix")
+fi

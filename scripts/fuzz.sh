@@ -29,7 +29,7 @@ flags="-O1 -g1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr -f
 if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Fuzz -DCMAKE_CXX_COMPILER=clang++-19 \
     -DCMAKE_CXX_FLAGS_FUZZ="$flags" -DCMAKE_EXE_LINKER_FLAGS_FUZZ="-fsanitize=address,undefined" \
-    -DEDB_FUZZ=ON >&2
+    -DEDB_FUZZ=ON -DEDB_PYTHON=OFF >&2
 fi
 start=$(date +%s)
 cmake --build "$build_dir" -j"$jobs" --target "${targets[@]/#/edb_fuzz_}" >&2

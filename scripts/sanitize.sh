@@ -19,7 +19,7 @@ if [ ! -f "$build_dir/build.ninja" ]; then
     -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g1 $sanitize_flags" \
     -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="$sanitize_flags" \
     -DCMAKE_SHARED_LINKER_FLAGS_SANITIZE="$sanitize_flags" \
-    -DEDB_NATIVE=ON >&2
+    -DEDB_NATIVE=ON -DEDB_PYTHON=OFF >&2
 fi
 start=$(date +%s)
 cmake --build "$build_dir" -j"$jobs" >&2

@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
-# The tests: set up and build if needed, run every ctest suite (no GPU needed), then install the
-# build into a temporary prefix and build and run examples/consumer and a pkg-config program
-# against it. Extra arguments go to ctest.
+# The tests: set up and build if needed, run every ctest suite (no GPU needed), the Python
+# module's pytest suites (python/tests, with the interpreter CMake built it for), then install the
+# build into a temporary prefix and build and run examples/consumer, a pkg-config program and the
+# installed Python module against it. Extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 build_dir=${EDB_BUILD_DIR:-build}
 ctest --test-dir "$build_dir" --output-on-failure -j"${EDB_JOBS:-2}" "$@"
+if grep -q '^EDB_PYTHON:STRING=OFF$' "$build_dir/CMakeCache.txt"; then
+  echo "edbatch: EDB_PYTHON=OFF in $build_dir: no Python tests" >&2
+else
+  python=$(sed -n 's/^Python_EXECUTABLE:[A-Z]*=//p' "$build_dir/CMakeCache.txt")
+  if [ -z "$python" ] || ! compgen -G "$build_dir/python/edbatch*.so" >/dev/null; then
+    echo "edbatch: the Python module was not built in $build_dir (Python 3 headers or pybind11 missing?)" >&2
+    exit 1
+  fi
+  echo "edbatch: pytest python/tests with $python" >&2
+  PYTHONPATH="$PWD/$build_dir/python" "$python" -m pytest -q python/tests
+fi
 scripts/check_install.sh "$build_dir"

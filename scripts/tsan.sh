@@ -15,7 +15,7 @@ if [ ! -f "$build_dir/build.ninja" ]; then
     -DCMAKE_CXX_FLAGS_TSAN="-O1 -g1 $tsan_flags" \
     -DCMAKE_EXE_LINKER_FLAGS_TSAN="$tsan_flags" \
     -DCMAKE_SHARED_LINKER_FLAGS_TSAN="$tsan_flags" \
-    -DEDB_NATIVE=ON >&2
+    -DEDB_NATIVE=ON -DEDB_PYTHON=OFF >&2
 fi
 start=$(date +%s)
 # The unit tests and the tools they run (edb-run, edb-cache), nothing else.

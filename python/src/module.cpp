@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common.h"
+#include "fast.h"
 
 namespace edbpy {
 
@@ -548,4 +549,5 @@ See docs/python.md for the guide.)doc";
   edbpy::bind_ops(m);
   edbpy::bind_cell(m);
   edbpy::bind_training(m);
+  edbpy::bind_fast(m);
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "common.h"
+#include "fast.h"
 
 namespace edbpy {
 
@@ -122,24 +123,6 @@ void bind_trace(py::module_& m) {
           "A constant input: a float32 numpy array (1-D: a column vector; 2-D: rows x cols) or a list\n"
           "of numbers (a column; a list of lists: rows). A numpy array of another dtype is a UsageError.")
       .def(
-          "param",
-          [](const PyTrace& t, const PyParameter& p) {
-            EngineLock lock(*t.engine);
-            PyExpr e = t.wrap(t.live("edb::Trace::param()").param(p.handle));
-            t.keep(p.model);
-            return e;
-          },
-          py::arg("parameter"), "The parameter's node: the same node for every use within this trace.")
-      .def(
-          "lookup",
-          [](const PyTrace& t, const PyLookupTable& table, int64_t entry) {
-            EngineLock lock(*t.engine);
-            PyExpr e = t.wrap(t.live("edb::Trace::lookup()").lookup(table.handle, entry));
-            t.keep(table.model);
-            return e;
-          },
-          py::arg("table"), py::arg("entry"), "Entry `entry` of a lookup table, a dim x 1 column.")
-      .def(
           "run",
           [](const PyTrace& t) {
             edb::Trace& trace = t.live("edb::Trace::run()");
@@ -237,20 +220,10 @@ void bind_trace(py::module_& m) {
       });
 }
 
+// affine, sum and pick_neg_log_softmax, and Trace.param and Trace.lookup, are in fast.cpp.
 void bind_ops(py::module_& m) {
   m.def("matmul", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::matmul(x, y); }); },
         py::arg("a"), py::arg("b"), "a @ b: a matrix product (a usually a parameter).");
-  // The common b + W x first: a fixed arity skips building a vector from *args.
-  m.def(
-      "affine",
-      [](const PyExpr& b, const PyExpr& w, const PyExpr& x) {
-        EngineLock lock(*b.engine);
-        const edb::Expr xs[3] = {b.expr, w.expr, x.expr};
-        return PyExpr{edb::affine(std::span<const edb::Expr>(xs, 3)), b.engine};
-      },
-      "affine(b, W1, x1, W2, x2, ...) = b + W1 x1 + W2 x2 + ... (or one list of them).");
-  m.def("affine", [](const py::args& args) { return nary(args, "edb::affine()", [](auto xs) { return edb::affine(xs); }); },
-        "affine(b, W1, x1, W2, x2, ...) = b + W1 x1 + W2 x2 + ... (or one list of them).");
   m.def("matvec", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::matvec(x, y); }); },
         py::arg("matrix"), py::arg("vector"), "A per-instance matrix times a vector (MV-RNN).");
   m.def("cmult", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::cmult(x, y); }); },
@@ -266,12 +239,6 @@ void bind_ops(py::module_& m) {
         "Softmax of each column.");
   m.def("log_softmax", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::log_softmax(v); }); },
         py::arg("x"), "Log-softmax of each column.");
-  m.def(
-      "pick_neg_log_softmax",
-      [](const PyExpr& x, int64_t label) { return unary(x, [label](auto& v) { return edb::pick_neg_log_softmax(v, label); }); },
-      py::arg("x"), py::arg("label"), "-log softmax(x)[label], 1x1: a classification loss.");
-  m.def("sum", [](const py::args& args) { return nary(args, "edb::sum()", [](auto xs) { return edb::sum(xs); }); },
-        "sum(a, b, ...) or sum([a, b, ...]): the elementwise sum of expressions of one shape.");
   m.def("concat", [](const py::args& args) { return nary(args, "edb::concat()", [](auto xs) { return edb::concat(xs); }); },
         "concat(a, b, ...) or concat([a, b, ...]): rows stacked.");
   m.def(
@@ -389,10 +356,52 @@ and the arguments and may use only them, parameters and constants: with cells on
 it runs once per engine, on a scope of its own that ends when it returns, and every call copies
 what it recorded. With Engine(cells=False) it runs at each call on the caller's trace.)doc";
 
+
+// Cell.__call__ as the type's call slot: cell(body) without a body decorates; cell(trace, *args)
+// records a call. Skips pybind11's dispatcher: this is the call a model makes per node.
+PyTypeObject* cell_type = nullptr;  // the class, once bound
+
+PyObject* cell_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  try {
+    if (kwargs && PyDict_GET_SIZE(kwargs) > 0) throw py::type_error("edbatch.Cell: a call takes no keyword arguments");
+    PyCell& c = py::handle(self).cast<PyCell&>();
+    const Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (!c.cell) {
+      if (n != 1) throw py::type_error("edbatch.Cell: a cell without a body takes one function (the body)");
+      set_body(c, py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(args, 0)));
+      return py::handle(self).inc_ref().ptr();
+    }
+    PyObject* trace = n > 0 ? PyTuple_GET_ITEM(args, 0) : nullptr;
+    if (!trace || !(fast_trace(trace) || py::isinstance<PyTrace>(trace)))
+      throw py::type_error("edbatch.Cell '" + c.name + "': call it as cell(trace, *arguments)");
+    edb::Expr exprs[16];
+    std::vector<edb::Expr> many;
+    const size_t count = size_t(n - 1);
+    edb::Expr* xs = exprs;
+    if (count > 16) {
+      many.resize(count);
+      xs = many.data();
+    }
+    for (size_t i = 0; i < count; ++i) {
+      PyObject* a = PyTuple_GET_ITEM(args, Py_ssize_t(i + 1));
+      const PyExpr* e = fast_expr(a);
+      if (!e && py::isinstance<PyExpr>(a)) e = &py::handle(a).cast<PyExpr&>();
+      if (!e)
+        throw py::type_error("edbatch.Cell '" + c.name + "': argument " + std::to_string(i + 1) +
+                             " is not an edbatch.Expr");
+      xs[i] = e->expr;
+    }
+    return call(c, trace, xs, count).release().ptr();
+  } catch (...) {
+    return translate_current_exception();
+  }
+}
+
 }  // namespace
 
 void bind_cell(py::module_& m) {
-  py::class_<PyCell>(m, "Cell", kCellDoc)
+  py::class_<PyCell> cls(m, "Cell", kCellDoc);
+  cls
       .def(py::init([](const py::args& shapes, std::optional<std::string> name, py::object body) {
              auto c = std::make_unique<PyCell>();
              for (py::handle s : shapes) c->shapes.push_back(shape_from(s));
@@ -401,33 +410,6 @@ void bind_cell(py::module_& m) {
              return c;
            }),
            py::kw_only(), py::arg("name") = py::none(), py::arg("body") = py::none())
-      .def("__call__",
-           [](py::object self, const py::args& args) -> py::object {
-             PyCell& c = self.cast<PyCell&>();
-             if (!c.cell) {
-               if (args.size() != 1) throw py::type_error("edbatch.Cell: a cell without a body takes one function (the body)");
-               set_body(c, py::reinterpret_borrow<py::object>(args[0]));
-               return self;
-             }
-             if (args.size() == 0 || !py::isinstance<PyTrace>(args[0]))
-               throw py::type_error("edbatch.Cell '" + c.name + "': call it as cell(trace, *arguments)");
-             edb::Expr exprs[16];
-             std::vector<edb::Expr> many;
-             const size_t count = args.size() - 1;
-             edb::Expr* xs = exprs;
-             if (count > 16) {
-               many.resize(count);
-               xs = many.data();
-             }
-             for (size_t i = 0; i < count; ++i) {
-               py::handle a = args[i + 1];
-               if (!py::isinstance<PyExpr>(a))
-                 throw py::type_error("edbatch.Cell '" + c.name + "': argument " + std::to_string(i + 1) +
-                                      " is not an edbatch.Expr");
-               xs[i] = a.cast<PyExpr&>().expr;
-             }
-             return call(c, args[0], xs, count);
-           })
       .def_property_readonly("name", [](const PyCell& c) { return c.name; })
       .def_property_readonly("shapes", [](const PyCell& c) { return c.shapes; })
       .def("__repr__", [](const PyCell& c) {
@@ -436,6 +418,9 @@ void bind_cell(py::module_& m) {
           s += (i ? ", " : "") + std::to_string(c.shapes[i].first) + "x" + std::to_string(c.shapes[i].second);
         return s + ")>";
       });
+  cell_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  cell_type->tp_call = &cell_call;
+  PyType_Modified(cell_type);
 
   // For python/bench: records `count` calls of `cell` on the same arguments from C++, the
   // recording cost without Python, to compare a Python loop of the same calls against.
