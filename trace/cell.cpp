@@ -191,7 +191,9 @@ std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments
   // constants, then the operations, contiguously.
   ir::Graph& graph = s.data.graph;
   const ir::Graph& body = record.body;
-  std::vector<ir::NodeId> to(body.size(), ir::kNoNode);
+  // Kept per thread: a call is recorded millions of times, and cells do not nest.
+  thread_local std::vector<ir::NodeId> to, args;
+  to.assign(body.size(), ir::kNoNode);
   for (size_t i = 0; i < arguments.size(); ++i) to[record.placeholders[i]] = arguments[i].node_id();
   for (ir::NodeId id = 0; id < body.size(); ++id) {
     const ir::Node& n = body.node(id);
@@ -207,7 +209,6 @@ std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments
   const int64_t limit = s.engine->driver.options().max_trace_nodes;
   if (limit > 0 && int64_t(graph.size() + record.operations.size()) > limit) TraceState::node_limit_error(limit);
   const ir::NodeId first = ir::NodeId(graph.size());
-  std::vector<ir::NodeId> args;
   for (ir::NodeId id : record.operations) {
     const ir::Node& n = body.node(id);
     args.clear();
@@ -225,6 +226,7 @@ std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments
   calls.calls.push_back({first, last, record.call_type, &record.schedule});
 
   std::vector<Expr> outputs;
+  outputs.reserve(record.outputs.size());
   for (ir::NodeId id : record.outputs) outputs.push_back(s.make(to[id]));
   return outputs;
 }
