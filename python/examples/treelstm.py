@@ -140,25 +140,32 @@ class TreeLstm:
 
         self.leaf, self.internal = leaf, internal
 
-    def record(self, t, index, output):
-        """Records tree `index`; calls output(scores, gold, is_root) at every node."""
+    def record(self, t, index, losses=None, predictions=None):
+        """Records tree `index`: at every node, in post-order, its loss into `losses` and
+        (scores, gold, is_root) into `predictions`, when given."""
         tree = self.trees[index]
         leaf, internal, lookup, E = self.leaf, self.internal, t.lookup, self.E
-        b_out, W_out, affine = t.param(self.b_out), t.param(self.W_out), edbatch.affine
+        b_out, W_out = t.param(self.b_out), t.param(self.W_out)
+        affine, pick = edbatch.affine, edbatch.pick_neg_log_softmax
         states = [None] * len(tree)
         last = len(tree) - 1
         for n, (label, left, right, word) in enumerate(tree):
             if left < 0:
-                hc = leaf(t, lookup(E, word))
+                hc = states[n] = leaf(t, lookup(E, word))
             else:
-                hc = internal(t, *states[left], *states[right])
-            states[n] = hc
-            output(affine(b_out, W_out, hc[0]), label, n == last)
+                h1, c1 = states[left]
+                h2, c2 = states[right]
+                hc = states[n] = internal(t, h1, c1, h2, c2)
+            scores = affine(b_out, W_out, hc[0])
+            if losses is not None:
+                losses.append(pick(scores, label))
+            if predictions is not None:
+                predictions.append((scores, label, n == last))
 
     def record_loss(self, t, index):
+        """The tree's loss: the sum of its nodes' (a 1x1 Expr)."""
         losses = []
-        pick = edbatch.pick_neg_log_softmax
-        self.record(t, index, lambda scores, gold, root: losses.append(pick(scores, gold)))
+        self.record(t, index, losses)
         return edbatch.sum(losses)
 
 
@@ -273,13 +280,8 @@ def evaluate(sample, engine, first, last, batch):
     for begin in range(first, last, batch):
         with edbatch.Trace(engine) as t:
             predictions, losses = [], []
-
-            def output(scores, gold, root):
-                predictions.append((scores, gold, root))
-                losses.append(edbatch.pick_neg_log_softmax(scores, gold))
-
             for i in range(begin, min(last, begin + batch)):
-                sample.record(t, i, output)
+                sample.record(t, i, losses, predictions)
             loss += edbatch.sum(losses).scalar()
             for scores, gold, root in predictions:
                 if root:

@@ -185,11 +185,21 @@ PyTypeObject* type_of(py::module_& m, const char* name) {
 
 }  // namespace
 
+// What py::cast does for a moved value, without its search for an existing instance of the same
+// address (a new PyExpr never has one).
 PyObject* new_expr(const edb::Expr& e, const std::shared_ptr<EngineBox>& engine) {
-  return py::cast(PyExpr{e, engine}).release().ptr();
+  static const py::detail::type_info* info = py::detail::get_type_info(typeid(PyExpr));
+  PyObject* object = py::detail::make_new_instance(info->type);
+  if (!object) throw py::error_already_set();
+  auto* instance = reinterpret_cast<py::detail::instance*>(object);
+  instance->get_value_and_holder().value_ptr() = new PyExpr{e, engine};
+  instance->owned = true;
+  info->init_instance(instance, nullptr);
+  return object;
 }
 
 const PyExpr* fast_expr(PyObject* object) { return exact<PyExpr>(object, expr_type); }
+void* fast_instance(PyObject* object, PyTypeObject* type) { return exact<void>(object, type); }
 PyTrace* fast_trace(PyObject* object) { return exact<PyTrace>(object, trace_type); }
 PyObject* translate_current_exception() { return raise_current(); }
 

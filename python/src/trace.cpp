@@ -326,7 +326,8 @@ void set_body(PyCell& c, py::object body) {
 }
 
 py::object call(PyCell& c, py::handle trace_object, const edb::Expr* args, size_t count) {
-  PyTrace& t = trace_object.cast<PyTrace&>();
+  PyTrace* fast = fast_trace(trace_object.ptr());
+  PyTrace& t = fast ? *fast : trace_object.cast<PyTrace&>();
   edb::Trace& trace = t.live("edbatch.Cell");
   EngineLock lock(*t.engine);
   const py::handle saved = calling_trace;
@@ -336,9 +337,10 @@ py::object call(PyCell& c, py::handle trace_object, const edb::Expr* args, size_
     ~Restore() { calling_trace = saved; }
   } restore{saved};
   const std::vector<edb::Expr> outputs = (*c.cell)(trace, std::span<const edb::Expr>(args, count));
-  if (c.single_output && outputs.size() == 1) return py::cast(PyExpr{outputs[0], t.engine});
+  if (c.single_output && outputs.size() == 1) return py::reinterpret_steal<py::object>(new_expr(outputs[0], t.engine));
   py::tuple out(outputs.size());
-  for (size_t i = 0; i < outputs.size(); ++i) out[i] = py::cast(PyExpr{outputs[i], t.engine});
+  for (size_t i = 0; i < outputs.size(); ++i)
+    PyTuple_SET_ITEM(out.ptr(), Py_ssize_t(i), new_expr(outputs[i], t.engine));
   return out;
 }
 
@@ -364,7 +366,8 @@ PyTypeObject* cell_type = nullptr;  // the class, once bound
 PyObject* cell_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   try {
     if (kwargs && PyDict_GET_SIZE(kwargs) > 0) throw py::type_error("edbatch.Cell: a call takes no keyword arguments");
-    PyCell& c = py::handle(self).cast<PyCell&>();
+    void* fast = fast_instance(self, cell_type);
+    PyCell& c = fast ? *static_cast<PyCell*>(fast) : py::handle(self).cast<PyCell&>();
     const Py_ssize_t n = PyTuple_GET_SIZE(args);
     if (!c.cell) {
       if (n != 1) throw py::type_error("edbatch.Cell: a cell without a body takes one function (the body)");
