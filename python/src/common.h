@@ -125,6 +125,8 @@ py::array_t<float> to_numpy(edb::Tensor&& tensor);
 
 std::string path_from(py::handle path);  // str or os.PathLike
 
+void declare_trace_classes(py::module_& m);     // Trace and Expr, before anything names them
+void declare_training_classes(py::module_& m);  // Gradients
 void bind_model(py::module_& m);
 void bind_engine(py::module_& m);
 void bind_trace(py::module_& m);

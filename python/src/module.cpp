@@ -63,7 +63,7 @@ py::array_t<float> parameter_values(const PyParameter& p) {
   return to_numpy(std::vector<float>(v.begin(), v.end()), p.handle.rows(), p.handle.cols());
 }
 
-void set_parameter_values(const PyParameter& p, py::handle values) {
+void set_parameter_values(const PyParameter& p, py::object values) {
   const Floats f = floats_from(values, "edbatch.Parameter.set_values()");
   if (f.rows != p.handle.rows() || f.cols != p.handle.cols())
     throw edb::UsageError("edbatch.Parameter.set_values(): '" + p.handle.name() + "' is " +
@@ -81,7 +81,7 @@ py::array_t<float> table_values(const PyLookupTable& t) {
   return out;
 }
 
-void set_table_values(const PyLookupTable& t, py::handle values) {
+void set_table_values(const PyLookupTable& t, py::object values) {
   const Floats f = floats_from(values, "edbatch.LookupTable.set_values()");
   if (f.rows != t.handle.entries() || f.cols != t.handle.dim())
     throw edb::UsageError("edbatch.LookupTable.set_values(): '" + t.handle.name() + "' has " +
@@ -179,10 +179,10 @@ void bind_model(py::module_& m) {
       .def_property_readonly("parameter_count", &edb::Model::parameter_count, "Parameters and lookup tables.")
       .def_property_readonly("value_count", &edb::Model::value_count, "Floats over all of them.")
       .def(
-          "save", [](const edb::Model& model, py::handle path) { model.save(path_from(path)); }, py::arg("path"),
+          "save", [](const edb::Model& model, py::object path) { model.save(path_from(path)); }, py::arg("path"),
           "Writes names, kinds, shapes and values with a checksum.")
       .def(
-          "load", [](edb::Model& model, py::handle path) { model.load(path_from(path)); }, py::arg("path"),
+          "load", [](edb::Model& model, py::object path) { model.load(path_from(path)); }, py::arg("path"),
           "Loads values saved by save(): every saved name must exist here with the same shape.")
       .def("__repr__", [](const edb::Model& model) {
         return "<edbatch.Model '" + model.name() + "': " + std::to_string(model.parameter_count()) + " parameters, " +
@@ -342,7 +342,7 @@ void bind_engine(py::module_& m) {
           "dict (episode, episodes, batches, best_batches, lower_bound). Returns the final one.")
       .def(
           "save_policy",
-          [](EngineBox& e, py::handle path) {
+          [](EngineBox& e, py::object path) {
             const std::string p = path_from(path);
             without_gil(e, [&] {
               e.engine.save_policy(p);
@@ -421,10 +421,14 @@ py::dict optimizer_options(const edb::OptimizerOptions& o) {
 
 }  // namespace
 
-void bind_training(py::module_& m) {
+void declare_training_classes(py::module_& m) {
   py::class_<PyGradients>(m, "Gradients",
                           "What Trace.backward(loss) computed: the loss's value, a dense gradient per parameter it\n"
-                          "depends on, and for each lookup table the rows it read.")
+                          "depends on, and for each lookup table the rows it read.");
+}
+
+void bind_training(py::module_& m) {
+  py::reinterpret_borrow<py::class_<PyGradients>>(m.attr("Gradients"))
       .def_property_readonly("loss", [](const PyGradients& g) { return g.gradients.loss; })
       .def(
           "of",
@@ -511,10 +515,10 @@ void bind_training(py::module_& m) {
           [](PyOptimizer& o, float lr) { o.optimizer.set_learning_rate(lr); })
       .def("set_learning_rate", [](PyOptimizer& o, float lr) { o.optimizer.set_learning_rate(lr); }, py::arg("learning_rate"))
       .def(
-          "save", [](const PyOptimizer& o, py::handle path) { o.optimizer.save(path_from(path)); }, py::arg("path"),
+          "save", [](const PyOptimizer& o, py::object path) { o.optimizer.save(path_from(path)); }, py::arg("path"),
           "Writes the state (kind, options, step count, moments) to a checksummed file.")
       .def(
-          "load", [](PyOptimizer& o, py::handle path) { o.optimizer.load(path_from(path)); }, py::arg("path"),
+          "load", [](PyOptimizer& o, py::object path) { o.optimizer.load(path_from(path)); }, py::arg("path"),
           "Restores a state written by save(), options included.");
 }
 
@@ -543,6 +547,9 @@ See docs/python.md for the guide.)doc";
       "With Engine(check_finite=True): a node produced a NaN or an infinity. An ArithmeticError.";
   py::register_exception<edb::InternalError>(m, "InternalError", PyExc_RuntimeError).doc() =
       "An invariant inside edbatch broke: a bug in edbatch. A RuntimeError.";
+  // Classes first, so every signature in help() names them as Python sees them.
+  edbpy::declare_trace_classes(m);
+  edbpy::declare_training_classes(m);
   edbpy::bind_model(m);
   edbpy::bind_engine(m);
   edbpy::bind_trace(m);

@@ -104,17 +104,22 @@ rows i..j-1. value() evaluates (if needed) and returns a rows x cols float32 arr
 
 }  // namespace
 
+void declare_trace_classes(py::module_& m) {
+  py::class_<PyTrace>(m, "Trace", kTraceDoc);
+  py::class_<PyExpr>(m, "Expr", kExprDoc);
+}
+
 void bind_trace(py::module_& m) {
-  py::class_<PyTrace>(m, "Trace", kTraceDoc)
+  py::reinterpret_borrow<py::class_<PyTrace>>(m.attr("Trace"))
       .def(py::init([](std::shared_ptr<EngineBox> engine) { return std::make_unique<PyTrace>(std::move(engine)); }),
            py::arg("engine"))
       .def("__enter__", [](py::object self) { return self; })
       .def(
-          "__exit__", [](PyTrace& t, py::handle, py::handle, py::handle) { t.finish(); }, py::arg("type"),
+          "__exit__", [](PyTrace& t, py::object, py::object, py::object) { t.finish(); }, py::arg("type"),
           py::arg("value"), py::arg("traceback"))
       .def(
           "input",
-          [](const PyTrace& t, py::handle values) {
+          [](const PyTrace& t, py::object values) {
             Floats f = floats_from(values, "edb::Trace::input()");
             EngineLock lock(*t.engine);
             return t.wrap(t.live("edb::Trace::input()").input(f.rows, f.cols, f.column_major));
@@ -167,7 +172,7 @@ void bind_trace(py::module_& m) {
           },
           "The recorded IR, one node per line ('' once finished).");
 
-  py::class_<PyExpr>(m, "Expr", kExprDoc)
+  py::reinterpret_borrow<py::class_<PyExpr>>(m.attr("Expr"))
       .def_property_readonly("rows",
                              [](const PyExpr& e) {
                                EngineLock lock(*e.engine);
