@@ -126,6 +126,12 @@ py::array_t<float> to_numpy(edb::Tensor&& tensor);
 std::string path_from(py::handle path);  // str or os.PathLike
 
 void declare_trace_classes(py::module_& m);     // Trace and Expr, before anything names them
+// edbatch.Expr is a plain CPython type (fast.cpp), not a pybind11 class: an Expr is made per op,
+// and pybind11's instance registry would cost more than the op. The caster below lets pybind11
+// functions take and return PyExpr all the same.
+py::object declare_expr_type(py::module_& m, const char* doc);
+const PyExpr* fast_expr(PyObject* object);  // null unless an edbatch.Expr
+PyObject* new_expr(const edb::Expr& e, const std::shared_ptr<EngineBox>& engine);  // a new reference
 void declare_training_classes(py::module_& m);  // Gradients
 void bind_model(py::module_& m);
 void bind_engine(py::module_& m);
@@ -135,3 +141,17 @@ void bind_cell(py::module_& m);
 void bind_training(py::module_& m);
 
 }  // namespace edbpy
+
+namespace pybind11::detail {
+template <>
+struct type_caster<edbpy::PyExpr> {
+  PYBIND11_TYPE_CASTER(edbpy::PyExpr, const_name("edbatch.Expr"));
+  bool load(handle source, bool) {
+    const edbpy::PyExpr* e = edbpy::fast_expr(source.ptr());
+    if (!e) return false;
+    value = *e;
+    return true;
+  }
+  static handle cast(const edbpy::PyExpr& e, return_value_policy, handle) { return edbpy::new_expr(e.expr, e.engine); }
+};
+}  // namespace pybind11::detail

@@ -1,7 +1,7 @@
-// The calls a model makes per node (a cell call, Trace.lookup, Trace.param, affine,
-// pick_neg_log_softmax, sum), bound with CPython's vectorcall protocol instead of pybind11's
-// dispatcher: the arguments are read straight from pybind11's instances of the exact types, so a
-// recorded call costs little more than the C++ call. Everything else stays in trace.cpp.
+// The per-node path: edbatch.Expr as a plain CPython type (no pybind11 instance registry per op),
+// and the calls a model makes per node (Trace.lookup, Trace.param, affine, pick_neg_log_softmax,
+// sum) through CPython's vectorcall instead of pybind11's dispatcher, their arguments read
+// straight from the instances, so a recorded call costs little more than the C++ call.
 #include "fast.h"
 
 #include <pybind11/pybind11.h>
@@ -11,6 +11,18 @@ namespace edbpy {
 namespace {
 
 PyTypeObject* expr_type = nullptr;
+
+struct ExprObject {
+  PyObject_HEAD
+  PyExpr value;
+};
+
+void expr_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  reinterpret_cast<ExprObject*>(self)->value.~PyExpr();
+  type->tp_free(self);
+  Py_DECREF(type);
+}
 PyTypeObject* trace_type = nullptr;
 PyTypeObject* parameter_type = nullptr;
 PyTypeObject* table_type = nullptr;
@@ -26,9 +38,7 @@ T* exact(PyObject* object, PyTypeObject* type) {
 
 // An Expr argument: the exact type fast, a subclass through pybind11, anything else a TypeError.
 const PyExpr& expr_arg(PyObject* object, const char* function, size_t index) {
-  if (PyExpr* e = exact<PyExpr>(object, expr_type)) return *e;
-  py::handle h(object);
-  if (py::isinstance<PyExpr>(h)) return h.cast<PyExpr&>();
+  if (const PyExpr* e = fast_expr(object)) return *e;
   throw py::type_error(std::string(function) + ": argument " + std::to_string(index + 1) +
                        " must be an edbatch.Expr, not " + Py_TYPE(object)->tp_name);
 }
@@ -185,26 +195,41 @@ PyTypeObject* type_of(py::module_& m, const char* name) {
 
 }  // namespace
 
-// What py::cast does for a moved value, without its search for an existing instance of the same
-// address (a new PyExpr never has one).
 PyObject* new_expr(const edb::Expr& e, const std::shared_ptr<EngineBox>& engine) {
-  static const py::detail::type_info* info = py::detail::get_type_info(typeid(PyExpr));
-  PyObject* object = py::detail::make_new_instance(info->type);
+  ExprObject* object = PyObject_New(ExprObject, expr_type);
   if (!object) throw py::error_already_set();
-  auto* instance = reinterpret_cast<py::detail::instance*>(object);
-  instance->get_value_and_holder().value_ptr() = new PyExpr{e, engine};
-  instance->owned = true;
-  info->init_instance(instance, nullptr);
-  return object;
+  new (&object->value) PyExpr{e, engine};
+  return reinterpret_cast<PyObject*>(object);
 }
 
-const PyExpr* fast_expr(PyObject* object) { return exact<PyExpr>(object, expr_type); }
+const PyExpr* fast_expr(PyObject* object) {
+  return Py_TYPE(object) == expr_type ? &reinterpret_cast<ExprObject*>(object)->value : nullptr;
+}
+
+py::object declare_expr_type(py::module_& m, const char* doc) {
+  static PyType_Slot slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(&expr_dealloc)},
+                                {Py_tp_doc, const_cast<char*>(doc)},
+                                {0, nullptr}};
+  static PyType_Spec spec = {"edbatch.Expr", int(sizeof(ExprObject)), 0,
+#ifdef Py_TPFLAGS_DISALLOW_INSTANTIATION
+                             Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+#else
+                             Py_TPFLAGS_DEFAULT,
+#endif
+                             slots};
+  py::object type = py::reinterpret_steal<py::object>(PyType_FromSpec(&spec));
+  if (!type) throw py::error_already_set();
+  expr_type = reinterpret_cast<PyTypeObject*>(type.ptr());
+  m.attr("Expr") = type;
+  return type;
+}
+
+
 void* fast_instance(PyObject* object, PyTypeObject* type) { return exact<void>(object, type); }
 PyTrace* fast_trace(PyObject* object) { return exact<PyTrace>(object, trace_type); }
 PyObject* translate_current_exception() { return raise_current(); }
 
 void bind_fast(py::module_& m) {
-  expr_type = type_of(m, "Expr");
   trace_type = type_of(m, "Trace");
   parameter_type = type_of(m, "Parameter");
   table_type = type_of(m, "LookupTable");

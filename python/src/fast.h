@@ -6,8 +6,6 @@
 
 namespace edbpy {
 
-PyObject* new_expr(const edb::Expr& e, const std::shared_ptr<EngineBox>& engine);  // a new reference
-const PyExpr* fast_expr(PyObject* object);  // null unless exactly an edbatch.Expr
 PyTrace* fast_trace(PyObject* object);      // null unless exactly an edbatch.Trace
 void* fast_instance(PyObject* object, PyTypeObject* type);  // the C++ value of exactly `type`, or null
 PyObject* translate_current_exception();    // inside a catch: sets the Python error, returns null

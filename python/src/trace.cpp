@@ -45,13 +45,10 @@ std::vector<edb::Expr> exprs_from(const py::args& args, std::shared_ptr<EngineBo
   std::vector<edb::Expr> out;
   out.reserve(items.size());
   for (py::handle item : items) {
-    PyExpr* e = nullptr;
-    try {
-      e = &item.cast<PyExpr&>();
-    } catch (const py::cast_error&) {
+    const PyExpr* e = fast_expr(item.ptr());
+    if (!e)
       throw py::type_error(std::string(function) + ": expected edbatch.Expr arguments, got " +
                            std::string(py::str(py::type::handle_of(item).attr("__name__"))));
-    }
     if (!engine) engine = e->engine;
     out.push_back(e->expr);
   }
@@ -78,6 +75,24 @@ PyExpr nary(const py::args& args, const char* function, Op&& op) {
   EngineLock lock(*engine);
   return PyExpr{op(std::span<const edb::Expr>(xs)), engine};
 }
+
+// py::class_'s def and def_property_readonly for edbatch.Expr, a plain CPython type.
+struct ExprClass {
+  py::object type;
+  template <typename F, typename... Extra>
+  ExprClass& def(const char* name, F&& f, const Extra&... extra) {
+    py::cpp_function method(std::forward<F>(f), py::name(name), py::is_method(type),
+                            py::sibling(py::getattr(type, name, py::none())), extra...);
+    py::setattr(type, name, method);
+    return *this;
+  }
+  template <typename F>
+  ExprClass& def_property_readonly(const char* name, F&& f, const char* doc = "") {
+    py::cpp_function getter(std::forward<F>(f));
+    py::setattr(type, name, py::module_::import("builtins").attr("property")(getter, py::none(), py::none(), doc));
+    return *this;
+  }
+};
 
 PyExpr slice_rows(const PyExpr& x, const py::slice& rows) {
   EngineLock lock(*x.engine);
@@ -106,7 +121,7 @@ rows i..j-1. value() evaluates (if needed) and returns a rows x cols float32 arr
 
 void declare_trace_classes(py::module_& m) {
   py::class_<PyTrace>(m, "Trace", kTraceDoc);
-  py::class_<PyExpr>(m, "Expr", kExprDoc);
+  declare_expr_type(m, kExprDoc);
 }
 
 void bind_trace(py::module_& m) {
@@ -172,7 +187,7 @@ void bind_trace(py::module_& m) {
           },
           "The recorded IR, one node per line ('' once finished).");
 
-  py::reinterpret_borrow<py::class_<PyExpr>>(m.attr("Expr"))
+  ExprClass{m.attr("Expr")}
       .def_property_readonly("rows",
                              [](const PyExpr& e) {
                                EngineLock lock(*e.engine);
@@ -198,20 +213,23 @@ void bind_trace(py::module_& m) {
           "scalar", [](const PyExpr& e) { return without_gil(*e.engine, [&] { return e.expr.scalar(); }); },
           "The value of a 1x1 expression as a float (UsageError for another shape).")
       .def("__float__", [](const PyExpr& e) { return without_gil(*e.engine, [&] { return e.expr.scalar(); }); })
-      .def("__add__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return x + y; }); })
-      .def("__add__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v + c; }); })
-      .def("__radd__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return c + v; }); })
-      .def("__sub__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return x - y; }); })
-      .def("__sub__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v + (-c); }); })
-      .def("__rsub__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v * -1.0f + c; }); })
-      .def("__mul__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::cmult(x, y); }); })
-      .def("__mul__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v * c; }); })
-      .def("__rmul__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return c * v; }); })
-      .def("__truediv__", [](const PyExpr& x, float c) {
-        if (c == 0.0f) throw edb::UsageError("edbatch.Expr / c: division by zero");
-        return unary(x, [c](auto& v) { return v * (1.0f / c); });
-      })
-      .def("__matmul__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::matmul(x, y); }); })
+      .def("__add__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return x + y; }); }, py::is_operator())
+      .def("__add__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v + c; }); }, py::is_operator())
+      .def("__radd__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return c + v; }); }, py::is_operator())
+      .def("__sub__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return x - y; }); }, py::is_operator())
+      .def("__sub__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v + (-c); }); }, py::is_operator())
+      .def("__rsub__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v * -1.0f + c; }); }, py::is_operator())
+      .def("__mul__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::cmult(x, y); }); }, py::is_operator())
+      .def("__mul__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v * c; }); }, py::is_operator())
+      .def("__rmul__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return c * v; }); }, py::is_operator())
+      .def(
+          "__truediv__",
+          [](const PyExpr& x, float c) {
+            if (c == 0.0f) throw edb::UsageError("edbatch.Expr / c: division by zero");
+            return unary(x, [c](auto& v) { return v * (1.0f / c); });
+          },
+          py::is_operator())
+      .def("__matmul__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::matmul(x, y); }); }, py::is_operator())
       .def("__neg__", [](const PyExpr& x) { return unary(x, [](auto& v) { return v * -1.0f; }); })
       .def("__getitem__", &slice_rows, py::arg("rows"))
       .def("__repr__", [](const PyExpr& e) {
@@ -290,15 +308,17 @@ std::vector<edb::Expr> run_body(PyCell& cell, edb::Trace& trace, std::span<const
   } end{borrowed};
   py::tuple args(inputs.size() + 1);
   args[0] = scope;
-  for (size_t i = 0; i < inputs.size(); ++i) args[i + 1] = py::cast(PyExpr{inputs[i], caller.engine});
+  for (size_t i = 0; i < inputs.size(); ++i)
+    args[i + 1] = py::reinterpret_steal<py::object>(new_expr(inputs[i], caller.engine));
   py::object result = cell.body(*args);
   std::vector<edb::Expr> outputs;
   auto add = [&](py::handle item, size_t index) {
-    if (!py::isinstance<PyExpr>(item))
+    const PyExpr* e = fast_expr(item.ptr());
+    if (!e)
       throw edb::UsageError("edbatch.Cell: cell '" + cell.name + "': the body must return an Expr or a tuple of them, " +
                             (index ? "item " + std::to_string(index) + " is " : "it returned ") +
                             std::string(py::str(py::type::handle_of(item).attr("__name__"))));
-    outputs.push_back(item.cast<PyExpr&>().expr);
+    outputs.push_back(e->expr);
   };
   if (py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result)) {
     size_t index = 0;
@@ -393,7 +413,6 @@ PyObject* cell_call(PyObject* self, PyObject* args, PyObject* kwargs) {
     for (size_t i = 0; i < count; ++i) {
       PyObject* a = PyTuple_GET_ITEM(args, Py_ssize_t(i + 1));
       const PyExpr* e = fast_expr(a);
-      if (!e && py::isinstance<PyExpr>(a)) e = &py::handle(a).cast<PyExpr&>();
       if (!e)
         throw py::type_error("edbatch.Cell '" + c.name + "': argument " + std::to_string(i + 1) +
                              " is not an edbatch.Expr");

@@ -215,3 +215,23 @@ def test_wrong_argument_types_are_type_errors():
             edbatch.sum([t.input([1.0]), 2.0])
         with pytest.raises(TypeError):
             t.param("W")
+
+
+def test_expr_is_made_by_traces_only():
+    with pytest.raises(TypeError):
+        edbatch.Expr()
+    with edbatch.Trace(edbatch.Engine()) as t:
+        x = t.input([1.0, 2.0])
+        assert isinstance(x, edbatch.Expr) and type(x) is edbatch.Expr
+        with pytest.raises(TypeError):
+            x @ 3
+        with pytest.raises(TypeError):
+            x + None
+        with pytest.raises(TypeError):
+            edbatch.affine(x, x, "x")
+        with pytest.raises(TypeError):
+            edbatch.pick_neg_log_softmax(x, "a")
+        with pytest.raises(TypeError):
+            t.lookup(x, 1)
+        with pytest.raises(TypeError):
+            edbatch.affine(x, x, x, label=3)
