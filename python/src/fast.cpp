@@ -193,6 +193,12 @@ PyTypeObject* type_of(py::module_& m, const char* name) {
   return reinterpret_cast<PyTypeObject*>(m.attr(name).ptr());
 }
 
+// Only traces and ops make Exprs (an uninitialised one would be unusable).
+PyObject* expr_new(PyTypeObject*, PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_TypeError, "cannot create 'edbatch.Expr' instances: traces and ops make them");
+  return nullptr;
+}
+
 }  // namespace
 
 PyObject* new_expr(const edb::Expr& e, const std::shared_ptr<EngineBox>& engine) {
@@ -209,14 +215,10 @@ const PyExpr* fast_expr(PyObject* object) {
 py::object declare_expr_type(py::module_& m, const char* doc) {
   static PyType_Slot slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(&expr_dealloc)},
                                 {Py_tp_doc, const_cast<char*>(doc)},
+                                {Py_tp_new, reinterpret_cast<void*>(&expr_new)},
                                 {0, nullptr}};
   static PyType_Spec spec = {"edbatch.Expr", int(sizeof(ExprObject)), 0,
-#ifdef Py_TPFLAGS_DISALLOW_INSTANTIATION
-                             Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-#else
-                             Py_TPFLAGS_DEFAULT,
-#endif
-                             slots};
+                             Py_TPFLAGS_DEFAULT, slots};
   py::object type = py::reinterpret_steal<py::object>(PyType_FromSpec(&spec));
   if (!type) throw py::error_already_set();
   expr_type = reinterpret_cast<PyTypeObject*>(type.ptr());

@@ -452,6 +452,7 @@ void bind_cell(py::module_& m) {
   // For python/bench: records `count` calls of `cell` on the same arguments from C++, the
   // recording cost without Python, to compare a Python loop of the same calls against.
   m.def("_record_calls", [](PyCell& c, py::object trace_object, const std::vector<PyExpr>& args, int count) {
+    if (!c.cell) throw edb::UsageError("edbatch._record_calls(): the cell has no body");
     std::vector<edb::Expr> xs;
     for (const PyExpr& e : args) xs.push_back(e.expr);
     PyTrace& t = trace_object.cast<PyTrace&>();
