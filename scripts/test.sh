@@ -17,6 +17,7 @@ else
     exit 1
   fi
   echo "edbatch: pytest python/tests with $python" >&2
-  PYTHONPATH="$PWD/$build_dir/python" "$python" -m pytest -q python/tests
+  module_dir=$(cd "$build_dir/python" && pwd)
+  PYTHONPATH="$module_dir" "$python" -m pytest -q python/tests
 fi
 scripts/check_install.sh "$build_dir"
