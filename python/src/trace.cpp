@@ -35,8 +35,6 @@ void PyTrace::finish() {
 
 namespace {
 
-const edb::Expr& expr_of(const PyExpr& e) { return e.expr; }
-
 // Exprs from a sequence of them, or from the arguments themselves: f(a, b, c) or f([a, b, c]).
 std::vector<edb::Expr> exprs_from(const py::args& args, std::shared_ptr<EngineBox>& engine, const char* function) {
   py::sequence items = args;
@@ -270,7 +268,6 @@ void bind_ops(py::module_& m) {
   m.def(
       "reshape", [](const PyExpr& x, int rows, int cols) { return unary(x, [=](auto& v) { return edb::reshape(v, rows, cols); }); },
       py::arg("x"), py::arg("rows"), py::arg("cols"), "The same values (column-major) as rows x cols.");
-  (void)&expr_of;
 }
 
 namespace {
