@@ -22,21 +22,6 @@ using Program = jit::CellProgram;
 
 constexpr int64_t kMinCallsPerTask = 16;  // calls worth a thread hand-off
 
-bool elementwise_op(ir::Op op, jit::KernelOp& kernel_op) {
-  switch (op) {
-    case ir::Op::add: kernel_op = jit::KernelOp::add; return true;
-    case ir::Op::sub: kernel_op = jit::KernelOp::sub; return true;
-    case ir::Op::cmult: kernel_op = jit::KernelOp::cmult; return true;
-    case ir::Op::scale: kernel_op = jit::KernelOp::scale; return true;
-    case ir::Op::add_const: kernel_op = jit::KernelOp::add_const; return true;
-    case ir::Op::tanh: kernel_op = jit::KernelOp::tanh; return true;
-    case ir::Op::sigmoid: kernel_op = jit::KernelOp::sigmoid; return true;
-    case ir::Op::relu: kernel_op = jit::KernelOp::relu; return true;
-    case ir::Op::sum: kernel_op = jit::KernelOp::add; return true;
-    default: return false;
-  }
-}
-
 // Not expressible: the reason, for the lowering's caller.
 struct Unsupported {
   std::string why;
@@ -85,14 +70,14 @@ class Lowerer {
     int32_t rows = 0;
     int32_t stage = 0;  // the stage that computes it (0: outside the body)
     Program::Operand memory;  // where its values are: an external's slot, or its own call slot
-    bool stored = false;      // computed here and written to its arena place
     // contraction: its index in its stage; elementwise: its block values in its stage.
     int32_t contraction_index = -1;
     std::vector<int32_t> values;
     std::vector<int32_t> accumulators;  // contraction: accumulator values, made on first use
-    // slice: source and first block; concat: parts (form ids)
+    // contraction: its x (form ids); slice: its source; concat and elementwise: their operands
     std::vector<int32_t> sources;
-    int32_t begin = 0;
+    int32_t begin = 0;  // slice: its first row
+    int32_t bias = -1;  // contraction: the bias's form, or none
   };
 
   const ir::Node& body_node(uint32_t o) const { return graph_.node(first_ + o); }
@@ -104,7 +89,7 @@ class Lowerer {
     for (uint32_t o = 0; o < count_; ++o) {
       const ir::Node& n = body_node(o);
       jit::KernelOp op;
-      if (elementwise_op(n.op, op)) elementwise = elementwise ? std::min(elementwise, n.shape.rows) : n.shape.rows;
+      if (jit::kernel_op_for(n.op, op)) elementwise = elementwise ? std::min(elementwise, n.shape.rows) : n.shape.rows;
       if (n.op == ir::Op::affine || n.op == ir::Op::matmul) linear = linear ? std::min(linear, n.shape.rows) : n.shape.rows;
     }
     rows_ = elementwise ? elementwise : linear;
@@ -165,7 +150,7 @@ class Lowerer {
       g.kind = Form::contraction;
       g.stage = stage;
       g.sources = x_forms;
-      g.begin = bias;  // the bias's form, or -1
+      g.bias = bias;
       return;
     }
     if (n.op == ir::Op::slice) {
@@ -182,7 +167,7 @@ class Lowerer {
       return;
     }
     const bool concat = n.op == ir::Op::concat;
-    if (concat || elementwise_op(n.op, op)) {
+    if (concat || jit::kernel_op_for(n.op, op)) {
       if (!concat && !block_aligned(n.shape.rows))
         throw Unsupported{std::string(ir::op_name(n.op)) + " of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
       std::vector<int32_t> operands;
@@ -343,9 +328,9 @@ class Lowerer {
         const int32_t x = form.sources[term];
         segments(x, 0, forms_[size_t(x)].rows, c.x);
       }
-      if (form.begin >= 0) {
+      if (form.bias >= 0) {
         std::vector<Program::Segment> bias;
-        segments(form.begin, 0, form.rows, bias);
+        segments(form.bias, 0, form.rows, bias);
         if (bias.size() != 1) throw Unsupported{"a bias that is not one value in memory"};
         c.has_bias = true;
         c.bias = bias[0];
@@ -357,7 +342,7 @@ class Lowerer {
       form.accumulators.assign(size_t(blocks), -1);
     } else if (form.kind == Form::elementwise) {
       jit::KernelOp op;
-      elementwise_op(n.op, op);
+      jit::kernel_op_for(n.op, op);
       for (int32_t g = 0; g < blocks; ++g) {
         int32_t value = block(form.sources[0], g, s);
         if (n.op == ir::Op::sum) {
@@ -391,7 +376,6 @@ class Lowerer {
     if (!needed_[o]) return;
     form.memory = {int32_t(out_.call_slots.size()), false};
     out_.call_slots.push_back({o, -1});
-    form.stored = true;
     for (int32_t g = 0; g < blocks; ++g) stage.stores.push_back({block(int32_t(o), g, s), form.memory, g});
   }
 
