@@ -46,20 +46,12 @@ float Tensor::scalar() const {
 const std::string& Parameter::name() const { return model_->at(index_).name; }
 int Parameter::rows() const { return model_->at(index_).rows; }
 int Parameter::cols() const { return model_->at(index_).cols; }
-std::span<float> Parameter::values() const {
-  detail::ParameterStorage& p = model_->at(index_);
-  ++p.version;  // the caller may write through the span
-  return p.values;
-}
+std::span<float> Parameter::values() const { return model_->at(index_).writable(); }  // may be written through
 
 const std::string& LookupTable::name() const { return model_->at(index_).name; }
 int LookupTable::dim() const { return model_->at(index_).rows; }
 int LookupTable::entries() const { return model_->at(index_).cols; }
-std::span<float> LookupTable::values() const {
-  detail::ParameterStorage& p = model_->at(index_);
-  ++p.version;
-  return p.values;
-}
+std::span<float> LookupTable::values() const { return model_->at(index_).writable(); }
 
 Model::Model(std::string name, uint64_t seed) : state_(std::make_unique<detail::ModelState>()) {
   if (name.empty() || name.find('/') != std::string::npos)
@@ -226,10 +218,7 @@ void Model::load(const std::string& path) {
                        state_->at(i).name + "'");
   }
   // Copy in place: graphs hold pointers to the parameter storage.
-  for (uint32_t i = 0; i < count; ++i) {
-    std::copy(loaded[i].begin(), loaded[i].end(), state_->at(i).values.begin());
-    ++state_->at(i).version;
-  }
+  for (uint32_t i = 0; i < count; ++i) std::copy(loaded[i].begin(), loaded[i].end(), state_->at(i).writable().begin());
 }
 
 }  // namespace edb

@@ -362,16 +362,12 @@ float Optimizer::step(const Gradients& gradients) {
   const double norm = std::sqrt(state_->checked_sum_of_squares(gradients));
   const Update update = state_->next_update(norm);
   for (const Gradients::Dense& dense : gradients.parameters) {
-    detail::ParameterStorage& storage = dense.parameter.model_->at(dense.parameter.index_);
-    ++storage.version;
-    std::vector<float>& weights = storage.values;
+    std::vector<float>& weights = dense.parameter.model_->at(dense.parameter.index_).writable();
     update.apply(weights.data(), dense.gradient.data.data(), state_->moments_of(dense.parameter.index_),
                  0, weights.size());
   }
   for (const Gradients::Rows& rows : gradients.tables) {
-    detail::ParameterStorage& storage = rows.table.model_->at(rows.table.index_);
-    ++storage.version;
-    std::vector<float>& weights = storage.values;
+    std::vector<float>& weights = rows.table.model_->at(rows.table.index_).writable();
     Moments& moments = state_->moments_of(rows.table.index_);
     const size_t dim = size_t(rows.table.dim());
     for (size_t i = 0; i < rows.entries.size(); ++i)

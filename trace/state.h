@@ -23,6 +23,12 @@ struct ParameterStorage {
   // so copies made of them (a compiled cell's packed weights) know when to be made again.
   uint64_t version = 0;
   std::vector<float> values;
+
+  // The values for writing: every writer goes through here, so the version moves with them.
+  std::vector<float>& writable() {
+    ++version;
+    return values;
+  }
 };
 
 struct ModelState {
