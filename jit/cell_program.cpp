@@ -160,9 +160,7 @@ CellProgram parse_cell_program(std::string_view text) {
   constexpr const char* kText = "cell program text";
   bool header = false, sizes = false;
   while (!text.empty()) {
-    const size_t newline = text.find('\n');
-    const std::string_view line = text.substr(0, newline);
-    text = newline == std::string_view::npos ? std::string_view{} : text.substr(newline + 1);
+    const std::string_view line = take_line(text);
     LineReader in(line, ++number, kText);
     if (!header) {
       if (!line.starts_with("cell ")) in.fail("expected 'cell NAME'");

@@ -159,9 +159,7 @@ Kernel parse_kernel(std::string_view text) {
   constexpr std::string_view kHeader = "kernel f32 elementwise ";
   bool header = false;
   while (!text.empty()) {
-    const size_t newline = text.find('\n');
-    const std::string_view line = text.substr(0, newline);
-    text = newline == std::string_view::npos ? std::string_view{} : text.substr(newline + 1);
+    const std::string_view line = take_line(text);
     LineReader in(line, ++number);
     if (!header) {
       if (!line.starts_with(kHeader) || line.size() == kHeader.size())

@@ -19,6 +19,14 @@ inline std::string constant_text(float value) {
   return text;
 }
 
+// Takes the first line off `text` (without its newline) and returns it.
+inline std::string_view take_line(std::string_view& text) {
+  const size_t newline = text.find('\n');
+  const std::string_view line = text.substr(0, newline);
+  text = newline == std::string_view::npos ? std::string_view{} : text.substr(newline + 1);
+  return line;
+}
+
 // One line of kernel text, read token by token; every failure names the line.
 class LineReader {
  public:
