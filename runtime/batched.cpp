@@ -549,6 +549,8 @@ void run_batch(const BatchContext& c) {
     case ir::Op::input:
     case ir::Op::parameter:
       throw InternalError("batched executor: a leaf was scheduled");
+    case ir::Op::call:
+      throw InternalError("batched executor: a cell call node outside a batch of calls");
     case ir::Op::lookup: return run_lookup(c);
     case ir::Op::matmul:
     case ir::Op::affine:
@@ -689,6 +691,11 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
       }
     }
     if (values.plan.is_view(schedule.batch(b)[0])) continue;  // the planner made the whole batch a view
+    if (values.graph.node(schedule.batch(b)[0]).op == ir::Op::call) {  // a batch of single-node cell calls
+      if (!cells_) throw InternalError("batched executor: a batch of cell call nodes, which only the jit executor runs");
+      cells_->run_calls(schedule.batch(b), values, pool_, stats);
+      continue;
+    }
     // With the JIT, a run of elementwise batches goes as one kernel.
     const size_t end = jit_ ? fusable_end(schedule, values, b) : b;
     scratch_.reset();
@@ -710,7 +717,7 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
       run_batch(group[0]);
     }
   }
-  stats.batches += static_cast<int64_t>(schedule.batch_count());
+  for (size_t b = 0; b < schedule.batch_count(); ++b) stats.batches += stats_weight(values.graph, schedule.batch(b)[0]).batches;
 }
 
 }  // namespace edb::runtime
