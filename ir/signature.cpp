@@ -149,7 +149,7 @@ TypeId SignatureTable::intern_recorded(const Graph& graph, NodeId id, std::span<
   // An argument is its type (which fixes its shape), a parameter's uid, or an input's shape.
   for (NodeId arg : graph.args(id)) {
     const Node& a = graph.node(arg);
-    if (types[arg] != kNoType) words[length++] = uint64_t{types[arg]};
+    if (types[arg] != kNoType && types[arg] != kCallOutput) words[length++] = uint64_t{types[arg]};
     else if (a.op == Op::parameter) words[length++] = (uint64_t{1} << 63) | graph.parameter(a.attrs.parameter).uid;
     else words[length++] = (uint64_t{3} << 62) | pack(a.shape);
   }

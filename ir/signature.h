@@ -17,6 +17,9 @@ namespace edb::ir {
 
 using TypeId = uint32_t;
 inline constexpr TypeId kNoType = ~TypeId{0};  // leaves: never scheduled
+// A view of a single-node cell call's output (trace/cell.cpp): never scheduled either; the
+// policies see its call in its place, and the driver places it inside the call's frame.
+inline constexpr TypeId kCallOutput = kNoType - 1;
 
 // The canonical signature string of one node, e.g.
 // "affine(384x1, param:model/U_iou:384x256, 256x1)->384x1".

@@ -578,6 +578,7 @@ void LayoutPlanner::plan(const ir::Graph& graph, scheduler::Schedule& schedule, 
   plan.arena_floats = arena_start;
   Planner planner(graph, schedule, plan, out, *workspace_);
   planner.run();
+  place_call_outputs(graph, schedule, plan);
   const OperandModes modes = operand_modes(graph, schedule, plan);
   out.bytes_gathered = modes.bytes_gathered;
   out.bytes_copied = modes.bytes_copied;

@@ -42,6 +42,20 @@ void plan_batch_order(const ir::Graph& graph, const scheduler::Schedule& schedul
     }
   }
   plan.arena_floats = end;
+  place_call_outputs(graph, schedule, plan);
+}
+
+void place_call_outputs(const ir::Graph& graph, const scheduler::Schedule& schedule, Plan& plan) {
+  for (size_t b = 0; b < schedule.batch_count(); ++b) {
+    if (graph.node(schedule.batch(b)[0]).op != ir::Op::call) continue;
+    for (ir::NodeId call : schedule.batch(b))
+      for (ir::NodeId v = call + 1; v < graph.size(); ++v) {
+        const ir::Node& n = graph.node(v);
+        if (n.op != ir::Op::slice || graph.args(n)[0] != call) break;
+        plan.offset[v] = plan.offset[call] + n.attrs.begin;
+        plan.view[v] = 1;
+      }
+  }
 }
 
 void verify(const ir::Graph& graph, const Plan& plan) {

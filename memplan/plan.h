@@ -26,6 +26,10 @@ struct Plan {
 // each batch's outputs consecutive, starting at the current end of the arena.
 void plan_batch_order(const ir::Graph& graph, const scheduler::Schedule& schedule, Plan& plan);
 
+// Places the views of each scheduled cell call's outputs (never scheduled themselves; recorded
+// right after their call, trace/cell.cpp) inside the call's frame. Both planners end with it.
+void place_call_outputs(const ir::Graph& graph, const scheduler::Schedule& schedule, Plan& plan);
+
 // Checks every planned node lies inside the arena, no two planned buffers overlap (nothing is
 // freed yet, so every buffer is live for the whole trace), and every view lies inside its
 // argument at the rows it names. Throws edb::InternalError.

@@ -148,7 +148,7 @@ int64_t FsmPolicy::rollout(const ScheduleInput& input, const Analysis& analysis,
     }
     frontier_.run(choice, out);
   }
-  return expanded_batch_count(input.calls, out);  // what the schedule costs once cells expand
+  return expanded_batch_count(input, out);  // what the schedule costs once cells expand
 }
 
 void FsmPolicy::schedule(const ScheduleInput& input, Schedule& out) {
@@ -199,7 +199,7 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
     if (stale_rollouts >= options.patience) break;
     const size_t g = size_t(episode) % graphs.size();
     map_types(graphs[g], analyses[g]);
-    expanded_batch_weights(graphs[g].calls, analyses[g].types.global, weight_);
+    expanded_batch_weights(graphs[g], analyses[g].types.global, weight_);
     frontier_.reset(graphs[g], analyses[g]);
     steps.clear();
     scratch.clear();

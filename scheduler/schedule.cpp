@@ -66,22 +66,30 @@ void expand_calls(const CallGroups& calls, Schedule& schedule) {
   schedule = std::move(expanded);
 }
 
-int64_t expanded_batch_count(const CallGroups* calls, const Schedule& schedule) {
-  if (!calls || calls->empty()) return int64_t(schedule.batch_count());
+int64_t expanded_batch_count(const ScheduleInput& input, const Schedule& schedule) {
+  const CallGroups* calls = input.calls && !input.calls->empty() ? input.calls : nullptr;
   int64_t count = 0;
   for (size_t b = 0; b < schedule.batch_count(); ++b) {
-    const uint32_t c = calls->call(schedule.batch(b)[0]);
-    count += c == CallGroups::kNone ? 1 : int64_t(calls->calls[c].schedule->batches.batch_count());
+    const ir::NodeId first = schedule.batch(b)[0];
+    const uint32_t c = calls ? calls->call(first) : CallGroups::kNone;
+    const ir::Node& n = input.graph.node(first);
+    count += c != CallGroups::kNone  ? int64_t(calls->calls[c].schedule->batches.batch_count())
+             : n.op == ir::Op::call ? input.graph.cell(n.attrs.index).batches
+                                    : 1;
   }
   return count;
 }
 
-void expanded_batch_weights(const CallGroups* calls, std::span<const ir::TypeId> types, std::vector<uint32_t>& weights) {
+void expanded_batch_weights(const ScheduleInput& input, std::span<const ir::TypeId> types, std::vector<uint32_t>& weights) {
   weights.assign(types.size(), 1);
-  if (!calls || calls->empty()) return;
   std::unordered_map<ir::TypeId, uint32_t> of_call_type;
-  for (const CallGroups::Call& call : calls->calls)
-    of_call_type.emplace(call.type, uint32_t(call.schedule->batches.batch_count()));
+  if (input.calls)
+    for (const CallGroups::Call& call : input.calls->calls)
+      of_call_type.emplace(call.type, uint32_t(call.schedule->batches.batch_count()));
+  for (ir::NodeId id = input.begin; id < input.graph.size(); ++id)
+    if (const ir::Node& n = input.graph.node(id); n.op == ir::Op::call)
+      of_call_type.emplace(input.types[id], uint32_t(input.graph.cell(n.attrs.index).batches));
+  if (of_call_type.empty()) return;
   for (size_t t = 0; t < types.size(); ++t)
     if (auto it = of_call_type.find(types[t]); it != of_call_type.end()) weights[t] = it->second;
 }
@@ -112,6 +120,7 @@ void verify(const ScheduleInput& input, const Schedule& schedule) {
         fail("batch " + std::to_string(b) + " holds node %" + std::to_string(id) +
              " outside the scheduled range");
       if (input.types[id] == ir::kNoType) fail("leaf %" + std::to_string(id) + " was scheduled");
+      if (input.types[id] == ir::kCallOutput) fail("view %" + std::to_string(id) + " of a call's output was scheduled");
       if (input.types[id] != schedule.batch_type[b])
         fail("node %" + std::to_string(id) + " does not have batch " + std::to_string(b) + "'s type");
       if (batch_of[id - input.begin] >= 0) fail("node %" + std::to_string(id) + " appears twice");
@@ -119,10 +128,11 @@ void verify(const ScheduleInput& input, const Schedule& schedule) {
     }
   }
   for (ir::NodeId id = input.begin; id < graph.size(); ++id) {
-    if (input.types[id] == ir::kNoType) continue;
+    if (input.types[id] == ir::kNoType || input.types[id] == ir::kCallOutput) continue;
     const int64_t b = batch_of[id - input.begin];
     if (b < 0) fail("node %" + std::to_string(id) + " is never scheduled");
-    for (ir::NodeId arg : graph.args(id)) {
+    for (ir::NodeId node_arg : graph.args(id)) {
+      const ir::NodeId arg = scheduled_argument(input, node_arg);
       if (arg < input.begin || input.types[arg] == ir::kNoType) continue;
       if (batch_of[arg - input.begin] >= b)
         fail("node %" + std::to_string(id) + " runs in batch " + std::to_string(b) +

@@ -94,7 +94,13 @@ inline ir::TypeId scheduled_type(const ScheduleInput& input, ir::NodeId id) {
     const uint32_t c = input.calls->call(id);
     if (c != CallGroups::kNone) return id == input.calls->calls[c].last ? input.calls->calls[c].type : ir::kNoType;
   }
-  return input.types[id];
+  const ir::TypeId type = input.types[id];
+  return type == ir::kCallOutput ? ir::kNoType : type;
+}
+
+// An argument as the policies see it: a view of a cell call's output is its call.
+inline ir::NodeId scheduled_argument(const ScheduleInput& input, ir::NodeId arg) {
+  return input.types[arg] == ir::kCallOutput ? input.graph.args(arg)[0] : arg;
 }
 
 // Calls f(argument) for each argument of scheduled node `id` as the policies see it (see
@@ -103,26 +109,27 @@ template <typename F>
 void for_each_argument(const ScheduleInput& input, ir::NodeId id, F&& f) {
   const CallGroups* calls = input.calls;
   if (!calls || calls->empty()) {
-    for (ir::NodeId arg : input.graph.args(id)) f(arg);
+    for (ir::NodeId arg : input.graph.args(id)) f(scheduled_argument(input, arg));
     return;
   }
   const uint32_t c = calls->call(id);
   if (c == CallGroups::kNone) {
-    for (ir::NodeId arg : input.graph.args(id)) f(calls->outer(arg));
+    for (ir::NodeId arg : input.graph.args(id)) f(calls->outer(scheduled_argument(input, arg)));
     return;
   }
   const CallGroups::Call& call = calls->calls[c];
   for (const auto& [offset, argument] : call.schedule->outside_arguments)
-    f(calls->outer(input.graph.args(call.first + offset)[argument]));
+    f(calls->outer(scheduled_argument(input, input.graph.args(call.first + offset)[argument])));
 }
 
 // Replaces every batch of calls in `schedule` by its cell's internal batches over the calls'
 // copies (body node by body node, calls in the batch's order). Other batches stay as they are.
 void expand_calls(const CallGroups& calls, Schedule& schedule);
-// How many batches the schedule has once expanded (without expanding it).
-int64_t expanded_batch_count(const CallGroups* calls, const Schedule& schedule);
+// How many batches the schedule has once expanded (without expanding it): a batch of calls, of a
+// call group or single-node, counts its cell's batches.
+int64_t expanded_batch_count(const ScheduleInput& input, const Schedule& schedule);
 // Per type of `types` (global ids): the batches one batch of it expands to (1 unless a call type).
-void expanded_batch_weights(const CallGroups* calls, std::span<const ir::TypeId> types, std::vector<uint32_t>& weights);
+void expanded_batch_weights(const ScheduleInput& input, std::span<const ir::TypeId> types, std::vector<uint32_t>& weights);
 
 // A batching policy: a named type chosen by name, never by an integer code.
 class Policy {

@@ -160,7 +160,6 @@ std::unique_ptr<CellRecord> record_body(detail::EngineState& engine, const Cell&
       record->call_cell->key = std::to_string(cell.id());
       record->call_cell->signature = printed;
       record->call_cell->batches = int64_t(record->schedule.batches.batch_count());
-      record->output_types.assign(record->outputs.size(), ir::kNoType);
     }
   }
   return record;
@@ -226,11 +225,8 @@ void record_call_node(TraceState& s, CellRecord& record, std::span<const ir::Nod
     ir::Attributes rows;
     rows.begin = int32_t(cell.output_offsets[k]);
     rows.end = rows.begin + record.body.node(record.outputs[k]).shape.rows;
-    const ir::NodeId view = graph.add(ir::Op::slice, std::span(&call, 1), ir::Shape{rows.end - rows.begin, 1}, rows);
-    ir::TypeId& type = record.output_types[k];
-    if (type == ir::kNoType) type = s.engine->driver.signatures.intern_recorded(graph, view, s.data.types);
-    s.data.types.push_back(type);
-    outputs.push_back(view);
+    outputs.push_back(graph.add(ir::Op::slice, std::span(&call, 1), ir::Shape{rows.end - rows.begin, 1}, rows));
+    s.data.types.push_back(ir::kCallOutput);
   }
 }
 

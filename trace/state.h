@@ -60,7 +60,6 @@ struct CellRecord {
   // (why_not says why): then every call copies the body.
   std::unique_ptr<runtime::CallCell> call_cell;
   std::string why_not_single;
-  std::vector<ir::TypeId> output_types;   // a single-node call's output views' types, once known
 };
 
 struct EngineState {
