@@ -31,32 +31,34 @@ void Dependencies::build(const ScheduleInput& input, const LocalTypes& types) {
   const size_t n = graph.size() - begin;
   pending.assign(n, 0);
   users_begin.assign(n + 1, 0);
+  arguments_begin.assign(n + 1, 0);
+  arguments.clear();
   initially_ready.clear();
   unbatchable.assign(types.count(), 0);
   scheduled = 0;
   auto is_scheduled = [&](ir::NodeId id) { return id >= begin && types.of_node[id - begin] != LocalTypes::kNone; };
   for (ir::NodeId id = begin; id < graph.size(); ++id) {
-    if (!is_scheduled(id)) continue;
-    ++scheduled;
-    const ir::Node& node = graph.node(id);
-    if (ir::has_flag(node.op, ir::kUnbatchable)) unbatchable[types.of_node[id - begin]] = 1;
-    for_each_argument(input, id, [&](ir::NodeId arg) {
-      if (is_scheduled(arg)) {
-        ++pending[id - begin];
+    const size_t i = id - begin;
+    if (types.of_node[i] != LocalTypes::kNone) {
+      ++scheduled;
+      const ir::Node& node = graph.node(id);
+      if (ir::has_flag(node.op, ir::kUnbatchable)) unbatchable[types.of_node[i]] = 1;
+      for_each_argument(input, id, [&](ir::NodeId arg) {
+        if (!is_scheduled(arg)) return;
+        arguments.push_back(arg - begin);
         ++users_begin[arg - begin + 1];
-      }
-    });
+      });
+      pending[i] = uint32_t(arguments.size() - arguments_begin[i]);
+      if (pending[i] == 0) initially_ready.push_back(id);
+    }
+    arguments_begin[i + 1] = uint32_t(arguments.size());
   }
   for (size_t i = 0; i < n; ++i) users_begin[i + 1] += users_begin[i];
   users.resize(users_begin[n]);
   fill_.assign(users_begin.begin(), users_begin.end() - 1);
-  for (ir::NodeId id = begin; id < graph.size(); ++id) {
-    if (!is_scheduled(id)) continue;
-    for_each_argument(input, id, [&](ir::NodeId arg) {
-      if (is_scheduled(arg)) users[fill_[arg - begin]++] = id;
-    });
-    if (pending[id - begin] == 0) initially_ready.push_back(id);
-  }
+  for (size_t i = 0; i < n; ++i)
+    for (uint32_t a = arguments_begin[i]; a < arguments_begin[i + 1]; ++a)
+      users[fill_[arguments[a]]++] = begin + ir::NodeId(i);
 }
 
 void Frontier::reset(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies) {

@@ -30,6 +30,10 @@ struct LocalTypes {
 // shared by the frontier and the chain ranks.
 struct Dependencies {
   std::vector<uint32_t> pending;      // per node in range: scheduled in-range arguments (edges)
+  // CSR of those arguments as indices in the range (id - begin), repeats kept: node i's are
+  // arguments[arguments_begin[i]...]; one walk of for_each_argument serves every later pass.
+  std::vector<uint32_t> arguments_begin;
+  std::vector<uint32_t> arguments;
   std::vector<uint32_t> users_begin;  // CSR of consumers: node i's are users[users_begin[i]...]
   std::vector<ir::NodeId> users;
   std::vector<ir::NodeId> initially_ready;

@@ -33,13 +33,13 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
     }
     Count* __restrict row = rows.data() + size_t(row_index) * width;
     std::fill(row, row + width, Count{0});
-    for_each_argument(input, id, [&](ir::NodeId arg) {
-      if (arg < begin || types.of_node[arg - begin] == LocalTypes::kNone) return;
-      const uint32_t from_index = row_of_[arg - begin];
+    for (uint32_t a = dependencies.arguments_begin[i]; a < dependencies.arguments_begin[i + 1]; ++a) {
+      const uint32_t arg = dependencies.arguments[a];  // scheduled, in range
+      const uint32_t from_index = row_of_[arg];
       const Count* __restrict from = rows.data() + size_t(from_index) * width;
       for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
-      if (--unread_[arg - begin] == 0) free_rows_.push_back(from_index);
-    });
+      if (--unread_[arg] == 0) free_rows_.push_back(from_index);
+    }
     if (ir::has_flag(graph.node(id).op, ir::kUnbatchable)) {
       ++unbatchable;
     } else {

@@ -118,7 +118,7 @@ std::unique_ptr<CellRecord> record_body(detail::EngineState& engine, const Cell&
                        " is an input, constant or parameter; outputs must be computed by the body");
     record->outputs.push_back(outputs[i].node_id());
   }
-  if (!state->data.calls.empty())
+  if (!state->data.calls.empty() || state->call_nodes)
     throw UsageError(who + ": the body calls another cell; cells do not nest yet");
   record->body = state->data.graph;
   record->types = state->data.types;

@@ -236,6 +236,19 @@ TEST(CellErrors, BadCallsAndBodiesNameTheCellAndWhatWasWrong) {
             "edb::Cell: cell 'leaking': output 1 was not recorded by the body on the trace it was given");
   EXPECT_EQ(usage_error([] { Cell("bad", {{0, 1}}, [](Trace&, std::span<const Expr>) { return std::vector<Expr>{}; }); }),
             "edb::Cell: cell 'bad' input 1 has shape 0x1; rows and cols must be positive");
+  // A call inside a body, whether the inner cell's calls are single nodes (the default jit) or
+  // copies of its body (batched).
+  for (const char* executor : {"jit", "batched"}) {
+    EngineOptions options;
+    options.executor = executor;
+    Engine nesting_engine(options);
+    Trace nesting_trace(nesting_engine);
+    const Expr y = nesting_trace.input({1.0f, 2.0f, 3.0f});
+    const Cell outer("outer", {{3, 1}}, [&](Trace& t, std::span<const Expr> in) { return cell(t, {in[0], in[0]}); });
+    EXPECT_EQ(usage_error([&] { outer(nesting_trace, {y}); }),
+              "edb::Cell: cell 'outer': the body calls another cell; cells do not nest yet")
+        << executor;
+  }
   // After the errors the trace still records and runs calls.
   EXPECT_NEAR(cell(trace, {x, x})[0].value()(0), mix(1.0f, 1.0f), 1e-6);
 }
