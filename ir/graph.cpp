@@ -43,11 +43,20 @@ int64_t Graph::add_constants(std::span<const float> values) {
   return offset;
 }
 
+uint32_t Graph::add_cell(const CellBody* cell) {
+  // A trace calls a handful of cells, the last one most often.
+  for (size_t i = cells_.size(); i-- > 0;)
+    if (cells_[i] == cell) return static_cast<uint32_t>(i);
+  cells_.push_back(cell);
+  return static_cast<uint32_t>(cells_.size() - 1);
+}
+
 void Graph::clear() {
   nodes_.clear();
   arg_pool_.clear();
   parameters_.clear();
   constants_.clear();
+  cells_.clear();
 }
 
 void verify(const Graph& graph) {
@@ -84,6 +93,21 @@ void verify(const Graph& graph) {
              std::to_string(graph.constant_count()));
       continue;
     }
+    if (n.op == Op::call) {
+      if (n.attrs.index < 0 || size_t(n.attrs.index) >= graph.cell_count()) fail("cell index out of range");
+      const CellBody& cell = graph.cell(n.attrs.index);
+      if (shapes.size() != cell.arguments.size())
+        fail("calls cell '" + cell.name + "' with " + std::to_string(shapes.size()) + " arguments, it takes " +
+             std::to_string(cell.arguments.size()));
+      for (size_t i = 0; i < shapes.size(); ++i)
+        if (!(shapes[i] == cell.arguments[i]))
+          fail("argument " + std::to_string(i + 1) + " is " + to_string(shapes[i]) + ", cell '" + cell.name +
+               "' takes " + to_string(cell.arguments[i]));
+      if (!(n.shape == Shape{int32_t(cell.frame_floats), 1}))
+        fail("shape " + to_string(n.shape) + " but cell '" + cell.name + "' has a frame of " +
+             std::to_string(cell.frame_floats) + " floats");
+      continue;
+    }
     Shape inferred;
     try {
       inferred = n.op == Op::parameter ? graph.parameter(n.attrs.parameter).shape
@@ -118,6 +142,7 @@ std::string print(const Graph& graph) {
     }
     if (has_flag(n.op, kRange)) out << " rows=[" << n.attrs.begin << ',' << n.attrs.end << ')';
     if (has_flag(n.op, kPerMemberIndex)) out << " index=" << n.attrs.index;
+    if (n.op == Op::call) out << " cell=" << graph.cell(n.attrs.index).name;
     out << '\n';
   }
   return out.str();

@@ -24,6 +24,7 @@ enum OpFlag : uint32_t {
   kConstant = 1u << 7,        // Node::constant is an attribute (part of the signature)
   kRange = 1u << 8,           // Node::begin/end are attributes (part of the signature)
   kUnbatchable = 1u << 9,     // always runs alone (no op has this yet; the lower bound counts them)
+  kCall = 1u << 10,           // a cell call: Node::index names the graph's cell (Graph::cell)
 };
 
 enum class Op : uint8_t {
@@ -90,6 +91,22 @@ struct Attributes {
   Shape target;            // reshape: the shape asked for
 };
 
+// A cell as its call nodes see it: a whole body that runs as one compiled kernel per batch of
+// calls. The call's value is its frame: frame_floats floats (a column) holding its outputs, each
+// read through a slice view, and what the kernel keeps between its stages. Owned by whoever
+// records the calls (trace/, once per cell and engine), and alive longer than any graph naming it.
+struct CellBody {
+  virtual ~CellBody() = default;
+  std::string name;
+  std::string key;        // identity among the engine's cells (its batching type's key)
+  std::string signature;  // its batching type's printed name ("cell lstm(128x1, 128x1)")
+  std::vector<Shape> arguments;  // what each argument of a call must be
+  int64_t frame_floats = 0;
+  int64_t flops = 0;             // one call's, as node_flops counts its body
+  int64_t operations = 0;        // the body's nodes that compute (what a copy would record)
+  int64_t batches = 0;           // the batches of the body's own schedule
+};
+
 struct Node {
   Op op = Op::input;
   uint32_t args_begin = 0;  // into Graph's argument pool
@@ -122,6 +139,10 @@ class Graph {
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
   const ParameterInfo& parameter(uint32_t index) const { return parameters_[index]; }
   int64_t constant_count() const { return static_cast<int64_t>(constants_.size()); }
+  // Registers a cell (deduplicated) and returns its index, for a call node's attrs.index.
+  uint32_t add_cell(const CellBody* cell);
+  const CellBody& cell(int64_t index) const { return *cells_[size_t(index)]; }
+  size_t cell_count() const { return cells_.size(); }
 
   // Where a leaf's data lives (input or parameter node); null for other nodes.
   const float* leaf_data(NodeId id) const {
@@ -138,6 +159,7 @@ class Graph {
   std::vector<NodeId> arg_pool_;
   std::vector<ParameterInfo> parameters_;
   std::vector<float> constants_;
+  std::vector<const CellBody*> cells_;
 };
 
 // Shape inference: the output shape of `op` on arguments of the given shapes, or edb::UsageError

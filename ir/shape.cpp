@@ -79,6 +79,8 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
     case Op::lookup:
       throw InternalError("infer_shape: leaf op " + std::string(op_name(op)) +
                           " has no arguments to infer from");
+    case Op::call:
+      throw InternalError("infer_shape: a call's shape is its cell's frame (ir::CellBody), not its arguments'");
     case Op::matmul:
       if (args[0].cols != args[1].rows)
         shape_error(op, "A is " + to_string(args[0]) + " but B is " + to_string(args[1]) +
@@ -213,6 +215,8 @@ int64_t node_flops(const Graph& graph, NodeId id) {
     case Op::tanh_grad:
     case Op::sigmoid_grad:
       return 3 * size;
+    case Op::call:
+      return graph.cell(n.attrs.index).flops;
     default:
       return size;  // unary and binary elementwise
   }

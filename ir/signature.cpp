@@ -33,8 +33,10 @@ void build_key(const Graph& graph, NodeId id, std::string& key) {
   append_word(key, pack(n.shape));
   for (NodeId arg : graph.args(id)) {
     const ParameterInfo* p = shared_parameter(graph, arg);
-    append_word(key, pack(graph.node(arg).shape));
-    append_word(key, p ? p->uid : 0);
+    const Node& a = graph.node(arg);
+    append_word(key, pack(a.shape));
+    // A cell call's frame is only ever read through its outputs' views: they are the cell's own.
+    append_word(key, p ? p->uid : a.op == Op::call ? reinterpret_cast<uintptr_t>(&graph.cell(a.attrs.index)) : 0);
   }
   if (n.op == Op::lookup) append_word(key, graph.parameter(n.attrs.parameter).uid);
   if (has_flag(n.op, kConstant)) append_word(key, std::bit_cast<uint32_t>(n.attrs.constant));
@@ -55,6 +57,7 @@ std::string signature(const Graph& graph, NodeId id) {
     if (!first) s += ", ";
     first = false;
     if (const ParameterInfo* p = shared_parameter(graph, arg)) s += "param:" + p->name + ':';
+    if (graph.node(arg).op == Op::call) s += "call:" + graph.cell(graph.node(arg).attrs.index).name + ':';
     s += to_string(graph.node(arg).shape);
   }
   if (n.op == Op::lookup) {
@@ -90,6 +93,10 @@ size_t SignatureTable::Hash::operator()(std::string_view s) const {
 
 TypeId SignatureTable::intern(const Graph& graph, NodeId id) {
   if (has_flag(graph.node(id).op, kLeaf)) return kNoType;
+  if (graph.node(id).op == Op::call) {  // calls of one cell batch together, whatever their arguments
+    const CellBody& cell = graph.cell(graph.node(id).attrs.index);
+    return intern_named(cell.key, cell.signature);
+  }
   build_key(graph, id, key_buffer_);
   if (auto it = by_key_.find(std::string_view(key_buffer_)); it != by_key_.end()) return it->second;
   return add_type(signature(graph, id));
@@ -129,6 +136,7 @@ std::vector<TypeId> SignatureTable::assign(const Graph& graph) {
 TypeId SignatureTable::intern_recorded(const Graph& graph, NodeId id, std::span<const TypeId> types) {
   const Node& n = graph.node(id);
   if (has_flag(n.op, kLeaf)) return kNoType;
+  if (n.op == Op::call) return intern(graph, id);
   uint64_t words[kRecordedWords];
   size_t length = 0;
   // Header: op and arity; then what the signature adds beyond the arguments' identities.

@@ -565,6 +565,8 @@ void run_batch(const BatchContext& c) {
     case ir::Op::input:
     case ir::Op::parameter:
       throw InternalError("batched executor: a leaf was scheduled");
+    case ir::Op::call:
+      throw InternalError("batched executor: a cell call node outside a batch of calls");
     case ir::Op::lookup: return run_lookup(c);
     case ir::Op::matmul:
     case ir::Op::affine:
@@ -713,6 +715,11 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
       }
     }
     if (values.plan.is_view(schedule.batch(b)[0])) continue;  // the planner made the whole batch a view
+    if (values.graph.node(schedule.batch(b)[0]).op == ir::Op::call) {  // a batch of single-node cell calls
+      if (!cells_) throw InternalError("batched executor: a batch of cell call nodes, which only the jit executor runs");
+      cells_->run_calls(schedule.batch(b), values, pool_, stats);
+      continue;
+    }
     // With the JIT, a run of elementwise batches goes as one kernel.
     const size_t end = jit_ ? fusable_end(schedule, values, b) : b;
     scratch_.reset();

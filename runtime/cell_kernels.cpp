@@ -29,11 +29,14 @@ struct Unsupported {
 
 class Lowerer {
  public:
-  Lowerer(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first, const scheduler::CellSchedule& cell,
-          uint32_t body_nodes, bool keep_every_value)
-      : graph_(graph), plan_(plan), first_(first), count_(body_nodes), needed_(body_nodes, keep_every_value) {
-    out_.program.name = cell.name;
-    for (uint32_t o : cell.outputs)
+  // The body is graph nodes [first, first + body_nodes); `outputs` are offsets into it. With
+  // `for_backward`, the program also keeps what the backward pass's rules read.
+  Lowerer(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first, uint32_t body_nodes,
+          const std::string& name, std::span<const uint32_t> outputs, bool keep_every_value, bool for_backward)
+      : graph_(graph), plan_(plan), first_(first), count_(body_nodes), for_backward_(for_backward),
+        needed_(body_nodes, keep_every_value) {
+    out_.program.name = name;
+    for (uint32_t o : outputs)
       if (o < count_) needed_[o] = true;
   }
 
@@ -41,7 +44,8 @@ class Lowerer {
     choose_rows();
     forms_.resize(count_);
     for (uint32_t o = 0; o < count_; ++o) classify(o);
-    for (uint32_t o = 0; o < count_; ++o) need_for_backward(o);
+    if (for_backward_)
+      for (uint32_t o = 0; o < count_; ++o) need_for_backward(o);
     // A view keeps nothing of its own: readers after the kernel find it in its source's place.
     for (uint32_t o = count_; o-- > 0;)
       if (needed_[o] && forms_[o].kind == Form::slice && plan_.is_view(first_ + o) && forms_[o].sources[0] < int32_t(count_))
@@ -389,6 +393,7 @@ class Lowerer {
   const memplan::Plan& plan_;
   ir::NodeId first_;
   uint32_t count_;
+  bool for_backward_;
   int32_t rows_ = 0;
   std::vector<Form> forms_;  // body nodes by offset, then external references
   std::vector<uint8_t> needed_;  // per body node: its value must be in the arena after the kernel
@@ -403,11 +408,94 @@ std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Pl
                                        const scheduler::CellSchedule& cell, uint32_t body_nodes, bool keep_every_value,
                                        std::string& why_not) {
   try {
-    return Lowerer(graph, plan, first, cell, body_nodes, keep_every_value).lower();
+    return Lowerer(graph, plan, first, body_nodes, cell.name, cell.outputs, keep_every_value, true).lower();
   } catch (const Unsupported& unsupported) {
     why_not = unsupported.why;
     return std::nullopt;
   }
+}
+
+std::unique_ptr<CallCell> lower_call_cell(const ir::Graph& body, std::span<const ir::NodeId> placeholders,
+                                          std::span<const ir::NodeId> outputs, const std::string& name,
+                                          std::string& why_not) {
+  auto cell = std::make_unique<CallCell>();
+  // The body as a call's copy lies in a trace: its leaves, then its operations contiguously.
+  std::vector<ir::NodeId> to(body.size(), ir::kNoNode);
+  std::vector<int64_t> argument_of(body.size(), -1);
+  for (size_t i = 0; i < placeholders.size(); ++i) argument_of[placeholders[i]] = int64_t(i);
+  ir::Graph& copy = cell->body;
+  for (const ir::ParameterInfo& info : body.parameters()) copy.add_parameter(info);
+  for (ir::NodeId id = 0; id < body.size(); ++id) {
+    const ir::Node& n = body.node(id);
+    if (!ir::has_flag(n.op, ir::kLeaf)) continue;
+    ir::Attributes attrs = n.attrs;
+    if (n.op == ir::Op::input)
+      attrs.index = copy.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
+    to[id] = copy.add(n.op, {}, n.shape, attrs);
+  }
+  cell->first = ir::NodeId(copy.size());
+  std::vector<ir::NodeId> args;
+  for (ir::NodeId id = 0; id < body.size(); ++id) {
+    const ir::Node& n = body.node(id);
+    if (ir::has_flag(n.op, ir::kLeaf)) continue;
+    args.clear();
+    for (ir::NodeId arg : body.args(n)) args.push_back(to[arg]);
+    to[id] = copy.add(n.op, args, n.shape, n.attrs);
+  }
+  const uint32_t count = uint32_t(copy.size() - cell->first);
+  std::vector<uint32_t> output_offsets;
+  for (ir::NodeId output : outputs) output_offsets.push_back(to[output] - cell->first);
+  // Every slice of a column is a view: the frame keeps no copy of rows it can read in place.
+  memplan::Plan plan;
+  plan.offset.assign(copy.size(), -1);
+  plan.view.assign(copy.size(), 0);
+  for (ir::NodeId id = cell->first; id < copy.size(); ++id)
+    plan.view[id] = copy.node(id).op == ir::Op::slice && copy.node(id).shape.cols == 1;
+  try {
+    cell->lowering = Lowerer(copy, plan, cell->first, count, name, output_offsets, false, false).lower();
+  } catch (const Unsupported& unsupported) {
+    why_not = unsupported.why;
+    return nullptr;
+  }
+
+  // Each call slot: an argument of the call, a constant of the body, or a place in the frame.
+  std::vector<int64_t> frame_of(count, -1);
+  for (const CellLowering::Reference& ref : cell->lowering.call_slots) {
+    CallCell::Slot slot;
+    if (ref.argument < 0) {
+      slot.kind = CallCell::Slot::frame;
+      slot.at = cell->frame_floats;
+      frame_of[ref.offset] = slot.at;
+      cell->frame_floats += copy.node(cell->first + ref.offset).shape.size();
+    } else {
+      const ir::NodeId arg = copy.args(cell->first + ref.offset)[size_t(ref.argument)];
+      // Leaves come first in the copy, in the body's order.
+      ir::NodeId original = 0;
+      while (to[original] != arg) ++original;
+      if (argument_of[original] >= 0) {
+        slot.kind = CallCell::Slot::argument;
+        slot.at = argument_of[original];
+      } else {
+        slot.kind = CallCell::Slot::fixed;
+        slot.constant = copy.leaf_data(arg);
+      }
+    }
+    cell->slots.push_back(slot);
+  }
+  for (const CellLowering::Reference& ref : cell->lowering.shared_slots)
+    cell->shared.push_back(copy.leaf_data(copy.args(cell->first + ref.offset)[size_t(ref.argument)]));
+  for (uint32_t o : output_offsets) {
+    if (frame_of[o] < 0) {
+      why_not = "output %" + std::to_string(o) + " is not a value of its own (a view or a concat of others)";
+      return nullptr;
+    }
+    cell->output_offsets.push_back(frame_of[o]);
+  }
+  cell->name = name;
+  for (ir::NodeId p : placeholders) cell->arguments.push_back(body.node(p).shape);
+  for (ir::NodeId id = cell->first; id < copy.size(); ++id) cell->flops += ir::node_flops(copy, id);
+  cell->operations = count;
+  return cell;
 }
 
 struct CellKernels::PackedWeight {
@@ -418,7 +506,8 @@ struct CellKernels::PackedWeight {
 };
 
 struct CellKernels::Cell {
-  std::optional<CellLowering> lowering;
+  std::optional<CellLowering> owned;      // lowered from a trace's copy
+  const CellLowering* lowering = nullptr; // owned, a CallCell's, or null: the cell does not lower
   std::string why_not;
   jit::CompiledKernel kernel;
   int32_t vector = 0;
@@ -429,54 +518,46 @@ struct CellKernels::Cell {
 CellKernels::CellKernels(std::string cache_directory) : cache_directory_(std::move(cache_directory)) {}
 CellKernels::~CellKernels() = default;
 
+void CellKernels::compile(Cell& cell, Stats& stats) {
+  if (!compiler_) compiler_ = &jit::shared_compiler(cache_directory_);
+  bool compiled_now = false;
+  cell.kernel = compiler_->get(cell.lowering->program, compiled_now);
+  if (compiled_now) {
+    stats.kernels_compiled += 1;
+    stats.time.compile_ms += cell.kernel.compile_ms;
+  } else {
+    stats.cache_hits += 1;
+  }
+  cell.vector = jit::cell_vector_floats();
+  cell.weights.resize(cell.lowering->weights.size());
+  cell.weight_pointers.resize(cell.lowering->weights.size());
+}
+
 CellKernels::Cell& CellKernels::cell_of(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch,
                                         const Values& values, Stats& stats) {
   std::unique_ptr<Cell>& slot = cells_[batch.cell];
   if (slot) return *slot;
   auto cell = std::make_unique<Cell>();
-  cell->lowering = lower_cell(values.graph, values.plan, schedule.call_firsts[batch.calls_begin], *batch.cell,
-                              batch.body_nodes, keep_every_value_, cell->why_not);
-  if (cell->lowering) {
-    if (!compiler_) compiler_ = &jit::shared_compiler(cache_directory_);
-    bool compiled_now = false;
-    cell->kernel = compiler_->get(cell->lowering->program, compiled_now);
-    if (compiled_now) {
-      stats.kernels_compiled += 1;
-      stats.time.compile_ms += cell->kernel.compile_ms;
-    } else {
-      stats.cache_hits += 1;
-    }
-    cell->vector = jit::cell_vector_floats();
-    cell->weights.resize(cell->lowering->weights.size());
-    cell->weight_pointers.resize(cell->lowering->weights.size());
+  cell->owned = lower_cell(values.graph, values.plan, schedule.call_firsts[batch.calls_begin], *batch.cell,
+                           batch.body_nodes, keep_every_value_, cell->why_not);
+  if (cell->owned) {
+    cell->lowering = &*cell->owned;
+    compile(*cell, stats);
   }
   slot = std::move(cell);
   return *slot;
 }
 
-bool CellKernels::run(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch,
-                      const Values& values, ThreadPool& pool, Stats& stats) {
-  Cell& cell = cell_of(schedule, batch, values, stats);
-  if (!cell.lowering) return false;
+void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::ParameterInfo&(size_t, size_t)>& piece) {
   const CellLowering& lowering = *cell.lowering;
-  const ir::Graph& graph = values.graph;
-  const std::span<const ir::NodeId> firsts(schedule.call_firsts.data() + batch.calls_begin, batch.calls_end - batch.calls_begin);
-  // The program reads these slices in place of their sources: in this plan too?
-  for (uint32_t view : lowering.views)
-    for (ir::NodeId first : firsts)
-      if (!values.plan.is_view(first + view)) return false;
-
-  // Packed weights, made again when a piece moved or its version changed.
-  const ir::NodeId first0 = firsts[0];
   for (size_t w = 0; w < lowering.weights.size(); ++w) {
     const CellLowering::Weight& weight = lowering.weights[w];
     std::unique_ptr<PackedWeight>& packed = cell.weights[w];
     std::vector<std::pair<const float*, uint64_t>> sources;
     std::vector<jit::WeightPiece> pieces;
     int64_t k = 0;
-    for (const CellLowering::Reference& piece : weight.pieces) {
-      const ir::NodeId node = graph.args(first0 + piece.offset)[size_t(piece.argument)];
-      const ir::ParameterInfo& info = graph.parameter(graph.node(node).attrs.parameter);
+    for (size_t p = 0; p < weight.pieces.size(); ++p) {
+      const ir::ParameterInfo& info = piece(w, p);
       sources.emplace_back(info.data, info.version ? *info.version : 0);
       pieces.push_back({info.data, info.shape.cols});
       k += info.shape.cols;
@@ -495,6 +576,44 @@ bool CellKernels::run(const scheduler::Schedule& schedule, const scheduler::Sche
     packed->sources = std::move(sources);
     cell.weight_pointers[w] = packed->data;
   }
+}
+
+void CellKernels::launch(Cell& cell, int64_t calls, ThreadPool& pool, Stats& stats) {
+  const size_t slots = cell.lowering->call_slots.size();
+  const jit::CellFunction function = cell.kernel.cell();
+  auto run_calls = [&](int64_t begin, int64_t end) {
+    const jit::CellArgs args{end - begin, shared_.data(), cell.weight_pointers.data(), pointers_.data() + begin * int64_t(slots)};
+    function(&args);
+  };
+  const int64_t pieces = std::min<int64_t>(pool.size(), std::max<int64_t>(1, calls / kMinCallsPerTask));
+  if (pieces <= 1) {
+    run_calls(0, calls);
+  } else {
+    const std::function<void(int)> task = [&](int i) { run_calls(calls * i / pieces, calls * (i + 1) / pieces); };
+    pool.parallel_for(int(pieces), task);
+  }
+  stats.kernel_calls += pieces;
+}
+
+bool CellKernels::run(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch,
+                      const Values& values, ThreadPool& pool, Stats& stats) {
+  Cell& cell = cell_of(schedule, batch, values, stats);
+  if (!cell.lowering) return false;
+  const CellLowering& lowering = *cell.lowering;
+  const ir::Graph& graph = values.graph;
+  const std::span<const ir::NodeId> firsts(schedule.call_firsts.data() + batch.calls_begin, batch.calls_end - batch.calls_begin);
+  // The program reads these slices in place of their sources: in this plan too?
+  for (uint32_t view : lowering.views)
+    for (ir::NodeId first : firsts)
+      if (!values.plan.is_view(first + view)) return false;
+
+  // Packed weights, made again when a piece moved or its version changed.
+  const ir::NodeId first0 = firsts[0];
+  refresh_weights(cell, [&](size_t w, size_t p) -> const ir::ParameterInfo& {
+    const CellLowering::Reference& piece = lowering.weights[w].pieces[p];
+    const ir::NodeId node = graph.args(first0 + piece.offset)[size_t(piece.argument)];
+    return graph.parameter(graph.node(node).attrs.parameter);
+  });
 
   // The calls' pointer tables and the shared one.
   const size_t slots = lowering.call_slots.size();
@@ -512,22 +631,41 @@ bool CellKernels::run(const scheduler::Schedule& schedule, const scheduler::Sche
     const CellLowering::Reference& ref = lowering.shared_slots[s];
     shared_[s] = values.in(graph.args(first0 + ref.offset)[size_t(ref.argument)]);
   }
-
-  const int64_t calls = int64_t(firsts.size());
-  const jit::CellFunction function = cell.kernel.cell();
-  auto run_calls = [&](int64_t begin, int64_t end) {
-    const jit::CellArgs args{end - begin, shared_.data(), cell.weight_pointers.data(), pointers_.data() + begin * int64_t(slots)};
-    function(&args);
-  };
-  const int64_t pieces = std::min<int64_t>(pool.size(), std::max<int64_t>(1, calls / kMinCallsPerTask));
-  if (pieces <= 1) {
-    run_calls(0, calls);
-  } else {
-    const std::function<void(int)> task = [&](int i) { run_calls(calls * i / pieces, calls * (i + 1) / pieces); };
-    pool.parallel_for(int(pieces), task);
-  }
-  stats.kernel_calls += pieces;
+  launch(cell, int64_t(firsts.size()), pool, stats);
   return true;
+}
+
+void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats) {
+  const ir::Graph& graph = values.graph;
+  const auto& call_cell = static_cast<const CallCell&>(graph.cell(graph.node(calls[0]).attrs.index));
+  std::unique_ptr<Cell>& slot = cells_[&call_cell];
+  if (!slot) {
+    slot = std::make_unique<Cell>();
+    slot->lowering = &call_cell.lowering;
+    compile(*slot, stats);
+  }
+  Cell& cell = *slot;
+  const CellLowering& lowering = call_cell.lowering;
+  refresh_weights(cell, [&](size_t w, size_t p) -> const ir::ParameterInfo& {
+    const CellLowering::Reference& piece = lowering.weights[w].pieces[p];
+    const ir::NodeId node = call_cell.body.args(call_cell.first + piece.offset)[size_t(piece.argument)];
+    return call_cell.body.parameter(call_cell.body.node(node).attrs.parameter);
+  });
+  const size_t slots = call_cell.slots.size();
+  pointers_.resize(calls.size() * slots);
+  for (size_t j = 0; j < calls.size(); ++j) {
+    float** table = pointers_.data() + j * slots;
+    float* frame = values.out(calls[j]);
+    const auto args = graph.args(calls[j]);
+    for (size_t s = 0; s < slots; ++s) {
+      const CallCell::Slot& at = call_cell.slots[s];
+      table[s] = at.kind == CallCell::Slot::frame      ? frame + at.at
+                 : at.kind == CallCell::Slot::argument ? const_cast<float*>(values.in(args[size_t(at.at)]))
+                                                       : const_cast<float*>(at.constant);
+    }
+  }
+  shared_.assign(call_cell.shared.begin(), call_cell.shared.end());
+  launch(cell, int64_t(calls.size()), pool, stats);
 }
 
 }  // namespace edb::runtime

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -54,6 +56,32 @@ std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Pl
                                        const scheduler::CellSchedule& cell, uint32_t body_nodes, bool keep_every_value,
                                        std::string& why_not);
 
+// A cell whose calls are single nodes of the trace (ir::Op::call): its body laid out as a call's
+// copy would lie in a trace (the leaves, then the operations contiguously from `first`), lowered
+// once. A call's value is its frame: every value the program stores, at its slot's offset; the
+// call's outputs are slice views of it.
+struct CallCell final : ir::CellBody {
+  struct Slot {
+    enum Kind : uint8_t { argument, frame, fixed };
+    Kind kind = frame;
+    int64_t at = 0;                  // argument: the call's argument index; frame: offset in floats
+    const float* constant = nullptr; // fixed: a constant of the body, its own copy
+  };
+  ir::Graph body;
+  ir::NodeId first = 0;
+  CellLowering lowering;
+  std::vector<Slot> slots;              // per call slot of the program
+  std::vector<const float*> shared;     // per shared slot: the parameter's data
+  std::vector<int64_t> output_offsets;  // where output k lies in the frame
+};
+
+// Lowers a cell's recorded body (`placeholders` stand for its arguments) for calls as single
+// nodes, or null with the reason in `why_not`: the body holds what a program cannot express, or
+// an output is not a value of its own (a view or a concat of others).
+std::unique_ptr<CallCell> lower_call_cell(const ir::Graph& body, std::span<const ir::NodeId> placeholders,
+                                          std::span<const ir::NodeId> outputs, const std::string& name,
+                                          std::string& why_not);
+
 // The jit executor's compiled cells: per cell, its lowering, kernel and packed weights.
 class CellKernels {
  public:
@@ -65,17 +93,24 @@ class CellKernels {
   // not lower (the caller runs the batches instead).
   bool run(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch, const Values& values,
            ThreadPool& pool, Stats& stats);
+  // Runs a batch of `call` nodes of one CallCell as one kernel.
+  void run_calls(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats);
 
  private:
   struct PackedWeight;
   struct Cell;
   Cell& cell_of(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch, const Values& values,
                 Stats& stats);
+  void compile(Cell& cell, Stats& stats);
+  // Packs each weight again whose pieces moved or changed; piece(w, p) is piece p of weight w.
+  void refresh_weights(Cell& cell, const std::function<const ir::ParameterInfo&(size_t, size_t)>& piece);
+  // Runs the kernel over `calls` calls whose tables are in pointers_ and shared_.
+  void launch(Cell& cell, int64_t calls, ThreadPool& pool, Stats& stats);
 
   std::string cache_directory_;
   bool keep_every_value_ = false;
   jit::CachedCompiler* compiler_ = nullptr;
-  std::unordered_map<const scheduler::CellSchedule*, std::unique_ptr<Cell>> cells_;
+  std::unordered_map<const void*, std::unique_ptr<Cell>> cells_;  // by CellSchedule or CallCell
   std::vector<float*> pointers_;        // the batch's call tables, kept between batches
   std::vector<const float*> shared_;
 };

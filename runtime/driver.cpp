@@ -15,7 +15,6 @@
 
 #include "memplan/layout.h"
 #include "runtime/cuda_executor.h"
-#include "scheduler/lower_bound.h"
 
 
 namespace edb::runtime {
@@ -65,6 +64,22 @@ void emit_dump(const DumpFlags& dump, const char* stage, uint64_t number, const 
   file << text;
   file.close();
   if (!file) std::cerr << "edbatch: EDB_DUMP_DIR: cannot write '" << path << "': " << std::strerror(errno) << '\n';
+}
+
+// The chains' lower bound with each type weighted as Stats counts its batches (stats_weight): a
+// single-node cell call's chain as its cell's batches per call. Every batch of a type adds that
+// weight, and a type needs at least its longest chain's length in batches, so it stays a bound.
+int64_t weighted_lower_bound(const scheduler::ScheduleInput& input, const scheduler::Analysis& analysis) {
+  const scheduler::LocalTypes& types = analysis.types;
+  std::vector<int64_t> weight(types.count(), -1);
+  int64_t bound = analysis.chains.unbatchable;
+  for (size_t i = 0; i + input.begin < input.graph.size(); ++i) {
+    const uint32_t t = types.of_node[i];
+    if (t == scheduler::LocalTypes::kNone || weight[t] >= 0) continue;
+    weight[t] = stats_weight(input.graph, input.begin + ir::NodeId(i)).batches;
+    bound += weight[t] * analysis.chains.longest[t];
+  }
+  return bound;
 }
 
 }  // namespace
@@ -327,7 +342,9 @@ void Driver::submit(TraceData& trace) {
   const scheduler::ScheduleInput nodes{trace.graph, trace.types, begin, nullptr, &signatures};
   if (calls) scheduler::expand_calls(trace.calls, trace.schedule);
   stats_.time.schedule_ms += elapsed_ms(start);
-  stats_.lower_bound += calls ? scheduler::lower_bound(nodes) : analysis_.chains.lower_bound();
+  // With call groups the bound is over the nodes themselves (the calls' copies).
+  if (calls) node_analysis_.build(nodes);
+  stats_.lower_bound += calls ? weighted_lower_bound(nodes, node_analysis_) : weighted_lower_bound(input, analysis_);
   if (options_.verify) scheduler::verify(nodes, trace.schedule);
   if (dump_.batches) emit_dump(dump_, "batches", dump_number, "txt", print_schedule(trace, signatures));
   if (dump_.schedule) emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, trace.schedule, signatures));
@@ -344,9 +361,9 @@ void Driver::submit(TraceData& trace) {
   for (size_t b = 0; b < trace.schedule.batch_count(); ++b) {
     const auto members = trace.schedule.batch(b);  // one signature: the same flops each
     stats_.flops += ir::node_flops(trace.graph, members[0]) * static_cast<int64_t>(members.size());
+    stats_.nodes += stats_weight(trace.graph, members[0]).nodes * static_cast<int64_t>(members.size());
+    stats_.batches += stats_weight(trace.graph, members[0]).batches;  // the schedule's, whatever runs it
   }
-  stats_.nodes += static_cast<int64_t>(trace.schedule.nodes.size());
-  stats_.batches += static_cast<int64_t>(trace.schedule.batch_count());  // the schedule's, whatever runs them
   trace.evaluated = static_cast<ir::NodeId>(trace.graph.size());
 
   if (queue_) return queue_->push(trace);

@@ -115,6 +115,7 @@ class Driver {
   std::unique_ptr<ExecutionQueue> queue_;  // null: execute on the caller's thread
   DumpFlags dump_;
   scheduler::Analysis analysis_;
+  scheduler::Analysis node_analysis_;  // over the calls' copies, for the lower bound
   memplan::LayoutPlanner layout_planner_;
   Stats stats_;
 };

@@ -28,6 +28,23 @@ struct Values {
   float* out(ir::NodeId id) const { return arena + plan.offset[id]; }
 };
 
+// What one member of a batch counts for in Stats (nodes, batches): a single-node cell call as its
+// cell's operations and batches, as if the call had copied the body into the trace, and a view of
+// a call's output as nothing (the copy has no such node); every other node as one.
+struct StatsWeight {
+  int64_t nodes = 1;
+  int64_t batches = 1;
+};
+inline StatsWeight stats_weight(const ir::Graph& graph, ir::NodeId member) {
+  const ir::Node& n = graph.node(member);
+  if (n.op == ir::Op::call) {
+    const ir::CellBody& cell = graph.cell(n.attrs.index);
+    return {cell.operations, cell.batches};
+  }
+  if (n.op == ir::Op::slice && graph.node(graph.args(n)[0]).op == ir::Op::call) return {0, 0};
+  return {};
+}
+
 class Executor {
  public:
   virtual ~Executor() = default;

@@ -33,6 +33,12 @@ struct NodeContext {
 
 void eval_input(const NodeContext& c) { not_executable(c); }
 void eval_parameter(const NodeContext& c) { not_executable(c); }
+// A cell call as one node runs only as the jit executor's compiled kernel; traces for the other
+// executors record each call's body (trace/cell.cpp).
+void eval_call(const NodeContext& c) {
+  throw InternalError("reference executor: node %" + std::to_string(c.id) + " is a call of cell '" +
+                      c.values.graph.cell(c.node.attrs.index).name + "', which only the jit executor runs");
+}
 
 void eval_lookup(const NodeContext& c) {
   const ir::ParameterInfo& table = c.values.graph.parameter(c.node.attrs.parameter);

@@ -171,6 +171,7 @@ std::string node_label(const ir::Graph& graph, ir::NodeId id) {
     case ir::Op::scale: label += " *" + short_float(n.attrs.constant); break;
     case ir::Op::add_const: label += " +" + short_float(n.attrs.constant); break;
     case ir::Op::pick_neg_log_softmax: label += " label " + std::to_string(n.attrs.index); break;
+    case ir::Op::call: label += " " + graph.cell(n.attrs.index).name; break;
     default: break;
   }
   return label + "\n" + ir::to_string(n.shape);

@@ -355,6 +355,8 @@ class Backward {
       case Op::pick_neg_log_softmax:
         attrs.index = node.attrs.index;
         return to(0, emit(Op::pick_neg_log_softmax_grad, {args[0], dy}, attrs));
+      case Op::call:  // Trace::backward records each call's body first (trace/cell.cpp)
+        throw InternalError("Trace::backward: node %" + std::to_string(n) + " is a cell call that was not expanded");
       case Op::matmul_tn:
       case Op::matmul_nt:
       case Op::tanh_grad:
@@ -393,21 +395,29 @@ Gradients Trace::backward(const Expr& loss) {
   detail::TraceState& s = detail::TraceState::of(loss, "edb::Trace::backward()");
   if (&s != state_ || s.generation != generation_)
     throw UsageError("edb::Trace::backward(): the loss belongs to another trace");
-  const ir::Shape loss_shape = s.data.graph.node(loss.node_id()).shape;
-  if (!(loss_shape == ir::Shape{1, 1}))
-    throw UsageError("edb::Trace::backward(): the loss must be 1x1, got " + ir::to_string(loss_shape));
+  if (!(s.data.graph.node(s.id(loss)).shape == ir::Shape{1, 1}))
+    throw UsageError("edb::Trace::backward(): the loss must be 1x1, got " +
+                     ir::to_string(s.data.graph.node(s.id(loss)).shape));
+  // The backward pass reads the values inside cell calls: single-node calls become their bodies
+  // (the forward pass then runs again), and later calls on this engine record their bodies.
+  s.engine->differentiates = true;
+  if (s.call_nodes) {
+    s.engine->driver.drain(s.data);
+    s.expand_calls();
+    generation_ = s.generation;
+  }
 
   // The forward pass runs first (if it has not): its schedule is what the backward pass mirrors.
   if (s.data.evaluated < s.data.graph.size()) s.engine->driver.submit(s.data);
   s.engine->driver.wait(s.data);
-  const std::vector<std::pair<NodeId, NodeId>> leaves = Backward(s).record(loss.node_id());
+  const std::vector<std::pair<NodeId, NodeId>> leaves = Backward(s).record(s.id(loss));
   s.engine->driver.submit(s.data);
   s.engine->driver.wait(s.data);
   const runtime::Values values = s.data.values();
   const ir::Graph& graph = s.data.graph;
 
   Gradients out;
-  out.loss = values.in(loss.node_id())[0];
+  out.loss = values.in(s.id(loss))[0];
   // Lookups of one entry (a word read twice) add up; entries come out ascending per table.
   struct Read {
     uint32_t table;  // the graph's parameter index

@@ -1,6 +1,7 @@
 // edb::Cell: the body is recorded once per engine, its fewest-batch schedule found once, and each
 // call copies the body's operations into the caller's trace as one call group (scheduler/
 // schedule.h, CallGroups) that the policies batch as one node.
+#include <algorithm>
 #include <atomic>
 
 #include "scheduler/exact.h"
@@ -152,41 +153,23 @@ std::unique_ptr<CellRecord> record_body(detail::EngineState& engine, const Cell&
       if (ir::has_flag(record->body.node(args[a]).op, ir::kLeaf)) record->schedule.outside_arguments.emplace_back(o, a);
   }
   for (char c : cell.name()) record->schedule.name += c >= ' ' && c != 127 ? c : '?';
+  if (engine.single_node_calls) {
+    record->call_cell = runtime::lower_call_cell(record->body, record->placeholders, record->outputs,
+                                                 record->schedule.name, record->why_not_single);
+    if (record->call_cell) {
+      record->call_cell->key = std::to_string(cell.id());
+      record->call_cell->signature = printed;
+      record->call_cell->batches = int64_t(record->schedule.batches.batch_count());
+      record->output_types.assign(record->outputs.size(), ir::kNoType);
+    }
+  }
   return record;
 }
 
-}  // namespace
-
-std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments) const {
-  const std::string who = "edb::Cell: cell '" + name_ + "'";
-  if (!trace.active()) throw UsageError(who + ": the trace has finished (or its Engine was destroyed)");
-  TraceState& s = *trace.state_;
-  if (arguments.size() != inputs_.size())
-    throw UsageError(who + " takes " + std::to_string(inputs_.size()) + " arguments, got " +
-                     std::to_string(arguments.size()));
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    if (&TraceState::of(arguments[i], "edb::Cell") != &s)
-      throw UsageError(who + ": argument " + std::to_string(i + 1) + " belongs to a different trace");
-    const ir::Shape shape = s.data.graph.node(arguments[i].node_id()).shape;
-    if (shape.rows != inputs_[i].first || shape.cols != inputs_[i].second)
-      throw UsageError(who + ": argument " + std::to_string(i + 1) + " is " + shape_text(shape.rows, shape.cols) +
-                       ", the cell declares " + shape_text(inputs_[i].first, inputs_[i].second));
-  }
-  if (!s.engine->driver.options().cells) return body_(trace, arguments);
-
-  std::unique_ptr<CellRecord>& slot = s.engine->cells[id_];
-  if (!slot) {
-    try {
-      TraceState* state = TraceState::acquire(s.engine);
-      Trace scope(state);  // returns the state to the pool when the body is recorded
-      slot = record_body(*s.engine, *this, inputs_, body_, scope, state);
-    } catch (...) {
-      s.engine->cells.erase(id_);
-      throw;
-    }
-  }
-  const CellRecord& record = *slot;
-
+// Copies the body of `record` into the trace as one call group on the given argument nodes;
+// the call's outputs are appended to `outputs`.
+void copy_call(TraceState& s, const CellRecord& record, std::span<const ir::NodeId> arguments,
+               std::vector<ir::NodeId>& outputs) {
   // Body node -> trace node: arguments for placeholders, the trace's own parameter nodes, copied
   // constants, then the operations, contiguously.
   ir::Graph& graph = s.data.graph;
@@ -194,7 +177,7 @@ std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments
   // Kept per thread: a call is recorded millions of times, and cells do not nest.
   thread_local std::vector<ir::NodeId> to, args;
   to.assign(body.size(), ir::kNoNode);
-  for (size_t i = 0; i < arguments.size(); ++i) to[record.placeholders[i]] = arguments[i].node_id();
+  for (size_t i = 0; i < arguments.size(); ++i) to[record.placeholders[i]] = arguments[i];
   for (ir::NodeId id = 0; id < body.size(); ++id) {
     const ir::Node& n = body.node(id);
     if (to[id] != ir::kNoNode) continue;
@@ -224,10 +207,123 @@ std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments
   calls.call_of.resize(graph.size(), scheduler::CallGroups::kNone);
   for (ir::NodeId id = first; id <= last; ++id) calls.call_of[id] = uint32_t(calls.calls.size());
   calls.calls.push_back({first, last, record.call_type, &record.schedule});
+  for (ir::NodeId id : record.outputs) outputs.push_back(to[id]);
+}
 
+// Records the call as one `call` node, its frame, and a slice view of it per output.
+void record_call_node(TraceState& s, CellRecord& record, std::span<const ir::NodeId> arguments,
+                      std::vector<ir::NodeId>& outputs) {
+  ir::Graph& graph = s.data.graph;
+  const runtime::CallCell& cell = *record.call_cell;
+  const int64_t limit = s.engine->driver.options().max_trace_nodes;
+  if (limit > 0 && int64_t(graph.size() + 1 + record.outputs.size()) > limit) TraceState::node_limit_error(limit);
+  ir::Attributes attrs;
+  attrs.index = graph.add_cell(&cell);
+  const ir::NodeId call = graph.add(ir::Op::call, arguments, ir::Shape{int32_t(cell.frame_floats), 1}, attrs);
+  s.data.types.push_back(record.call_type);
+  ++s.call_nodes;
+  for (size_t k = 0; k < record.outputs.size(); ++k) {
+    ir::Attributes rows;
+    rows.begin = int32_t(cell.output_offsets[k]);
+    rows.end = rows.begin + record.body.node(record.outputs[k]).shape.rows;
+    const ir::NodeId view = graph.add(ir::Op::slice, std::span(&call, 1), ir::Shape{rows.end - rows.begin, 1}, rows);
+    ir::TypeId& type = record.output_types[k];
+    if (type == ir::kNoType) type = s.engine->driver.signatures.intern_recorded(graph, view, s.data.types);
+    s.data.types.push_back(type);
+    outputs.push_back(view);
+  }
+}
+
+// The record of the cell whose calls name `cell`.
+const CellRecord& record_of(const detail::EngineState& engine, const ir::CellBody& cell) {
+  for (const auto& [id, record] : engine.cells)
+    if (record->call_cell.get() == &cell) return *record;
+  throw InternalError("edb::Cell: a call node names a cell its engine does not hold");
+}
+
+}  // namespace
+
+void detail::TraceState::expand_calls() {
+  if (call_nodes == 0) return;
+  ir::Graph old;
+  std::swap(old, data.graph);
+  std::vector<ir::TypeId> old_types;
+  std::swap(old_types, data.types);
+  data.clear();
+  parameter_nodes.clear();
+  // The same parameter indices: lookups and the tables list keep theirs.
+  for (const ir::ParameterInfo& info : old.parameters()) data.graph.add_parameter(info);
+  std::vector<ir::NodeId> to(old.size(), ir::kNoNode);
+  std::vector<ir::NodeId> args, outputs;
+  ir::NodeId call = ir::kNoNode;  // the last call node, whose output views follow it
+  const CellRecord* record = nullptr;
+  for (ir::NodeId id = 0; id < old.size(); ++id) {
+    const ir::Node& n = old.node(id);
+    args.clear();
+    for (ir::NodeId arg : old.args(n)) args.push_back(to[arg]);
+    if (n.op == ir::Op::call) {
+      call = id;
+      record = &record_of(*engine, old.cell(n.attrs.index));
+      outputs.clear();
+      copy_call(*this, *record, args, outputs);
+      continue;
+    }
+    if (n.op == ir::Op::slice && old.args(n)[0] == call) {
+      const auto& offsets = record->call_cell->output_offsets;
+      const size_t k = size_t(std::find(offsets.begin(), offsets.end(), int64_t(n.attrs.begin)) - offsets.begin());
+      if (k == offsets.size()) throw InternalError("TraceState::expand_calls: a view of a call at no output");
+      to[id] = outputs[k];
+      continue;
+    }
+    ir::Attributes attrs = n.attrs;
+    if (n.op == ir::Op::input) attrs.index = data.graph.add_constants(std::span<const float>(old.leaf_data(id), size_t(n.shape.size())));
+    to[id] = data.graph.add(n.op, args, n.shape, attrs);
+    data.types.push_back(engine->driver.signatures.intern_recorded(data.graph, to[id], data.types));
+    if (n.op == ir::Op::parameter) parameter_nodes.emplace_back(old.parameter(n.attrs.parameter).uid, to[id]);
+  }
+  renumbered = std::move(to);
+  renumbered_generation = generation++;
+  call_nodes = 0;
+}
+
+std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments) const {
+  const std::string who = "edb::Cell: cell '" + name_ + "'";
+  if (!trace.active()) throw UsageError(who + ": the trace has finished (or its Engine was destroyed)");
+  TraceState& s = *trace.state_;
+  if (arguments.size() != inputs_.size())
+    throw UsageError(who + " takes " + std::to_string(inputs_.size()) + " arguments, got " +
+                     std::to_string(arguments.size()));
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (&TraceState::of(arguments[i], "edb::Cell") != &s)
+      throw UsageError(who + ": argument " + std::to_string(i + 1) + " belongs to a different trace");
+    const ir::Shape shape = s.data.graph.node(s.id(arguments[i])).shape;
+    if (shape.rows != inputs_[i].first || shape.cols != inputs_[i].second)
+      throw UsageError(who + ": argument " + std::to_string(i + 1) + " is " + shape_text(shape.rows, shape.cols) +
+                       ", the cell declares " + shape_text(inputs_[i].first, inputs_[i].second));
+  }
+  if (!s.engine->driver.options().cells) return body_(trace, arguments);
+
+  std::unique_ptr<CellRecord>& slot = s.engine->cells[id_];
+  if (!slot) {
+    try {
+      TraceState* state = TraceState::acquire(s.engine);
+      Trace scope(state);  // returns the state to the pool when the body is recorded
+      slot = record_body(*s.engine, *this, inputs_, body_, scope, state);
+    } catch (...) {
+      s.engine->cells.erase(id_);
+      throw;
+    }
+  }
+  CellRecord& record = *slot;
+  thread_local std::vector<ir::NodeId> argument_ids, output_ids;
+  argument_ids.clear();
+  for (const Expr& argument : arguments) argument_ids.push_back(s.id(argument));
+  output_ids.clear();
+  if (record.call_cell && !s.engine->differentiates) record_call_node(s, record, argument_ids, output_ids);
+  else copy_call(s, record, argument_ids, output_ids);
   std::vector<Expr> outputs;
-  outputs.reserve(record.outputs.size());
-  for (ir::NodeId id : record.outputs) outputs.push_back(s.make(to[id]));
+  outputs.reserve(output_ids.size());
+  for (ir::NodeId id : output_ids) outputs.push_back(s.make(id));
   return outputs;
 }
 

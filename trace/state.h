@@ -9,6 +9,7 @@
 
 #include "edbatch/edbatch.h"
 #include "ir/ir.h"
+#include "runtime/cell_kernels.h"
 #include "runtime/driver.h"
 
 namespace edb::detail {
@@ -55,12 +56,23 @@ struct CellRecord {
   scheduler::CellSchedule schedule;       // the fewest-batch schedule over those offsets
   bool optimal = false;                   // the search proved it fewest
   ir::TypeId call_type = ir::kNoType;
+  // The body lowered for calls as single nodes (the jit executor's compiled kernel), or null
+  // (why_not says why): then every call copies the body.
+  std::unique_ptr<runtime::CallCell> call_cell;
+  std::string why_not_single;
+  std::vector<ir::TypeId> output_types;   // a single-node call's output views' types, once known
 };
 
 struct EngineState {
-  explicit EngineState(const EngineOptions& options) : driver(options) {}
+  explicit EngineState(const EngineOptions& options);
   runtime::Driver driver;
   std::unordered_map<uint64_t, std::unique_ptr<CellRecord>> cells;  // by Cell::id()
+  // Cell calls may be single `call` nodes: the executor runs them as compiled kernels (jit on the
+  // CPU, no check_finite, a batching policy rather than the sequential baseline).
+  bool single_node_calls = false;
+  // A backward pass ran on this engine: from then on calls copy their bodies, whose values the
+  // backward pass reads (a trace's single-node calls are expanded when it differentiates).
+  bool differentiates = false;
 };
 
 // One recording scope. States are pooled and never freed, so a stale Expr always points at a
@@ -68,6 +80,11 @@ struct EngineState {
 struct TraceState {
   uint32_t generation = 0;
   bool active = false;
+  uint32_t call_nodes = 0;  // single-node cell calls recorded in this trace (expand_calls undoes them)
+  // After expand_calls: the new id of each node recorded before it, for the Exprs of the
+  // generation before (renumbered_generation).
+  std::vector<ir::NodeId> renumbered;
+  uint32_t renumbered_generation = 0;
   EngineState* engine = nullptr;
   runtime::TraceData data;
   std::vector<std::pair<uint64_t, ir::NodeId>> parameter_nodes;  // uid -> node, this trace
@@ -89,7 +106,13 @@ struct TraceState {
 
   // The node behind `e`, after checking it belongs to this live trace; `function` names the caller.
   static TraceState& of(const Expr& e, const char* function);
+  // The node behind an Expr of this trace (checked by `of`), renumbered if it predates expand_calls.
+  ir::NodeId id(const Expr& e) const { return e.generation_ == generation ? e.id_ : renumbered[e.id_]; }
   Expr make(ir::NodeId id) { return Expr(this, generation, id); }
+  // Replaces each single-node cell call by a copy of the body (trace/cell.cpp), renumbering every
+  // node; the trace evaluates again from its start. Exprs from before stay valid through
+  // `renumbered`; the generation moves on, so the caller's Trace must take the new one.
+  void expand_calls();
   [[noreturn]] static void node_limit_error(int64_t limit);
   // The trace's node for a parameter: one per parameter per trace.
   ir::NodeId parameter_node(const ir::ParameterInfo& info);

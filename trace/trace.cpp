@@ -52,6 +52,8 @@ void TraceState::release() {
   data.clear();
   parameter_nodes.clear();
   tables.clear();
+  call_nodes = 0;
+  renumbered.clear();
   // Under the pool's lock: another engine's release_all() reads every state's active and engine.
   TracePool& p = pool();
   std::lock_guard lock(p.mutex);
@@ -72,6 +74,12 @@ void TraceState::release_all(EngineState* engine) {
   for (TraceState* state : owned) state->release();
 }
 
+EngineState::EngineState(const EngineOptions& options) : driver(options) {
+  const EngineOptions& chosen = driver.options();  // with the device auto resolves to
+  single_node_calls = chosen.cells && chosen.executor == "jit" && chosen.device == "cpu" && !chosen.check_finite &&
+                      chosen.policy != "sequential";
+}
+
 ir::NodeId TraceState::parameter_node(const ir::ParameterInfo& info) {
   for (const auto& [seen, node] : parameter_nodes)
     if (seen == info.uid) return node;
@@ -84,7 +92,10 @@ ir::NodeId TraceState::parameter_node(const ir::ParameterInfo& info) {
 
 TraceState& TraceState::of(const Expr& e, const char* function) {
   if (!e.state_) throw UsageError(std::string(function) + ": the expression is empty (default-constructed)");
-  if (e.generation_ != e.state_->generation || !e.state_->active)
+  const TraceState& s = *e.state_;
+  const bool current = e.generation_ == s.generation ||
+                       (e.generation_ == s.renumbered_generation && e.id_ < s.renumbered.size());
+  if (!current || !s.active)
     throw UsageError(std::string(function) + ": the expression belongs to a trace that has finished");
   return *e.state_;
 }
@@ -95,15 +106,22 @@ using detail::TraceState;
 
 // ---- Expr ----
 
-int Expr::rows() const { return TraceState::of(*this, "edb::Expr::rows()").data.graph.node(id_).shape.rows; }
-int Expr::cols() const { return TraceState::of(*this, "edb::Expr::cols()").data.graph.node(id_).shape.cols; }
+int Expr::rows() const {
+  const TraceState& state = TraceState::of(*this, "edb::Expr::rows()");
+  return state.data.graph.node(state.id(*this)).shape.rows;
+}
+int Expr::cols() const {
+  const TraceState& state = TraceState::of(*this, "edb::Expr::cols()");
+  return state.data.graph.node(state.id(*this)).shape.cols;
+}
 
 Tensor Expr::value() const {
   TraceState& state = TraceState::of(*this, "edb::Expr::value()");
-  if (id_ >= state.data.evaluated) state.engine->driver.submit(state.data);
+  const ir::NodeId id = state.id(*this);
+  if (id >= state.data.evaluated) state.engine->driver.submit(state.data);
   state.engine->driver.wait(state.data);
-  const ir::Shape shape = state.data.graph.node(id_).shape;
-  const float* v = state.data.values().in(id_);
+  const ir::Shape shape = state.data.graph.node(id).shape;
+  const float* v = state.data.values().in(id);
   return Tensor{shape.rows, shape.cols, std::vector<float>(v, v + shape.size())};
 }
 
@@ -220,7 +238,7 @@ Expr record(ir::Op op, std::span<const Expr> args, const ir::Attributes& attrs =
     if (&TraceState::of(args[i], function.c_str()) != &s)
       throw UsageError(function + ": argument " + std::to_string(i + 1) +
                        " belongs to a different trace than argument 1");
-    ids[i] = args[i].node_id();
+    ids[i] = s.id(args[i]);
     shapes[i] = s.data.graph.node(ids[i]).shape;
   }
   const ir::Shape shape = ir::infer_shape(op, std::span(shapes, args.size()), attrs);

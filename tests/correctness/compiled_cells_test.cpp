@@ -184,6 +184,53 @@ TEST(CompiledCells, CheckFiniteSeesValuesTheCallsDoNotReturn) {
 }
 
 // The packed weights must follow the parameters: a stale packing gives the old values.
+// The jit records each call as one node; a backward pass reads the values inside the calls, so
+// the trace's calls become their bodies (renumbering its nodes) and the forward pass runs again.
+// Exprs from before keep their values, the gradients are the reference's, and later traces on the
+// engine record bodies from the start.
+TEST(CompiledCells, BackwardThroughCallsRecordedAsSingleNodes) {
+  const Lstm lstm(13, 5);
+  EngineOptions jit_options, reference_options;
+  jit_options.executor = "jit";
+  jit_options.verify = true;
+  reference_options.executor = "reference";
+  Engine jit(jit_options), reference(reference_options);
+  auto loss_of = [](const std::vector<Expr>& out) {
+    std::vector<Expr> terms;
+    for (size_t i = 0; i < out.size(); ++i) terms.push_back(pick_neg_log_softmax(out[i], int64_t(i % 3)));
+    return sum(terms);
+  };
+  auto gradient_of = [&](const Gradients& g, const Parameter& p) {
+    const Tensor* t = g.of(p);
+    return t ? t->data : std::vector<float>{};
+  };
+  Trace want_trace(reference);
+  const Gradients want = want_trace.backward(loss_of(lstm.record(want_trace, 4)));
+
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("trace " + std::to_string(round + 1) + " on the jit engine");
+    Trace trace(jit);
+    const std::vector<Expr> out = lstm.record(trace, 4);
+    const Expr loss = loss_of(out);
+    const bool calls_as_nodes = trace.dump().find("call(") != std::string::npos;
+    EXPECT_EQ(calls_as_nodes, round == 0) << trace.dump();
+    const Tensor before = out[0].value();  // evaluated with the calls as nodes in the first round
+    const Gradients got = trace.backward(loss);
+    EXPECT_EQ(trace.dump().find("call("), std::string::npos);
+    EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
+    for (const Parameter* p : {&lstm.w, &lstm.u, &lstm.b}) {
+      const std::vector<float> g = gradient_of(got, *p), w = gradient_of(want, *p);
+      ASSERT_EQ(g.size(), w.size()) << p->name();
+      for (size_t e = 0; e < w.size(); ++e) ASSERT_NEAR(g[e], w[e], 1e-4f * (1 + std::abs(w[e]))) << p->name() << " " << e;
+    }
+    // Exprs recorded before the expansion still name their values, and new ops can use them.
+    EXPECT_EQ(out[0].value().data, before.data);
+    EXPECT_EQ(out[0].rows(), 13);
+    const Tensor doubled = (out[0] * 2.0f).value();
+    for (size_t e = 0; e < before.data.size(); ++e) EXPECT_FLOAT_EQ(doubled.data[e], 2 * before.data[e]);
+  }
+}
+
 TEST(CompiledCells, PackedWeightsFollowEveryChangeOfTheParameters) {
   Lstm lstm(19, 6);
   EngineOptions jit_options, reference_options;

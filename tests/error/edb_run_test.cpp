@@ -171,7 +171,8 @@ TEST_F(EdbRun, DumpScheduleWritesTheFirstTraceAsDot) {
   write_file(dir.file("trees.txt"), "(3 (2 good) (4 (2 very) (3 fun)))\n(1 (2 not) (1 bad))\n");
   const std::string picture = dir.file("schedule.dot");
   const Outcome o = run_edb("treelstm --data " + dir.file("trees.txt") +
-                            " --batch 2 --repeat 1 --hidden 8 --embed 8 --policy depth --json --dump-schedule " + picture);
+                            " --batch 2 --repeat 1 --hidden 8 --embed 8 --policy depth --executor batched --json"
+                            " --dump-schedule " + picture);
   ASSERT_EQ(o.status, 0) << o.err;
   const std::string dot = read_file(picture);
   ASSERT_EQ(dot.rfind("digraph schedule {", 0), 0u) << dot.substr(0, 200);
@@ -183,6 +184,18 @@ TEST_F(EdbRun, DumpScheduleWritesTheFirstTraceAsDot) {
   EXPECT_EQ(int64_t(clusters), j.value("batches", int64_t{-1}));
   EXPECT_NE(dot.find("lookup treelstm/E["), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(picture + ".tmp"));
+}
+
+TEST_F(EdbRun, DumpScheduleShowsTheJitsCellCallsAsNodes) {
+  TempDir dir;
+  write_file(dir.file("trees.txt"), "(3 (2 good) (4 (2 very) (3 fun)))\n");
+  const std::string picture = dir.file("schedule.dot");
+  const Outcome o = run_edb("treelstm --data " + dir.file("trees.txt") +
+                            " --batch 1 --repeat 1 --hidden 8 --embed 8 --executor jit --dump-schedule " + picture);
+  ASSERT_EQ(o.status, 0) << o.err;
+  const std::string dot = read_file(picture);
+  EXPECT_NE(dot.find(" call treelstm_leaf\\n"), std::string::npos) << dot.substr(0, 2000);
+  EXPECT_EQ(dot.find("cmult"), std::string::npos) << "the calls' bodies were copied into the trace";
 }
 
 TEST_F(EdbRun, DumpScheduleRendersSvgWithGraphviz) {
