@@ -60,6 +60,7 @@ void for_each_read_slot(const ir::Node& first, size_t members, ModeOf&& mode_of)
   switch (first.op) {
     case ir::Op::lookup:
     case ir::Op::matmul_nt: return;  // packs each member's pairs itself (run_matmul_nt)
+    case ir::Op::call: return;       // a compiled cell reads each call's arguments through its pointer table
     case ir::Op::matmul_tn:  // as matmul: its weight is transposed, not read otherwise
     case ir::Op::matmul:
     case ir::Op::affine:
@@ -544,7 +545,9 @@ LayoutPlanner::LayoutPlanner() : workspace_(std::make_unique<Workspace>()) {}
 LayoutPlanner::~LayoutPlanner() = default;
 
 void plan_layout(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats* stats) {
-  LayoutPlanner().plan(graph, schedule, plan, stats);
+  LayoutPlanner planner;
+  planner.always_build();
+  planner.plan(graph, schedule, plan, stats);
 }
 
 void LayoutPlanner::plan(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats* stats) {
@@ -554,6 +557,25 @@ void LayoutPlanner::plan(const ir::Graph& graph, scheduler::Schedule& schedule, 
   out = LayoutStats{};
   const std::vector<ir::NodeId> schedule_order = schedule.nodes;
   const int64_t arena_start = plan.arena_floats;
+  // The PQ tree costs about 100 ns per buffer here, and a copied byte about 0.1 ns: where the
+  // batch order copies less than kBytesPerBuffer per buffer (compiled cells read their arguments
+  // through pointers, so they copy nothing), no layout can win back its own planning.
+  constexpr int64_t kBytesPerBuffer = 1024;
+  plan_batch_order(graph, schedule, plan);
+  const OperandModes batch_order_first = operand_modes(graph, schedule, plan);
+  int64_t buffers = 0;
+  for (ir::NodeId id : schedule_order) buffers += !plan.is_view(id);
+  if (batch_order_first.bytes_copied == 0 || (!always_build_ && batch_order_first.bytes_copied < kBytesPerBuffer * buffers)) {
+    out.kept_batch_order = true;
+    out.bytes_gathered = out.bytes_gathered_batch_order = batch_order_first.bytes_gathered;
+    out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return;
+  }
+  for (ir::NodeId id : schedule_order) {
+    plan.offset[id] = -1;
+    plan.view[id] = 0;
+  }
+  plan.arena_floats = arena_start;
   Planner planner(graph, schedule, plan, out, *workspace_);
   planner.run();
   const OperandModes modes = operand_modes(graph, schedule, plan);
@@ -570,7 +592,7 @@ void LayoutPlanner::plan(const ir::Graph& graph, scheduler::Schedule& schedule, 
   schedule.nodes = schedule_order;
   plan.arena_floats = arena_start;
   plan_batch_order(graph, schedule, plan);
-  const OperandModes batch_order = operand_modes(graph, schedule, plan);
+  const OperandModes& batch_order = batch_order_first;  // the same plan as the first
   out.bytes_gathered_batch_order = batch_order.bytes_gathered;
   out.bytes_copied_batch_order = batch_order.bytes_copied;
   if (std::pair(batch_order.bytes_copied, batch_order.bytes_gathered) <= std::pair(out.bytes_copied, out.bytes_gathered)) {

@@ -26,6 +26,7 @@ struct LayoutStats {
   int64_t bytes_copied = 0;                 // operand_modes' bytes_copied for the plan returned
   int64_t bytes_copied_batch_order = 0;     // the same for plan_batch_order's plan
   bool kept_batch_order = false;            // the layout did not copy less, so the batch order was kept
+                                            // (or copied too little to be worth building the PQ tree)
 };
 
 // Reorders the members inside each batch of `schedule` (never which nodes form a batch, nor the
@@ -34,7 +35,9 @@ struct LayoutStats {
 // largest operand bytes first, and one that contradicts those kept is dropped (that operand is
 // gathered). Each batch's members follow one operand (the kept set that lines up the most bytes).
 // When the executor would not copy fewer bytes under the result than under plan_batch_order's
-// plan (OperandModes::bytes_copied, then bytes_gathered), that plan is returned.
+// plan (OperandModes::bytes_copied, then bytes_gathered), that plan is returned; so it is, without
+// building the PQ tree, when that plan copies under 1 KiB per buffer (less than the tree costs).
+// Callers that test the PQ layout itself use plan_layout, which always builds it.
 void plan_layout(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats* stats = nullptr);
 
 // The same planner keeping its arrays and PQ tree between plans (the driver plans every trace).
@@ -43,10 +46,13 @@ class LayoutPlanner {
   LayoutPlanner();
   ~LayoutPlanner();
   void plan(const ir::Graph& graph, scheduler::Schedule& schedule, Plan& plan, LayoutStats* stats = nullptr);
+  // Builds the PQ tree even where the batch order copies too little to pay for it (plan_layout).
+  void always_build() { always_build_ = true; }
   struct Workspace;
 
  private:
   std::unique_ptr<Workspace> workspace_;
+  bool always_build_ = false;
 };
 
 // How the batched executor reads one operand slot of a batch (runtime/batched.cpp's rule):

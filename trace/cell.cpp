@@ -287,37 +287,44 @@ void detail::TraceState::expand_calls() {
 }
 
 std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments) const {
-  const std::string who = "edb::Cell: cell '" + name_ + "'";
-  if (!trace.active()) throw UsageError(who + ": the trace has finished (or its Engine was destroyed)");
+  // Built only for an error: a call is recorded millions of times.
+  auto who = [&] { return "edb::Cell: cell '" + name_ + "'"; };
+  if (!trace.active()) throw UsageError(who() + ": the trace has finished (or its Engine was destroyed)");
   TraceState& s = *trace.state_;
   if (arguments.size() != inputs_.size())
-    throw UsageError(who + " takes " + std::to_string(inputs_.size()) + " arguments, got " +
+    throw UsageError(who() + " takes " + std::to_string(inputs_.size()) + " arguments, got " +
                      std::to_string(arguments.size()));
+  thread_local std::vector<ir::NodeId> argument_ids, output_ids;
+  argument_ids.clear();
   for (size_t i = 0; i < arguments.size(); ++i) {
     if (&TraceState::of(arguments[i], "edb::Cell") != &s)
-      throw UsageError(who + ": argument " + std::to_string(i + 1) + " belongs to a different trace");
-    const ir::Shape shape = s.data.graph.node(s.id(arguments[i])).shape;
+      throw UsageError(who() + ": argument " + std::to_string(i + 1) + " belongs to a different trace");
+    argument_ids.push_back(s.id(arguments[i]));
+    const ir::Shape shape = s.data.graph.node(argument_ids.back()).shape;
     if (shape.rows != inputs_[i].first || shape.cols != inputs_[i].second)
-      throw UsageError(who + ": argument " + std::to_string(i + 1) + " is " + shape_text(shape.rows, shape.cols) +
+      throw UsageError(who() + ": argument " + std::to_string(i + 1) + " is " + shape_text(shape.rows, shape.cols) +
                        ", the cell declares " + shape_text(inputs_[i].first, inputs_[i].second));
   }
   if (!s.engine->driver.options().cells) return body_(trace, arguments);
 
-  std::unique_ptr<CellRecord>& slot = s.engine->cells[id_];
-  if (!slot) {
-    try {
-      TraceState* state = TraceState::acquire(s.engine);
-      Trace scope(state);  // returns the state to the pool when the body is recorded
-      slot = record_body(*s.engine, *this, inputs_, body_, scope, state);
-    } catch (...) {
-      s.engine->cells.erase(id_);
-      throw;
+  // The engine's record of this cell; the last one found is kept, as calls of one cell come in runs.
+  detail::EngineState& engine = *s.engine;
+  if (engine.last_cell_id != id_ || !engine.last_cell) {
+    std::unique_ptr<CellRecord>& slot = engine.cells[id_];
+    if (!slot) {
+      try {
+        TraceState* state = TraceState::acquire(s.engine);
+        Trace scope(state);  // returns the state to the pool when the body is recorded
+        slot = record_body(engine, *this, inputs_, body_, scope, state);
+      } catch (...) {
+        engine.cells.erase(id_);
+        throw;
+      }
     }
+    engine.last_cell_id = id_;
+    engine.last_cell = slot.get();
   }
-  CellRecord& record = *slot;
-  thread_local std::vector<ir::NodeId> argument_ids, output_ids;
-  argument_ids.clear();
-  for (const Expr& argument : arguments) argument_ids.push_back(s.id(argument));
+  CellRecord& record = *engine.last_cell;
   output_ids.clear();
   if (record.call_cell && !s.engine->differentiates) record_call_node(s, record, argument_ids, output_ids);
   else copy_call(s, record, argument_ids, output_ids);

@@ -67,6 +67,8 @@ struct EngineState {
   explicit EngineState(const EngineOptions& options);
   runtime::Driver driver;
   std::unordered_map<uint64_t, std::unique_ptr<CellRecord>> cells;  // by Cell::id()
+  uint64_t last_cell_id = 0;        // the cell found last in `cells`, and its record
+  CellRecord* last_cell = nullptr;
   // Cell calls may be single `call` nodes: the executor runs them as compiled kernels (jit on the
   // CPU, no check_finite, a batching policy rather than the sequential baseline).
   bool single_node_calls = false;
