@@ -57,6 +57,11 @@ inline int op_arity(Op op) { return detail::kOpInfo[static_cast<int>(op)].arity;
 inline uint32_t op_flags(Op op) { return detail::kOpInfo[static_cast<int>(op)].flags; }
 inline bool has_flag(Op op, OpFlag flag) { return (op_flags(op) & flag) != 0; }
 
+// The scalar rules of max and min that every executor follows: a NaN in either argument gives
+// NaN (std::max would drop a NaN in its second argument).
+inline float max_of(float a, float b) { return a != a || a >= b ? a : b; }
+inline float min_of(float a, float b) { return a != a || a <= b ? a : b; }
+
 // Column-major rows x cols; vectors are rows x 1.
 struct Shape {
   int32_t rows = 0;

@@ -104,6 +104,9 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
     case Op::add:
     case Op::sub:
     case Op::cmult:
+    case Op::div:
+    case Op::max:
+    case Op::min:
     case Op::tanh_grad:
     case Op::sigmoid_grad:
     case Op::relu_grad:
@@ -120,9 +123,16 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
     case Op::tanh:
     case Op::sigmoid:
     case Op::relu:
+    case Op::exp:
+    case Op::log:
     case Op::softmax:
     case Op::log_softmax:
       return args[0];
+    case Op::sum_elements:
+    case Op::mean_elements:
+      return {1, 1};
+    case Op::transpose:
+      return {args[0].cols, args[0].rows};
     case Op::concat: {
       expect_count(op, args, 1);
       int32_t rows = 0;
@@ -190,6 +200,11 @@ int64_t node_flops(const Graph& graph, NodeId id) {
     }
     case Op::sum:
       return size * static_cast<int64_t>(args.size() - 1);
+    case Op::sum_elements:
+    case Op::mean_elements:
+      return graph.node(args[0]).shape.size();  // the adds (and the mean's one multiply)
+    case Op::transpose:
+      return 0;
     case Op::softmax:
     case Op::log_softmax:
     case Op::pick_neg_log_softmax:

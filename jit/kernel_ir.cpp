@@ -44,6 +44,10 @@ float apply(const Instruction& in, float a, float b) {
     case KernelOp::sigmoid: return 1.0f / (1.0f + std::exp(-a));
     case KernelOp::relu: return a < 0 ? 0.0f : a;  // NaN stays NaN
     case KernelOp::exp: return std::exp(a);
+    case KernelOp::log: return std::log(a);
+    case KernelOp::div: return a / b;
+    case KernelOp::max: return ir::max_of(a, b);
+    case KernelOp::min: return ir::min_of(a, b);
   }
   throw InternalError("interpret: no scalar rule for kernel op " + std::string(kernel_op_name(in.op)));
 }
@@ -62,6 +66,11 @@ bool kernel_op_for(ir::Op op, KernelOp& out) {
     case ir::Op::tanh: out = KernelOp::tanh; return true;
     case ir::Op::sigmoid: out = KernelOp::sigmoid; return true;
     case ir::Op::relu: out = KernelOp::relu; return true;
+    case ir::Op::exp: out = KernelOp::exp; return true;
+    case ir::Op::log: out = KernelOp::log; return true;
+    case ir::Op::div: out = KernelOp::div; return true;
+    case ir::Op::max: out = KernelOp::max; return true;
+    case ir::Op::min: out = KernelOp::min; return true;
     default: return false;
   }
 }

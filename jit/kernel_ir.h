@@ -15,7 +15,8 @@ namespace edb::jit {
 
 // Every kernel instruction once: name, number of value operands, whether it carries a constant.
 // Names follow ir/ops.def where the op exists there (cmult, scale, add_const); `load` reads input
-// operand `input` at the current element; `exp` has no graph op yet (softmax will want it).
+// operand `input` at the current element. Appending an op changes no existing kernel's text (ops
+// print by name), so cached kernels stay valid.
 #define EDB_KERNEL_OPS(X) \
   X(load, 0, false)       \
   X(add, 2, false)        \
@@ -26,7 +27,11 @@ namespace edb::jit {
   X(tanh, 1, false)       \
   X(sigmoid, 1, false)    \
   X(relu, 1, false)       \
-  X(exp, 1, false)
+  X(exp, 1, false)        \
+  X(log, 1, false)        \
+  X(div, 2, false)        \
+  X(max, 2, false)        \
+  X(min, 2, false)
 
 enum class KernelOp : uint8_t {
 #define EDB_KERNEL_OP_ENUM(name, arity, has_constant) name,
@@ -104,8 +109,9 @@ struct KernelArgs {
   float* const* outputs = nullptr;      // one per kernel output, members contiguous
 };
 
-// The reference semantics, one element at a time in float, with libm's tanh and exp and
-// sigmoid(x) = 1 / (1 + exp(-x)); relu(x) = x < 0 ? 0 : x (NaN stays NaN). Verifies the kernel first.
+// The reference semantics, one element at a time in float, with libm's tanh, exp and log and
+// sigmoid(x) = 1 / (1 + exp(-x)); relu(x) = x < 0 ? 0 : x (NaN stays NaN); max and min as
+// ir::max_of and ir::min_of (a NaN in either gives NaN). Verifies the kernel first.
 void interpret(const Kernel& kernel, const KernelArgs& args);
 
 }  // namespace edb::jit

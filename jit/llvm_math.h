@@ -1,9 +1,10 @@
-// Branch-free exp, tanh and sigmoid as LLVM IR over float scalars or float vectors (no libm calls,
-// so loops vectorise), and the other kernel ops. Shared by the LLVM renderers of jit/; only jit/
+// Branch-free exp, log, tanh and sigmoid as LLVM IR over float scalars or float vectors (no libm
+// calls, so loops vectorise), and the other kernel ops. Shared by the LLVM renderers of jit/; only jit/
 // includes it.
 #pragma once
 
 #include <initializer_list>
+#include <limits>
 #include <string>
 
 #include <llvm/IR/IRBuilder.h>
@@ -23,6 +24,7 @@ class MathEmitter {
                                           : b.getInt32Ty()) {}
 
   llvm::Value* f(float value) { return llvm::ConstantFP::get(type_, value); }
+  llvm::Value* i(int32_t value) { return llvm::ConstantInt::get(int_type_, uint64_t(uint32_t(value))); }
   llvm::Value* fma(llvm::Value* a, llvm::Value* x, llvm::Value* c) {
     return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {type_}, {a, x, c});
   }
@@ -75,6 +77,42 @@ class MathEmitter {
     return b_.CreateSelect(b_.CreateFCmpOLT(magnitude, f(0.625f)), small, large);
   }
 
+  // Cephes logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^23 first),
+  // log(m) by a degree-9 polynomial in m - 1, plus e ln2 (ln2 split in two so e ln2 is exact).
+  // As libm: NaN for x < 0 or NaN, -inf at 0, +inf at +inf.
+  llvm::Value* log(llvm::Value* x) {
+    llvm::Value* subnormal = b_.CreateFCmpOLT(x, f(1.17549435e-38f));  // and x <= 0, replaced below
+    llvm::Value* normal = b_.CreateSelect(subnormal, b_.CreateFMul(x, f(8388608.0f)), x);
+    llvm::Value* bits = b_.CreateBitCast(normal, int_type_);
+    llvm::Value* mantissa = b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(bits, i(0x007fffff)), i(0x3f000000)), type_);
+    llvm::Value* exponent = b_.CreateSub(b_.CreateLShr(bits, i(23)), b_.CreateSelect(subnormal, i(126 + 23), i(126)));
+    // m in [0.5, 1) from the bits: below sqrt(1/2) it is doubled and the exponent lowered by one.
+    llvm::Value* low = b_.CreateFCmpOLT(mantissa, f(0.707106781186547524f));
+    llvm::Value* e = b_.CreateSIToFP(b_.CreateSub(exponent, b_.CreateSelect(low, i(1), i(0))), type_);
+    llvm::Value* r = b_.CreateFSub(b_.CreateSelect(low, b_.CreateFAdd(mantissa, mantissa), mantissa), f(1.0f));
+    llvm::Value* z = b_.CreateFMul(r, r);
+    llvm::Value* p = polynomial(r, {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f,
+                                    1.4249322787e-1f, -1.6668057665e-1f, 2.0000714765e-1f, -2.4999993993e-1f,
+                                    3.3333331174e-1f});
+    llvm::Value* y = b_.CreateFMul(b_.CreateFMul(p, r), z);
+    y = fma(e, f(-2.12194440e-4f), y);
+    y = fma(z, f(-0.5f), y);
+    llvm::Value* result = fma(e, f(0.693359375f), b_.CreateFAdd(r, y));
+    const float infinity = std::numeric_limits<float>::infinity();
+    result = b_.CreateSelect(b_.CreateFCmpOEQ(x, f(infinity)), x, result);
+    result = b_.CreateSelect(b_.CreateFCmpOEQ(x, f(0.0f)), f(-infinity), result);
+    return b_.CreateSelect(b_.CreateFCmpULT(x, f(0.0f)), f(std::numeric_limits<float>::quiet_NaN()), result);
+  }
+
+  // ir::max_of and ir::min_of: a when a is NaN or wins the comparison, else b (so a NaN in either
+  // argument gives NaN).
+  llvm::Value* max(llvm::Value* a, llvm::Value* c) {
+    return b_.CreateSelect(b_.CreateOr(b_.CreateFCmpUNO(a, a), b_.CreateFCmpOGE(a, c)), a, c);
+  }
+  llvm::Value* min(llvm::Value* a, llvm::Value* c) {
+    return b_.CreateSelect(b_.CreateOr(b_.CreateFCmpUNO(a, a), b_.CreateFCmpOLE(a, c)), a, c);
+  }
+
   llvm::Value* sigmoid(llvm::Value* x) { return divide(f(1.0f), b_.CreateFAdd(f(1.0f), exp(b_.CreateFNeg(x)))); }
 
   // a / b allowed to go through a reciprocal estimate refined by Newton steps (see
@@ -108,6 +146,10 @@ class MathEmitter {
       // a < 0 ? 0 : a, so NaN stays NaN (as Eigen's max in the other executors)
       case KernelOp::relu: return b_.CreateSelect(b_.CreateFCmpOLT(a, f(0.0f)), f(0.0f), a);
       case KernelOp::exp: return exp(a);
+      case KernelOp::log: return log(a);
+      case KernelOp::div: return b_.CreateFDiv(a, c);  // exact: the user's division, not divide()'s estimate
+      case KernelOp::max: return max(a, c);
+      case KernelOp::min: return min(a, c);
     }
     throw InternalError("LlvmBackend::compile: no rule for kernel op " + std::string(kernel_op_name(op)));
   }

@@ -1,5 +1,5 @@
 // The CUDA C renderer: the kernel IR walked once, each instruction printed from a table of CUDA
-// expressions; the GEMM is a fixed template. No headers: NVRTC declares expf and tanhf itself.
+// expressions; the GEMM is a fixed template. No headers: NVRTC declares expf, logf and tanhf itself.
 #include "nvrtc/cuda_render.h"
 
 #include <bit>
@@ -45,8 +45,13 @@ std::string op_expression(jit::KernelOp op, const std::string& a, const std::str
     case jit::KernelOp::add_const: return a + " + " + float_literal(constant);
     case jit::KernelOp::tanh: return "tanhf(" + a + ")";
     case jit::KernelOp::sigmoid: return "1.0f / (1.0f + expf(-" + a + "))";
-    case jit::KernelOp::relu: return a + " > 0.0f ? " + a + " : 0.0f";  // NaN -> 0, as jit::interpret
+    case jit::KernelOp::relu: return a + " < 0.0f ? 0.0f : " + a;  // NaN stays NaN, as jit::interpret
     case jit::KernelOp::exp: return "expf(" + a + ")";
+    case jit::KernelOp::log: return "logf(" + a + ")";
+    case jit::KernelOp::div: return a + " / " + b;
+    // ir::max_of and ir::min_of: a NaN in either argument gives NaN (fmaxf would drop it)
+    case jit::KernelOp::max: return a + " != " + a + " || " + a + " >= " + b + " ? " + a + " : " + b;
+    case jit::KernelOp::min: return a + " != " + a + " || " + a + " <= " + b + " ? " + a + " : " + b;
   }
   throw InternalError("render_kernel: no CUDA rule for kernel op " + std::string(jit::kernel_op_name(op)));
 }

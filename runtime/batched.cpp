@@ -394,6 +394,22 @@ void run_lookup(const BatchContext& c) {
   c.stats.kernel_calls += 1;
 }
 
+// sum_elements, mean_elements and transpose: each member's value from its own operand, in place.
+void run_per_member(const BatchContext& c) {
+  const Operand x = c.operand(0);
+  for (int64_t k = 0; k < c.n(); ++k) {
+    const ConstMatrix value(x.member(k), x.shape.rows, x.shape.cols);
+    switch (c.first.op) {
+      case ir::Op::sum_elements: c.out[k] = value.sum(); break;
+      case ir::Op::mean_elements: c.out[k] = value.mean(); break;
+      case ir::Op::transpose: c.output(k) = value.transpose(); break;
+      default: throw InternalError("batched executor: run_per_member of " + std::string(ir::op_name(c.first.op)));
+    }
+  }
+  c.count_alone(x, 0, c.n());
+  c.stats.kernel_calls += 1;
+}
+
 // tanh_grad and sigmoid_grad, which the jit builds from kernel ops (activation_gradient()).
 bool is_activation_gradient(ir::Op op) { return op == ir::Op::tanh_grad || op == ir::Op::sigmoid_grad; }
 
@@ -609,6 +625,14 @@ void run_batch(const BatchContext& c) {
       c.stats.kernel_calls += 1;
       return;
     }
+    case ir::Op::exp: return unary(c, [](auto x) { return x.exp(); });
+    case ir::Op::log: return unary(c, [](auto x) { return x.log(); });
+    case ir::Op::div: return binary(c, [](auto x, auto y) { return x / y; });
+    case ir::Op::max: return binary(c, [](auto x, auto y) { return x.binaryExpr(y, [](float a, float b) { return ir::max_of(a, b); }); });
+    case ir::Op::min: return binary(c, [](auto x, auto y) { return x.binaryExpr(y, [](float a, float b) { return ir::min_of(a, b); }); });
+    case ir::Op::sum_elements:
+    case ir::Op::mean_elements:
+    case ir::Op::transpose: return run_per_member(c);
     case ir::Op::matmul_tn: return run_matmul_tn(c);
     case ir::Op::matmul_nt: return run_matmul_nt(c);
     case ir::Op::tanh_grad: return binary(c, [](auto y, auto dy) { return dy * (1.0f - y.square()); });
@@ -717,7 +741,6 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
       run_batch(group[0]);
     }
   }
-  for (size_t b = 0; b < schedule.batch_count(); ++b) stats.batches += stats_weight(values.graph, schedule.batch(b)[0]).batches;
 }
 
 }  // namespace edb::runtime

@@ -210,7 +210,8 @@ class Lowerer {
       if (forms_[size_t(f)].stage < stage) need_in_memory(f);
   }
   // What the backward pass's rule for body node o reads of the forward values (trace/backward.cpp):
-  // a product's right factors, both factors of cmult, the outputs of activations.
+  // a product's right factors, both factors of cmult, max and min, log's argument, div's divisor
+  // and output, the outputs of activations and exp.
   void need_for_backward(uint32_t o) {
     const ir::Node& n = body_node(o);
     const auto args = graph_.args(n);
@@ -222,10 +223,15 @@ class Lowerer {
       case ir::Op::affine:
         for (size_t i = 1; i + 1 < args.size(); i += 2) need(args[i + 1]);
         break;
-      case ir::Op::cmult: need(args[0]); need(args[1]); break;
+      case ir::Op::cmult:
+      case ir::Op::max:
+      case ir::Op::min: need(args[0]); need(args[1]); break;
+      case ir::Op::log: need(args[0]); break;
+      case ir::Op::div: need(args[1]); needed_[o] = true; break;
       case ir::Op::tanh:
       case ir::Op::sigmoid:
-      case ir::Op::relu: needed_[o] = true; break;
+      case ir::Op::relu:
+      case ir::Op::exp: needed_[o] = true; break;
       default: break;
     }
   }

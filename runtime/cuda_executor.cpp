@@ -341,7 +341,6 @@ void CudaExecutor::execute(const scheduler::Schedule& schedule, const Values& va
   if (s.device_newer) s.device.download(values.arena, s.arena.pointer, arena_bytes);
   s.device.synchronize();
   s.in_flight.clear();
-  stats.batches += int64_t(schedule.batch_count());
 }
 
 }  // namespace edb::runtime

@@ -112,6 +112,18 @@ int64_t first_non_finite(const float* values, int64_t n) {
   return -1;
 }
 
+// Where node `id` came from when a cell call recorded it: ", call 3 of cell 'lstm', its body node 2
+// of 9", counting that cell's calls in this trace and the body's operations from 1; "" outside calls.
+std::string call_context(const scheduler::CallGroups& calls, ir::NodeId id) {
+  const uint32_t c = calls.call(id);
+  if (c == scheduler::CallGroups::kNone) return "";
+  const scheduler::CallGroups::Call& call = calls.calls[c];
+  uint32_t number = 0;
+  for (uint32_t i = 0; i <= c; ++i) number += calls.calls[i].schedule == call.schedule;
+  return ", call " + std::to_string(number) + " of cell '" + call.schedule->name + "', its body node " +
+         std::to_string(id - call.first + 1) + " of " + std::to_string(call.last - call.first + 1);
+}
+
 }  // namespace
 
 void check_finite(TraceData& trace) {
@@ -125,7 +137,8 @@ void check_finite(TraceData& trace) {
       if (at < 0) continue;
       std::string message = "edb: node %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) + ", " +
                             std::to_string(n.shape.rows) + "x" + std::to_string(n.shape.cols) + ", batch " +
-                            std::to_string(b) + " of its evaluation) produced " + describe_value(values.in(id), at, n.shape);
+                            std::to_string(b) + " of its evaluation" + call_context(trace.calls, id) + ") produced " +
+                            describe_value(values.in(id), at, n.shape);
       // Arguments computed here were checked before it (they ran earlier); leaves were not.
       std::string cause = "; its arguments were finite";
       const auto args = graph.args(n);
@@ -138,7 +151,9 @@ void check_finite(TraceData& trace) {
                 std::to_string(args[i]) + ") already held " + describe_value(leaf, bad, a.shape);
         break;
       }
-      throw NumericError(message + cause + " (EngineOptions::check_finite)");
+      throw NumericError(message + cause +
+                         " (EngineOptions::check_finite; Trace::dump() or EDB_DUMP=ir prints the recorded IR, "
+                         "one line per node id)");
     }
   }
 }
@@ -347,6 +362,7 @@ void Driver::submit(TraceData& trace) {
     const auto members = trace.schedule.batch(b);  // one signature: the same flops each
     stats_.flops += ir::node_flops(trace.graph, members[0]) * static_cast<int64_t>(members.size());
     stats_.nodes += stats_weight(trace.graph, members[0]).nodes * static_cast<int64_t>(members.size());
+    stats_.batches += stats_weight(trace.graph, members[0]).batches;  // the schedule's, whatever runs it
   }
   trace.evaluated = static_cast<ir::NodeId>(trace.graph.size());
 

@@ -48,7 +48,8 @@ class Executor {
  public:
   virtual ~Executor() = default;
   virtual std::string_view name() const = 0;
-  // Runs every batch of `schedule`; adds batches, kernel calls and bytes gathered to `stats`.
+  // Runs every batch of `schedule`; adds kernel calls and bytes gathered to `stats` (the driver
+  // counts nodes and batches from the schedule, the same whichever executor runs it).
   virtual void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) = 0;
   // Every node's value must be in the arena afterwards (EngineOptions::check_finite reads them all);
   // otherwise a compiled cell writes only what is read after it. Called before the first execute.

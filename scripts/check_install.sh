@@ -2,7 +2,8 @@
 # Installs a build into a temporary prefix and uses it as an outside project would: configures,
 # builds and runs examples/consumer with find_package(edbatch), and compiles, links and runs a
 # small program with pkg-config's flags alone, and imports the installed Python module (when the
-# build has it) from the prefix alone. Any failure fails the script.
+# build has it) from the prefix alone. Any failure fails the script, and so does a consumer's
+# configure that prints "Could NOT find" or a CMake warning.
 # Usage: scripts/check_install.sh [BUILD_DIR]   (default: $EDB_BUILD_DIR, else build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,12 @@ echo "edbatch: building examples/consumer against it (find_package)" >&2
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S examples/consumer -B "$work/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" "${launcher[@]}" >"$work/configure.log" || { cat "$work/configure.log" >&2; exit 1; }
+  -DCMAKE_PREFIX_PATH="$prefix" "${launcher[@]}" >"$work/configure.log" 2>&1 || { cat "$work/configure.log" >&2; exit 1; }
+# A consumer's configure reads clean: nothing "Could NOT find" (LLVM's optional libraries) or warned.
+if grep -E "Could NOT find|CMake Warning" "$work/configure.log" >&2; then
+  echo "edbatch: configuring examples/consumer printed the lines above; a consumer should see none" >&2
+  exit 1
+fi
 cmake --build "$work/consumer" >&2
 "$work/consumer/childsum_treelstm"
 

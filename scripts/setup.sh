@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what is missing from Debian 12's packages, configures once and builds (incrementally).
+# Installs what is missing from Debian 12's packages, configures once and builds (incrementally)
+# the targets named as arguments, or every target without any (tests, fuzz replays, benchmarks).
 # Idempotent: a second run with nothing changed only asks ninja, which finds nothing to do.
+# Usage: scripts/setup.sh [TARGET...]   (e.g. scripts/setup.sh edb-run, as run.sh does)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,4 +24,6 @@ build_dir=${EDB_BUILD_DIR:-build}
 if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >&2
 fi
-cmake --build "$build_dir" -j"${EDB_JOBS:-2}" >&2
+targets=()
+for target in "$@"; do targets+=(--target "$target"); done
+cmake --build "$build_dir" -j"${EDB_JOBS:-2}" "${targets[@]}" >&2

@@ -303,6 +303,36 @@ class Backward {
       case Op::sum:
         for (size_t i = 0; i < args.size(); ++i) to(i, dy);
         return;
+      case Op::exp: return to(0, emit(Op::cmult, {n, dy}));
+      case Op::log: return to(0, emit(Op::div, {dy, args[0]}));
+      case Op::div:
+        if (flows_to(0)) to(0, emit(Op::div, {dy, args[1]}));
+        if (flows_to(1)) {  // -dy a / b^2 = -(dy y) / b
+          attrs.constant = -1.0f;
+          to(1, emit(Op::scale, {emit(Op::div, {emit(Op::cmult, {dy, n}), args[1]})}, attrs));
+        }
+        return;
+      case Op::max:
+      case Op::min: {
+        // max: a's share is dy where a - b > 0 (relu_grad's rule), b's the rest; min: the same
+        // with b - a. At a tie b takes it all: one subgradient, never both.
+        const NodeId margin = node.op == Op::max ? emit(Op::sub, {args[0], args[1]}) : emit(Op::sub, {args[1], args[0]});
+        const NodeId to_a = emit(Op::relu_grad, {margin, dy});
+        if (flows_to(0)) to(0, to_a);
+        if (flows_to(1)) to(1, emit(Op::sub, {dy, to_a}));
+        return;
+      }
+      case Op::sum_elements:
+      case Op::mean_elements: {
+        // dy (1x1) spread over x's shape: ones (rows x 1) dy, then times ones (1 x cols); the
+        // mean's ones are 1 / size.
+        const ir::Shape shape = graph_.node(args[0]).shape;
+        const float weight = node.op == Op::mean_elements ? 1.0f / float(shape.size()) : 1.0f;
+        NodeId spread = emit(Op::matmul, {constant(ir::Shape{shape.rows, 1}, weight), dy});
+        if (shape.cols > 1) spread = emit(Op::matmul, {spread, constant(ir::Shape{1, shape.cols}, 1.0f)});
+        return to(0, spread);
+      }
+      case Op::transpose: return to(0, emit(Op::transpose, {dy}));
       case Op::concat: {
         int32_t row = 0;
         for (size_t i = 0; i < args.size(); ++i) {

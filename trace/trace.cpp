@@ -1,4 +1,5 @@
 // Trace scopes, Expr, the op functions (shape-checked at record time) and Engine.
+#include <cstdio>
 #include <mutex>
 
 #include "trace/inspect.h"
@@ -281,6 +282,51 @@ Expr concat(std::span<const Expr> xs) { return record(ir::Op::concat, xs); }
 Expr concat(std::initializer_list<Expr> xs) { return concat(std::span(xs.begin(), xs.size())); }
 Expr softmax(const Expr& x) { return record1(ir::Op::softmax, x); }
 Expr log_softmax(const Expr& x) { return record1(ir::Op::log_softmax, x); }
+
+Expr exp(const Expr& x) { return record1(ir::Op::exp, x); }
+Expr log(const Expr& x) { return record1(ir::Op::log, x); }
+Expr div(const Expr& a, const Expr& b) { return record2(ir::Op::div, a, b); }
+Expr max(const Expr& a, const Expr& b) { return record2(ir::Op::max, a, b); }
+Expr min(const Expr& a, const Expr& b) { return record2(ir::Op::min, a, b); }
+Expr sum_elements(const Expr& x) { return record1(ir::Op::sum_elements, x); }
+Expr mean_elements(const Expr& x) { return record1(ir::Op::mean_elements, x); }
+Expr transpose(const Expr& x) { return record1(ir::Op::transpose, x); }
+
+namespace {
+
+// splitmix64: a well-mixed 64-bit value of its argument (a counter), for dropout's masks.
+uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Expr dropout(const Expr& x, float p, const DropoutMode& mode) {
+  TraceState& s = TraceState::of(x, "edb::dropout()");
+  if (!(p >= 0.0f && p < 1.0f)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", double(p));
+    throw UsageError(std::string("edb::dropout(): p is ") + text + "; expected a probability with 0 <= p < 1");
+  }
+  if (!mode.training || p == 0.0f) return x;
+  // The mask is an input: its node id (where it is about to go) and the seed choose its values,
+  // so a trace recorded again with the same seed draws the same masks.
+  const ir::Shape shape = s.data.graph.node(x.node_id()).shape;
+  const uint64_t stream = mix(mode.seed ^ mix(uint64_t(s.data.graph.size())));
+  const float kept = 1.0f / (1.0f - p);
+  std::vector<float> mask(size_t(shape.size()));
+  for (size_t i = 0; i < mask.size(); ++i) {
+    const float uniform = float(mix(stream + i) >> 40) * 0x1.0p-24f;  // [0, 1) in steps of 2^-24
+    mask[i] = uniform < p ? 0.0f : kept;
+  }
+  ir::Attributes attrs;
+  attrs.index = s.data.graph.add_constants(mask);
+  const Expr m = s.add(ir::Op::input, {}, shape, attrs);
+  return record2(ir::Op::cmult, x, m);
+}
 
 Expr slice(const Expr& x, int begin_row, int end_row) {
   ir::Attributes attrs;

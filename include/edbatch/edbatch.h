@@ -306,5 +306,27 @@ Expr reshape(const Expr& x, int rows, int cols);        // the same values (colu
 Expr softmax(const Expr& x);
 Expr log_softmax(const Expr& x);
 Expr pick_neg_log_softmax(const Expr& x, int64_t label);  // -log softmax(x)[label], 1x1
+Expr exp(const Expr& x);
+Expr log(const Expr& x);                   // natural log: NaN below 0, -inf at 0
+Expr div(const Expr& a, const Expr& b);    // elementwise a / b
+Expr max(const Expr& a, const Expr& b);    // elementwise; a NaN in either gives NaN
+Expr min(const Expr& a, const Expr& b);
+Expr sum_elements(const Expr& x);          // the sum of all of x's values, 1x1
+Expr mean_elements(const Expr& x);         // their mean, 1x1
+Expr transpose(const Expr& x);             // rows x cols -> cols x rows
+
+// Dropout's mode, chosen by the caller (one value for a trace, typically): inference, or training
+// with a seed. The same seed and the same recorded trace give the same masks.
+struct DropoutMode {
+  bool training = false;
+  uint64_t seed = 0;
+};
+// At inference x itself (no node is recorded). In training each value is zeroed with probability
+// p and the others scaled by 1 / (1 - p): recorded as cmult(x, mask) with the mask an input drawn
+// now from the seed and the mask's node id, so its gradient is the same mask. 0 <= p < 1.
+// Inside a Cell body the mask is drawn when the body is recorded: once per engine with
+// EngineOptions::cells on (every call shares it), at each call with cells off. Apply dropout to a
+// call's arguments or outputs, outside the body, for masks that do not depend on that option.
+Expr dropout(const Expr& x, float p, const DropoutMode& mode);
 
 }  // namespace edb

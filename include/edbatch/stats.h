@@ -12,16 +12,29 @@ struct StageTimes {
   double execute_ms = 0;
 };
 
+// nodes, batches and lower_bound describe the schedule, so they are the same for every executor
+// that runs it; kernel_calls and bytes_gathered say what the executor did with it. With cells on
+// (EngineOptions::cells), each call of a cell counts as the nodes of its body.
 struct Stats {
-  int64_t nodes = 0;           // nodes evaluated (leaves excluded)
-  int64_t batches = 0;         // scheduled groups run
-  int64_t lower_bound = 0;     // DESIGN.md's LB summed over evaluations
-  int64_t kernel_calls = 0;    // compute calls made (a batch may take several)
+  int64_t nodes = 0;           // nodes evaluated, leaves excluded; a cell call: its body's operations
+  // Batches of the schedule: the policy's, with each batch of cell calls counted as the cell's own
+  // batches (a cell of 3 internal batches called 50 times in one batch: 3). The reference executor
+  // still runs them node by node (its kernel_calls are its nodes), and the jit runs a batch of
+  // calls as one compiled kernel; both count the schedule's batches here.
+  int64_t batches = 0;
+  int64_t lower_bound = 0;     // DESIGN.md's LB summed over evaluations (over nodes, cell bodies too)
+  // Compute calls made: the reference one per node computed; batched one or more per batch; the
+  // jit one per fused group of elementwise batches and per batch of cell calls run as one kernel
+  // (each counted once per thread that took a share of it).
+  int64_t kernel_calls = 0;
   int64_t bytes_gathered = 0;  // operand bytes copied or read through index arrays
   int64_t kernels_compiled = 0;
   int64_t cache_hits = 0;
   int64_t flops = 0;           // model arithmetic: 2 per multiply-add, 1 per elementwise op
-  int64_t policy_decisions = 0;  // learned policy: steps decided
+  // Learned policy (fsm): the steps at which it had a choice to make (two or more ready types; the
+  // other steps take greedy's one choice and are not counted). With cells on the policy sees each
+  // call as one node, so a batch of calls is at most one decision however many batches the cell has.
+  int64_t policy_decisions = 0;
   int64_t policy_unseen = 0;     // of which fell back to greedy on a state the table lacks
   StageTimes time;
 

@@ -220,6 +220,7 @@ void bind_trace(py::module_& m) {
       .def("__mul__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::cmult(x, y); }); }, py::is_operator())
       .def("__mul__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v * c; }); }, py::is_operator())
       .def("__rmul__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return c * v; }); }, py::is_operator())
+      .def("__truediv__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::div(x, y); }); }, py::is_operator())
       .def(
           "__truediv__",
           [](const PyExpr& x, float c) {
@@ -260,6 +261,29 @@ void bind_ops(py::module_& m) {
         "Softmax of each column.");
   m.def("log_softmax", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::log_softmax(v); }); },
         py::arg("x"), "Log-softmax of each column.");
+  m.def("exp", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::exp(v); }); }, py::arg("x"));
+  m.def("log", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::log(v); }); }, py::arg("x"),
+        "Natural log, elementwise: NaN below 0, -inf at 0.");
+  m.def("div", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::div(x, y); }); },
+        py::arg("a"), py::arg("b"), "Elementwise quotient (also a / b).");
+  m.def("max", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::max(x, y); }); },
+        py::arg("a"), py::arg("b"), "Elementwise maximum; a NaN in either gives NaN.");
+  m.def("min", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::min(x, y); }); },
+        py::arg("a"), py::arg("b"), "Elementwise minimum; a NaN in either gives NaN.");
+  m.def("sum_elements", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::sum_elements(v); }); },
+        py::arg("x"), "The sum of all of x's values, 1x1.");
+  m.def("mean_elements", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::mean_elements(v); }); },
+        py::arg("x"), "The mean of all of x's values, 1x1.");
+  m.def("transpose", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::transpose(v); }); }, py::arg("x"),
+        "rows x cols -> cols x rows.");
+  m.def(
+      "dropout",
+      [](const PyExpr& x, float p, bool training, uint64_t seed) {
+        return unary(x, [&](auto& v) { return edb::dropout(v, p, {.training = training, .seed = seed}); });
+      },
+      py::arg("x"), py::arg("p"), py::arg("training") = false, py::arg("seed") = 0,
+      "x itself unless training; in training each value is zeroed with probability p and the rest\n"
+      "scaled by 1 / (1 - p), with masks drawn from the seed (the same seed and trace: the same masks).");
   m.def("concat", [](const py::args& args) { return nary(args, "edb::concat()", [](auto xs) { return edb::concat(xs); }); },
         "concat(a, b, ...) or concat([a, b, ...]): rows stacked.");
   m.def(

@@ -98,6 +98,30 @@ def test_activations(engine):
         close(edbatch.log_softmax(x).value(), np.log(e / e.sum(axis=0)))
 
 
+def test_model_author_ops(engine):
+    a, b, m = rand(4, 1), rand(4, 1), rand(3, 2)
+    with edbatch.Trace(engine) as t:
+        x, y, M = t.input(a), t.input(b), t.input(m)
+        close(edbatch.exp(x).value(), np.exp(a))
+        close(edbatch.log(edbatch.exp(x) + 0.5).value(), np.log(np.exp(a) + 0.5))
+        close(edbatch.div(x, y).value(), a / b)
+        close((x / y).value(), a / b)
+        close((x / 4.0).value(), a / 4)
+        close(edbatch.max(x, y).value(), np.maximum(a, b))
+        close(edbatch.min(x, y).value(), np.minimum(a, b))
+        close(edbatch.sum_elements(M).value(), [[m.sum()]])
+        close(edbatch.mean_elements(M).value(), [[m.mean()]])
+        close(edbatch.transpose(M).value(), m.T)
+        assert edbatch.dropout(x, 0.5).node_id == x.node_id  # inference: x itself
+        dropped = edbatch.dropout(t.input(np.ones((1000, 1), np.float32)), 0.5, training=True, seed=2).value()
+        assert set(np.unique(dropped)) == {0.0, 2.0}
+        assert 400 < (dropped == 0).sum() < 600
+        with pytest.raises(edbatch.UsageError, match=r"edb::dropout\(\): p is 1; expected"):
+            edbatch.dropout(x, 1.0, training=True)
+        with pytest.raises(edbatch.UsageError, match=r"edb::div\(\): argument 2 is 3x2 but argument 1 is 4x1"):
+            edbatch.div(x, M)
+
+
 def test_loss(engine):
     a = rand(5, 1)
     with edbatch.Trace(engine) as t:

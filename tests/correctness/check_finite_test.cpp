@@ -1,10 +1,11 @@
 // EngineOptions::check_finite: the first node (in execution order) whose values are NaN or
 // infinite is a NumericError naming it, on every executor and with a background thread; without
-// the option nothing is checked.
+// the option nothing is checked. Inside a cell call the message names the cell and the call.
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <edbatch/edbatch.h>
 
@@ -50,6 +51,42 @@ TEST(CheckFinite, TheFirstNodeToProduceANonFiniteValueIsNamed) {
       EXPECT_NE(from_input.find("produced nan at row 1, col 0"), std::string::npos) << from_input;
       EXPECT_NE(from_input.find("already held inf at row 1, col 0"), std::string::npos) << from_input;
     }
+}
+
+// Inside a cell call the message names the cell, which of its calls and which body node, and
+// every message says how to map the node id to the recorded IR.
+TEST(CheckFinite, TheMessageNamesTheCellAndCallAndHowToFindTheNode) {
+  const Cell cell("logged", {{2, 1}}, [](Trace&, std::span<const Expr> in) {
+    const Expr t = tanh(in[0]);
+    const Expr l = log(in[0]);  // of a negative value: NaN
+    return std::vector<Expr>{t + l};
+  });
+  for (bool cells : {true, false}) {
+    EngineOptions options;
+    options.executor = "reference";
+    options.check_finite = true;
+    options.cells = cells;
+    Engine engine(options);
+    Trace trace(engine);
+    std::vector<Expr> outputs;
+    for (float v : {1.0f, 2.0f, -3.0f}) outputs.push_back(cell(trace, {trace.input({0.5f, v})})[0]);
+    std::string message = "(no error)";
+    try {
+      trace.run();
+      outputs.back().value();
+    } catch (const NumericError& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("(log, 2x1, batch "), std::string::npos) << message;
+    EXPECT_NE(message.find("produced nan at row 1, col 0"), std::string::npos) << message;
+    EXPECT_NE(message.find("Trace::dump() or EDB_DUMP=ir prints the recorded IR"), std::string::npos) << message;
+    const bool names_the_call = message.find(", call 3 of cell 'logged', its body node 2 of 3)") != std::string::npos;
+    EXPECT_EQ(names_the_call, cells) << message;  // with cells off the body is recorded inline
+    // The id the message names is the log node in the trace's dump.
+    const size_t at = message.find("node %") + 6;
+    const std::string id = message.substr(at, message.find(' ', at) - at);
+    EXPECT_NE(trace.dump().find("%" + id + " = log("), std::string::npos) << message << "\n" << trace.dump();
+  }
 }
 
 TEST(CheckFinite, OffByDefault) {

@@ -271,14 +271,14 @@ TEST(Differential, RandomGraphGradientsEqualReference) {
   EXPECT_GT(compared, int(graphs * 3 / 4));  // most graphs stay finite, so most are compared
 }
 
-// Seeds the long mode once failed on, under every combination. 3114: values overflow to inf in
-// both runs (inf vs inf was counted as a difference), then relu(NaN) differs between executors.
-TEST(Differential, RegressionSeeds) {
-  Fuzzer fuzzer;
-  for (uint64_t seed : {3114}) EXPECT_EQ(fuzzer.check(seed, 0, fuzzer.combinations.size()), "");
-}
+// A seed names a graph only for one version of the generator: since it draws exp, log, div, max,
+// min, sum_elements, mean_elements and transpose too, every seed records another graph (old seed
+// 3114, which found the relu below, now records one whose values grow to ~150 through random
+// cells and cancel to ~1, just past the tolerance on GEMM rounding alone). So what the long mode
+// finds is kept minimised, as below, not as a seed.
 
-// Minimised from seed 3114 (sequential/jit/cells off/memplan off): relu of NaN (here inf - inf).
+// Minimised from seed 3114 of the generator before the ops above (sequential/jit/cells off/memplan
+// off): relu of NaN (here inf - inf).
 // The jit returned 0 (its kernel selected x > 0 ? x : 0) where the others propagate NaN (Eigen's
 // max); now every executor gives NaN.
 TEST(Differential, ReluOfNanIsNanOnEveryExecutor) {

@@ -86,6 +86,25 @@ std::vector<OpCase> op_cases() {
       {"pick_neg_log_softmax", [=](Trace& t, Model& m) {
          return pick_neg_log_softmax(affine({P(t, m, "b"), P(t, m, "W"), x(t)}), 2);
        }},
+      {"exp", [=](Trace& t, Model& m) { return exp(P(t, m, "W") * 2.0f); }},
+      {"log", [=](Trace& t, Model& m) { return log(cmult(P(t, m, "W"), P(t, m, "W")) + 0.25f); }},
+      {"div", [=](Trace& t, Model& m) { return div(P(t, m, "W"), cmult(P(t, m, "V"), P(t, m, "V")) + 0.5f); }},
+      {"div by itself", [=](Trace& t, Model& m) { return div(P(t, m, "W"), P(t, m, "W") + 1.0f); }},
+      // W and V differ by at least 0.05 everywhere (initialise()), so h = 1e-2 never crosses the kink.
+      {"max", [=](Trace& t, Model& m) { return max(P(t, m, "W"), P(t, m, "V")); }},
+      {"min", [=](Trace& t, Model& m) { return min(P(t, m, "W"), P(t, m, "V") * -1.0f); }},
+      {"max of a lookup and a constant", [=](Trace& t, Model& m) {
+         return max(t.lookup(m.lookup("E"), 1), t.input({0.1f, 0.0f, 0.0f}));  // E is 0.12 or more away
+       }},
+      {"sum_elements", [=](Trace& t, Model& m) { return sum_elements(cmult(P(t, m, "W"), P(t, m, "V"))); }},
+      {"sum_elements of a vector", [=](Trace& t, Model& m) { return sum_elements(tanh(P(t, m, "b"))); }},
+      {"mean_elements", [=](Trace& t, Model& m) { return mean_elements(tanh(P(t, m, "W"))) * 3.0f; }},
+      {"transpose", [=](Trace& t, Model& m) { return cmult(transpose(P(t, m, "W")), P(t, m, "Wt")); }},
+      {"transpose of a vector", [=](Trace& t, Model& m) { return matmul(transpose(P(t, m, "b")), P(t, m, "W")); }},
+      {"dropout in training", [=](Trace& t, Model& m) {
+         return dropout(tanh(P(t, m, "W")), 0.5f, {.training = true, .seed = 7});
+       }},
+      {"dropout at inference", [=](Trace& t, Model& m) { return dropout(tanh(P(t, m, "W")), 0.5f, {}); }},
   };
 }
 
@@ -197,6 +216,31 @@ TEST(Gradients, BadLossesAreUsageErrors) {
   // recorded after the first pass on its own forward nodes is fine.
   const Gradients again = trace.backward(weighted_sum(trace, tanh(w)));
   EXPECT_NE(again.of(model.parameter("W")), nullptr);
+}
+
+// backward() twice in one trace (as docs/guide.md says): each call records its own backward pass
+// and returns the gradients of its own loss alone; nothing accumulates between calls.
+TEST(Gradients, BackwardTwiceInOneTraceGivesEachLossItsOwnGradients) {
+  Model& model = op_model();
+  const Parameter W = model.parameter("W");
+  auto alone = [&](bool squared) {
+    Engine engine;
+    Trace trace(engine);
+    const Expr h = tanh(trace.param(W));
+    return trace.backward(weighted_sum(trace, squared ? cmult(h, h) : h));
+  };
+  const Gradients first_alone = alone(false), second_alone = alone(true);
+  Engine engine;
+  Trace trace(engine);
+  const Expr h = tanh(trace.param(W));
+  const Expr loss = weighted_sum(trace, h);
+  const Gradients first = trace.backward(loss);
+  const Gradients again = trace.backward(loss);  // the same loss: the same gradients again
+  const Gradients second = trace.backward(weighted_sum(trace, cmult(h, h)));  // reuses h's forward value
+  EXPECT_TRUE(testing::near_relative(*first.of(W), *first_alone.of(W)));
+  EXPECT_TRUE(testing::near_relative(*again.of(W), *first_alone.of(W)));
+  EXPECT_TRUE(testing::near_relative(*second.of(W), *second_alone.of(W)));
+  EXPECT_FLOAT_EQ(second.loss, second_alone.loss);
 }
 
 TEST(Gradients, AddSumsDenseAndSparseGradients) {

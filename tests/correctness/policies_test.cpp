@@ -210,7 +210,9 @@ TEST(RandomDag, SeedsCoverEveryOpSinksAndFanOut) {
   }
   const std::set<std::string> every = {"affine", "matmul", "matvec", "add", "sub", "cmult", "scale",
                                        "add_const", "tanh", "sigmoid", "relu", "sum", "concat", "slice",
-                                       "softmax", "log_softmax", "pick_neg_log_softmax", "lookup", "reshape"};
+                                       "softmax", "log_softmax", "pick_neg_log_softmax", "lookup", "reshape",
+                                       "exp", "log", "div", "max", "min", "sum_elements", "mean_elements",
+                                       "transpose"};
   EXPECT_EQ(ops, every);
   EXPECT_GE(op_nodes, instances * 10);
   EXPECT_LE(op_nodes, instances * 22);

@@ -40,7 +40,8 @@ bool is_size(int rows) { return size_index(rows) >= 0; }
 
 enum class Kind {
   affine1, affine2, matmul, matvec, add, sub, cmult, scale, add_const, tanh, sigmoid, relu, sum,
-  concat, slice, softmax, log_softmax, pick, lookup, reshape, count
+  concat, slice, softmax, log_softmax, pick, lookup, reshape, exp, log, div, max, min, sum_elements,
+  mean_elements, transpose, count
 };
 
 // Row splits whose totals are sizes, for concat.
@@ -252,6 +253,27 @@ class Recorder {
         else add(reshape(use(x), rows * cols, 1), "reshape");
         return;
       }
+      // exp of tanh (exp multiplies its argument's relative error by |x|: a large x would differ
+      // between executors by more than the tolerance), log and div of x^2 + 1 (never near 0).
+      case Kind::exp: add(edb::exp(edb::tanh(use(pick_any()))), "exp"); return;
+      case Kind::log: {
+        const Expr x = use(pick_any());
+        add(edb::log(cmult(x, x) + 1.0f), "log");
+        return;
+      }
+      case Kind::div:
+      case Kind::max:
+      case Kind::min: {
+        const size_t a = pick_any();
+        const Expr x = use(a), y = use(pick_shape(nodes_[a].rows, nodes_[a].cols));
+        if (kind == Kind::div) add(div(x, cmult(y, y) + 1.0f), "div");
+        else if (kind == Kind::max) add(edb::max(x, y), "max");
+        else add(edb::min(x, y), "min");
+        return;
+      }
+      case Kind::sum_elements: add(sum_elements(use(pick_any())), "sum_elements"); return;
+      case Kind::mean_elements: add(mean_elements(use(pick_any())), "mean_elements"); return;
+      case Kind::transpose: add(transpose(use(pick_any())), "transpose"); return;
       case Kind::count: break;
     }
   }

@@ -47,10 +47,11 @@ Attributes constant(float c) {
 }
 
 const std::vector<Op> kUnaryShapePreserving = {Op::scale,   Op::add_const, Op::tanh,       Op::sigmoid,
-                                               Op::relu,    Op::softmax,   Op::log_softmax};
+                                               Op::relu,    Op::softmax,   Op::log_softmax, Op::exp,
+                                               Op::log};
 
 TEST(IrOps, TableMatchesOpsDef) {
-  EXPECT_EQ(kOpCount, 30);  // 21 forward ops, the single-node cell call and the backward pass's 8
+  EXPECT_EQ(kOpCount, 38);  // 29 forward ops, the single-node cell call and the backward pass's 8
   std::set<std::string> names;
   for (int i = 0; i < kOpCount; ++i) names.insert(std::string(op_name(static_cast<Op>(i))));
   EXPECT_EQ(names.size(), size_t(kOpCount));
@@ -78,7 +79,11 @@ TEST(IrShape, GoodShapesOfEveryOp) {
             (Shape{384, 1}));
   EXPECT_EQ(infer(Op::affine, {{3, 4}, {3, 2}, {2, 4}}), (Shape{3, 4}));
   EXPECT_EQ(infer(Op::matvec, {{4, 3}, {3, 1}}), (Shape{4, 1}));
-  for (Op op : {Op::add, Op::sub, Op::cmult}) EXPECT_EQ(infer(op, {{5, 2}, {5, 2}}), (Shape{5, 2}));
+  for (Op op : {Op::add, Op::sub, Op::cmult, Op::div, Op::max, Op::min})
+    EXPECT_EQ(infer(op, {{5, 2}, {5, 2}}), (Shape{5, 2}));
+  for (Op op : {Op::sum_elements, Op::mean_elements}) EXPECT_EQ(infer(op, {{5, 2}}), (Shape{1, 1}));
+  EXPECT_EQ(infer(Op::transpose, {{5, 2}}), (Shape{2, 5}));
+  EXPECT_EQ(infer(Op::transpose, {{5, 1}}), (Shape{1, 5}));
   for (Op op : kUnaryShapePreserving) EXPECT_EQ(infer(op, {{7, 3}}, constant(0.5f)), (Shape{7, 3}));
   EXPECT_EQ(infer(Op::sum, {{4, 1}}), (Shape{4, 1}));
   EXPECT_EQ(infer(Op::sum, {{4, 2}, {4, 2}, {4, 2}}), (Shape{4, 2}));
@@ -133,7 +138,7 @@ TEST(IrShape, MatrixProductErrorsNameBothShapes) {
 }
 
 TEST(IrShape, ElementwiseAndDataMovementErrorsNameBothShapes) {
-  for (Op op : {Op::add, Op::sub, Op::cmult}) {
+  for (Op op : {Op::add, Op::sub, Op::cmult, Op::div, Op::max, Op::min}) {
     EXPECT_EQ(shape_error(op, {{3, 1}, {4, 1}}),
               "edb::" + std::string(op_name(op)) + "(): argument 2 is 4x1 but argument 1 is 3x1");
   }
@@ -339,6 +344,10 @@ TEST(IrFlops, MatrixProductsAndElementwise) {
   const NodeId sum = graph.add(Op::sum, abc, {384, 1});
   const NodeId concat = graph.add(Op::concat, ab, {768, 1});
   const NodeId softmax = graph.add(Op::softmax, u, {384, 1});
+  const NodeId xs_only[1] = {xs};
+  const NodeId sum_elements = graph.add(Op::sum_elements, xs_only, {1, 1});
+  const NodeId transpose = graph.add(Op::transpose, xs_only, {64, 256});
+  const NodeId log = graph.add(Op::log, u, {384, 1});
   ASSERT_NO_THROW(verify(graph));
 
   EXPECT_EQ(node_flops(graph, b), 0);
@@ -351,6 +360,9 @@ TEST(IrFlops, MatrixProductsAndElementwise) {
   EXPECT_EQ(node_flops(graph, sum), 2 * 384);
   EXPECT_EQ(node_flops(graph, concat), 0);
   EXPECT_EQ(node_flops(graph, softmax), 3 * 384);
+  EXPECT_EQ(node_flops(graph, sum_elements), 256 * 64);
+  EXPECT_EQ(node_flops(graph, transpose), 0);
+  EXPECT_EQ(node_flops(graph, log), 384);
 }
 
 }  // namespace

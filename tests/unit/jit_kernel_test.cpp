@@ -1,6 +1,6 @@
 // Kernel IR and the LLVM backend: canonical text, verification, compiled kernels against the
 // interpreter (and direct libm formulas) over random shapes and every operand access, accuracy
-// sweeps of the inlined tanh / sigmoid / exp against libm, symbols and keep-alive.
+// sweeps of the inlined tanh / sigmoid / exp / log against libm, symbols and keep-alive.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -272,12 +272,12 @@ TEST(LlvmBackend, EveryOpAloneMatchesTheInterpreter) {
   LlvmBackend backend;
   uint32_t seed = 1;
   for (OperandAccess access : kAccesses) {
-    for (KernelOp op : {KernelOp::load, KernelOp::tanh, KernelOp::sigmoid, KernelOp::relu, KernelOp::exp})
-      expect_matches_interpreter(backend, unary_kernel(op, access), seed++);
+    for (KernelOp op : {KernelOp::load, KernelOp::tanh, KernelOp::sigmoid, KernelOp::relu, KernelOp::exp, KernelOp::log})
+      expect_matches_interpreter(backend, unary_kernel(op, access), seed++);  // log: NaN below 0 on both
     expect_matches_interpreter(backend, unary_kernel(KernelOp::scale, access, -1.75f), seed++);
     expect_matches_interpreter(backend, unary_kernel(KernelOp::add_const, access, 0.3f), seed++);
     for (OperandAccess second : kAccesses)
-      for (KernelOp op : {KernelOp::add, KernelOp::sub, KernelOp::cmult}) {
+      for (KernelOp op : {KernelOp::add, KernelOp::sub, KernelOp::cmult, KernelOp::div, KernelOp::max, KernelOp::min}) {
         Kernel k;
         k.name = std::string(kernel_op_name(op));
         k.inputs = {access, second};
@@ -424,6 +424,77 @@ TEST(LlvmBackend, TranscendentalsAtTheEdges) {
   }
 }
 
+// log against libm in double over 2^-149 .. 2^128 (points spaced evenly in the exponent, so every
+// binade is swept, subnormals too) and densely around 1, where log is near 0.
+TEST(LlvmBackend, LogIsAccurate) {
+  LlvmBackend backend;
+  const CompiledKernel compiled = backend.compile(unary_kernel(KernelOp::log, OperandAccess::strided));
+  auto worst_relative = [&](const std::vector<float>& x) {
+    std::vector<float> y(x.size());
+    const KernelInput input{x.data(), int64_t(x.size()), nullptr};
+    float* output = y.data();
+    compiled({1, int64_t(x.size()), &input, &output});
+    double worst = 0;
+    for (size_t n = 0; n < x.size(); ++n) {
+      const double want = std::log(double(x[n]));
+      worst = std::max(worst, want == 0 ? std::abs(double(y[n])) : std::abs(double(y[n]) - want) / std::abs(want));
+    }
+    return worst;
+  };
+  std::vector<float> wide, near_one;
+  for (int n = 0; n < 1000000; ++n) {
+    wide.push_back(float(std::exp2(-149.0 + 276.999 * n / 999999.0)));
+    near_one.push_back(0.9f + 0.2f * float(n) / 999999.0f);
+  }
+  const double wide_error = worst_relative(wide), near_one_error = worst_relative(near_one);
+  std::printf("log: max relative error %.3g over [2^-149, 2^128), %.3g over [0.9, 1.1]\n", wide_error, near_one_error);
+  EXPECT_LE(wide_error, 1e-6);
+  EXPECT_LE(near_one_error, 1e-6);
+}
+
+TEST(LlvmBackend, LogAtTheEdges) {
+  LlvmBackend backend;
+  const CompiledKernel compiled = backend.compile(unary_kernel(KernelOp::log, OperandAccess::shared));
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> x = {0.0f, -0.0f, -1e-30f, -1.0f, -inf, nan, inf, 1.0f, 1e-45f, 1e-40f,
+                                std::numeric_limits<float>::min(), std::numeric_limits<float>::max()};
+  std::vector<float> y(x.size());
+  const KernelInput input{x.data(), 0, nullptr};
+  float* output = y.data();
+  compiled({1, int64_t(x.size()), &input, &output});
+  for (size_t n = 0; n < x.size(); ++n) {
+    const double want = std::log(double(x[n]));
+    if (std::isnan(want)) EXPECT_TRUE(std::isnan(y[n])) << "log(" << x[n] << ") = " << y[n];
+    else if (std::isinf(want)) EXPECT_EQ(double(y[n]), want) << "log(" << x[n] << ")";
+    else EXPECT_LE(std::abs(y[n] - want), 1e-6 * std::max(1.0, std::abs(want))) << "log(" << x[n] << ")";
+  }
+}
+
+// max and min as ir::max_of and ir::min_of: a NaN in either argument gives NaN; otherwise exact.
+TEST(LlvmBackend, MaxAndMinPassNaNOn) {
+  LlvmBackend backend;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> a = {1.0f, -2.0f, nan, 3.0f, nan, -inf, 0.5f};
+  const std::vector<float> b = {2.0f, -3.0f, 1.0f, nan, nan, 4.0f, 0.5f};
+  for (KernelOp op : {KernelOp::max, KernelOp::min}) {
+    Kernel k;
+    k.inputs = {OperandAccess::shared, OperandAccess::shared};
+    k.store(k.binary(op, k.load(0), k.load(1)));
+    const CompiledKernel compiled = backend.compile(k);
+    std::vector<float> y(a.size());
+    const KernelInput inputs[2] = {{a.data(), 0, nullptr}, {b.data(), 0, nullptr}};
+    float* output = y.data();
+    compiled({1, int64_t(a.size()), inputs, &output});
+    for (size_t n = 0; n < a.size(); ++n) {
+      const float want = op == KernelOp::max ? ir::max_of(a[n], b[n]) : ir::min_of(a[n], b[n]);
+      if (std::isnan(a[n]) || std::isnan(b[n])) EXPECT_TRUE(std::isnan(y[n])) << kernel_op_name(op) << " at " << n;
+      else EXPECT_EQ(y[n], want) << kernel_op_name(op) << " at " << n;
+    }
+  }
+  EXPECT_EQ(ir::max_of(2.0f, -1.0f), 2.0f);
+  EXPECT_EQ(ir::min_of(2.0f, -1.0f), -1.0f);
+}
+
 TEST(LlvmBackend, EmptyShapesWriteNothing) {
   LlvmBackend backend;
   const CompiledKernel compiled = backend.compile(lstm_kernel(false));
@@ -463,6 +534,9 @@ TEST(LlvmBackend, VectorisedWithoutLibmCalls) {
   for (const char* libm : {"@tanhf", "@expf", "@exp(", "@tanh("})
     EXPECT_EQ(lstm.ir.find(libm), std::string::npos) << libm << " called:\n" << lstm.ir;
   EXPECT_NE(lstm.assembly.find(lstm.symbol()), std::string::npos);
+  const CompiledKernel log = backend.compile(unary_kernel(KernelOp::log, OperandAccess::strided));
+  EXPECT_NE(log.ir.find(" x float>"), std::string::npos) << "log was not vectorised:\n" << log.ir;
+  for (const char* libm : {"@logf", "@log("}) EXPECT_EQ(log.ir.find(libm), std::string::npos) << libm << " called:\n" << log.ir;
   LlvmBackend quiet({.keep_ir = false});
   const CompiledKernel plain = quiet.compile(lstm_kernel(true));
   EXPECT_TRUE(plain.ir.empty());

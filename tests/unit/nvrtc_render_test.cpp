@@ -44,6 +44,8 @@ jit::Kernel every_op_kernel() {
   k.store(k.unary(jit::KernelOp::tanh, sum));
   k.store(k.unary(jit::KernelOp::sigmoid, shifted));
   k.store(k.unary(jit::KernelOp::exp, k.unary(jit::KernelOp::relu, difference)));
+  k.store(k.binary(jit::KernelOp::max, k.unary(jit::KernelOp::log, a), k.binary(jit::KernelOp::div, b, c)));
+  k.store(k.binary(jit::KernelOp::min, a, b));
   return k;
 }
 
@@ -58,7 +60,12 @@ TEST(NvrtcRender, KernelSourceHasNoIncludeAndTheKeySymbol) {
   EXPECT_NE(source.find("inputs[2].pointers[k][e]"), std::string::npos) << source;                   // gathered
   EXPECT_NE(source.find("0x1.99999ap-4f"), std::string::npos) << source;                             // 0.1f exactly
   EXPECT_NE(source.find("__int_as_float(0xff800000)"), std::string::npos) << source;                 // -inf
-  for (int j = 0; j < 3; ++j) EXPECT_NE(source.find("outputs[" + std::to_string(j) + "][i]"), std::string::npos);
+  for (size_t j = 0; j < kernel.outputs.size(); ++j)
+    EXPECT_NE(source.find("outputs[" + std::to_string(j) + "][i]"), std::string::npos);
+  EXPECT_NE(source.find("logf(v0)"), std::string::npos) << source;
+  // max and min keep a NaN of either argument (as ir::max_of and ir::min_of), unlike fmaxf
+  EXPECT_NE(source.find(" != "), std::string::npos) << source;
+  EXPECT_EQ(source.find("fmaxf"), std::string::npos) << source;
   EXPECT_EQ(nvrtc::render_gemm("edb_gemm_x").find("#include"), std::string::npos);
 }
 

@@ -1,0 +1,127 @@
+// What Engine::stats() counts (include/edbatch/stats.h): nodes, batches and the lower bound
+// describe the schedule and are the same whichever executor runs it; kernel_calls say what the
+// executor did (the reference: one per node it computed); with cells on a call counts as its
+// body's nodes and batches, and the learned policy decides over calls.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+
+#include "tests/support/test_support.h"
+
+namespace edb {
+namespace {
+
+// Per instance: h = W x + b, then tanh(h[0:2]) + sigmoid(h[2:4]). The slices of h are views (they
+// compute nothing); the rest are 4 computed nodes per instance.
+Stats run_gates(const EngineOptions& options, int instances) {
+  Model model("gates", 5);
+  const Parameter W = model.add_parameter("W", 4, 3), b = model.add_parameter("b", 4, 1);
+  EngineOptions checked = options;
+  checked.verify = true;
+  Engine engine(checked);
+  Trace trace(engine);
+  std::vector<Expr> outputs;
+  for (int i = 0; i < instances; ++i) {
+    const Expr h = affine({trace.param(b), trace.param(W), trace.input({float(i), 1.0f, -0.5f})});
+    outputs.push_back(tanh(slice(h, 0, 2)) + sigmoid(slice(h, 2, 4)));
+  }
+  trace.run();
+  for (const Expr& e : outputs) e.value();
+  return engine.stats();
+}
+
+TEST(Stats, TheScheduleIsCountedTheSameWhicheverExecutorRunsIt) {
+  testing::TempDir cache;
+  EngineOptions reference;
+  reference.executor = "reference";
+  const Stats expected = run_gates(reference, 8);
+  EXPECT_EQ(expected.nodes, 8 * 6);         // affine, two slices, tanh, sigmoid, add
+  EXPECT_EQ(expected.batches, 6);           // greedy: one batch per type
+  EXPECT_EQ(expected.kernel_calls, 8 * 4);  // node by node, and the 16 slice views compute nothing
+  for (const char* executor : {"batched", "jit"}) {
+    EngineOptions options;
+    options.executor = executor;
+    options.cache_directory = cache.path();
+    const Stats actual = run_gates(options, 8);
+    EXPECT_EQ(actual.nodes, expected.nodes) << executor;
+    EXPECT_EQ(actual.batches, expected.batches) << executor;
+    EXPECT_EQ(actual.lower_bound, expected.lower_bound) << executor;
+    EXPECT_EQ(actual.flops, expected.flops) << executor;
+    EXPECT_LT(actual.kernel_calls, expected.kernel_calls) << executor;
+  }
+}
+
+// out = tanh(x) + sigmoid(x) * y: 4 nodes of 4 types, so 4 internal batches (cells_test.cpp).
+Cell mix_cell() {
+  return Cell("mix", {{3, 1}, {3, 1}}, [](Trace&, std::span<const Expr> in) {
+    return std::vector<Expr>{tanh(in[0]) + cmult(sigmoid(in[0]), in[1])};
+  });
+}
+
+Stats run_calls(EngineOptions options, int calls) {
+  options.verify = true;
+  Engine engine(options);
+  Trace trace(engine);
+  const Cell cell = mix_cell();
+  std::vector<Expr> outputs;
+  for (int k = 0; k < calls; ++k)
+    outputs.push_back(cell(trace, {trace.input({float(k), 1.0f, -1.0f}), trace.input({0.5f, float(k), 2.0f})})[0]);
+  trace.run();
+  for (const Expr& e : outputs) e.value();
+  return engine.stats();
+}
+
+TEST(Stats, WithCellsACallCountsAsItsBodysNodesAndBatches) {
+  testing::TempDir cache;
+  for (const char* executor : {"reference", "batched", "jit"})
+    for (bool cells : {true, false}) {
+      EngineOptions options;
+      options.executor = executor;
+      options.cells = cells;
+      options.cache_directory = cache.path();
+      const Stats s = run_calls(options, 6);
+      const std::string where = std::string(executor) + (cells ? " cells on" : " cells off");
+      EXPECT_EQ(s.nodes, 6 * 4) << where;  // every call's four body nodes
+      EXPECT_EQ(s.batches, 4) << where;    // the cell's own batches over all six calls
+      EXPECT_EQ(s.lower_bound, 4) << where;
+      if (std::string(executor) == "reference") {
+        EXPECT_EQ(s.kernel_calls, 6 * 4) << where;
+      }
+      if (std::string(executor) == "jit" && cells) {
+        EXPECT_EQ(s.kernel_calls, 1) << where;  // one compiled cell kernel
+      }
+    }
+}
+
+// Two chains of three calls, of two cells of two internal batches each (tanh, then sigmoid).
+// The learned policy sees the calls, one node each: it decides only where it has a choice (both
+// cells ready), at most once per batch of calls, while batches counts the cells' own batches.
+TEST(Stats, TheLearnedPolicyDecidesOverCallsNotOverTheCellsBatches) {
+  auto body = [](Trace&, std::span<const Expr> in) { return std::vector<Expr>{sigmoid(tanh(in[0]))}; };
+  const Cell first("first", {{3, 1}}, body), second("second", {{3, 1}}, body);
+  EngineOptions options;
+  options.policy = "fsm";  // no table: every decision falls back to greedy, and is counted
+  options.verify = true;
+  Engine engine(options);
+  Trace trace(engine);
+  Expr a = trace.input({1.0f, 2.0f, 3.0f}), b = trace.input({-1.0f, 0.5f, 0.25f});
+  for (int k = 0; k < 3; ++k) {
+    a = first(trace, {a})[0];
+    b = second(trace, {b})[0];
+  }
+  a.value();
+  b.value();
+  const Stats& s = engine.stats();
+  EXPECT_EQ(s.nodes, 12);
+  EXPECT_EQ(s.batches, 12);  // six batches of one call, two internal batches each
+  EXPECT_GE(s.policy_decisions, 1);
+  EXPECT_LE(s.policy_decisions, 6);
+  EXPECT_EQ(s.policy_unseen, s.policy_decisions);
+}
+
+}  // namespace
+}  // namespace edb
