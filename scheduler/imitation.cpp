@@ -73,6 +73,12 @@ uint32_t ImitationPolicy::bucket(const TightFrontier& frontier, uint32_t t) cons
 uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
   const auto& ready = frontier.ready_types();
   if (ready.size() == 1) return ready[0];
+  if (tight_first_) {
+    if (const uint32_t t = frontier.any_tight(); t != kNone) {
+      if (count) ++decisions_;
+      return t;
+    }
+  }
   float best = -INFINITY;
   bool known = false;
   tied_.clear();
@@ -106,10 +112,17 @@ int64_t ImitationPolicy::rollout(const ScheduleInput& input, const Analysis& ana
 
 void ImitationPolicy::check_models(const ScheduleInput& input) const {
   if (models_.empty()) return;
+  // Usually the first parameter settles it: no strings are built unless the check fails.
+  bool any = false;
+  for (const ir::ParameterInfo& p : input.graph.parameters()) {
+    const size_t slash = p.name.find('/');
+    if (slash == std::string::npos) continue;
+    any = true;
+    const std::string_view model(p.name.data(), slash);
+    if (std::binary_search(models_.begin(), models_.end(), model, std::less<>())) return;
+  }
+  if (!any) return;
   const std::vector<std::string> here = model_names(input.graph);
-  if (here.empty()) return;
-  for (const std::string& m : here)
-    if (std::binary_search(models_.begin(), models_.end(), m)) return;
   std::string trained, seen;
   for (const std::string& m : models_) trained += (trained.empty() ? "" : ", ") + m;
   for (const std::string& m : here) seen += (seen.empty() ? "" : ", ") + m;
@@ -154,13 +167,19 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
                            : analyses[g].chains.lower_bound();
   };
 
-  // The decisions of the best schedule the search finds, replayed on the tight frontier.
+  // Tight first (free batches) when, alone with greedy for the rest, it never needs more batches
+  // than greedy on a fitted trace; else every decision is learned or greedy's.
   scores_.clear();
-  std::vector<Sample> samples;
+  Schedule scratch;
+  auto evaluate = [&](size_t g) { return rollout(inputs[g], analyses[g], heights[g], scratch, false); };
   std::vector<int64_t> greedy(count);
-  for (size_t g = 0; g < count; ++g) {
-    greedy[g] = greedy_batches(inputs[g], analyses[g]);
-    if (g >= fitted) continue;
+  for (size_t g = 0; g < count; ++g) greedy[g] = greedy_batches(inputs[g], analyses[g]);
+  tight_first_ = true;
+  for (size_t g = 0; g < fitted && tight_first_; ++g) tight_first_ = evaluate(g) <= greedy[g];
+
+  // The decisions of the best schedule the search finds, replayed on the tight frontier.
+  std::vector<Sample> samples;
+  for (size_t g = 0; g < fitted; ++g) {
     const SearchResult found = search_schedule(inputs[g], options.search);
     report.search_batches += found.batches;
     report.greedy_batches += greedy[g];
@@ -179,7 +198,7 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
     for (size_t b = 0; b < found.schedule.batch_count(); ++b) {
       const uint32_t chosen = local_of_global[found.schedule.batch_type[b]];
       const auto& ready = frontier.ready_types();
-      if (ready.size() >= 2) {
+      if (ready.size() >= 2 && !(tight_first_ && frontier.any_tight() != kNone)) {
         Sample& sample = samples.emplace_back();
         for (uint32_t t : ready) {
           if (t == chosen) sample.chosen = uint32_t(sample.keys.size());
@@ -234,9 +253,7 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   std::sort(by_support.begin(), by_support.end(), std::greater<>());
 
   // Never worse than greedy on a fitted trace: keep the best-supported half until that holds (an
-  // empty table is greedy itself).
-  Schedule scratch;
-  auto evaluate = [&](size_t g) { return rollout(inputs[g], analyses[g], heights[g], scratch, false); };
+  // empty table is greedy itself, or tight-first with greedy, checked above).
   size_t kept = by_support.size();
   int cuts = 0;
   for (;;) {
@@ -274,7 +291,8 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
     why += "; the search ran out of its budget on " + std::to_string(report.searches_cut_short) + " of " +
            std::to_string(fitted) + " traces";
   if (cuts > 0) why += "; halved the table " + std::to_string(cuts) + " times so that no training trace needs more batches than greedy";
-  if (scores_.empty()) why = "learned nothing: " + why + "; every decision falls back to greedy";
+  if (tight_first_) why += "; tight types run first";
+  if (scores_.empty() && !tight_first_) why = "learned nothing: " + why + "; every decision falls back to greedy";
   else if (!report.beats_greedy) why += "; the table ties greedy on the training traces";
   report.stop_reason = why;
   report_ = report;

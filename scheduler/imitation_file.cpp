@@ -67,7 +67,7 @@ void ImitationPolicy::save(const std::string& path) const {
   std::vector<std::pair<uint32_t, float>> sorted(scores_.begin(), scores_.end());
   std::sort(sorted.begin(), sorted.end());  // deterministic files
   for (const auto& [key, score] : sorted) scores.push_back({key / kBuckets, key % kBuckets, score});
-  const nlohmann::json content = {{"types", names_}, {"models", models_}, {"scores", scores},
+  const nlohmann::json content = {{"types", names_}, {"models", models_}, {"tight_first", tight_first_}, {"scores", scores},
                                   {"report", report_json(report_)}};
   const nlohmann::json file = {{"format", kFormat}, {"version", kVersion}, {"content", content},
                                {"checksum", checksum(content)}};
@@ -80,7 +80,7 @@ void ImitationPolicy::save(const std::string& path) const {
   }
   if (std::rename(temp.c_str(), path.c_str()) != 0)
     fail(path, std::string("cannot rename the temporary file: ") + std::strerror(errno));
-  if (scores_.empty())
+  if (learned_nothing())
     std::fprintf(stderr,
                  "edb::Engine::save_policy(): warning: '%s' learned nothing: every decision falls back to greedy "
                  "(%s)\n",
@@ -126,12 +126,14 @@ void ImitationPolicy::load(const std::string& path) {
       scores[uint32_t(type) * kBuckets + uint32_t(bucket)] = entry[2].get<float>();
     }
     LearnedReport report = report_of(content.at("report"));
+    const bool tight_first = content.at("tight_first").get<bool>();
     names_ = types;
     index_of_name_.clear();
     for (uint32_t i = 0; i < names_.size(); ++i) index_of_name_.emplace(names_[i], i);
     scores_ = std::move(scores);
     models_ = std::move(models);
     report_ = std::move(report);
+    tight_first_ = tight_first;
     path_ = path;
   } catch (const nlohmann::json::exception& e) {
     fail(path, std::string("unexpected content: ") + e.what());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "scheduler/policies.h"
 #include "scheduler/tight.h"
@@ -18,17 +19,31 @@ constexpr uint32_t kNone = LocalTypes::kNone;
 struct State {
   TightFrontier frontier;
   Schedule prefix;
+  uint64_t hash = 0;  // of the set of nodes run: equal sets, equal states, whatever the order
+
+  void run(uint32_t t) {
+    const size_t before = prefix.nodes.size();
+    frontier.run(t, prefix);
+    for (size_t i = before; i < prefix.nodes.size(); ++i) {
+      uint64_t z = prefix.nodes[i] + 0x9e3779b97f4a7c15ull;  // splitmix64
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      hash += z ^ (z >> 31);
+    }
+  }
 };
 
 void run_tight(State& s) {
-  for (uint32_t t = s.frontier.any_tight(); t != kNone && !s.frontier.done(); t = s.frontier.any_tight())
-    s.frontier.run(t, s.prefix);
+  for (uint32_t t = s.frontier.any_tight(); t != kNone && !s.frontier.done(); t = s.frontier.any_tight()) s.run(t);
 }
 
-// The tight-first rule from `s` to the end, on a copy.
-int64_t rollout(const State& s, Schedule* complete) {
+// The tight-first rule from `s` to the end, on a copy; counts the decisions that were not tight.
+int64_t rollout(const State& s, Schedule* complete, int64_t* decisions = nullptr) {
   State copy = s;
-  while (!copy.frontier.done()) copy.frontier.run(tight_first_choice(copy.frontier), copy.prefix);
+  while (!copy.frontier.done()) {
+    if (decisions && copy.frontier.any_tight() == kNone) ++*decisions;
+    copy.frontier.run(tight_first_choice(copy.frontier), copy.prefix);
+  }
   if (complete) *complete = std::move(copy.prefix);
   return copy.frontier.cost();
 }
@@ -80,23 +95,27 @@ SearchResult search_schedule(const ScheduleInput& input, const SearchOptions& op
   result.lower_bound = root.frontier.remaining_bound();
   run_tight(root);
   const Clock::time_point before_rollout = Clock::now();
-  int64_t best = rollout(root, &result.schedule);
+  int64_t decisions = 0;
+  int64_t best = rollout(root, &result.schedule, &decisions);
   const auto rollout_time = std::max(Clock::now() - before_rollout, Clock::duration(1));
   result.rule_batches = best;
   result.rollouts = 1;
-  // Decisions left to make are at most the rule's batches beyond the bound; each costs about
-  // width x candidates rollouts. Narrow the beam until the whole search fits the budget.
-  const int64_t decisions = std::max<int64_t>(best - result.lower_bound, 1);
+  // About as many beam steps as the rule made decisions that were not tight, each costing width x
+  // candidates rollouts: narrow the beam until the whole search fits the budget.
+  size_t ready_types = 0;
+  for (uint32_t t : root.frontier.ready_types()) ready_types += root.frontier.terminal(t) ? 0 : 1;
   const double affordable = double(options.budget.count()) * 1000.0 /
                             double(std::chrono::duration_cast<std::chrono::nanoseconds>(rollout_time).count()) /
-                            double(decisions);
-  int candidates_wanted = std::max(1, std::min(options.max_candidates, int(affordable)));
-  const int width = std::max(1, std::min(options.beam_width, int(affordable / candidates_wanted)));
+                            double(std::max<int64_t>(decisions, 1));
+  const int candidates_wanted = std::max(1, std::min(options.max_candidates, int(affordable)));
+  const double per_state = double(std::max<size_t>(1, std::min<size_t>(ready_types, size_t(candidates_wanted))));
+  const int width = std::max(1, std::min(options.beam_width, int(affordable / per_state / 2)));
 
   std::vector<State> beam;
   beam.push_back(std::move(root));
   std::vector<Child> children;
   Schedule complete;
+  std::unordered_set<uint64_t> seen;
   bool out_of_time = false;
   while (!beam.empty() && !out_of_time) {
     children.clear();
@@ -108,7 +127,7 @@ SearchResult search_schedule(const ScheduleInput& input, const SearchOptions& op
           break;
         }
         Child child{0, 0, s};
-        child.state.frontier.run(t, child.state.prefix);
+        child.state.run(t);
         run_tight(child.state);
         child.cost = child.state.frontier.cost();
         child.value = rollout(child.state, &complete);
@@ -126,9 +145,10 @@ SearchResult search_schedule(const ScheduleInput& input, const SearchOptions& op
       return a.value != b.value ? a.value < b.value : a.cost < b.cost;
     });
     beam.clear();
+    seen.clear();
     for (Child& c : children) {
       if (int(beam.size()) == width) break;
-      if (c.state.frontier.done()) continue;
+      if (c.state.frontier.done() || !seen.insert(c.state.hash).second) continue;
       beam.push_back(std::move(c.state));
     }
   }

@@ -17,7 +17,8 @@ namespace edb::scheduler {
 
 struct SearchOptions {
   std::chrono::microseconds budget{1000000};  // wall-clock time for one graph
-  int beam_width = 4;       // states kept per step (1: one-step rollouts over the rule)
+  int beam_width = 64;      // states kept per step at most (1: one-step rollouts over the rule); the
+                            // budget narrows it
   int max_candidates = 12;  // types tried per state, the rule's favourites first
 };
 

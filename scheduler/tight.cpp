@@ -11,34 +11,23 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
   const LocalTypes& types = analysis.types;
   const Dependencies& d = analysis.dependencies;
   const size_t n = input.graph.size() - input.begin;
-  const size_t width = std::max<size_t>(types.count(), 1);
+  // Rows padded to whole vector registers, so the max loop runs without a remainder.
+  constexpr size_t kLanes = 32;
+  const size_t width = std::max<size_t>((types.count() + kLanes - 1) / kLanes * kLanes, kLanes);
   height.assign(n, 0);
   expanded_batch_weights(input.calls, types.global, weight);
-  row_of_.assign(n, 0);
-  unread_.assign(n, 0);
+  row_of_.resize(n);
+  unread_.resize(n);
   free_.clear();
   rows_.clear();
-  std::vector<uint32_t> row(width);
   node_terminal_.assign(n, 1);
   terminal.assign(types.count(), 1);
-  // A row lives until every argument of its node has read it (pending counts those reads).
-  // A node is terminal when its type is single-rank and all its users are terminal (a loss, the
-  // output layer feeding it); a type when all its nodes are.
+  // A row lives until every argument of its node has read it (pending counts those reads). A node
+  // is terminal when its type is single-rank and all its users are terminal (a loss, the output
+  // layer feeding it); a type when all its nodes are.
   for (size_t i = n; i-- > 0;) {
     const uint32_t t = types.of_node[i];
     if (t == LocalTypes::kNone) continue;
-    std::fill(row.begin(), row.end(), 0u);
-    for (uint32_t u = d.users_begin[i]; u < d.users_begin[i + 1]; ++u) {
-      const size_t user = d.users[u] - input.begin;
-      const uint16_t* from = rows_.data() + size_t(row_of_[user]) * width;
-      for (size_t k = 0; k < width; ++k) row[k] = std::max<uint32_t>(row[k], from[k]);
-      if (--unread_[user] == 0) free_.push_back(row_of_[user]);
-      if (!node_terminal_[user]) node_terminal_[i] = 0;
-    }
-    if (analysis.chains.longest[t] != 1) node_terminal_[i] = 0;
-    if (!node_terminal_[i]) terminal[t] = 0;
-    if (!d.unbatchable[t]) height[i] = ++row[t];
-    if (height[i] > 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65535 nodes");
     uint32_t index;
     if (free_.empty()) {
       index = uint32_t(rows_.size() / width);
@@ -47,8 +36,21 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
       index = free_.back();
       free_.pop_back();
     }
-    uint16_t* to = rows_.data() + size_t(index) * width;
-    for (size_t k = 0; k < width; ++k) to[k] = uint16_t(std::min<uint32_t>(row[k], 0xffff));
+    uint16_t* __restrict row = rows_.data() + size_t(index) * width;
+    std::fill(row, row + width, uint16_t{0});
+    for (uint32_t u = d.users_begin[i]; u < d.users_begin[i + 1]; ++u) {
+      const size_t user = d.users[u] - input.begin;
+      const uint16_t* __restrict from = rows_.data() + size_t(row_of_[user]) * width;
+      for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
+      if (--unread_[user] == 0) free_.push_back(row_of_[user]);
+      if (!node_terminal_[user]) node_terminal_[i] = 0;
+    }
+    if (analysis.chains.longest[t] != 1) node_terminal_[i] = 0;
+    if (!node_terminal_[i]) terminal[t] = 0;
+    if (!d.unbatchable[t]) {
+      if (row[t] == 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
+      height[i] = ++row[t];
+    }
     row_of_[i] = index;
     unread_[i] = d.pending[i];
     if (unread_[i] == 0) free_.push_back(index);
