@@ -50,7 +50,7 @@ class DagRnn final : public SampleModel {
         for (int p : node.predecessors) predecessors.push_back(states[size_t(p)]);
         states[n] = node_cell_(trace, {x, predecessors.size() == 1 ? predecessors[0] : sum(predecessors)})[0];
       }
-      output({affine({trace.param(b_out_), trace.param(w_out_), states[n]}), node.label, n + 1 == dag.nodes.size()});
+      output({affine({trace.param(b_out_), trace.param(w_out_), states[n]}), node.label, false});
     }
   }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "edbatch/errors.h"
 #include "scheduler/lower_bound.h"
@@ -73,7 +74,7 @@ uint32_t ImitationPolicy::bucket(const TightFrontier& frontier, uint32_t t) cons
 uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
   const auto& ready = frontier.ready_types();
   if (ready.size() == 1) return ready[0];
-  if (tight_first_) {
+  if (base_ != Base::greedy) {
     if (const uint32_t t = frontier.any_tight(); t != kNone) {
       if (count) ++decisions_;
       return t;
@@ -97,7 +98,7 @@ uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
     ++decisions_;
     if (!known) ++unseen_;
   }
-  if (!known) return frontier.greedy_choice();
+  if (!known) return base_ == Base::tight_first ? tight_first_choice(frontier) : frontier.greedy_choice();
   return tied_.size() == 1 ? tied_[0] : frontier.greedy_among(tied_);
 }
 
@@ -167,15 +168,27 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
                            : analyses[g].chains.lower_bound();
   };
 
-  // Tight first (free batches) when, alone with greedy for the rest, it never needs more batches
-  // than greedy on a fitted trace; else every decision is learned or greedy's.
+  // The base (what decides without a score): the one needing fewest batches over the fitted
+  // traces among those that never need more than greedy on any of them.
   scores_.clear();
   Schedule scratch;
   auto evaluate = [&](size_t g) { return rollout(inputs[g], analyses[g], heights[g], scratch, false); };
   std::vector<int64_t> greedy(count);
   for (size_t g = 0; g < count; ++g) greedy[g] = greedy_batches(inputs[g], analyses[g]);
-  tight_first_ = true;
-  for (size_t g = 0; g < fitted && tight_first_; ++g) tight_first_ = evaluate(g) <= greedy[g];
+  Base chosen = Base::greedy;
+  int64_t chosen_total = std::accumulate(greedy.begin(), greedy.begin() + long(fitted), int64_t{0});
+  for (Base candidate : {Base::tight_then_greedy, Base::tight_first}) {
+    base_ = candidate;
+    bool never_worse = true;
+    int64_t total = 0;
+    for (size_t g = 0; g < fitted && never_worse; ++g) {
+      const int64_t batches = evaluate(g);
+      never_worse = batches <= greedy[g];
+      total += batches;
+    }
+    if (never_worse && total < chosen_total) chosen = candidate, chosen_total = total;
+  }
+  base_ = chosen;
 
   // The decisions of the best schedule the search finds, replayed on the tight frontier.
   std::vector<Sample> samples;
@@ -198,7 +211,7 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
     for (size_t b = 0; b < found.schedule.batch_count(); ++b) {
       const uint32_t chosen = local_of_global[found.schedule.batch_type[b]];
       const auto& ready = frontier.ready_types();
-      if (ready.size() >= 2 && !(tight_first_ && frontier.any_tight() != kNone)) {
+      if (ready.size() >= 2 && !(base_ != Base::greedy && frontier.any_tight() != kNone)) {
         Sample& sample = samples.emplace_back();
         for (uint32_t t : ready) {
           if (t == chosen) sample.chosen = uint32_t(sample.keys.size());
@@ -291,8 +304,9 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
     why += "; the search ran out of its budget on " + std::to_string(report.searches_cut_short) + " of " +
            std::to_string(fitted) + " traces";
   if (cuts > 0) why += "; halved the table " + std::to_string(cuts) + " times so that no training trace needs more batches than greedy";
-  if (tight_first_) why += "; tight types run first";
-  if (scores_.empty() && !tight_first_) why = "learned nothing: " + why + "; every decision falls back to greedy";
+  if (base_ == Base::tight_then_greedy) why += "; tight types run first, greedy where no score";
+  if (base_ == Base::tight_first) why += "; tight types run first, the tight-first rule where no score";
+  if (learned_nothing()) why = "learned nothing: " + why + "; every decision falls back to greedy";
   else if (!report.beats_greedy) why += "; the table ties greedy on the training traces";
   report.stop_reason = why;
   report_ = report;

@@ -4,10 +4,10 @@
 // type and an argmax, no search. The feature generalises across traces and lengths: the share of
 // the type's top-height nodes that are ready, in quarters, or "tight" (waiting cannot pay); types
 // that only feed outputs and losses (one per instance length) share one name. Where no ready type
-// has a learned score, or the best scores tie, the greedy rule decides. Training also decides whether
-// tight types (free batches) always run first: only if that alone never loses to greedy on a
-// training trace. After fitting, the table is cut until no training trace needs more batches than
-// under greedy; an empty table without tight-first is greedy exactly.
+// has a learned score, the base decides, and ties go to greedy. Training picks the base: greedy, or
+// tight types (free batches) first and then greedy or the tight-first rule, whichever needs fewest
+// batches without ever losing to greedy on a training trace. After fitting, the table is cut until no training trace needs more batches than
+// under greedy; an empty table on the greedy base is greedy exactly.
 // ScheduleInput should carry the engine's SignatureTable (without it, types go by id).
 #pragma once
 
@@ -61,7 +61,11 @@ class ImitationPolicy final : public Policy {
 
   const LearnedReport& report() const { return report_; }
   size_t state_count() const { return scores_.size(); }
-  bool learned_nothing() const { return scores_.empty() && !tight_first_; }  // greedy exactly
+  bool learned_nothing() const { return scores_.empty() && base_ == Base::greedy; }  // greedy exactly
+  // What decides where the table has no score (chosen in training): greedy; tight types first,
+  // then greedy; or the whole tight-first rule (tight.h).
+  enum class Base { greedy, tight_then_greedy, tight_first };
+  Base base() const { return base_; }
   int64_t decisions() const { return decisions_; }
   int64_t unseen() const { return unseen_; }  // decisions that fell back to greedy
 
@@ -94,7 +98,7 @@ class ImitationPolicy final : public Policy {
   ChainHeights heights_;
   TightFrontier frontier_;
   int64_t decisions_ = 0, unseen_ = 0;
-  bool tight_first_ = false;  // run a tight type whenever there is one (learned in training)
+  Base base_ = Base::greedy;
 };
 
 // The model names of a graph's parameters (the part of "model/W" before the slash), sorted.

@@ -31,6 +31,15 @@ std::string checksum(const nlohmann::json& content) {
   throw UsageError("edb::Engine: policy file '" + path + "': " + what);
 }
 
+const char* base_name(ImitationPolicy::Base base) {
+  switch (base) {
+    case ImitationPolicy::Base::greedy: return "greedy";
+    case ImitationPolicy::Base::tight_then_greedy: return "tight-greedy";
+    case ImitationPolicy::Base::tight_first: return "tight-first";
+  }
+  return "greedy";
+}
+
 nlohmann::json report_json(const LearnedReport& r) {
   return {{"traces", r.traces}, {"heldout_traces", r.heldout_traces}, {"batches", r.batches},
           {"greedy_batches", r.greedy_batches}, {"search_batches", r.search_batches}, {"lower_bound", r.lower_bound},
@@ -67,7 +76,7 @@ void ImitationPolicy::save(const std::string& path) const {
   std::vector<std::pair<uint32_t, float>> sorted(scores_.begin(), scores_.end());
   std::sort(sorted.begin(), sorted.end());  // deterministic files
   for (const auto& [key, score] : sorted) scores.push_back({key / kBuckets, key % kBuckets, score});
-  const nlohmann::json content = {{"types", names_}, {"models", models_}, {"tight_first", tight_first_}, {"scores", scores},
+  const nlohmann::json content = {{"types", names_}, {"models", models_}, {"base", base_name(base_)}, {"scores", scores},
                                   {"report", report_json(report_)}};
   const nlohmann::json file = {{"format", kFormat}, {"version", kVersion}, {"content", content},
                                {"checksum", checksum(content)}};
@@ -126,14 +135,18 @@ void ImitationPolicy::load(const std::string& path) {
       scores[uint32_t(type) * kBuckets + uint32_t(bucket)] = entry[2].get<float>();
     }
     LearnedReport report = report_of(content.at("report"));
-    const bool tight_first = content.at("tight_first").get<bool>();
+    const std::string base = content.at("base").get<std::string>();
+    Base parsed = Base::greedy;
+    if (base == "tight-greedy") parsed = Base::tight_then_greedy;
+    else if (base == "tight-first") parsed = Base::tight_first;
+    else if (base != "greedy") fail(path, "unknown base '" + base + "' (expected greedy, tight-greedy or tight-first)");
     names_ = types;
     index_of_name_.clear();
     for (uint32_t i = 0; i < names_.size(); ++i) index_of_name_.emplace(names_[i], i);
     scores_ = std::move(scores);
     models_ = std::move(models);
     report_ = std::move(report);
-    tight_first_ = tight_first;
+    base_ = parsed;
     path_ = path;
   } catch (const nlohmann::json::exception& e) {
     fail(path, std::string("unexpected content: ") + e.what());

@@ -21,7 +21,7 @@ struct Stats {
   int64_t kernels_compiled = 0;
   int64_t cache_hits = 0;
   int64_t flops = 0;           // model arithmetic: 2 per multiply-add, 1 per elementwise op
-  int64_t policy_decisions = 0;  // learned policy: steps decided
+  int64_t policy_decisions = 0;  // learned policies (fsm, learned): steps decided
   int64_t policy_unseen = 0;     // of which fell back to greedy on a state the table lacks
   StageTimes time;
 
