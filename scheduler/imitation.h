@@ -97,6 +97,7 @@ class ImitationPolicy final : public Policy {
   Analysis own_;
   ChainHeights heights_;
   TightFrontier frontier_;
+  TypewiseFrontier greedy_frontier_;  // when the table learned nothing
   int64_t decisions_ = 0, unseen_ = 0;
   Base base_ = Base::greedy;
 };

@@ -15,7 +15,14 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
   constexpr size_t kLanes = 32;
   const size_t width = std::max<size_t>((types.count() + kLanes - 1) / kLanes * kLanes, kLanes);
   height.assign(n, 0);
-  expanded_batch_weights(input.calls, types.global, weight);
+  // Per local type, the batches one batch of it expands to: 1, or a call type's cell batches (a
+  // pass over the calls by array, not expanded_batch_weights' map: this runs on every trace).
+  weight.assign(types.count(), 1);
+  if (input.calls)
+    for (const CallGroups::Call& call : input.calls->calls)
+      if (call.last >= input.begin && call.last < input.graph.size())
+        if (const uint32_t local = types.of_node[call.last - input.begin]; local != LocalTypes::kNone)
+          weight[local] = uint32_t(call.schedule->batches.batch_count());
   row_of_.resize(n);
   unread_.resize(n);
   free_.clear();
