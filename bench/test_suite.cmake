@@ -4,7 +4,7 @@ file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 set(ENV{EDB_CACHE_DIR} ${WORK}/kernel-cache)
 set(matrix --models treelstm --batches 1,8 --runs 1)
-set(all --policies sequential,depth,agenda,greedy,fsm --executors reference,batched,jit)
+set(all --policies sequential,depth,agenda,greedy,fsm,learned,search --executors reference,batched,jit)
 
 execute_process(COMMAND ${BENCH} ${matrix} --limit 8 --out ${WORK}/report --json ${WORK}/copy.json
                 RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)

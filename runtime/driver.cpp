@@ -252,11 +252,19 @@ Driver::Driver(const EngineOptions& options)
       policy_(scheduler::make_policy(options.policy)),
       dump_(DumpFlags::from_environment()) {
   fsm_ = dynamic_cast<scheduler::FsmPolicy*>(policy_.get());
+  learned_ = dynamic_cast<scheduler::ImitationPolicy*>(policy_.get());
+  if (auto* search = dynamic_cast<scheduler::SearchPolicy*>(policy_.get())) {
+    if (options.search_budget_ms < 1)
+      throw UsageError("edb::Engine: search_budget_ms must be at least 1, got " + std::to_string(options.search_budget_ms));
+    search->set_budget(std::chrono::milliseconds(options.search_budget_ms));
+  }
   if (fsm_) {
     *fsm_ = scheduler::FsmPolicy(scheduler::FsmPolicy::parse_encoding(options.policy_encoding));
     if (!options.policy_file.empty()) fsm_->load(options.policy_file);
+  } else if (learned_) {
+    if (!options.policy_file.empty()) learned_->load(options.policy_file);
   } else if (!options.policy_file.empty()) {
-    throw UsageError("edb::Engine: a policy file is for the fsm policy, not '" + options.policy + "'");
+    throw UsageError("edb::Engine: a policy file is for the fsm and learned policies, not '" + options.policy + "'");
   }
   // Two or more threads: one executes in the background while the caller records and schedules
   // the next trace; the executor's own pool gets the rest. The device (cpu, cuda, or auto: cuda
@@ -292,18 +300,31 @@ void Driver::reset_stats() {
 
 PolicyProgress Driver::train_policy(std::span<TraceData* const> traces, const PolicyTraining& training,
                                    const std::function<void(const PolicyProgress&)>& progress) {
-  if (!fsm_) throw UsageError("edb::Engine::train_policy(): the engine's policy is '" + options_.policy + "', not fsm");
+  if (!fsm_ && !learned_)
+    throw UsageError("edb::Engine::train_policy(): the engine's policy is '" + options_.policy + "', not fsm or learned");
   std::vector<scheduler::ScheduleInput> inputs;
   for (TraceData* trace : traces) {
     if (trace->evaluated != 0)
       throw UsageError("edb::Engine::train_policy(): a trace was already evaluated; record traces and train before running them");
     inputs.push_back({trace->graph, trace->types, 0, nullptr, &signatures, &trace->calls});
   }
+  if (learned_) return train_learned(inputs, training, progress);
   scheduler::FsmTraining options;
   options.episodes = training.episodes;
   options.seed = training.seed;
-  auto convert = [](const scheduler::FsmProgress& p) {
-    return PolicyProgress{p.episode, p.episodes, p.batches, p.best_batches, p.lower_bound};
+  auto convert = [this](const scheduler::FsmProgress& p) {
+    PolicyProgress out;
+    out.episode = p.episode;
+    out.episodes = p.episodes;
+    out.batches = p.batches;
+    out.best_batches = p.best_batches;
+    out.lower_bound = p.lower_bound;
+    out.greedy_batches = p.greedy_batches;
+    out.beats_greedy = p.best_batches < p.greedy_batches;
+    out.states = int64_t(fsm_->state_count());
+    out.fallback_rate = p.decisions > 0 ? double(p.fallbacks) / double(p.decisions) : 0.0;
+    out.stop_reason = p.stop_reason;
+    return out;
   };
   const scheduler::FsmProgress result = fsm_->train(inputs, options, [&](const scheduler::FsmProgress& p) {
     if (progress) progress(convert(p));
@@ -311,8 +332,40 @@ PolicyProgress Driver::train_policy(std::span<TraceData* const> traces, const Po
   return convert(result);
 }
 
+PolicyProgress Driver::train_learned(std::span<const scheduler::ScheduleInput> inputs, const PolicyTraining& training,
+                                    const std::function<void(const PolicyProgress&)>& progress) {
+  if (training.search_budget_ms < 1)
+    throw UsageError("edb::Engine::train_policy(): search_budget_ms must be at least 1, got " +
+                     std::to_string(training.search_budget_ms));
+  scheduler::ImitationTraining options;
+  options.search.budget = std::chrono::milliseconds(training.search_budget_ms);
+  const scheduler::LearnedReport r = learned_->train(inputs, options, [&](int done, int total) {
+    if (!progress) return;
+    PolicyProgress p;
+    p.episode = done;
+    p.episodes = total;
+    progress(p);
+  });
+  PolicyProgress out;
+  out.episode = out.episodes = int(r.traces);
+  out.batches = out.best_batches = r.batches;
+  out.lower_bound = r.lower_bound;
+  out.greedy_batches = r.greedy_batches;
+  out.beats_greedy = r.beats_greedy;
+  out.states = r.states;
+  out.fallback_rate = r.decisions > 0 ? double(r.fallbacks) / double(r.decisions) : 0.0;
+  out.heldout_traces = r.heldout_traces;
+  out.heldout_batches = r.heldout_batches;
+  out.heldout_greedy_batches = r.heldout_greedy_batches;
+  out.heldout_lower_bound = r.heldout_lower_bound;
+  out.stop_reason = r.stop_reason;
+  if (progress) progress(out);
+  return out;
+}
+
 void Driver::save_policy(const std::string& path) {
-  if (!fsm_) throw UsageError("edb::Engine::save_policy(): the engine's policy is '" + options_.policy + "', not fsm");
+  if (learned_) return learned_->save(path);
+  if (!fsm_) throw UsageError("edb::Engine::save_policy(): the engine's policy is '" + options_.policy + "', not fsm or learned");
   fsm_->save(path);
 }
 
@@ -333,12 +386,12 @@ void Driver::submit(TraceData& trace) {
   scheduler::ScheduleInput input{trace.graph, trace.types, begin, &analysis_, &signatures, calls ? &trace.calls : nullptr};
   // Local types and chain ranks: the policies' shared analysis, and the lower bound's.
   analysis_.build(input);
-  const int64_t decisions = fsm_ ? fsm_->decisions() : 0, unseen = fsm_ ? fsm_->unseen() : 0;
+  auto decisions_so_far = [&] { return fsm_ ? fsm_->decisions() : learned_ ? learned_->decisions() : 0; };
+  auto unseen_so_far = [&] { return fsm_ ? fsm_->unseen() : learned_ ? learned_->unseen() : 0; };
+  const int64_t decisions = decisions_so_far(), unseen = unseen_so_far();
   policy_->schedule(input, trace.schedule);
-  if (fsm_) {
-    stats_.policy_decisions += fsm_->decisions() - decisions;
-    stats_.policy_unseen += fsm_->unseen() - unseen;
-  }
+  stats_.policy_decisions += decisions_so_far() - decisions;
+  stats_.policy_unseen += unseen_so_far() - unseen;
   const scheduler::ScheduleInput nodes{trace.graph, trace.types, begin, nullptr, &signatures};
   if (calls) scheduler::expand_calls(trace.calls, trace.schedule);
   stats_.time.schedule_ms += elapsed_ms(start);

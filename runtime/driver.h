@@ -21,6 +21,8 @@
 #include "runtime/arena.h"
 #include "runtime/executor.h"
 #include "scheduler/fsm.h"
+#include "scheduler/imitation.h"
+#include "scheduler/search.h"
 #include "scheduler/schedule.h"
 #include "scheduler/type_chains.h"
 
@@ -100,7 +102,7 @@ class Driver {
 
   const EngineOptions& options() const { return options_; }
   const Stats& stats();  // waits for queued executions
-  // The learned policy's training and file (UsageError unless the policy is "fsm").
+  // The learned policies' training and file (UsageError unless the policy is "fsm" or "learned").
   PolicyProgress train_policy(std::span<TraceData* const> traces, const PolicyTraining& training,
                               const std::function<void(const PolicyProgress&)>& progress);
   void save_policy(const std::string& path);
@@ -110,7 +112,8 @@ class Driver {
  private:
   EngineOptions options_;
   std::unique_ptr<scheduler::Policy> policy_;
-  scheduler::FsmPolicy* fsm_ = nullptr;  // policy_ when it is the learned one
+  scheduler::FsmPolicy* fsm_ = nullptr;  // policy_ when it is the Q-learned one
+  scheduler::ImitationPolicy* learned_ = nullptr;  // policy_ when it imitates search
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ExecutionQueue> queue_;  // null: execute on the caller's thread
   DumpFlags dump_;
@@ -118,6 +121,9 @@ class Driver {
   scheduler::Analysis node_analysis_;  // over the calls' copies, for the lower bound
   memplan::LayoutPlanner layout_planner_;
   Stats stats_;
+
+  PolicyProgress train_learned(std::span<const scheduler::ScheduleInput> inputs, const PolicyTraining& training,
+                               const std::function<void(const PolicyProgress&)>& progress);
 };
 
 }  // namespace edb::runtime

@@ -2,6 +2,7 @@
 // API (edbatch/edbatch.h). A SampleModel owns its dataset and records one instance's loss.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +16,7 @@ namespace edb::samples {
 struct ModelConfig {
   std::string data_path;  // empty: a generated workload
   int64_t limit = -1;     // instances to use; -1: all
+  int64_t skip = 0;       // instances to leave out first (before limit)
   int embed = 128;
   int hidden = 128;
   uint64_t seed = 1;
@@ -50,19 +52,20 @@ class SampleModel {
 };
 
 // A model's instances: read from config.data_path, or `generate`d (config.limit of them, default
-// 1000, from config.seed) when there is no file; cut to config.limit. `source` says which. A
+// 1000, from config.seed; config.skip more) when there is no file; config.skip dropped, cut to config.limit. `source` says which. A
 // UsageError names the model and the source when nothing is left.
 template <typename Instance, typename Read, typename Generate>
 std::vector<Instance> load_instances(const ModelConfig& config, const std::string& model, const std::string& noun,
                                      Read&& read, Generate&& generate, std::string& source) {
   std::vector<Instance> instances;
   if (config.data_path.empty()) {
-    instances = generate(config.limit > 0 ? int(config.limit) : 1000, config.seed);
+    instances = generate(int(config.skip) + (config.limit > 0 ? int(config.limit) : 1000), config.seed);
     source = "generated (seed " + std::to_string(config.seed) + ")";
   } else {
     instances = read(config.data_path);
     source = config.data_path;
   }
+  if (config.skip > 0) instances.erase(instances.begin(), instances.begin() + std::min<int64_t>(config.skip, int64_t(instances.size())));
   if (config.limit > 0 && size_t(config.limit) < instances.size()) instances.resize(size_t(config.limit));
   if (instances.empty()) throw UsageError("edb-run " + model + ": no " + noun + " in " + source);
   return instances;
@@ -90,5 +93,7 @@ std::unique_ptr<SampleModel> make_mvrnn(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_bilstm(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_latticelstm(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_latticegru(const ModelConfig& config);
+std::unique_ptr<SampleModel> make_childsum(const ModelConfig& config);
+std::unique_ptr<SampleModel> make_dagrnn(const ModelConfig& config);
 
 }  // namespace edb::samples

@@ -17,6 +17,10 @@ const std::vector<ModelEntry>& model_registry() {
        128, 128, make_latticelstm},
       {"latticegru", "Lattice GRU over char lattices with word arcs, a loss per char", 128, 128,
        make_latticegru},
+      {"childsum", "child-sum TreeLSTM over n-ary trees (1-5 children per node), a label loss at every node",
+       128, 128, make_childsum},
+      {"dagrnn", "RNN over random DAGs, each node summing 1-3 predecessors, a label loss at every node", 128, 128,
+       make_dagrnn},
   };
   return registry;
 }

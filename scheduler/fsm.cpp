@@ -174,6 +174,13 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
     return total;
   };
   state.best_batches = state.batches = rollout_all();
+  for (size_t g = 0; g < graphs.size(); ++g) {
+    ScheduleInput with = graphs[g];
+    with.analysis = &analyses[g];
+    GreedyPolicy greedy;
+    greedy.schedule(with, scratch);
+    state.greedy_batches += expanded_batch_count(graphs[g], scratch);
+  }
   Table best = table_;
   std::mt19937_64 rng(options.seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -194,9 +201,17 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
     return step.entry->q.size() == step.ready ? best : std::max(0.0, best);
   };
   int stale_rollouts = 0;
+  state.stop_reason = "ran all " + std::to_string(options.episodes) + " episodes";
   for (int episode = 0; episode < options.episodes; ++episode) {
-    if (state.best_batches <= int64_t(std::floor((1.0 + options.stop_within) * double(state.lower_bound)))) break;
-    if (stale_rollouts >= options.patience) break;
+    if (state.best_batches <= int64_t(std::floor((1.0 + options.stop_within) * double(state.lower_bound)))) {
+      state.stop_reason = "the best table came within " + std::to_string(int(options.stop_within * 100 + 0.5)) +
+                          "% of the lower bound";
+      break;
+    }
+    if (stale_rollouts >= options.patience) {
+      state.stop_reason = std::to_string(options.patience) + " rollouts in a row found no better table";
+      break;
+    }
     const size_t g = size_t(episode) % graphs.size();
     map_types(graphs[g], analyses[g]);
     expanded_batch_weights(graphs[g], analyses[g].types.global, weight_);
@@ -247,6 +262,16 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
     }
   }
   table_ = std::move(best);
+  const int64_t decisions = decisions_, unseen = unseen_;
+  for (size_t g = 0; g < graphs.size(); ++g) rollout(graphs[g], analyses[g], scratch, true);
+  state.decisions = decisions_ - decisions;
+  state.fallbacks = unseen_ - unseen;
+  decisions_ = decisions;
+  unseen_ = unseen;
+  if (state.best_batches >= state.greedy_batches)
+    state.stop_reason += "; the table does not beat greedy (" + std::to_string(state.best_batches) + " batches against " +
+                         std::to_string(state.greedy_batches) + ")";
+  stop_reason_ = state.stop_reason;
   return state;
 }
 

@@ -43,6 +43,10 @@ struct FsmProgress {
   int64_t batches = 0;       // of the last rollout, over all training graphs
   int64_t best_batches = 0;
   int64_t lower_bound = 0;   // over all training graphs
+  int64_t greedy_batches = 0;  // greedy over the same graphs
+  int64_t decisions = 0;     // of the best table's rollout over the training graphs (set at the end)
+  int64_t fallbacks = 0;     // ... that fell back to greedy
+  std::string stop_reason;   // set at the end
 };
 
 class FsmPolicy final : public Policy {
@@ -97,6 +101,7 @@ class FsmPolicy final : public Policy {
 
   Encoding encoding_;
   Table table_;
+  std::string stop_reason_;  // of the last training, for save()'s warning
   std::vector<std::string> names_;  // policy type index -> signature
   std::unordered_map<std::string, uint32_t> index_of_name_;
   std::vector<uint32_t> index_of_local_;  // for the current input

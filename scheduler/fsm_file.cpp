@@ -54,6 +54,11 @@ void FsmPolicy::save(const std::string& path) const {
     if (!out.flush()) fail(path, std::string("writing failed: ") + std::strerror(errno));
   }
   if (std::rename(temp.c_str(), path.c_str()) != 0) fail(path, std::string("cannot rename the temporary file: ") + std::strerror(errno));
+  if (states.empty())
+    std::fprintf(stderr,
+                 "edb::Engine::save_policy(): warning: '%s' learned nothing: the table has no state, so every decision "
+                 "falls back to greedy%s%s\n",
+                 path.c_str(), stop_reason_.empty() ? "" : " (", stop_reason_.empty() ? "" : (stop_reason_ + ")").c_str());
 }
 
 void FsmPolicy::load(const std::string& path) {
@@ -68,6 +73,8 @@ void FsmPolicy::load(const std::string& path) {
     fail(path, std::string("not valid JSON: ") + e.what());
   }
   try {
+    if (file.is_object() && file.value("format", "") == "edbatch-learned-policy")
+      fail(path, "a learned (imitation) policy, not a Q-learning table of the fsm policy: run it with policy learned");
     if (!file.is_object() || file.value("format", "") != kFormat) fail(path, std::string("not an ") + kFormat + " file");
     // Numbers are checked before conversion: nlohmann casts a float or an out-of-range integer
     // to an integer type without checking (undefined behaviour the fuzzer found).

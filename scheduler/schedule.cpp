@@ -8,6 +8,8 @@
 
 #include "edbatch/errors.h"
 #include "scheduler/fsm.h"
+#include "scheduler/imitation.h"
+#include "scheduler/search.h"
 #include "scheduler/policies.h"
 
 namespace edb::scheduler {
@@ -94,7 +96,7 @@ void expanded_batch_weights(const ScheduleInput& input, std::span<const ir::Type
     if (auto it = of_call_type.find(types[t]); it != of_call_type.end()) weights[t] = it->second;
 }
 
-std::vector<std::string> policy_names() { return {"sequential", "depth", "agenda", "greedy", "fsm"}; }
+std::vector<std::string> policy_names() { return {"sequential", "depth", "agenda", "greedy", "fsm", "learned", "search"}; }
 
 std::unique_ptr<Policy> make_policy(std::string_view name) {
   if (name == "sequential") return std::make_unique<SequentialPolicy>();
@@ -102,6 +104,8 @@ std::unique_ptr<Policy> make_policy(std::string_view name) {
   if (name == "agenda") return std::make_unique<AgendaPolicy>();
   if (name == "greedy") return std::make_unique<GreedyPolicy>();
   if (name == "fsm") return std::make_unique<FsmPolicy>();
+  if (name == "learned") return std::make_unique<ImitationPolicy>();
+  if (name == "search") return std::make_unique<SearchPolicy>();
   std::string known;
   for (const std::string& n : policy_names()) known += (known.empty() ? "" : ", ") + n;
   throw UsageError("edb::Engine: unknown policy '" + std::string(name) + "' (available: " + known +

@@ -52,21 +52,4 @@ uint32_t TypewiseFrontier::greedy_among(const std::vector<uint32_t>& types) {
   return best;
 }
 
-void TypewiseFrontier::run(uint32_t type, Schedule& out) {
-  const TypeChains& chains = analysis_->chains;
-  const ir::NodeId begin = input_->begin;
-  const size_t before = out.nodes.size();
-  frontier_.run(type, out, [&](ir::NodeId id, uint32_t t) {
-    const uint32_t r = chains.rank[id - begin];
-    if (r > 0) ++ready_at_[rank_base_[t] + r - 1];
-  });
-  for (size_t i = before; i < out.nodes.size(); ++i) {
-    const uint32_t r = chains.rank[out.nodes[i] - begin];
-    if (r == 0) continue;
-    const uint32_t at = rank_base_[type] + r - 1;
-    --unexecuted_[at];
-    --ready_at_[at];
-  }
-}
-
 }  // namespace edb::scheduler

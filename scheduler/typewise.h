@@ -27,7 +27,12 @@ class TypewiseFrontier {
   // The ready type maximising |F_a| / |TF_a|; ties to the larger |F_a|, then the lower type.
   uint32_t greedy_choice() { return greedy_among(ready_types()); }
   uint32_t greedy_among(const std::vector<uint32_t>& types);  // the same rule over ready `types`
-  void run(uint32_t type, Schedule& out);  // all ready nodes of `type` as one batch
+  void run(uint32_t type, Schedule& out) {  // all ready nodes of `type` as one batch
+    run(type, out, [](ir::NodeId, uint32_t) {});
+  }
+  // The same, calling on_ready(node, type) for each node that becomes ready.
+  template <typename OnReady>
+  void run(uint32_t type, Schedule& out, OnReady&& on_ready);
 
  private:
   const ScheduleInput* input_ = nullptr;
@@ -37,5 +42,24 @@ class TypewiseFrontier {
   // type t's ranks live at [rank_base_[t], rank_base_[t] + longest[t]).
   std::vector<uint32_t> rank_base_, unexecuted_, ready_at_, lowest_;
 };
+
+template <typename OnReady>
+void TypewiseFrontier::run(uint32_t type, Schedule& out, OnReady&& on_ready) {
+  const TypeChains& chains = analysis_->chains;
+  const ir::NodeId begin = input_->begin;
+  const size_t before = out.nodes.size();
+  frontier_.run(type, out, [&](ir::NodeId id, uint32_t t) {
+    const uint32_t r = chains.rank[id - begin];
+    if (r > 0) ++ready_at_[rank_base_[t] + r - 1];
+    on_ready(id, t);
+  });
+  for (size_t i = before; i < out.nodes.size(); ++i) {
+    const uint32_t r = chains.rank[out.nodes[i] - begin];
+    if (r == 0) continue;
+    const uint32_t at = rank_base_[type] + r - 1;
+    --unexecuted_[at];
+    --ready_at_[at];
+  }
+}
 
 }  // namespace edb::scheduler

@@ -45,6 +45,8 @@ void print_help() {
       "flags:\n"
       "  --data FILE        workload file (default: a generated one)\n"
       "  --limit N          use the first N instances (generated default: 1000)\n"
+      "  --skip N           leave out the first N instances (before --limit): measure on traces a\n"
+      "                     policy was not trained on\n"
       "  --batch N          instances per trace (default 64)\n"
       "  --embed N          embedding size (default: the model's, 128 for treelstm)\n"
       "  --hidden N         hidden size (default: the model's, 128 for treelstm)\n"
@@ -56,9 +58,12 @@ void print_help() {
       "  --threads N        threads (default 1); with 2 or more, execution overlaps recording\n"
       "  --repeat N         measured passes over the workload; the median is reported (default 3)\n"
       "  --seed N           seed for parameters, generated data and training shuffles (default 1)\n"
-      "  --train-policy FILE  (fsm) learn the policy from --train-traces traces, save it to FILE, then run\n"
+      "  --train-policy FILE  (fsm, learned) learn the policy from --train-traces traces, save it to\n"
+      "                     FILE, then run; learned holds a quarter of them out and reports on them\n"
       "  --train-traces N   traces to learn from (default 8)\n"
-      "  --policy-file FILE (fsm) load a learned policy\n"
+      "  --search-budget MS search: milliseconds to search each new trace shape (default 200);\n"
+      "                     learned: per training trace (default 2000)\n"
+      "  --policy-file FILE (fsm, learned) load a learned policy\n"
       "  --policy-encoding base|sort  (fsm) the state encoding (default base)\n"
       "  --cells on|off     on: each cell call is one node for the policy, with the cell's own\n"
       "                     fewest-batch schedule inside; off: cells record node by node (default on)\n"
@@ -125,8 +130,14 @@ double gflops(const Report& r) {
 
 // --train-policy's outcome: the learned table's batches against the lower bound, and its time.
 nlohmann::json policy_training_json(const Report& r) {
-  return {{"episodes", r.training.episode}, {"batches", r.training.best_batches},
-          {"lower_bound", r.training.lower_bound}, {"time_ms", r.training_ms}};
+  const edb::PolicyProgress& t = r.training;
+  nlohmann::json j = {{"episodes", t.episode}, {"batches", t.best_batches}, {"lower_bound", t.lower_bound},
+                      {"greedy_batches", t.greedy_batches}, {"beats_greedy", t.beats_greedy}, {"states", t.states},
+                      {"fallback_rate", t.fallback_rate}, {"stop_reason", t.stop_reason}, {"time_ms", r.training_ms}};
+  if (t.heldout_traces > 0)
+    j["heldout"] = {{"traces", t.heldout_traces}, {"batches", t.heldout_batches},
+                    {"greedy_batches", t.heldout_greedy_batches}, {"lower_bound", t.heldout_lower_bound}};
+  return j;
 }
 
 nlohmann::json to_json(const Report& r) {
@@ -210,8 +221,18 @@ void print_table(const Report& r) {
   row("GFLOP/s (median pass)", fixed(gflops(r), 2));
   if (s.policy_decisions > 0)
     row("unseen policy states", fixed(100.0 * double(s.policy_unseen) / double(s.policy_decisions), 2) + "%");
-  if (r.trained)
-    row("policy training", fixed(r.training_ms, 0) + " ms, " + std::to_string(r.training.episode) + " episodes");
+  if (r.trained) {
+    const edb::PolicyProgress& t = r.training;
+    row("policy training", fixed(r.training_ms, 0) + " ms, " + std::to_string(t.episode) +
+                               (r.policy == "learned" ? " traces searched" : " episodes"));
+    row("training: batches", std::to_string(t.best_batches) + " (greedy " + std::to_string(t.greedy_batches) + ", LB " +
+                                 std::to_string(t.lower_bound) + "): " + (t.beats_greedy ? "beats greedy" : "does not beat greedy"));
+    if (t.heldout_traces > 0)
+      row("held-out traces", std::to_string(t.heldout_traces) + ": " + std::to_string(t.heldout_batches) + " batches (greedy " +
+                                 std::to_string(t.heldout_greedy_batches) + ", LB " + std::to_string(t.heldout_lower_bound) + ")");
+    row("training: states", std::to_string(t.states) + ", fallback to greedy " + fixed(100.0 * t.fallback_rate, 1) + "%");
+    row("training stopped", t.stop_reason);
+  }
   row("loss (one pass)", fixed(r.result.loss, 4));
   row("time: trace", share(r.result.trace_ms));
   row("time: schedule", share(s.time.schedule_ms));
@@ -436,14 +457,15 @@ int run_training(edb::samples::SampleModel& model, edb::Engine& engine, Training
   return 0;
 }
 
-// --train-policy: learns the fsm policy and saves it to `path`.
+// --train-policy: learns the fsm or learned policy and saves it to `path`.
 void learn_policy(edb::samples::SampleModel& model, edb::Engine& engine, int traces, int batch,
-                  const std::string& path, Report& report) {
+                  const edb::PolicyTraining& options, const std::string& path, Report& report) {
   edb::tools::ProgressBar training_bar("learning the policy");
   const auto start = std::chrono::steady_clock::now();
   const edb::PolicyProgress learned = edb::samples::train_policy(
-      model, engine, traces, batch, edb::PolicyTraining{},
+      model, engine, traces, batch, options,
       [&](const edb::PolicyProgress& p) {
+        if (report.policy == "learned") return training_bar.update(p.episode, p.episodes, "traces searched");
         char note[96];
         std::snprintf(note, sizeof note, "episodes; batches/LB %.3f, best %.3f", double(p.batches) / double(p.lower_bound),
                       double(p.best_batches) / double(p.lower_bound));
@@ -459,7 +481,7 @@ void learn_policy(edb::samples::SampleModel& model, edb::Engine& engine, int tra
 int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-run",
                           {"data", "limit", "batch", "embed", "hidden", "policy", "executor", "device",
-                           "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file",
+                           "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file", "skip", "search-budget",
                            "policy-encoding", "cells", "memplan", "dump-schedule", "epochs", "lr", "optimizer",
                            "momentum", "clip", "holdout", "save", "load"},
                           {"json", "check-finite", "train", "help"});
@@ -478,6 +500,7 @@ int run(int argc, char** argv) {
   edb::samples::ModelConfig config;
   config.data_path = flags.get("data", "");
   config.limit = flags.get_int("limit", -1, 1, int64_t{1} << 40);
+  config.skip = flags.get_int("skip", 0, 0, int64_t{1} << 40);
   config.embed = int(flags.get_int("embed", entry->default_embed, 1, 1 << 16));
   config.hidden = int(flags.get_int("hidden", entry->default_hidden, 1, 1 << 16));
   config.seed = uint64_t(flags.get_int("seed", 1, 0, INT64_MAX));
@@ -499,8 +522,16 @@ int run(int argc, char** argv) {
   options.check_finite = flags.has("check-finite");
   const std::string train_path = flags.get("train-policy", "");
   const int train_traces = int(flags.get_int("train-traces", 8, 1, 10000));
-  if (!train_path.empty() && options.policy != "fsm")
-    throw edb::UsageError("edb-run: --train-policy learns the fsm policy; add --policy fsm");
+  if (!train_path.empty() && options.policy != "fsm" && options.policy != "learned")
+    throw edb::UsageError("edb-run: --train-policy learns the fsm or learned policy; add --policy learned (or fsm)");
+  edb::PolicyTraining policy_training;
+  if (flags.has("search-budget")) {
+    if (options.policy != "search" && options.policy != "learned")
+      throw edb::UsageError("edb-run: --search-budget is for --policy search or learned");
+    const int64_t budget = flags.get_int("search-budget", 200, 1, int64_t{1} << 30);
+    options.search_budget_ms = budget;
+    policy_training.search_budget_ms = budget;
+  }
   if (!train_path.empty()) check_writable("--train-policy", train_path);
   const std::string schedule_path = flags.get("dump-schedule", "");
   if (flags.has("dump-schedule")) edb::tools::check_picture_path("edb-run: --dump-schedule", schedule_path);
@@ -526,7 +557,8 @@ int run(int argc, char** argv) {
   report.batch = run_options.batch;
   report.embed = config.embed;
   report.hidden = config.hidden;
-  if (!train_path.empty()) learn_policy(*model, engine, train_traces, run_options.batch, train_path, report);
+  if (!train_path.empty())
+    learn_policy(*model, engine, train_traces, run_options.batch, policy_training, train_path, report);
   if (!schedule_path.empty()) dump_schedule(*model, engine, run_options.batch, schedule_path);
   if (training) return run_training(*model, engine, *training, report, load_path, flags.has("json"));
 

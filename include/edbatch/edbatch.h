@@ -116,7 +116,8 @@ class Model {
 
 // Which policy, executor and device evaluate traces. Unknown names are a UsageError.
 struct EngineOptions {
-  std::string policy = "greedy";     // sequential, depth, agenda, greedy, fsm (learned)
+  std::string policy = "greedy";     // sequential, depth, agenda, greedy, fsm (Q-learned), learned
+                                     // (imitates search), search (searches each new trace shape)
   std::string executor = "jit";  // jit (batches of cell calls, and elementwise batches, run by
                                  // kernels LLVM compiles at run time for this CPU; the rest as
                                  // batched), batched (Eigen, one call per batch: the baseline),
@@ -133,24 +134,36 @@ struct EngineOptions {
                         // were no cell (the baseline cells are measured against)
   bool memplan = false; // true: lay values out with the PQ-tree planner so batched operands sit in
                         // place (memplan/layout.h); false: each batch's outputs in schedule order
-  std::string policy_file;              // fsm: a table saved by save_policy(), loaded at start
+  std::string policy_file;              // fsm, learned: a table saved by save_policy(), loaded at start
   std::string policy_encoding = "base"; // fsm state: "base" (set of ready types) or "sort"
+  int64_t search_budget_ms = 200;       // search: time to search one trace shape (its schedule is
+                                        // then cached by the trace's structure)
   std::string cache_directory;  // where compiled kernels are kept across processes (executors
                                 // that compile: jit); empty: $EDB_CACHE_DIR, else ~/.cache/edbatch
 };
 
-// Learning the fsm policy (DESIGN.md): tabular n-step Q-learning over recorded traces.
+// Learning a policy from recorded traces: fsm by tabular n-step Q-learning (DESIGN.md); learned by
+// imitating a schedule search of each trace, a quarter of the traces held out to report on.
 struct PolicyTraining {
-  int episodes = 1000;
+  int episodes = 1000;             // fsm: Q-learning episodes at most
   uint64_t seed = 1;
+  int64_t search_budget_ms = 2000; // learned: search time per training trace
 };
 
+// Counts are batches once cells expand, over the traces trained on (for learned: those fitted).
 struct PolicyProgress {
-  int episode = 0;
+  int episode = 0;           // fsm: episodes run; learned: traces searched
   int episodes = 0;
-  int64_t batches = 0;       // the last greedy rollout over all training traces
-  int64_t best_batches = 0;  // the best table's
-  int64_t lower_bound = 0;   // over all training traces
+  int64_t batches = 0;       // fsm: the last rollout; learned: the table's
+  int64_t best_batches = 0;  // the kept table's
+  int64_t lower_bound = 0;
+  int64_t greedy_batches = 0;  // the greedy policy's
+  bool beats_greedy = false;   // best_batches < greedy_batches; when false every gain fell back
+  int64_t states = 0;          // states (fsm) or (type, feature) scores (learned) the table keeps
+  double fallback_rate = 0;    // of the kept table's decisions on the training traces, those left to greedy
+  int64_t heldout_traces = 0;  // learned: traces not fitted on, and their batches, greedy's and bound
+  int64_t heldout_batches = 0, heldout_greedy_batches = 0, heldout_lower_bound = 0;
+  std::string stop_reason;     // why training stopped (set in the final progress)
 };
 
 class Engine {
@@ -165,8 +178,9 @@ class Engine {
   void reset_stats();
   size_t signature_count() const;  // distinct batching signatures seen
 
-  // policy "fsm" only. Learns from traces that were recorded but not evaluated (their graphs are
-  // read, not run); keeps the table whose greedy rollout needs the fewest batches.
+  // policies "fsm" and "learned" only. Learns from traces that were recorded but not evaluated
+  // (their graphs are read, not run); keeps the table that needs the fewest batches, never more
+  // than greedy. save_policy() warns on stderr when the table learned nothing (all greedy).
   PolicyProgress train_policy(std::span<Trace* const> traces, const PolicyTraining& training = {},
                               const std::function<void(const PolicyProgress&)>& progress = nullptr);
   void save_policy(const std::string& path);

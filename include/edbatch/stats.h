@@ -22,7 +22,10 @@ struct Stats {
   // still runs them node by node (its kernel_calls are its nodes), and the jit runs a batch of
   // calls as one compiled kernel; both count the schedule's batches here.
   int64_t batches = 0;
-  int64_t lower_bound = 0;     // DESIGN.md's LB summed over evaluations (over nodes, cell bodies too)
+  // DESIGN.md's LB summed over evaluations, over the graph the policy saw: calls copied into the
+  // trace node by node; a call recorded as one node (the jit's) with its chain weighed by the
+  // cell's batches. So it is comparable with `batches`, not between executors.
+  int64_t lower_bound = 0;
   // Compute calls made: the reference one per node computed; batched one or more per batch; the
   // jit one per fused group of elementwise batches and per batch of cell calls run as one kernel
   // (each counted once per thread that took a share of it).
@@ -31,8 +34,8 @@ struct Stats {
   int64_t kernels_compiled = 0;
   int64_t cache_hits = 0;
   int64_t flops = 0;           // model arithmetic: 2 per multiply-add, 1 per elementwise op
-  // Learned policy (fsm): the steps at which it had a choice to make (two or more ready types; the
-  // other steps take greedy's one choice and are not counted). With cells on the policy sees each
+  // Learned policies (fsm, learned): the steps at which it had a choice to make (two or more
+  // ready types; the other steps take greedy's one choice and are not counted). With cells on the policy sees each
   // call as one node, so a batch of calls is at most one decision however many batches the cell has.
   int64_t policy_decisions = 0;
   int64_t policy_unseen = 0;     // of which fell back to greedy on a state the table lacks

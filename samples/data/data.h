@@ -68,12 +68,55 @@ std::vector<Lattice> parse_lattices(std::istream& in, const std::string& name);
 std::vector<Lattice> read_lattices(const std::string& path);
 void write_lattice(std::ostream& out, const Lattice& lattice);
 
+// One n-ary tree (childsum): nodes in post-order, the root last. A leaf "(label word)" has no
+// children; an internal node "(label child child ...)" has 1 to kMaxChildren children and no word.
+struct NaryNode {
+  int label = 0;
+  std::vector<int> children;  // indices of earlier nodes
+  std::string word;           // leaves only
+  bool is_leaf() const { return children.empty(); }
+  bool operator==(const NaryNode&) const = default;
+};
+struct NaryTree {
+  static constexpr int kMaxChildren = 5;
+  std::vector<NaryNode> nodes;
+  bool operator==(const NaryTree&) const = default;
+};
+
+// The bracket format of Tree with any number of subtrees (1-5) under an internal node.
+std::vector<NaryTree> parse_nary_trees(std::istream& in, const std::string& name);
+std::vector<NaryTree> read_nary_trees(const std::string& path);
+void write_nary_tree(std::ostream& out, const NaryTree& tree);
+
+// One DAG (dagrnn), one per line: tokens "word|label" or "word|label<p,q,...>" separated by single
+// spaces, where p, q are 0-based indices of earlier tokens on the line (1 to kMaxPredecessors of
+// them, distinct); a token without predecessors starts the DAG. Labels 0-4.
+struct DagNode {
+  std::string word;
+  int label = 0;
+  std::vector<int> predecessors;
+  bool operator==(const DagNode&) const = default;
+};
+struct Dag {
+  static constexpr int kMaxPredecessors = 3;
+  std::vector<DagNode> nodes;  // topological: predecessors come first
+  bool operator==(const Dag&) const = default;
+};
+
+std::vector<Dag> parse_dags(std::istream& in, const std::string& name);
+std::vector<Dag> read_dags(const std::string& path);
+void write_dag(std::ostream& out, const Dag& dag);
+
 // Seeded generators following ../shared/data/gen.py and gen_lattice.py in distribution (not in
 // exact output). They use std::mt19937_64 with hand-written distributions, so a seed gives the
 // same data with every standard library.
 std::vector<Tree> generate_trees(int count, uint64_t seed);
 std::vector<TaggedSentence> generate_tagged(int count, uint64_t seed);
 std::vector<Lattice> generate_lattices(int count, uint64_t seed);
+// Child-sum trees: every internal node has 1-5 children (as many with 2-5 as with 1), 8-40 leaves.
+std::vector<NaryTree> generate_nary_trees(int count, uint64_t seed);
+// DAGs of 10-60 nodes: a few sources, every other node reads 1-3 of the 8 nodes before it.
+std::vector<Dag> generate_dags(int count, uint64_t seed);
 
 // Maps strings to dense ids. Id 0 is reserved for "<unk>"; after freeze(), unknown strings map to 0.
 class Vocabulary {

@@ -189,3 +189,67 @@ std::vector<Lattice> generate_lattices(int count, uint64_t seed) {
 }
 
 }  // namespace edb::samples
+
+namespace edb::samples {
+namespace {
+
+// Appends a subtree with `leaves` leaves in post-order and returns its index. Children counts:
+// 1 with probability 1/5 (a unary chain link), else 2-5, capped by the leaves left.
+int build_nary(NaryTree& tree, Random& random, const std::vector<double>& word_law, int leaves, bool is_root) {
+  NaryNode node;
+  node.label = pick(random, is_root ? kRootLabels : kNodeLabels);
+  if (leaves == 1 && (is_root || random.uniform() < 0.8)) {
+    node.word = "w" + std::to_string(draw_cumulative(random, word_law));
+  } else {
+    int children = leaves == 1 || random.uniform() < 0.2 ? 1 : 2 + random.below(NaryTree::kMaxChildren - 1);
+    children = std::min(children, leaves);
+    // Split the leaves: each child at least one, the rest spread at random.
+    std::vector<int> share(size_t(children), 1);
+    for (int extra = leaves - children; extra > 0; --extra) ++share[size_t(random.below(children))];
+    for (int c = 0; c < children; ++c) node.children.push_back(build_nary(tree, random, word_law, share[size_t(c)], false));
+  }
+  tree.nodes.push_back(std::move(node));
+  return static_cast<int>(tree.nodes.size()) - 1;
+}
+
+}  // namespace
+
+std::vector<NaryTree> generate_nary_trees(int count, uint64_t seed) {
+  check_count(count, "generate_nary_trees");
+  Random random(seed);
+  const std::vector<double> word_law = zipf_cumulative(kVocabularySize);
+  std::vector<NaryTree> trees(static_cast<size_t>(count));
+  for (NaryTree& tree : trees) build_nary(tree, random, word_law, 8 + random.below(33), true);
+  return trees;
+}
+
+std::vector<Dag> generate_dags(int count, uint64_t seed) {
+  check_count(count, "generate_dags");
+  Random random(seed);
+  const std::vector<double> word_law = zipf_cumulative(kVocabularySize);
+  constexpr int kWindow = 8;  // predecessors come from the last kWindow nodes: DAGs stay deep
+  std::vector<Dag> dags(static_cast<size_t>(count));
+  for (Dag& dag : dags) {
+    const int size = 10 + random.below(51);
+    const int sources = 1 + random.below(3);
+    for (int i = 0; i < size; ++i) {
+      DagNode node;
+      node.word = "w" + std::to_string(draw_cumulative(random, word_law));
+      node.label = pick(random, kNodeLabels);
+      if (i >= sources) {
+        const int window = std::min(i, kWindow);
+        const int wanted = std::min(window, 1 + random.below(Dag::kMaxPredecessors));
+        while (int(node.predecessors.size()) < wanted) {
+          const int p = i - 1 - random.below(window);
+          if (std::find(node.predecessors.begin(), node.predecessors.end(), p) == node.predecessors.end())
+            node.predecessors.push_back(p);
+        }
+        std::sort(node.predecessors.begin(), node.predecessors.end());
+      }
+      dag.nodes.push_back(std::move(node));
+    }
+  }
+  return dags;
+}
+
+}  // namespace edb::samples

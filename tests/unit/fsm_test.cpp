@@ -122,11 +122,11 @@ TEST(FsmPolicy, DamagedOrWrongFilesAreClearErrors) {
             "edb::Engine: policy file '" + dir.file("missing.json") + "': cannot open: No such file or directory");
   EngineOptions not_fsm = fsm_options(good);
   not_fsm.policy = "greedy";
-  EXPECT_EQ(usage_error([&] { Engine e(not_fsm); }), "edb::Engine: a policy file is for the fsm policy, not 'greedy'");
+  EXPECT_EQ(usage_error([&] { Engine e(not_fsm); }), "edb::Engine: a policy file is for the fsm and learned policies, not 'greedy'");
   not_fsm.policy_file = "";
   Engine greedy(not_fsm);
   EXPECT_EQ(usage_error([&] { samples::train_policy(*model, greedy, 1, 4, quick()); }),
-            "edb::Engine::train_policy(): the engine's policy is 'greedy', not fsm");
+            "edb::Engine::train_policy(): the engine's policy is 'greedy', not fsm or learned");
 }
 
 TEST(FsmPolicy, EvaluatedTracesCannotBeLearnedFrom) {

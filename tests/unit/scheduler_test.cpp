@@ -176,7 +176,8 @@ TEST(PolicyBatches, OnlyTheUnevaluatedRange) {
 // The same counts through the public API: recorded with a Trace, counted by Engine::stats().
 TEST(PolicyBatches, ThroughTheEngine) {
   const std::vector<std::pair<std::string, int64_t>> expected = {
-      {"sequential", 8}, {"depth", 4}, {"agenda", 4}, {"greedy", 3}, {"fsm", 3}};  // untrained fsm: greedy
+      {"sequential", 8}, {"depth", 4}, {"agenda", 4}, {"greedy", 3}, {"fsm", 3},  // untrained fsm: greedy
+      {"learned", 3}, {"search", 3}};  // untrained learned: greedy
   ASSERT_EQ(policy_names().size(), expected.size());
   for (const auto& [policy, batches] : expected) {
     EngineOptions options;

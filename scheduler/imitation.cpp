@@ -1,0 +1,335 @@
+// The learned policy: features of the frontier, the lookup at run time, and fitting by imitation.
+#include "scheduler/imitation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "edbatch/errors.h"
+#include "scheduler/lower_bound.h"
+#include "scheduler/policies.h"
+
+namespace edb::scheduler {
+
+namespace {
+
+constexpr uint32_t kNone = LocalTypes::kNone;
+// Types that only feed outputs and losses: one shared name, so a loss sum over a sentence length
+// never seen in training still has a score.
+constexpr const char* kTerminalName = "<terminal: outputs and losses>";
+
+int64_t greedy_batches(const ScheduleInput& input, const Analysis& analysis) {
+  ScheduleInput with = input;
+  with.analysis = &analysis;
+  GreedyPolicy greedy;
+  Schedule schedule;
+  greedy.schedule(with, schedule);
+  return expanded_batch_count(input, schedule);
+}
+
+}  // namespace
+
+std::vector<std::string> model_names(const ir::Graph& graph) {
+  std::vector<std::string> names;
+  for (const ir::ParameterInfo& p : graph.parameters()) {
+    const size_t slash = p.name.find('/');
+    if (slash != std::string::npos) names.push_back(p.name.substr(0, slash));
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+uint32_t ImitationPolicy::index_of(const std::string& name) {
+  auto [it, inserted] = index_of_name_.emplace(name, uint32_t(names_.size()));
+  if (inserted) names_.push_back(name);
+  return it->second;
+}
+
+void ImitationPolicy::map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights) {
+  const size_t count = analysis.types.count();
+  index_of_local_.resize(count);
+  local_score_.assign(count * kBuckets, 0.0f);
+  local_known_.assign(count * kBuckets, 0);
+  for (size_t t = 0; t < count; ++t) {
+    const ir::TypeId type = analysis.types.global[t];
+    const std::string name = heights.terminal[t] ? kTerminalName
+                             : input.signatures ? input.signatures->name(type)
+                                                : "#" + std::to_string(type);
+    index_of_local_[t] = index_of(name);
+    for (uint32_t b = 0; b < kBuckets; ++b)
+      if (auto it = scores_.find(index_of_local_[t] * kBuckets + b); it != scores_.end()) {
+        local_score_[t * kBuckets + b] = it->second;
+        local_known_[t * kBuckets + b] = 1;
+      }
+  }
+}
+
+uint32_t ImitationPolicy::bucket(const TightFrontier& frontier, uint32_t t) const {
+  if (frontier.tight(t)) return kBuckets - 1;
+  const uint64_t ready = frontier.top_ready(t), all = std::max<uint64_t>(frontier.top_unexecuted(t), 1);
+  return uint32_t(std::min<uint64_t>(ready * 4 / all, 3));
+}
+
+uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
+  const auto& ready = frontier.ready_types();
+  if (ready.size() == 1) return ready[0];
+  if (base_ != Base::greedy) {
+    if (const uint32_t t = frontier.any_tight(); t != kNone) {
+      if (count) ++decisions_;
+      return t;
+    }
+  }
+  float best = -INFINITY;
+  bool known = false;
+  tied_.clear();
+  for (uint32_t t : ready) {
+    const uint32_t at = t * kBuckets + bucket(frontier, t);
+    known = known || local_known_[at];
+    const float s = local_score_[at];
+    if (s > best) {
+      best = s;
+      tied_.assign(1, t);
+    } else if (s == best) {
+      tied_.push_back(t);
+    }
+  }
+  if (count) {
+    ++decisions_;
+    if (!known) ++unseen_;
+  }
+  if (!known) return base_ == Base::tight_first ? tight_first_choice(frontier) : frontier.greedy_choice();
+  return tied_.size() == 1 ? tied_[0] : frontier.greedy_among(tied_);
+}
+
+int64_t ImitationPolicy::rollout(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights,
+                                 Schedule& out, bool count) {
+  out.clear();
+  map_types(input, analysis, heights);
+  frontier_.reset(input, analysis, heights);
+  while (!frontier_.done()) frontier_.run(decide(frontier_, count), out);
+  return expanded_batch_count(input, out);
+}
+
+void ImitationPolicy::check_models(const ScheduleInput& input) const {
+  if (models_.empty()) return;
+  // Usually the first parameter settles it: no strings are built unless the check fails.
+  bool any = false;
+  for (const ir::ParameterInfo& p : input.graph.parameters()) {
+    const size_t slash = p.name.find('/');
+    if (slash == std::string::npos) continue;
+    any = true;
+    const std::string_view model(p.name.data(), slash);
+    if (std::binary_search(models_.begin(), models_.end(), model, std::less<>())) return;
+  }
+  if (!any) return;
+  const std::vector<std::string> here = model_names(input.graph);
+  std::string trained, seen;
+  for (const std::string& m : models_) trained += (trained.empty() ? "" : ", ") + m;
+  for (const std::string& m : here) seen += (seen.empty() ? "" : ", ") + m;
+  throw UsageError("edb::Engine: the learned policy" + (path_.empty() ? std::string() : " in '" + path_ + "'") +
+                   " was trained on model " + trained + ", but this trace uses model " + seen +
+                   "; train a policy for this model (edb-run MODEL --policy learned --train-policy FILE)");
+}
+
+void ImitationPolicy::schedule(const ScheduleInput& input, Schedule& out) {
+  check_models(input);
+  const Analysis& analysis = analysis_for(input, own_);
+  if (learned_nothing()) {
+    // Greedy exactly, at greedy's cost: no heights, no buckets.
+    out.clear();
+    greedy_frontier_.reset(input, analysis);
+    while (!greedy_frontier_.done()) {
+      if (greedy_frontier_.ready_types().size() >= 2) ++decisions_, ++unseen_;
+      greedy_frontier_.run(greedy_frontier_.greedy_choice(), out);
+    }
+    return;
+  }
+  heights_.build(input, analysis);
+  ScheduleInput with = input;
+  with.analysis = &analysis;
+  rollout(with, analysis, heights_, out, true);
+}
+
+LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, const ImitationTraining& options,
+                                     const std::function<void(int, int)>& progress) {
+  if (graphs.empty()) throw UsageError("edb::Engine::train_policy(): no traces to learn from");
+  if (options.epochs < 1) throw UsageError("edb::Engine::train_policy(): epochs must be at least 1");
+  const size_t count = graphs.size();
+  const size_t heldout = count < 2 ? 0 : std::max<size_t>(1, size_t(double(count) * options.heldout_fraction));
+  const size_t fitted = count - heldout;
+  std::vector<Analysis> analyses(count);
+  std::vector<ChainHeights> heights(count);
+  std::vector<ScheduleInput> inputs(graphs.begin(), graphs.end());
+  LearnedReport report;
+  report.traces = int64_t(fitted);
+  report.heldout_traces = int64_t(heldout);
+  models_.clear();
+  for (size_t g = 0; g < count; ++g) {
+    analyses[g].build(graphs[g]);
+    inputs[g].analysis = &analyses[g];
+    heights[g].build(inputs[g], analyses[g]);
+    for (std::string& m : model_names(graphs[g].graph)) models_.push_back(std::move(m));
+  }
+  std::sort(models_.begin(), models_.end());
+  models_.erase(std::unique(models_.begin(), models_.end()), models_.end());
+  auto node_bound = [&](size_t g) {
+    return graphs[g].calls ? lower_bound(ScheduleInput{graphs[g].graph, graphs[g].types, graphs[g].begin})
+                           : analyses[g].chains.lower_bound();
+  };
+
+  // The base (what decides without a score): the one needing fewest batches over the fitted
+  // traces among those that never need more than greedy on any of them.
+  scores_.clear();
+  Schedule scratch;
+  auto evaluate = [&](size_t g) { return rollout(inputs[g], analyses[g], heights[g], scratch, false); };
+  std::vector<int64_t> greedy(count);
+  for (size_t g = 0; g < count; ++g) greedy[g] = greedy_batches(inputs[g], analyses[g]);
+  Base chosen = Base::greedy;
+  int64_t chosen_total = std::accumulate(greedy.begin(), greedy.begin() + long(fitted), int64_t{0});
+  for (Base candidate : {Base::tight_then_greedy, Base::tight_first}) {
+    base_ = candidate;
+    bool never_worse = true;
+    int64_t total = 0;
+    for (size_t g = 0; g < fitted && never_worse; ++g) {
+      const int64_t batches = evaluate(g);
+      never_worse = batches <= greedy[g];
+      total += batches;
+    }
+    if (never_worse && total < chosen_total) chosen = candidate, chosen_total = total;
+  }
+  base_ = chosen;
+
+  // The decisions of the best schedule the search finds, replayed on the tight frontier.
+  std::vector<Sample> samples;
+  for (size_t g = 0; g < fitted; ++g) {
+    const SearchResult found = search_schedule(inputs[g], options.search);
+    report.search_batches += found.batches;
+    report.greedy_batches += greedy[g];
+    report.lower_bound += node_bound(g);
+    if (!found.finished) ++report.searches_cut_short;
+    map_types(inputs[g], analyses[g], heights[g]);
+    std::vector<uint32_t> local_of_global;
+    for (uint32_t t = 0; t < analyses[g].types.count(); ++t) {
+      const ir::TypeId global = analyses[g].types.global[t];
+      if (global >= local_of_global.size()) local_of_global.resize(global + 1, kNone);
+      local_of_global[global] = t;
+    }
+    TightFrontier frontier;
+    frontier.reset(inputs[g], analyses[g], heights[g]);
+    Schedule replay;
+    for (size_t b = 0; b < found.schedule.batch_count(); ++b) {
+      const uint32_t chosen = local_of_global[found.schedule.batch_type[b]];
+      const auto& ready = frontier.ready_types();
+      if (ready.size() >= 2 && !(base_ != Base::greedy && frontier.any_tight() != kNone)) {
+        Sample& sample = samples.emplace_back();
+        for (uint32_t t : ready) {
+          if (t == chosen) sample.chosen = uint32_t(sample.keys.size());
+          sample.keys.push_back(index_of_local_[t] * kBuckets + bucket(frontier, t));
+        }
+      }
+      frontier.run(chosen, replay);
+    }
+    if (progress) progress(int(g + 1), int(fitted));
+  }
+
+  // Averaged perceptron: scores are the mean of the weights over every step of every epoch.
+  std::unordered_map<uint32_t, double> weight, total;
+  std::unordered_map<uint32_t, int64_t> support;
+  for (const Sample& s : samples) ++support[s.keys[s.chosen]];
+  int64_t step = 0;
+  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    int mistakes = 0;
+    for (const Sample& s : samples) {
+      ++step;
+      size_t best = 0;
+      double best_w = -INFINITY;
+      bool tie = false;
+      for (size_t k = 0; k < s.keys.size(); ++k) {
+        const double w = weight[s.keys[k]];
+        if (w > best_w) best_w = w, best = k, tie = false;
+        else if (w == best_w) tie = true;
+      }
+      if (best != s.chosen || tie) {
+        ++mistakes;
+        // Lazy averaging: add the weight's value times the steps it held before changing it.
+        weight[s.keys[s.chosen]] += 1.0;
+        total[s.keys[s.chosen]] += double(step);
+        if (s.keys[best] != s.keys[s.chosen]) {
+          weight[s.keys[best]] -= 1.0;
+          total[s.keys[best]] -= double(step);
+        }
+      }
+    }
+    if (mistakes == 0) break;
+  }
+  const double steps = double(std::max<int64_t>(step, 1));
+  std::vector<std::pair<int64_t, uint32_t>> by_support;
+  for (const auto& [key, w] : weight) {
+    // averaged = w - total/steps (the standard lazy form of the averaged perceptron)
+    const double averaged = w - total[key] / steps;
+    if (averaged != 0.0) {
+      scores_[key] = float(averaged);
+      by_support.emplace_back(support.count(key) ? support[key] : 0, key);
+    }
+  }
+  std::sort(by_support.begin(), by_support.end(), std::greater<>());
+
+  // Never worse than greedy on a fitted trace: keep the best-supported half until that holds (an
+  // empty table is greedy itself, or tight-first with greedy, checked above).
+  size_t kept = by_support.size();
+  int cuts = 0;
+  for (;;) {
+    bool worse = false;
+    for (size_t g = 0; g < fitted && !worse; ++g) worse = evaluate(g) > greedy[g];
+    if (!worse || scores_.empty()) break;
+    kept /= 2;
+    ++cuts;
+    std::unordered_map<uint32_t, float> smaller;
+    for (size_t k = 0; k < kept; ++k) smaller[by_support[k].second] = scores_[by_support[k].second];
+    scores_ = std::move(smaller);
+  }
+  // A table that only ties greedy on the fitted traces is dropped: it would cost more per decision
+  // for nothing.
+  int64_t with_table = 0, with_greedy = 0;
+  for (size_t g = 0; g < fitted; ++g) with_table += evaluate(g), with_greedy += greedy[g];
+  const bool tied = with_table >= with_greedy;
+  if (tied) {
+    scores_.clear();
+    base_ = Base::greedy;
+  }
+  const int64_t decisions_before = decisions_, unseen_before = unseen_;
+  for (size_t g = 0; g < count; ++g) {
+    Schedule schedule;
+    const int64_t batches = rollout(inputs[g], analyses[g], heights[g], schedule, g < fitted);
+    if (g < fitted) {
+      report.batches += batches;
+    } else {
+      report.heldout_batches += batches;
+      report.heldout_greedy_batches += greedy[g];
+      report.heldout_lower_bound += node_bound(g);
+    }
+  }
+  report.decisions = decisions_ - decisions_before;
+  report.fallbacks = unseen_ - unseen_before;
+  decisions_ = decisions_before;
+  unseen_ = unseen_before;
+  report.states = int64_t(scores_.size());
+  report.beats_greedy = report.batches < report.greedy_batches;
+  std::string why = "fitted " + std::to_string(samples.size()) + " decisions of the search's schedules (" +
+                    std::to_string(report.search_batches) + " batches against greedy's " +
+                    std::to_string(report.greedy_batches) + ")";
+  if (report.searches_cut_short > 0)
+    why += "; the search ran out of its budget on " + std::to_string(report.searches_cut_short) + " of " +
+           std::to_string(fitted) + " traces";
+  if (cuts > 0) why += "; halved the table " + std::to_string(cuts) + " times so that no training trace needs more batches than greedy";
+  if (base_ == Base::tight_then_greedy) why += "; tight types run first, greedy where no score";
+  if (base_ == Base::tight_first) why += "; tight types run first, the tight-first rule where no score";
+  if (learned_nothing()) why = "learned nothing: " + why + "; every decision falls back to greedy";
+  if (tied) why += "; the table only tied greedy on the training traces, so it was dropped";
+  report.stop_reason = why;
+  report_ = report;
+  return report;
+}
+
+}  // namespace edb::scheduler

@@ -1,0 +1,108 @@
+// The learned policy "learned": imitates schedule search (search.h). Training searches each
+// training trace, replays the best schedule found and fits a score per (type, frontier feature) by
+// an averaged perceptron over the decisions; at run time a decision is a table lookup per ready
+// type and an argmax, no search. The feature generalises across traces and lengths: the share of
+// the type's top-height nodes that are ready, in quarters, or "tight" (waiting cannot pay); types
+// that only feed outputs and losses (one per instance length) share one name. Where no ready type
+// has a learned score, the base decides, and ties go to greedy. Training picks the base: greedy, or
+// tight types (free batches) first and then greedy or the tight-first rule, whichever needs fewest
+// batches without ever losing to greedy on a training trace. After fitting, the table is cut until no training trace needs more batches than
+// under greedy; an empty table on the greedy base is greedy exactly.
+// ScheduleInput should carry the engine's SignatureTable (without it, types go by id).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "scheduler/search.h"
+#include "scheduler/tight.h"
+
+namespace edb::scheduler {
+
+struct ImitationTraining {
+  SearchOptions search;        // per training trace
+  int epochs = 20;             // perceptron passes over the decisions
+  double heldout_fraction = 0.25;  // traces kept out of fitting to report on (none with one trace)
+};
+
+// What training learned; the policy file keeps it.
+struct LearnedReport {
+  int64_t traces = 0, heldout_traces = 0;
+  // Over the traces fitted on: the learned table, greedy, the search it imitated, the lower bound.
+  int64_t batches = 0, greedy_batches = 0, search_batches = 0, lower_bound = 0;
+  // Over the held-out traces.
+  int64_t heldout_batches = 0, heldout_greedy_batches = 0, heldout_lower_bound = 0;
+  int64_t decisions = 0;       // decisions the fitted traces asked for
+  int64_t fallbacks = 0;       // ... that fell back to greedy
+  int64_t states = 0;          // (type, feature) scores kept
+  int64_t searches_cut_short = 0;  // traces whose search ran out of budget
+  bool beats_greedy = false;   // fewer batches than greedy over the fitted traces
+  std::string stop_reason;
+};
+
+class ImitationPolicy final : public Policy {
+ public:
+  static constexpr uint32_t kBuckets = 5;  // four ready-share quarters, then tight
+
+  std::string_view name() const override { return "learned"; }
+  void schedule(const ScheduleInput& input, Schedule& out) override;
+
+  // `progress(done, total)` after each trace's search. Deterministic for a fixed input unless a
+  // search runs out of its time budget.
+  LearnedReport train(std::span<const ScheduleInput> graphs, const ImitationTraining& options,
+                      const std::function<void(int done, int total)>& progress = nullptr);
+
+  void save(const std::string& path) const;  // UsageError when it cannot be written
+  void load(const std::string& path);        // UsageError naming the path and the problem
+
+  const LearnedReport& report() const { return report_; }
+  size_t state_count() const { return scores_.size(); }
+  bool learned_nothing() const { return scores_.empty() && base_ == Base::greedy; }  // greedy exactly
+  // What decides where the table has no score (chosen in training): greedy; tight types first,
+  // then greedy; or the whole tight-first rule (tight.h).
+  enum class Base { greedy, tight_then_greedy, tight_first };
+  Base base() const { return base_; }
+  int64_t decisions() const { return decisions_; }
+  int64_t unseen() const { return unseen_; }  // decisions that fell back to greedy
+
+ private:
+  struct Sample {
+    std::vector<uint32_t> keys;  // per ready type: policy type index * kBuckets + bucket
+    uint32_t chosen;             // index into keys
+  };
+  uint32_t index_of(const std::string& name);
+  void map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights);
+  uint32_t bucket(const TightFrontier& frontier, uint32_t t) const;
+  // The learned choice, or greedy's; counts into decisions/unseen when `count`.
+  uint32_t decide(TightFrontier& frontier, bool count);
+  int64_t rollout(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, Schedule& out,
+                  bool count);
+  void check_models(const ScheduleInput& input) const;
+
+  std::unordered_map<uint32_t, float> scores_;  // key -> score
+  std::vector<std::string> names_;             // policy type index -> signature (or kTerminalName)
+  std::unordered_map<std::string, uint32_t> index_of_name_;
+  std::vector<std::string> models_;            // models the table was trained on ("model/..." prefixes)
+  LearnedReport report_;
+  std::string path_;                           // the file it was loaded from, for messages
+  // For the current input: per local type x bucket, the score and whether there is one.
+  std::vector<float> local_score_;
+  std::vector<uint8_t> local_known_;
+  std::vector<uint32_t> index_of_local_;
+  std::vector<uint32_t> tied_;
+  Analysis own_;
+  ChainHeights heights_;
+  TightFrontier frontier_;
+  TypewiseFrontier greedy_frontier_;  // when the table learned nothing
+  int64_t decisions_ = 0, unseen_ = 0;
+  Base base_ = Base::greedy;
+};
+
+// The model names of a graph's parameters (the part of "model/W" before the slash), sorted.
+std::vector<std::string> model_names(const ir::Graph& graph);
+
+}  // namespace edb::scheduler

@@ -1,0 +1,156 @@
+// The learned policy's file: JSON, versioned, types by signature string, the models it was trained
+// on and its training report, with a checksum over the content; a file of another kind, version or
+// a damaged one is refused with a message that names the path and what to do.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "edbatch/errors.h"
+#include "scheduler/imitation.h"
+
+namespace edb::scheduler {
+
+namespace {
+
+constexpr const char* kFormat = "edbatch-learned-policy";
+constexpr const char* kFsmFormat = "edbatch-fsm-policy";
+constexpr int kVersion = 1;
+
+std::string checksum(const nlohmann::json& content) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the compact dump
+  for (unsigned char c : content.dump()) h = (h ^ c) * 1099511628211ull;
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw UsageError("edb::Engine: policy file '" + path + "': " + what);
+}
+
+const char* base_name(ImitationPolicy::Base base) {
+  switch (base) {
+    case ImitationPolicy::Base::greedy: return "greedy";
+    case ImitationPolicy::Base::tight_then_greedy: return "tight-greedy";
+    case ImitationPolicy::Base::tight_first: return "tight-first";
+  }
+  return "greedy";
+}
+
+nlohmann::json report_json(const LearnedReport& r) {
+  return {{"traces", r.traces}, {"heldout_traces", r.heldout_traces}, {"batches", r.batches},
+          {"greedy_batches", r.greedy_batches}, {"search_batches", r.search_batches}, {"lower_bound", r.lower_bound},
+          {"heldout_batches", r.heldout_batches}, {"heldout_greedy_batches", r.heldout_greedy_batches},
+          {"heldout_lower_bound", r.heldout_lower_bound}, {"decisions", r.decisions}, {"fallbacks", r.fallbacks},
+          {"states", r.states}, {"searches_cut_short", r.searches_cut_short}, {"beats_greedy", r.beats_greedy},
+          {"stop_reason", r.stop_reason}};
+}
+
+LearnedReport report_of(const nlohmann::json& j) {
+  LearnedReport r;
+  r.traces = j.at("traces").get<int64_t>();
+  r.heldout_traces = j.at("heldout_traces").get<int64_t>();
+  r.batches = j.at("batches").get<int64_t>();
+  r.greedy_batches = j.at("greedy_batches").get<int64_t>();
+  r.search_batches = j.at("search_batches").get<int64_t>();
+  r.lower_bound = j.at("lower_bound").get<int64_t>();
+  r.heldout_batches = j.at("heldout_batches").get<int64_t>();
+  r.heldout_greedy_batches = j.at("heldout_greedy_batches").get<int64_t>();
+  r.heldout_lower_bound = j.at("heldout_lower_bound").get<int64_t>();
+  r.decisions = j.at("decisions").get<int64_t>();
+  r.fallbacks = j.at("fallbacks").get<int64_t>();
+  r.states = j.at("states").get<int64_t>();
+  r.searches_cut_short = j.at("searches_cut_short").get<int64_t>();
+  r.beats_greedy = j.at("beats_greedy").get<bool>();
+  r.stop_reason = j.at("stop_reason").get<std::string>();
+  return r;
+}
+
+}  // namespace
+
+void ImitationPolicy::save(const std::string& path) const {
+  nlohmann::json scores = nlohmann::json::array();
+  std::vector<std::pair<uint32_t, float>> sorted(scores_.begin(), scores_.end());
+  std::sort(sorted.begin(), sorted.end());  // deterministic files
+  for (const auto& [key, score] : sorted) scores.push_back({key / kBuckets, key % kBuckets, score});
+  const nlohmann::json content = {{"types", names_}, {"models", models_}, {"base", base_name(base_)}, {"scores", scores},
+                                  {"report", report_json(report_)}};
+  const nlohmann::json file = {{"format", kFormat}, {"version", kVersion}, {"content", content},
+                               {"checksum", checksum(content)}};
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    if (!out) fail(path, std::string("cannot write '") + temp + "': " + std::strerror(errno));
+    out << file.dump(1) << '\n';
+    if (!out.flush()) fail(path, std::string("writing failed: ") + std::strerror(errno));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0)
+    fail(path, std::string("cannot rename the temporary file: ") + std::strerror(errno));
+  if (learned_nothing())
+    std::fprintf(stderr,
+                 "edb::Engine::save_policy(): warning: '%s' learned nothing: every decision falls back to greedy "
+                 "(%s)\n",
+                 path.c_str(), report_.stop_reason.empty() ? "never trained" : report_.stop_reason.c_str());
+}
+
+void ImitationPolicy::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  nlohmann::json file;
+  try {
+    file = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, "not valid JSON (byte " + std::to_string(e.byte) + ")");
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, std::string("not valid JSON: ") + e.what());
+  }
+  try {
+    if (!file.is_object()) fail(path, std::string("not an ") + kFormat + " file");
+    const std::string format = file.value("format", "");
+    if (format == kFsmFormat)
+      fail(path, "a Q-learning table of the fsm policy, not a learned (imitation) policy: run it with policy fsm");
+    if (format != kFormat) fail(path, std::string("not an ") + kFormat + " file");
+    const nlohmann::json& version_field = file.at("version");
+    if (!version_field.is_number_integer()) fail(path, "the version must be an integer, got " + version_field.dump());
+    const int64_t version = version_field.get<int64_t>();
+    if (version != kVersion)
+      fail(path, "format version " + std::to_string(version) + ", this build reads version " + std::to_string(kVersion) +
+                     ": train the policy again with this build");
+    const nlohmann::json& content = file.at("content");
+    if (file.at("checksum").get<std::string>() != checksum(content)) fail(path, "checksum mismatch (the file is damaged)");
+    const auto types = content.at("types").get<std::vector<std::string>>();
+    auto models = content.at("models").get<std::vector<std::string>>();
+    std::sort(models.begin(), models.end());
+    std::unordered_map<uint32_t, float> scores;
+    for (const auto& entry : content.at("scores")) {
+      if (!entry.is_array() || entry.size() != 3 || !entry[0].is_number_unsigned() || !entry[1].is_number_unsigned() ||
+          !entry[2].is_number())
+        fail(path, "a score must be [type, bucket, value], got " + entry.dump());
+      const uint64_t type = entry[0].get<uint64_t>(), bucket = entry[1].get<uint64_t>();
+      if (type >= types.size()) fail(path, "a score names type " + std::to_string(type) + " of " + std::to_string(types.size()));
+      if (bucket >= kBuckets) fail(path, "a score names bucket " + std::to_string(bucket) + " of " + std::to_string(kBuckets));
+      scores[uint32_t(type) * kBuckets + uint32_t(bucket)] = entry[2].get<float>();
+    }
+    LearnedReport report = report_of(content.at("report"));
+    const std::string base = content.at("base").get<std::string>();
+    Base parsed = Base::greedy;
+    if (base == "tight-greedy") parsed = Base::tight_then_greedy;
+    else if (base == "tight-first") parsed = Base::tight_first;
+    else if (base != "greedy") fail(path, "unknown base '" + base + "' (expected greedy, tight-greedy or tight-first)");
+    names_ = types;
+    index_of_name_.clear();
+    for (uint32_t i = 0; i < names_.size(); ++i) index_of_name_.emplace(names_[i], i);
+    scores_ = std::move(scores);
+    models_ = std::move(models);
+    report_ = std::move(report);
+    base_ = parsed;
+    path_ = path;
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, std::string("unexpected content: ") + e.what());
+  }
+}
+
+}  // namespace edb::scheduler

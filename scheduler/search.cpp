@@ -1,0 +1,217 @@
+// The beam with rollouts. Each beam step makes one decision that may cost a batch beyond the lower
+// bound; the budget sets the beam's width from the measured cost of a rollout.
+#include "scheduler/search.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "scheduler/policies.h"
+#include "scheduler/tight.h"
+
+namespace edb::scheduler {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint32_t kNone = LocalTypes::kNone;
+
+struct State {
+  TightFrontier frontier;
+  Schedule prefix;
+  uint64_t hash = 0;  // of the set of nodes run: equal sets, equal states, whatever the order
+
+  void run(uint32_t t) {
+    const size_t before = prefix.nodes.size();
+    frontier.run(t, prefix);
+    for (size_t i = before; i < prefix.nodes.size(); ++i) {
+      uint64_t z = prefix.nodes[i] + 0x9e3779b97f4a7c15ull;  // splitmix64
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      hash += z ^ (z >> 31);
+    }
+  }
+};
+
+void run_tight(State& s) {
+  for (uint32_t t = s.frontier.any_tight(); t != kNone && !s.frontier.done(); t = s.frontier.any_tight()) s.run(t);
+}
+
+// The tight-first rule from `s` to the end, on a copy; counts the decisions that were not tight.
+int64_t rollout(const State& s, Schedule* complete, int64_t* decisions = nullptr) {
+  State copy = s;
+  while (!copy.frontier.done()) {
+    if (decisions && copy.frontier.any_tight() == kNone) ++*decisions;
+    copy.frontier.run(tight_first_choice(copy.frontier), copy.prefix);
+  }
+  if (complete) *complete = std::move(copy.prefix);
+  return copy.frontier.cost();
+}
+
+// The ready types a state may branch on, best by the rule first: terminal types only when nothing
+// else is ready.
+std::vector<uint32_t> candidates(const TightFrontier& f, int most) {
+  std::vector<uint32_t> out;
+  for (uint32_t t : f.ready_types())
+    if (!f.terminal(t)) out.push_back(t);
+  if (out.empty()) out = f.ready_types();
+  std::sort(out.begin(), out.end(), [&](uint32_t a, uint32_t b) {
+    const uint64_t lhs = uint64_t(f.top_ready(a)) * std::max(f.top_unexecuted(b), 1u);
+    const uint64_t rhs = uint64_t(f.top_ready(b)) * std::max(f.top_unexecuted(a), 1u);
+    if (lhs != rhs) return lhs > rhs;
+    if (f.weight(a) != f.weight(b)) return f.weight(a) < f.weight(b);
+    return a < b;
+  });
+  if (int(out.size()) > most) out.resize(size_t(most));
+  return out;
+}
+
+struct Child {
+  int64_t value;  // its rollout's cost
+  int64_t cost;   // spent so far
+  State state;
+};
+
+}  // namespace
+
+SearchResult search_schedule(const ScheduleInput& input, const SearchOptions& options) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + options.budget;
+  Analysis own;
+  const Analysis& analysis = analysis_for(input, own);
+  ScheduleInput with_analysis = input;
+  with_analysis.analysis = &analysis;
+  SearchResult result;
+  {
+    GreedyPolicy greedy;
+    Schedule schedule;
+    greedy.schedule(with_analysis, schedule);
+    result.greedy_batches = expanded_batch_count(input, schedule);
+  }
+  ChainHeights heights;
+  heights.build(input, analysis);
+  State root;
+  root.frontier.reset(with_analysis, analysis, heights);
+  result.lower_bound = root.frontier.remaining_bound();
+  run_tight(root);
+  const Clock::time_point before_rollout = Clock::now();
+  int64_t decisions = 0;
+  int64_t best = rollout(root, &result.schedule, &decisions);
+  const auto rollout_time = std::max(Clock::now() - before_rollout, Clock::duration(1));
+  result.rule_batches = best;
+  result.rollouts = 1;
+  // About as many beam steps as the rule made decisions that were not tight, each costing width x
+  // candidates rollouts: narrow the beam until the whole search fits the budget.
+  size_t ready_types = 0;
+  for (uint32_t t : root.frontier.ready_types()) ready_types += root.frontier.terminal(t) ? 0 : 1;
+  const double affordable = double(options.budget.count()) * 1000.0 /
+                            double(std::chrono::duration_cast<std::chrono::nanoseconds>(rollout_time).count()) /
+                            double(std::max<int64_t>(decisions, 1));
+  const int candidates_wanted = std::max(1, std::min(options.max_candidates, int(affordable)));
+  const double per_state = double(std::max<size_t>(1, std::min<size_t>(ready_types, size_t(candidates_wanted))));
+  const int width = std::max(1, std::min(options.beam_width, int(affordable / per_state / 2)));
+
+  std::vector<State> beam;
+  beam.push_back(std::move(root));
+  std::vector<Child> children;
+  Schedule complete;
+  std::unordered_set<uint64_t> seen;
+  bool out_of_time = false;
+  while (!beam.empty() && !out_of_time) {
+    children.clear();
+    for (const State& s : beam) {
+      if (s.frontier.done()) continue;
+      for (uint32_t t : candidates(s.frontier, candidates_wanted)) {
+        if (Clock::now() > deadline) {
+          out_of_time = true;
+          break;
+        }
+        Child child{0, 0, s};
+        child.state.run(t);
+        run_tight(child.state);
+        child.cost = child.state.frontier.cost();
+        child.value = rollout(child.state, &complete);
+        ++result.rollouts;
+        if (child.value < best) {
+          best = child.value;
+          result.schedule = complete;
+        }
+        children.push_back(std::move(child));
+      }
+      if (out_of_time) break;
+    }
+    // The most promising states; among equals, those that spent least (more is still open).
+    std::stable_sort(children.begin(), children.end(), [](const Child& a, const Child& b) {
+      return a.value != b.value ? a.value < b.value : a.cost < b.cost;
+    });
+    beam.clear();
+    seen.clear();
+    for (Child& c : children) {
+      if (int(beam.size()) == width) break;
+      if (c.state.frontier.done() || !seen.insert(c.state.hash).second) continue;
+      beam.push_back(std::move(c.state));
+    }
+  }
+  result.finished = !out_of_time;
+  result.batches = best;
+  return result;
+}
+
+std::string structure_key(const ScheduleInput& input) {
+  std::vector<uint32_t> words;
+  std::unordered_map<ir::TypeId, uint32_t> local;
+  std::string names;
+  const ir::NodeId begin = input.begin;
+  for (ir::NodeId id = begin; id < input.graph.size(); ++id) {
+    const ir::TypeId type = scheduled_type(input, id);
+    if (type == ir::kNoType) {
+      words.push_back(~0u);
+      continue;
+    }
+    auto [it, inserted] = local.emplace(type, uint32_t(local.size()));
+    if (inserted) {
+      names += input.signatures ? input.signatures->name(type) : "#" + std::to_string(type);
+      names += '\n';
+    }
+    words.push_back(it->second);
+    const size_t count_at = words.size();
+    words.push_back(0);
+    for_each_argument(input, id, [&](ir::NodeId arg) {
+      if (arg < begin || scheduled_type(input, arg) == ir::kNoType) return;
+      words.push_back(id - arg);
+      ++words[count_at];
+    });
+  }
+  std::string key = std::to_string(words.size()) + ":" + names;
+  const size_t at = key.size();
+  key.resize(at + words.size() * sizeof(uint32_t));
+  std::memcpy(key.data() + at, words.data(), words.size() * sizeof(uint32_t));
+  return key;
+}
+
+void SearchPolicy::schedule(const ScheduleInput& input, Schedule& out) {
+  std::string key = structure_key(input);
+  ++clock_;
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    ++hits_;
+    it->second.used = clock_;
+    out = it->second.schedule;
+    for (ir::NodeId& id : out.nodes) id += input.begin;
+    return;
+  }
+  ++searches_;
+  out = search_schedule(input, options_).schedule;
+  if (capacity_ == 0) return;
+  if (cache_.size() >= capacity_) {
+    auto oldest = cache_.begin();
+    for (auto it = cache_.begin(); it != cache_.end(); ++it)
+      if (it->second.used < oldest->second.used) oldest = it;
+    cache_.erase(oldest);
+  }
+  Entry& entry = cache_[std::move(key)];
+  entry.schedule = out;
+  entry.used = clock_;
+  for (ir::NodeId& id : entry.schedule.nodes) id -= input.begin;
+}
+
+}  // namespace edb::scheduler

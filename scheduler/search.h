@@ -1,0 +1,66 @@
+// Schedule search for graphs too large for exact.h: a beam over "which type runs next", each
+// candidate valued by a rollout of the tight-first rule to the end, within a time budget. Tight
+// types run without branching (they cost nothing beyond the lower bound); the best complete
+// schedule any rollout reached is returned, so the search stops at any time with a schedule no
+// worse than the tight-first rule's. Costs count batches once cell calls expand.
+// Precondition: none beyond ScheduleInput's.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include "scheduler/schedule.h"
+
+namespace edb::scheduler {
+
+struct SearchOptions {
+  std::chrono::microseconds budget{1000000};  // wall-clock time for one graph
+  int beam_width = 64;      // states kept per step at most (1: one-step rollouts over the rule); the
+                            // budget narrows it
+  int max_candidates = 12;  // types tried per state, the rule's favourites first
+};
+
+struct SearchResult {
+  Schedule schedule;           // a policy's schedule: cell calls as one node each
+  int64_t batches = 0;         // of `schedule`, once cells expand
+  int64_t rule_batches = 0;    // of the tight-first rule alone
+  int64_t greedy_batches = 0;  // of the greedy policy
+  int64_t lower_bound = 0;     // weighted, over the policy's nodes
+  int64_t rollouts = 0;
+  bool finished = false;       // the beam ran to the end within the budget
+};
+
+SearchResult search_schedule(const ScheduleInput& input, const SearchOptions& options = {});
+
+// The trace's structure as an exact key: per node of the range its type's signature (or none) and
+// the offsets of the scheduled nodes it reads. Two inputs with equal keys have the same schedules
+// up to the offset of `begin`.
+std::string structure_key(const ScheduleInput& input);
+
+// "search": searches each trace within the budget and caches the schedule by structure_key, for
+// programs that run one graph shape many times (a hit costs a key, no search). The cache keeps the
+// `capacity` most recently used schedules.
+class SearchPolicy final : public Policy {
+ public:
+  explicit SearchPolicy(SearchOptions options = {}, size_t capacity = 64) : options_(options), capacity_(capacity) {}
+  std::string_view name() const override { return "search"; }
+  void schedule(const ScheduleInput& input, Schedule& out) override;
+  void set_budget(std::chrono::microseconds budget) { options_.budget = budget; }
+  int64_t searches() const { return searches_; }
+  int64_t cache_hits() const { return hits_; }
+
+ private:
+  struct Entry {
+    Schedule schedule;  // node ids relative to the input's begin
+    uint64_t used = 0;
+  };
+  SearchOptions options_;
+  size_t capacity_;
+  std::unordered_map<std::string, Entry> cache_;
+  uint64_t clock_ = 0;
+  int64_t searches_ = 0, hits_ = 0;
+};
+
+}  // namespace edb::scheduler

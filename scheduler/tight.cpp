@@ -1,0 +1,157 @@
+// Chain heights by a reverse pass, and the height buckets kept current as nodes become ready and run.
+#include "scheduler/tight.h"
+
+#include <algorithm>
+
+#include "edbatch/errors.h"
+
+namespace edb::scheduler {
+
+void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
+  const LocalTypes& types = analysis.types;
+  const Dependencies& d = analysis.dependencies;
+  const size_t n = input.graph.size() - input.begin;
+  // Rows padded to whole vector registers, so the max loop runs without a remainder.
+  constexpr size_t kLanes = 32;
+  const size_t width = std::max<size_t>((types.count() + kLanes - 1) / kLanes * kLanes, kLanes);
+  height.assign(n, 0);
+  // Per local type, the batches one batch of it expands to: 1, or a call type's cell batches (a
+  // pass over the calls by array, not expanded_batch_weights' map: this runs on every trace).
+  weight.assign(types.count(), 1);
+  if (input.calls)
+    for (const CallGroups::Call& call : input.calls->calls)
+      if (call.last >= input.begin && call.last < input.graph.size())
+        if (const uint32_t local = types.of_node[call.last - input.begin]; local != LocalTypes::kNone)
+          weight[local] = uint32_t(call.schedule->batches.batch_count());
+  if (input.graph.cell_count() > 0)  // calls recorded as single nodes (the jit's)
+    for (size_t i = 0; i < n; ++i)
+      if (const ir::Node& node = input.graph.node(input.begin + ir::NodeId(i)); node.op == ir::Op::call)
+        if (const uint32_t local = types.of_node[i]; local != LocalTypes::kNone)
+          weight[local] = uint32_t(input.graph.cell(node.attrs.index).batches);
+  row_of_.resize(n);
+  unread_.resize(n);
+  free_.clear();
+  rows_.clear();
+  node_terminal_.assign(n, 1);
+  terminal.assign(types.count(), 1);
+  // A row lives until every argument of its node has read it (pending counts those reads). A node
+  // is terminal when its type is single-rank and all its users are terminal (a loss, the output
+  // layer feeding it); a type when all its nodes are.
+  for (size_t i = n; i-- > 0;) {
+    const uint32_t t = types.of_node[i];
+    if (t == LocalTypes::kNone) continue;
+    uint32_t index;
+    if (free_.empty()) {
+      index = uint32_t(rows_.size() / width);
+      rows_.resize(rows_.size() + width);
+    } else {
+      index = free_.back();
+      free_.pop_back();
+    }
+    uint16_t* __restrict row = rows_.data() + size_t(index) * width;
+    std::fill(row, row + width, uint16_t{0});
+    for (uint32_t u = d.users_begin[i]; u < d.users_begin[i + 1]; ++u) {
+      const size_t user = d.users[u] - input.begin;
+      const uint16_t* __restrict from = rows_.data() + size_t(row_of_[user]) * width;
+      for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
+      if (--unread_[user] == 0) free_.push_back(row_of_[user]);
+      if (!node_terminal_[user]) node_terminal_[i] = 0;
+    }
+    if (analysis.chains.longest[t] != 1) node_terminal_[i] = 0;
+    if (!node_terminal_[i]) terminal[t] = 0;
+    if (!d.unbatchable[t]) {
+      if (row[t] == 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
+      height[i] = ++row[t];
+    }
+    row_of_[i] = index;
+    unread_[i] = d.pending[i];
+    if (unread_[i] == 0) free_.push_back(index);
+  }
+}
+
+void TightFrontier::reset(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights) {
+  input_ = &input;
+  analysis_ = &analysis;
+  heights_ = &heights;
+  const size_t width = analysis.types.count();
+  const std::vector<uint32_t>& longest = analysis.chains.longest;
+  base_.assign(width + 1, 0);
+  for (size_t t = 0; t < width; ++t) base_[t + 1] = base_[t] + longest[t];
+  unexecuted_at_.assign(base_[width], 0);
+  ready_at_.assign(base_[width], 0);
+  top_.assign(longest.begin(), longest.end());
+  cost_ = 0;
+  unbatchable_left_ = analysis.chains.unbatchable;
+  for (size_t i = 0; i < heights.height.size(); ++i)
+    if (const uint32_t h = heights.height[i]; h > 0) ++unexecuted_at_[base_[analysis.types.of_node[i]] + h - 1];
+  for (ir::NodeId id : analysis.dependencies.initially_ready)
+    if (const uint32_t h = heights.height[id - input.begin]; h > 0)
+      ++ready_at_[base_[analysis.types.of_node[id - input.begin]] + h - 1];
+  typewise_.reset(input, analysis);
+}
+
+bool TightFrontier::tight(uint32_t t) const {
+  if (unbatchable(t)) return true;
+  return top_[t] > 0 && top_ready(t) == top_unexecuted(t);
+}
+
+uint32_t TightFrontier::any_tight() const {
+  for (uint32_t t : ready_types())
+    if (tight(t)) return t;
+  return LocalTypes::kNone;
+}
+
+void TightFrontier::run(uint32_t t, Schedule& out) {
+  const ir::NodeId begin = input_->begin;
+  const std::vector<uint32_t>& height = heights_->height;
+  const std::vector<uint32_t>& type_of = analysis_->types.of_node;
+  const size_t before = out.nodes.size();
+  typewise_.run(t, out, [&](ir::NodeId id, uint32_t type) {
+    if (const uint32_t h = height[id - begin]; h > 0) ++ready_at_[base_[type] + h - 1];
+  });
+  cost_ += unbatchable(t) ? 1 : weight(t);
+  for (size_t i = before; i < out.nodes.size(); ++i) {
+    const uint32_t h = height[out.nodes[i] - begin];
+    if (h == 0) {
+      --unbatchable_left_;
+      continue;
+    }
+    const uint32_t at = base_[type_of[out.nodes[i] - begin]] + h - 1;
+    --unexecuted_at_[at];
+    --ready_at_[at];
+  }
+  uint32_t& top = top_[t];
+  while (top > 0 && unexecuted_at_[base_[t] + top - 1] == 0) --top;
+}
+
+int64_t TightFrontier::remaining_bound() const {
+  int64_t bound = unbatchable_left_;
+  for (size_t t = 0; t < top_.size(); ++t) bound += int64_t(top_[t]) * heights_->weight[t];
+  return bound;
+}
+
+uint32_t tight_first_choice(const TightFrontier& frontier) {
+  const auto& ready = frontier.ready_types();
+  if (const uint32_t t = frontier.any_tight(); t != LocalTypes::kNone) return t;
+  bool only_terminal = true;
+  for (uint32_t t : ready) only_terminal = only_terminal && frontier.terminal(t);
+  uint32_t best = LocalTypes::kNone;
+  uint64_t best_ready = 0, best_top = 1;
+  for (uint32_t t : ready) {
+    if (!only_terminal && frontier.terminal(t)) continue;
+    const uint64_t r = frontier.top_ready(t), u = std::max<uint64_t>(frontier.top_unexecuted(t), 1);
+    bool better = best == LocalTypes::kNone;
+    if (!better) {
+      const uint64_t lhs = r * best_top, rhs = best_ready * u;
+      if (lhs != rhs) better = lhs > rhs;
+      else if (frontier.weight(t) != frontier.weight(best)) better = frontier.weight(t) < frontier.weight(best);
+      else if (frontier.ready_count(t) != frontier.ready_count(best)) better = frontier.ready_count(t) > frontier.ready_count(best);
+      else better = t < best;
+    }
+    if (better) best = t, best_ready = r, best_top = u;
+  }
+  if (best == LocalTypes::kNone) throw InternalError("tight_first_choice: nothing ready but nodes remain (cycle?)");
+  return best;
+}
+
+}  // namespace edb::scheduler

@@ -1,0 +1,76 @@
+// Tight batches (DESIGN.md "a cost that is exact"): a batch of type t is tight when it holds every
+// unexecuted t-node at the head of a longest remaining t-chain. Heights (the most t-nodes on a path
+// that starts at a node) never change while the node waits, so a type's tightness is one compare of
+// two counters. Every schedule has exactly sum_t longest_t tight batches; a non-tight batch of t
+// costs weight_t (the batches one batch of t expands to). The search and the learned policy walk this.
+// Precondition: an Analysis built for the same input.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "scheduler/typewise.h"
+
+namespace edb::scheduler {
+
+// Per scheduled node, the most nodes of its own type on any path that starts at it (1 when no
+// descendant has its type); 0 for unbatchable nodes and leaves. One reverse pass over per-type rows,
+// like TypeChains' forward one. Reuses this object's buffers.
+struct ChainHeights {
+  std::vector<uint32_t> height;  // per node in range (index id - begin)
+  std::vector<uint32_t> weight;  // per local type: batches one batch of it costs once cells expand
+  // Per local type: single-rank, and every path from its nodes meets only single-rank types (the
+  // output layer, losses): running it before it is tight never lets anything else run sooner.
+  std::vector<uint8_t> terminal;
+  void build(const ScheduleInput& input, const Analysis& analysis);
+
+ private:
+  std::vector<uint16_t> rows_;
+  std::vector<uint32_t> row_of_, unread_, free_;
+  std::vector<uint8_t> node_terminal_;
+};
+
+// The typewise frontier plus per-type height buckets. Copyable: the search copies states.
+class TightFrontier {
+ public:
+  void reset(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights);
+
+  bool done() const { return typewise_.done(); }
+  const std::vector<uint32_t>& ready_types() const { return typewise_.ready_types(); }
+  uint64_t ready_count(uint32_t t) const { return typewise_.ready_count(t); }
+  bool single_rank(uint32_t t) const { return typewise_.single_rank(t); }
+  bool unbatchable(uint32_t t) const { return analysis_->dependencies.unbatchable[t] != 0; }
+  uint32_t weight(uint32_t t) const { return heights_->weight[t]; }
+  bool terminal(uint32_t t) const { return heights_->terminal[t] != 0; }
+  uint32_t greedy_choice() { return typewise_.greedy_choice(); }
+  uint32_t greedy_among(const std::vector<uint32_t>& types) { return typewise_.greedy_among(types); }
+  // Running t now costs no batch beyond the lower bound: every node at its top height is ready (an
+  // unbatchable node always counts as tight: it costs its batch whenever it runs).
+  bool tight(uint32_t t) const;
+  // Nodes of t at its current top height: ready ones, and all unexecuted ones.
+  uint32_t top_ready(uint32_t t) const { return top_[t] ? ready_at_[base_[t] + top_[t] - 1] : 0; }
+  uint32_t top_unexecuted(uint32_t t) const { return top_[t] ? unexecuted_at_[base_[t] + top_[t] - 1] : 0; }
+  uint32_t top_height(uint32_t t) const { return top_[t]; }
+  // A tight ready type, or LocalTypes::kNone.
+  uint32_t any_tight() const;
+
+  void run(uint32_t t, Schedule& out);  // every ready node of t as one batch (the oldest if unbatchable)
+  int64_t cost() const { return cost_; }  // batches so far, weighted
+  int64_t remaining_bound() const;        // sum of weight x top height, plus unbatchable nodes left
+
+ private:
+  const ScheduleInput* input_ = nullptr;
+  const Analysis* analysis_ = nullptr;
+  const ChainHeights* heights_ = nullptr;
+  TypewiseFrontier typewise_;
+  std::vector<uint32_t> base_, unexecuted_at_, ready_at_, top_;
+  int64_t cost_ = 0;
+  int64_t unbatchable_left_ = 0;
+};
+
+// The one-pass rule rollouts use and the search starts from: a tight type if any; else the ready
+// type with the largest ready share of its top height (cheaper weight, then more ready nodes, then
+// the lower type on ties); terminal types (outputs, losses) only when nothing else is ready.
+uint32_t tight_first_choice(const TightFrontier& frontier);
+
+}  // namespace edb::scheduler

@@ -1,0 +1,109 @@
+// The childsum and dagrnn samples: the batched and jit executors under greedy, search and learned
+// scheduling, cells on and off, give the reference executor's loss; the DAG-RNN's loss also equals
+// a direct Eigen computation from the model's parameters; both are registered.
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
+#include <cmath>
+
+#include "samples/data/data.h"
+#include "samples/models.h"
+#include "tests/support/test_support.h"
+#include "tests/support/tree_reference.h"
+
+namespace edb {
+namespace {
+
+using Eigen::MatrixXf;
+using Eigen::VectorXf;
+
+std::unique_ptr<samples::SampleModel> make(const std::string& name) {
+  samples::ModelConfig config;
+  config.limit = 24;
+  config.embed = 6;
+  config.hidden = 5;
+  config.seed = 3;
+  return samples::find_model(name)->make(config);
+}
+
+// Summed loss of every instance, `batch` per trace.
+double summed_loss(samples::SampleModel& model, const EngineOptions& options, int batch) {
+  Engine engine(options);
+  double total = 0;
+  for (size_t first = 0; first < model.instance_count(); first += size_t(batch)) {
+    Trace trace(engine);
+    std::vector<Expr> losses;
+    for (size_t i = first; i < std::min(model.instance_count(), first + size_t(batch)); ++i)
+      losses.push_back(model.record_loss(trace, i));
+    total += double(sum(losses).scalar());
+  }
+  return total;
+}
+
+class NewSamples : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NewSamples, EveryExecutorPolicyAndCellSettingGivesTheReferenceLoss) {
+  auto model = make(GetParam());
+  EngineOptions reference;
+  reference.policy = "sequential";
+  reference.executor = "reference";
+  const double expected = summed_loss(*model, reference, 8);
+  ASSERT_TRUE(std::isfinite(expected));
+  for (const char* policy : {"greedy", "search", "learned"})
+    for (const char* executor : {"batched", "jit"})
+      for (bool cells : {true, false}) {
+        EngineOptions options;
+        options.policy = policy;
+        options.executor = executor;
+        options.cells = cells;
+        options.verify = true;  // every schedule checked: each node once, after its arguments
+        options.search_budget_ms = 50;
+        EXPECT_NEAR(summed_loss(*model, options, 8), expected, 1e-4 * std::fabs(expected))
+            << policy << "/" << executor << "/cells " << cells;
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, NewSamples, ::testing::Values("childsum", "dagrnn"));
+
+VectorXf row_of(const LookupTable& table, int id) {
+  return Eigen::Map<const VectorXf>(table.values().data() + size_t(id) * table.dim(), table.dim());
+}
+
+TEST(DagRnnSample, LossEqualsDirectEigen) {
+  const std::vector<samples::Dag> dags = samples::generate_dags(24, 3);  // the model's generated data
+  auto model = make("dagrnn");
+  const Model& m = model->model();
+  const MatrixXf w = testing::matrix_of(m.parameter("W")), u = testing::matrix_of(m.parameter("U")),
+                 b = testing::matrix_of(m.parameter("b")), w_out = testing::matrix_of(m.parameter("W_out")),
+                 b_out = testing::matrix_of(m.parameter("b_out"));
+  const LookupTable table = m.lookup("E");
+  samples::Vocabulary vocabulary;  // ids by first appearance, as the sample assigns them
+  double expected = 0;
+  for (const samples::Dag& dag : dags) {
+    std::vector<VectorXf> h(dag.nodes.size());
+    for (size_t n = 0; n < dag.nodes.size(); ++n) {
+      VectorXf pre = w * row_of(table, vocabulary.add(dag.nodes[n].word)) + b;
+      if (!dag.nodes[n].predecessors.empty()) {
+        VectorXf sum = VectorXf::Zero(pre.size());
+        for (int p : dag.nodes[n].predecessors) sum += h[size_t(p)];
+        pre += u * sum;
+      }
+      h[n] = pre.array().tanh().matrix();
+      expected += testing::neg_log_softmax(w_out * h[n] + b_out, dag.nodes[n].label);
+    }
+  }
+  EngineOptions options;
+  options.executor = "reference";
+  EXPECT_NEAR(summed_loss(*model, options, 24), expected, 1e-4 * std::fabs(expected));
+}
+
+TEST(NewSamplesRegistry, BothAreRegisteredWithTheirData) {
+  ASSERT_NE(samples::find_model("childsum"), nullptr);
+  ASSERT_NE(samples::find_model("dagrnn"), nullptr);
+  EXPECT_EQ(make("childsum")->instance_count(), 24u);
+  EXPECT_EQ(make("dagrnn")->instance_count(), 24u);
+  EXPECT_EQ(make("dagrnn")->accuracy_unit(), "node");
+}
+
+}  // namespace
+}  // namespace edb

@@ -1,0 +1,317 @@
+// The schedule search (scheduler/search.h) against the exhaustive branch and bound of exact.h on
+// small graphs, its bound and budget; the learned policy (imitation.h) never above greedy on its
+// training traces, and its file refused when it is of another kind, version or model; the search
+// policy's cache by trace structure.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <edbatch/edbatch.h>
+
+#include "ir/ir.h"
+#include "ir/signature.h"
+#include "samples/models.h"
+#include "samples/runner.h"
+#include "scheduler/exact.h"
+#include "scheduler/fsm.h"
+#include "scheduler/imitation.h"
+#include "scheduler/lower_bound.h"
+#include "scheduler/policies.h"
+#include "scheduler/search.h"
+#include "tests/support/test_support.h"
+
+namespace edb::scheduler {
+namespace {
+
+using ir::NodeId;
+using ir::Op;
+using ir::Shape;
+
+NodeId input(ir::Graph& graph, int rows) {
+  const std::vector<float> zeros(size_t(rows), 0.0f);
+  ir::Attributes attrs;
+  attrs.index = graph.add_constants(zeros);
+  return graph.add(Op::input, {}, Shape{rows, 1}, attrs);
+}
+
+NodeId op(ir::Graph& graph, Op o, std::vector<NodeId> args) {
+  std::vector<Shape> shapes;
+  for (NodeId a : args) shapes.push_back(graph.node(a).shape);
+  return graph.add(o, args, ir::infer_shape(o, shapes, {}), {});
+}
+
+// Random DAGs of unary and binary elementwise ops over inputs of two sizes, so types repeat on
+// different paths and the order of batches matters; `instances` copies side by side, each drawn
+// from its own seed, like a trace of several instances.
+ir::Graph random_dag(uint64_t seed, int ops, int instances = 1) {
+  ir::Graph graph;
+  for (int k = 0; k < instances; ++k) {
+    std::mt19937_64 rng(seed * 1000 + uint64_t(k));
+    std::vector<NodeId> by_rows[2];
+    for (int i = 0; i < 3; ++i) by_rows[i % 2].push_back(input(graph, i % 2 ? 4 : 2));
+    const Op unary[] = {Op::tanh, Op::sigmoid, Op::relu};
+    for (int i = 0; i < ops; ++i) {
+      std::vector<NodeId>& pool = by_rows[rng() % 2];
+      auto pick = [&] { return pool[pool.size() - 1 - rng() % std::min<size_t>(pool.size(), 4)]; };
+      pool.push_back(rng() % 3 == 0 ? op(graph, Op::add, {pick(), pick()}) : op(graph, unary[rng() % 3], {pick()}));
+    }
+  }
+  return graph;
+}
+
+int64_t greedy_count(const ScheduleInput& in) {
+  GreedyPolicy greedy;
+  Schedule s;
+  greedy.schedule(in, s);
+  verify(in, s);
+  return int64_t(s.batch_count());
+}
+
+TEST(ScheduleSearch, NeverBelowTheOptimumAndFindsItOnSmallGraphs) {
+  int optimal = 0, cases = 0, better_than_greedy = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const ir::Graph graph = random_dag(seed, 12 + int(seed % 8));
+    ir::SignatureTable table;
+    const std::vector<ir::TypeId> types = table.assign(graph);
+    const ScheduleInput in{graph, types};
+    const ExactResult exact = schedule_fewest_batches(in);
+    ASSERT_TRUE(exact.optimal) << "seed " << seed;
+    const SearchResult found = search_schedule(in);
+    verify(in, found.schedule);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_EQ(found.batches, int64_t(found.schedule.batch_count()));
+    EXPECT_EQ(found.lower_bound, lower_bound(in));  // without cells every type weighs one batch
+    EXPECT_GE(found.batches, int64_t(exact.schedule.batch_count()));
+    EXPECT_LE(found.batches, found.rule_batches);
+    EXPECT_LE(found.batches, greedy_count(in));
+    EXPECT_TRUE(found.finished);
+    ++cases;
+    if (found.batches == int64_t(exact.schedule.batch_count())) ++optimal;
+    if (found.batches < greedy_count(in)) ++better_than_greedy;
+  }
+  // The beam with rollouts reaches the proven optimum on nearly all of them.
+  EXPECT_GE(optimal, cases * 9 / 10) << optimal << " of " << cases;
+  EXPECT_GT(better_than_greedy, 0);
+}
+
+TEST(ScheduleSearch, ATinyBudgetStillGivesAValidScheduleNoWorseThanTheRule) {
+  const ir::Graph graph = random_dag(3, 60, 12);
+  ir::SignatureTable table;
+  const std::vector<ir::TypeId> types = table.assign(graph);
+  const ScheduleInput in{graph, types};
+  SearchOptions tiny;
+  tiny.budget = std::chrono::microseconds(1);
+  const SearchResult rushed = search_schedule(in, tiny);
+  verify(in, rushed.schedule);
+  EXPECT_FALSE(rushed.finished);
+  EXPECT_LE(rushed.batches, rushed.rule_batches);
+  const SearchResult full = search_schedule(in);
+  verify(in, full.schedule);
+  EXPECT_LE(full.batches, rushed.batches);
+  EXPECT_GE(full.batches, lower_bound(in));
+}
+
+// Several traces of random DAGs, typed in one table like an engine's.
+struct Traces {
+  std::vector<ir::Graph> graphs;
+  std::vector<std::vector<ir::TypeId>> types;
+  ir::SignatureTable table;
+  std::vector<ScheduleInput> inputs() const {
+    std::vector<ScheduleInput> out;
+    for (size_t g = 0; g < graphs.size(); ++g) out.push_back({graphs[g], types[g], 0, nullptr, &table});
+    return out;
+  }
+};
+
+Traces random_traces(uint64_t first_seed, int count) {
+  Traces t;
+  for (int g = 0; g < count; ++g) t.graphs.push_back(random_dag(first_seed + uint64_t(g), 40, 16));
+  for (const ir::Graph& graph : t.graphs) t.types.push_back(t.table.assign(graph));
+  return t;
+}
+
+TEST(LearnedPolicy, NeverAboveGreedyOnItsTrainingTracesAndValidEverywhere) {
+  const Traces training = random_traces(10, 6);
+  const std::vector<ScheduleInput> inputs = training.inputs();
+  ImitationPolicy policy;
+  ImitationTraining options;
+  options.search.budget = std::chrono::milliseconds(300);
+  const LearnedReport report = policy.train(inputs, options);
+  EXPECT_FALSE(policy.learned_nothing()) << report.stop_reason;
+  EXPECT_LT(report.batches, report.greedy_batches) << report.stop_reason;
+  EXPECT_EQ(report.traces + report.heldout_traces, 6);
+  EXPECT_GT(report.heldout_traces, 0);
+  EXPECT_LE(report.batches, report.greedy_batches);
+  EXPECT_LE(report.search_batches, report.greedy_batches);
+  EXPECT_FALSE(report.stop_reason.empty());
+  for (size_t g = 0; g < size_t(report.traces); ++g) {
+    Schedule s;
+    policy.schedule(inputs[g], s);
+    verify(inputs[g], s);
+    EXPECT_LE(int64_t(s.batch_count()), greedy_count(inputs[g])) << "training trace " << g;
+  }
+  // Traces it never saw: valid schedules.
+  const Traces other = random_traces(100, 3);
+  for (const ScheduleInput& in : other.inputs()) {
+    Schedule s;
+    policy.schedule(in, s);
+    verify(in, s);
+  }
+}
+
+TEST(LearnedPolicy, UntrainedIsGreedyExactly) {
+  const Traces t = random_traces(40, 2);
+  for (const ScheduleInput& in : t.inputs()) {
+    ImitationPolicy policy;
+    GreedyPolicy greedy;
+    Schedule a, b;
+    policy.schedule(in, a);
+    greedy.schedule(in, b);
+    EXPECT_EQ(a.nodes, b.nodes);
+    EXPECT_EQ(a.batch_type, b.batch_type);
+  }
+}
+
+TEST(LearnedPolicy, FileRoundTripSchedulesAlike) {
+  const Traces training = random_traces(10, 6);
+  const std::vector<ScheduleInput> inputs = training.inputs();
+  ImitationPolicy trained;
+  ImitationTraining options;
+  options.search.budget = std::chrono::milliseconds(300);
+  trained.train(inputs, options);
+  ASSERT_FALSE(trained.learned_nothing());
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/learned.policy";
+  trained.save(path);
+  ImitationPolicy loaded;
+  loaded.load(path);
+  EXPECT_EQ(loaded.state_count(), trained.state_count());
+  EXPECT_EQ(loaded.report().stop_reason, trained.report().stop_reason);
+  for (const ScheduleInput& in : inputs) {
+    Schedule a, b;
+    trained.schedule(in, a);
+    loaded.schedule(in, b);
+    EXPECT_EQ(a.nodes, b.nodes);
+  }
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    ImitationPolicy policy;
+    policy.load(path);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LearnedPolicy, FilesOfAnotherKindOrVersionAreRefused) {
+  testing::TempDir dir;
+  const std::string fsm_path = dir.path() + "/fsm.policy";
+  FsmPolicy().save(fsm_path);
+  EXPECT_NE(load_error(fsm_path).find("a Q-learning table of the fsm policy"), std::string::npos) << load_error(fsm_path);
+
+  const std::string path = dir.path() + "/learned.policy";
+  ImitationPolicy().save(path);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const size_t at = text.find("\"version\": 1");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 12, "\"version\": 7");
+  const std::string newer = dir.path() + "/newer.policy";
+  std::ofstream(newer) << text;
+  EXPECT_NE(load_error(newer).find("format version 7, this build reads version 1"), std::string::npos) << load_error(newer);
+
+  // The other way round: the fsm policy refuses a learned file and says which policy reads it.
+  try {
+    FsmPolicy fsm;
+    fsm.load(path);
+    ADD_FAILURE() << "loaded a learned file as fsm";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("run it with policy learned"), std::string::npos) << e.what();
+  }
+}
+
+// Through the engine: a table trained on childsum traces refuses to schedule a dagrnn trace.
+TEST(LearnedPolicy, AFileOfAnotherModelIsRefusedNamingBoth) {
+  samples::ModelConfig config;
+  config.limit = 16;
+  config.embed = 4;
+  config.hidden = 4;
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/childsum.policy";
+  {
+    auto childsum = samples::make_childsum(config);
+    EngineOptions options;
+    options.policy = "learned";
+    Engine engine(options);
+    PolicyTraining training;
+    training.search_budget_ms = 100;
+    const PolicyProgress p = samples::train_policy(*childsum, engine, 4, 4, training);
+    EXPECT_LE(p.best_batches, p.greedy_batches);
+    EXPECT_EQ(p.beats_greedy, p.best_batches < p.greedy_batches);
+    EXPECT_FALSE(p.stop_reason.empty());
+    engine.save_policy(path);
+  }
+  auto dagrnn = samples::make_dagrnn(config);
+  EngineOptions options;
+  options.policy = "learned";
+  options.policy_file = path;
+  Engine engine(options);
+  Trace trace(engine);
+  dagrnn->record_loss(trace, 0);
+  try {
+    trace.run();
+    ADD_FAILURE() << "scheduled a dagrnn trace with a childsum table";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("trained on model childsum"), std::string::npos) << what;
+    EXPECT_NE(what.find("this trace uses model dagrnn"), std::string::npos) << what;
+  }
+}
+
+TEST(LearnedPolicy, SavingATableThatLearnedNothingSaysSo) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/empty.policy";
+  ::testing::internal::CaptureStderr();
+  ImitationPolicy().save(path);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("learned nothing: every decision falls back to greedy"), std::string::npos) << said;
+  EXPECT_TRUE(std::filesystem::exists(path));
+  ::testing::internal::CaptureStderr();
+  FsmPolicy().save(dir.path() + "/empty-fsm.policy");
+  const std::string fsm_said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(fsm_said.find("learned nothing"), std::string::npos) << fsm_said;
+}
+
+TEST(SearchPolicy, CachesByStructureAndShiftsToTheRange) {
+  const ir::Graph one = random_dag(5, 30, 6);
+  ir::Graph two = random_dag(5, 30, 6);  // the same structure
+  ir::SignatureTable table;
+  const std::vector<ir::TypeId> types_one = table.assign(one);
+  const std::vector<ir::TypeId> types_two = table.assign(two);
+  const ScheduleInput a{one, types_one, 0, nullptr, &table}, b{two, types_two, 0, nullptr, &table};
+  EXPECT_EQ(structure_key(a), structure_key(b));
+  const ir::Graph different = random_dag(6, 30, 6);
+  const std::vector<ir::TypeId> types_different = table.assign(different);
+  const ScheduleInput c{different, types_different, 0, nullptr, &table};
+  EXPECT_NE(structure_key(a), structure_key(c));
+
+  SearchPolicy policy;
+  Schedule first, second, third;
+  policy.schedule(a, first);
+  policy.schedule(b, second);
+  policy.schedule(c, third);
+  verify(a, first);
+  verify(b, second);
+  verify(c, third);
+  EXPECT_EQ(policy.searches(), 2);
+  EXPECT_EQ(policy.cache_hits(), 1);
+  EXPECT_EQ(first.nodes, second.nodes);
+  EXPECT_LE(int64_t(first.batch_count()), greedy_count(a));
+}
+
+}  // namespace
+}  // namespace edb::scheduler
