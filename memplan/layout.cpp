@@ -565,7 +565,11 @@ void LayoutPlanner::plan(const ir::Graph& graph, scheduler::Schedule& schedule, 
   const OperandModes batch_order_first = operand_modes(graph, schedule, plan);
   int64_t buffers = 0;
   for (ir::NodeId id : schedule_order) buffers += !plan.is_view(id);
-  if (batch_order_first.bytes_copied == 0 || (!always_build_ && batch_order_first.bytes_copied < kBytesPerBuffer * buffers)) {
+  // And where the last layout built saved less copying than it cost to build, the next traces
+  // (alike, as a run's traces are) keep the batch order too, until kSkippedPlans have gone by.
+  const bool not_worth_it = !always_build_ && (batch_order_first.bytes_copied < kBytesPerBuffer * buffers || skip_ > 0);
+  if (skip_ > 0) --skip_;
+  if (batch_order_first.bytes_copied == 0 || not_worth_it) {
     out.kept_batch_order = true;
     out.bytes_gathered = out.bytes_gathered_batch_order = batch_order_first.bytes_gathered;
     out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -606,6 +610,10 @@ void LayoutPlanner::plan(const ir::Graph& graph, scheduler::Schedule& schedule, 
     plan.arena_floats = layout_end;
   }
   out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  constexpr double kNsPerCopiedByte = 0.1;  // what a gathered byte costs the executor here
+  constexpr int kSkippedPlans = 1000;
+  const double saved_ns = double(batch_order.bytes_copied - out.bytes_copied) * kNsPerCopiedByte;
+  if (saved_ns < out.plan_ms * 1e6) skip_ = kSkippedPlans;
 }
 
 OperandModes operand_modes(const ir::Graph& graph, const scheduler::Schedule& schedule, const Plan& plan) {
