@@ -74,6 +74,7 @@ class Engine:
         memplan: Optional[bool] = None,
         policy_file: Optional[_Path] = None,
         policy_encoding: Optional[str] = None,
+        search_budget_ms: Optional[int] = None,
         cache_directory: Optional[_Path] = None,
     ) -> None: ...
     @property
@@ -87,8 +88,9 @@ class Engine:
         traces: Sequence[Trace],
         episodes: Optional[int] = None,
         seed: Optional[int] = None,
-        progress: Optional[Callable[[dict[str, int]], None]] = None,
-    ) -> dict[str, int]: ...
+        progress: Optional[Callable[[dict[str, Any]], None]] = None,
+        search_budget_ms: Optional[int] = None,
+    ) -> dict[str, Any]: ...
     def save_policy(self, path: _Path) -> None: ...
 
 class Expr:

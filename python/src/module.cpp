@@ -226,6 +226,7 @@ py::dict options_dict(const edb::EngineOptions& o) {
   d["memplan"] = o.memplan;
   d["policy_file"] = o.policy_file;
   d["policy_encoding"] = o.policy_encoding;
+  d["search_budget_ms"] = o.search_budget_ms;
   d["cache_directory"] = o.cache_directory;
   return d;
 }
@@ -237,6 +238,15 @@ py::dict progress_dict(const edb::PolicyProgress& p) {
   d["batches"] = p.batches;
   d["best_batches"] = p.best_batches;
   d["lower_bound"] = p.lower_bound;
+  d["greedy_batches"] = p.greedy_batches;
+  d["beats_greedy"] = p.beats_greedy;
+  d["states"] = p.states;
+  d["fallback_rate"] = p.fallback_rate;
+  d["heldout_traces"] = p.heldout_traces;
+  d["heldout_batches"] = p.heldout_batches;
+  d["heldout_greedy_batches"] = p.heldout_greedy_batches;
+  d["heldout_lower_bound"] = p.heldout_lower_bound;
+  d["stop_reason"] = p.stop_reason;
   return d;
 }
 
@@ -249,7 +259,7 @@ const char* const kEngineDoc = R"doc(Evaluates traces: a batching policy, an exe
 
 Engine(*, policy=None, executor=None, device=None, threads=None, verify=None,
        check_finite=None, max_trace_nodes=None, cells=None, memplan=None,
-       policy_file=None, policy_encoding=None, cache_directory=None)
+       policy_file=None, policy_encoding=None, search_budget_ms=None, cache_directory=None)
 
 Every argument is keyword-only and mirrors edb::EngineOptions; None keeps the C++ default
 (engine.options shows what was chosen). An unknown policy, executor or device is a UsageError
@@ -265,7 +275,8 @@ void bind_engine(py::module_& m) {
                        std::optional<std::string> device, std::optional<int> threads, std::optional<bool> verify,
                        std::optional<bool> check_finite, std::optional<int64_t> max_trace_nodes,
                        std::optional<bool> cells, std::optional<bool> memplan, std::optional<py::object> policy_file,
-                       std::optional<std::string> policy_encoding, std::optional<py::object> cache_directory) {
+                       std::optional<std::string> policy_encoding, std::optional<int64_t> search_budget_ms,
+                       std::optional<py::object> cache_directory) {
              edb::EngineOptions o;
              set_if(o.policy, policy);
              set_if(o.executor, executor);
@@ -278,6 +289,7 @@ void bind_engine(py::module_& m) {
              set_if(o.memplan, memplan);
              if (policy_file) o.policy_file = path_from(*policy_file);
              set_if(o.policy_encoding, policy_encoding);
+             set_if(o.search_budget_ms, search_budget_ms);
              if (cache_directory) o.cache_directory = path_from(*cache_directory);
              py::gil_scoped_release release;  // a policy file or a cache directory is read here
              return std::make_shared<EngineBox>(o);
@@ -286,7 +298,8 @@ void bind_engine(py::module_& m) {
            py::arg("device") = py::none(), py::arg("threads") = py::none(), py::arg("verify") = py::none(),
            py::arg("check_finite") = py::none(), py::arg("max_trace_nodes") = py::none(),
            py::arg("cells") = py::none(), py::arg("memplan") = py::none(), py::arg("policy_file") = py::none(),
-           py::arg("policy_encoding") = py::none(), py::arg("cache_directory") = py::none())
+           py::arg("policy_encoding") = py::none(), py::arg("search_budget_ms") = py::none(),
+           py::arg("cache_directory") = py::none())
       .def_property_readonly(
           "options", [](EngineBox& e) { return options_dict(e.engine.options()); },
           "The engine's options as a dict (every EngineOptions field).")
@@ -316,7 +329,7 @@ void bind_engine(py::module_& m) {
       .def(
           "train_policy",
           [](const std::shared_ptr<EngineBox>& e, const std::vector<PyTrace*>& traces, std::optional<int> episodes,
-             std::optional<uint64_t> seed, py::object progress) {
+             std::optional<uint64_t> seed, py::object progress, std::optional<int64_t> search_budget_ms) {
             std::vector<edb::Trace*> pointers;
             for (PyTrace* t : traces) {
               if (t->engine != e) throw edb::UsageError("edb::Engine::train_policy(): a trace belongs to another engine");
@@ -325,6 +338,7 @@ void bind_engine(py::module_& m) {
             edb::PolicyTraining training;
             set_if(training.episodes, episodes);
             set_if(training.seed, seed);
+            set_if(training.search_budget_ms, search_budget_ms);
             std::function<void(const edb::PolicyProgress&)> report;
             if (!progress.is_none())
               report = [&progress](const edb::PolicyProgress& p) {
@@ -336,10 +350,12 @@ void bind_engine(py::module_& m) {
             return progress_dict(result);
           },
           py::arg("traces"), py::arg("episodes") = py::none(), py::arg("seed") = py::none(),
-          py::arg("progress") = py::none(),
-          "policy 'fsm' only: learns the policy from traces that were recorded but not evaluated, keeping\n"
-          "the table whose greedy rollout needs the fewest batches. `progress`, if given, is called with a\n"
-          "dict (episode, episodes, batches, best_batches, lower_bound). Returns the final one.")
+          py::arg("progress") = py::none(), py::arg("search_budget_ms") = py::none(),
+          "policies 'fsm' and 'learned': learns the policy from traces that were recorded but not evaluated\n"
+          "(fsm: Q-learning episodes; learned: imitating a schedule search of each trace, search_budget_ms\n"
+          "each). `progress`, if given, is called with a dict (episode, episodes, batches, best_batches,\n"
+          "lower_bound, greedy_batches, beats_greedy, states, fallback_rate, heldout_traces,\n"
+          "heldout_batches, heldout_greedy_batches, heldout_lower_bound, stop_reason). Returns the final one.")
       .def(
           "save_policy",
           [](EngineBox& e, py::object path) {

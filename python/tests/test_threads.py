@@ -113,6 +113,11 @@ def test_policy_training_progress_callback_from_the_released_gil(tmp_path):
     result = engine.train_policy(traces, episodes=20, progress=seen.append)
     assert result["best_batches"] >= result["lower_bound"] > 0
     assert all("episode" in s for s in seen)
+    # The training report: greedy's batches beside the table's, and why it stopped.
+    assert result["greedy_batches"] >= result["lower_bound"]
+    assert result["beats_greedy"] == (result["best_batches"] < result["greedy_batches"])
+    assert isinstance(result["stop_reason"], str) and result["stop_reason"]
+    assert edbatch.Engine(search_budget_ms=7).options["search_budget_ms"] == 7
     path = tmp_path / "policy.json"
     engine.save_policy(path)
     loaded = edbatch.Engine(policy="fsm", policy_file=path)
