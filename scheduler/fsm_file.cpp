@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "edbatch/errors.h"
+#include "scheduler/policy_file.h"
 #include "scheduler/fsm.h"
 
 namespace edb::scheduler {
@@ -17,17 +18,8 @@ namespace {
 constexpr const char* kFormat = "edbatch-fsm-policy";
 constexpr int kVersion = 1;
 
-std::string checksum(const nlohmann::json& content) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the compact dump
-  for (unsigned char c : content.dump()) h = (h ^ c) * 1099511628211ull;
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
-  return text;
-}
-
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw UsageError("edb::Engine: policy file '" + path + "': " + what);
-}
+using policy_file::checksum;
+using policy_file::fail;
 
 }  // namespace
 

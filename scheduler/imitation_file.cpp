@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "edbatch/errors.h"
+#include "scheduler/policy_file.h"
 #include "scheduler/imitation.h"
 
 namespace edb::scheduler {
@@ -19,17 +20,8 @@ constexpr const char* kFormat = "edbatch-learned-policy";
 constexpr const char* kFsmFormat = "edbatch-fsm-policy";
 constexpr int kVersion = 1;
 
-std::string checksum(const nlohmann::json& content) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the compact dump
-  for (unsigned char c : content.dump()) h = (h ^ c) * 1099511628211ull;
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
-  return text;
-}
-
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw UsageError("edb::Engine: policy file '" + path + "': " + what);
-}
+using policy_file::checksum;
+using policy_file::fail;
 
 const char* base_name(ImitationPolicy::Base base) {
   switch (base) {

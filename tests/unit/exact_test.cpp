@@ -10,6 +10,7 @@
 #include "ir/ir.h"
 #include "ir/signature.h"
 #include "scheduler/exact.h"
+#include "tests/support/graph_builder.h"
 #include "scheduler/lower_bound.h"
 #include "scheduler/policies.h"
 
@@ -20,18 +21,8 @@ using ir::NodeId;
 using ir::Op;
 using ir::Shape;
 
-NodeId input(ir::Graph& graph, int rows) {
-  const std::vector<float> zeros(size_t(rows), 0.0f);
-  ir::Attributes attrs;
-  attrs.index = graph.add_constants(zeros);
-  return graph.add(Op::input, {}, Shape{rows, 1}, attrs);
-}
-
-NodeId op(ir::Graph& graph, Op o, std::vector<NodeId> args) {
-  std::vector<Shape> shapes;
-  for (NodeId a : args) shapes.push_back(graph.node(a).shape);
-  return graph.add(o, args, ir::infer_shape(o, shapes, {}), {});
-}
+using testing::input;
+using testing::op;
 
 // A random DAG of `ops` unary and binary elementwise ops over a few inputs of two sizes, so that
 // types repeat on different paths and orders matter.

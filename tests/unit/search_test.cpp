@@ -15,6 +15,7 @@
 #include "samples/models.h"
 #include "samples/runner.h"
 #include "scheduler/exact.h"
+#include "tests/support/graph_builder.h"
 #include "scheduler/fsm.h"
 #include "scheduler/imitation.h"
 #include "scheduler/lower_bound.h"
@@ -29,18 +30,8 @@ using ir::NodeId;
 using ir::Op;
 using ir::Shape;
 
-NodeId input(ir::Graph& graph, int rows) {
-  const std::vector<float> zeros(size_t(rows), 0.0f);
-  ir::Attributes attrs;
-  attrs.index = graph.add_constants(zeros);
-  return graph.add(Op::input, {}, Shape{rows, 1}, attrs);
-}
-
-NodeId op(ir::Graph& graph, Op o, std::vector<NodeId> args) {
-  std::vector<Shape> shapes;
-  for (NodeId a : args) shapes.push_back(graph.node(a).shape);
-  return graph.add(o, args, ir::infer_shape(o, shapes, {}), {});
-}
+using testing::input;
+using testing::op;
 
 // Random DAGs of unary and binary elementwise ops over inputs of two sizes, so types repeat on
 // different paths and the order of batches matters; `instances` copies side by side, each drawn
