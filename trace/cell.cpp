@@ -97,11 +97,25 @@ std::vector<Expr> Cell::operator()(Trace& trace, std::initializer_list<Expr> arg
 
 namespace {
 
-// Records the body of `cell` in a scope of its own on `engine`, and plans its schedule.
+// What makes two cells one: name, argument shapes, the body's ops, its parameters and constants.
+std::string structure_key(const Cell& cell, const CellRecord& record) {
+  std::string key = cell.name() + '\n' + ir::print(record.body);
+  for (const ir::ParameterInfo& p : record.body.parameters()) key += "uid " + std::to_string(p.uid) + '\n';
+  for (ir::NodeId id = 0; id < record.body.size(); ++id)
+    if (record.body.node(id).op == ir::Op::input)
+      key.append(reinterpret_cast<const char*>(record.body.leaf_data(id)),
+                 size_t(record.body.node(id).shape.size()) * sizeof(float));
+  for (ir::NodeId p : record.placeholders) key += "arg %" + std::to_string(p) + '\n';
+  for (ir::NodeId o : record.outputs) key += "out %" + std::to_string(o) + '\n';
+  return key;
+}
+
+// Records the body of `cell` in a scope of its own on `engine`, and plans its schedule; or finds
+// the record of a cell declared before with the same body (a Cell declared again per batch).
 // `scope` is a fresh trace on `engine` for the body alone.
-std::unique_ptr<CellRecord> record_body(detail::EngineState& engine, const Cell& cell,
-                                        const std::vector<std::pair<int, int>>& inputs, const Cell::Body& body,
-                                        Trace& scope, TraceState* state) {
+CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
+                        const std::vector<std::pair<int, int>>& inputs, const Cell::Body& body,
+                        Trace& scope, TraceState* state) {
   auto record = std::make_unique<CellRecord>();
   const std::string who = "edb::Cell: cell '" + cell.name() + "'";
   std::vector<Expr> placeholders;
@@ -132,6 +146,8 @@ std::unique_ptr<CellRecord> record_body(detail::EngineState& engine, const Cell&
       record->operations.push_back(id);
     }
   if (record->operations.empty()) throw UsageError(who + ": the body records no operations");
+  std::string key = structure_key(cell, *record);
+  if (auto it = engine.cells_by_structure.find(key); it != engine.cells_by_structure.end()) return it->second;
   const scheduler::ExactResult planned = scheduler::schedule_fewest_batches({record->body, record->types});
   record->optimal = planned.optimal;
   std::vector<ir::NodeId> offsets;
@@ -162,7 +178,9 @@ std::unique_ptr<CellRecord> record_body(detail::EngineState& engine, const Cell&
       record->call_cell->batches = int64_t(record->schedule.batches.batch_count());
     }
   }
-  return record;
+  CellRecord* kept = engine.cell_records.emplace_back(std::move(record)).get();
+  engine.cells_by_structure.emplace(std::move(key), kept);
+  return kept;
 }
 
 // Copies the body of `record` into the trace as one call group on the given argument nodes;
@@ -232,7 +250,7 @@ void record_call_node(TraceState& s, CellRecord& record, std::span<const ir::Nod
 
 // The record of the cell whose calls name `cell`.
 const CellRecord& record_of(const detail::EngineState& engine, const ir::CellBody& cell) {
-  for (const auto& [id, record] : engine.cells)
+  for (const auto& record : engine.cell_records)
     if (record->call_cell.get() == &cell) return *record;
   throw InternalError("edb::Cell: a call node names a cell its engine does not hold");
 }
@@ -282,6 +300,30 @@ void detail::TraceState::expand_calls() {
   call_nodes = 0;
 }
 
+namespace {
+
+// With cells off the body records straight into the caller's trace; it is refused, as with cells
+// on, when it reads a node recorded before the call that is neither an argument nor a parameter.
+std::vector<Expr> record_inline(const std::string& name, const Cell::Body& body, Trace& trace, TraceState& s,
+                                std::span<const Expr> arguments, std::span<const ir::NodeId> argument_span) {
+  const ir::NodeId first = ir::NodeId(s.data.graph.size());
+  const std::vector<ir::NodeId> argument_ids(argument_span.begin(), argument_span.end());  // a body may call cells
+  std::vector<Expr> outputs = body(trace, arguments);
+  const ir::Graph& graph = s.data.graph;
+  for (ir::NodeId id = first; id < graph.size(); ++id) {
+    const auto args = graph.args(id);
+    for (size_t a = 0; a < args.size(); ++a) {
+      const ir::NodeId arg = args[a];
+      if (arg >= first || graph.node(arg).op == ir::Op::parameter) continue;
+      if (std::find(argument_ids.begin(), argument_ids.end(), arg) != argument_ids.end()) continue;
+      TraceState::captured_value_error(name, "edb::" + std::string(ir::op_name(graph.node(id).op)) + "()", a + 1);
+    }
+  }
+  return outputs;
+}
+
+}  // namespace
+
 std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments) const {
   // Built only for an error: a call is recorded millions of times.
   auto who = [&] { return "edb::Cell: cell '" + name_ + "'"; };
@@ -301,24 +343,24 @@ std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments
       throw UsageError(who() + ": argument " + std::to_string(i + 1) + " is " + shape_text(shape.rows, shape.cols) +
                        ", the cell declares " + shape_text(inputs_[i].first, inputs_[i].second));
   }
-  if (!s.engine->driver.options().cells) return body_(trace, arguments);
+  if (!s.engine->driver.options().cells) return record_inline(name_, body_, trace, s, arguments, argument_ids);
 
   // The engine's record of this cell; the last one found is kept, as calls of one cell come in runs.
   detail::EngineState& engine = *s.engine;
   if (engine.last_cell_id != id_ || !engine.last_cell) {
-    std::unique_ptr<CellRecord>& slot = engine.cells[id_];
-    if (!slot) {
-      try {
-        TraceState* state = TraceState::acquire(s.engine);
-        Trace scope(state);  // returns the state to the pool when the body is recorded
-        slot = record_body(engine, *this, inputs_, body_, scope, state);
-      } catch (...) {
-        engine.cells.erase(id_);
-        throw;
-      }
+    auto it = engine.cells.find(id_);
+    if (it == engine.cells.end()) {
+      TraceState* state = TraceState::acquire(s.engine);
+      Trace scope(state);  // returns the state to the pool when the body is recorded
+      state->cell_scope = name_;
+      CellRecord* record = record_body(engine, *this, inputs_, body_, scope, state);
+      // Cells declared again and again (one per batch) each add an id: the map of ids stays
+      // bounded, as a forgotten id finds its record again by its body's structure.
+      if (engine.cells.size() >= detail::EngineState::kMaxCellIds) engine.cells.clear();
+      it = engine.cells.emplace(id_, record).first;
     }
     engine.last_cell_id = id_;
-    engine.last_cell = slot.get();
+    engine.last_cell = it->second;
   }
   CellRecord& record = *engine.last_cell;
   output_ids.clear();

@@ -65,7 +65,10 @@ struct CellRecord {
 struct EngineState {
   explicit EngineState(const EngineOptions& options);
   runtime::Driver driver;
-  std::unordered_map<uint64_t, std::unique_ptr<CellRecord>> cells;  // by Cell::id()
+  std::vector<std::unique_ptr<CellRecord>> cell_records;           // one per distinct body
+  std::unordered_map<std::string, CellRecord*> cells_by_structure;  // by the body's structure
+  std::unordered_map<uint64_t, CellRecord*> cells;                  // by Cell::id()
+  static constexpr size_t kMaxCellIds = 4096;
   uint64_t last_cell_id = 0;        // the cell found last in `cells`, and its record
   CellRecord* last_cell = nullptr;
   // Cell calls may be single `call` nodes: the executor runs them as compiled kernels (jit on the
@@ -82,6 +85,7 @@ struct TraceState {
   uint32_t generation = 0;
   bool active = false;
   uint32_t call_nodes = 0;  // single-node cell calls recorded in this trace (expand_calls undoes them)
+  std::string cell_scope;   // the cell whose body records in this state (its own scope), or empty
   // After expand_calls: the new id of each node recorded before it, for the Exprs of the
   // generation before (renumbered_generation).
   std::vector<ir::NodeId> renumbered;
@@ -115,6 +119,8 @@ struct TraceState {
   // `renumbered`; the generation moves on, so the caller's Trace must take the new one.
   void expand_calls();
   [[noreturn]] static void node_limit_error(int64_t limit);
+  // A cell body read a value recorded outside it: argument `argument` (from 1) of `function`.
+  [[noreturn]] static void captured_value_error(const std::string& cell, const std::string& function, size_t argument);
   // The trace's node for a parameter: one per parameter per trace.
   ir::NodeId parameter_node(const ir::ParameterInfo& info);
   // Appends a node and its batching type (interned now, while its arguments are in cache).

@@ -47,9 +47,17 @@ void TraceState::node_limit_error(int64_t limit) {
                    "or raise the limit");
 }
 
+void TraceState::captured_value_error(const std::string& cell, const std::string& function, size_t argument) {
+  throw UsageError("edb::Cell: cell '" + cell + "': the body reads a value recorded outside it (argument " +
+                   std::to_string(argument) + " of " + function +
+                   "); a body may use only its arguments, parameters and constants: pass the value to the cell "
+                   "as an argument");
+}
+
 void TraceState::release() {
   engine->driver.drain(data);  // a queued execution still writes into this state's arena
   data.clear();
+  cell_scope.clear();
   parameter_nodes.clear();
   tables.clear();
   call_nodes = 0;
@@ -235,9 +243,13 @@ Expr record(ir::Op op, std::span<const Expr> args, const ir::Attributes& attrs =
     shapes = shapes_heap.data();
   }
   for (size_t i = 0; i < args.size(); ++i) {
-    if (&TraceState::of(args[i], function.c_str()) != &s)
+    if (TraceState& other = TraceState::of(args[i], function.c_str()); &other != &s) {
+      // A cell body records in a scope of its own: a value from outside was captured.
+      if (!s.cell_scope.empty() || !other.cell_scope.empty())
+        TraceState::captured_value_error(!s.cell_scope.empty() ? s.cell_scope : other.cell_scope, function, i + 1);
       throw UsageError(function + ": argument " + std::to_string(i + 1) +
                        " belongs to a different trace than argument 1");
+    }
     ids[i] = s.id(args[i]);
     shapes[i] = s.data.graph.node(ids[i]).shape;
   }

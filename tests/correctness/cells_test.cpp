@@ -77,13 +77,35 @@ TEST(Cells, OffRecordsTheBodyInlineWithTheSameValues) {
 }
 
 TEST(Cells, DifferentCellsNeverShareABatchEvenWithTheSameName) {
-  const Cell first = mix_cell("same"), second = mix_cell("same");
+  // The same name and ops, but one more constant: two cells.
+  const Cell first = mix_cell("same");
+  const Cell second("same", {{3, 1}, {3, 1}}, [](Trace&, std::span<const Expr> in) {
+    return std::vector<Expr>{tanh(in[0]) + cmult(sigmoid(in[0] * 2.0f), in[1])};
+  });
   EngineOptions options;
   const CallRun run = run_calls({&first, &second}, 3, options);
-  EXPECT_EQ(run.stats.batches, 8);  // each cell's calls batch apart: 4 + 4
-  EngineOptions inline_options;
-  inline_options.cells = false;
-  EXPECT_EQ(run_calls({&first, &second}, 3, inline_options).stats.batches, 4);  // node by node they merge
+  EXPECT_EQ(run.stats.batches, 9);  // each cell's calls batch apart: 4 + 5
+}
+
+// A Cell declared again with the same name and body (say, inside the per-batch function) is the
+// same cell: its calls batch with the first one's, and the engine's tables stay bounded.
+TEST(Cells, ADeclarationAgainOfTheSameCellIsThatCell) {
+  const Cell first = mix_cell("same"), second = mix_cell("same");
+  EngineOptions options;
+  EXPECT_EQ(run_calls({&first, &second}, 3, options).stats.batches, 4);  // one cell: 4 batches
+  Engine engine;
+  size_t signatures = 0;
+  float first_value = 0;
+  for (int t = 0; t < 1000; ++t) {
+    const Cell declared_here = mix_cell();
+    Trace trace(engine);
+    const Expr x = trace.input({0.5f, -1.0f, 2.0f});
+    const float value = declared_here(trace, {x, x})[0].value()(1);
+    if (t == 0) first_value = value;
+    EXPECT_EQ(value, first_value);
+    if (t == 1) signatures = engine.signature_count();
+  }
+  EXPECT_EQ(engine.signature_count(), signatures);
 }
 
 // A body may hold its own constants, a fixed lookup entry and parameters; calls may come after a
@@ -249,6 +271,24 @@ TEST(CellErrors, BadCallsAndBodiesNameTheCellAndWhatWasWrong) {
               "edb::Cell: cell 'outer': the body calls another cell; cells do not nest yet")
         << executor;
   }
+  // A value captured from outside the body: the same error with cells on (the jit's single-node
+  // calls, the batched executor's copies) and off, naming the cell and what to do instead.
+  for (const bool cells : {true, false})
+    for (const char* executor : {"jit", "batched"}) {
+      EngineOptions options;
+      options.cells = cells;
+      options.executor = executor;
+      Engine capturing_engine(options);
+      Trace capturing_trace(capturing_engine);
+      const Expr outside = capturing_trace.input({1.0f, 2.0f, 3.0f});
+      const Cell capturing("capturing", {{3, 1}}, [&](Trace&, std::span<const Expr> in) {
+        return std::vector<Expr>{in[0] + outside};
+      });
+      EXPECT_EQ(usage_error([&] { capturing(capturing_trace, {capturing_trace.input({0.0f, 1.0f, 2.0f})}); }),
+                "edb::Cell: cell 'capturing': the body reads a value recorded outside it (argument 2 of edb::add()); a "
+                "body may use only its arguments, parameters and constants: pass the value to the cell as an argument")
+          << "cells " << cells << ", " << executor;
+    }
   // After the errors the trace still records and runs calls.
   EXPECT_NEAR(cell(trace, {x, x})[0].value()(0), mix(1.0f, 1.0f), 1e-6);
 }
