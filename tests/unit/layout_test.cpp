@@ -300,6 +300,7 @@ TEST(LayoutSampleModels, KeepsTheContractsAndNeverGathersMore) {
     std::vector<Expr> losses;
     for (size_t i = 0; i < sample->instance_count(); ++i) losses.push_back(sample->record_loss(trace, i));
     auto& state = detail::TraceState::of(losses[0], "layout_test");
+    ASSERT_EQ(state.data.types.size(), state.data.graph.size());
     const LayoutStats stats = check_both_plans(state.data.graph, state.data.types, "greedy");
     EXPECT_GT(stats.constraints_kept, 0);
   }
