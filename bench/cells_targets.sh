@@ -40,15 +40,19 @@ def runs(model, executor, memplan):
     return [json.load(open(f"{work}/{model}-{executor}-{memplan}-{r}.json")) for r in range(rounds)]
 def med(values):
     return statistics.median(values)
-print(f"medians of {rounds} interleaved rounds (inst/s; each run: median of 3 passes)")
+# The ratios are medians of each round's ratio: runs of one round are seconds apart, so they
+# share the machine's state (these shared vCPUs switch between a fast and a slow mode).
+print(f"medians of {rounds} interleaved rounds (inst/s; each run: median of 3 passes; ratios: median of the rounds' ratios)")
 print("| model | batched inst/s | jit inst/s | jit / batched | jit GFLOP/s | jit memplan on inst/s | on / off | jit time: trace, schedule, plan, execute (ms per pass) |")
 print("|---|---|---|---|---|---|---|---|")
 for m in models:
     b, j, jon = runs(m, "batched", "off"), runs(m, "jit", "off"), runs(m, "jit", "on")
     bi, ji, joni = (med([x["instances_per_sec"] for x in rs]) for rs in (b, j, jon))
+    speedup = med([y["instances_per_sec"] / x["instances_per_sec"] for x, y in zip(b, j)])
+    memplan = med([y["instances_per_sec"] / x["instances_per_sec"] for x, y in zip(j, jon)])
     gf = med([x["gflops_per_sec"] for x in j])
     passes = j[0]["repeat"]
     t = {k: med([x["time_ms"][k] for x in j]) / passes for k in ("trace", "schedule", "plan", "execute")}
-    print(f"| {m} | {bi:.0f} | {ji:.0f} | {ji / bi:.2f}x | {gf:.1f} | {joni:.0f} | {joni / ji:.2f}x | "
+    print(f"| {m} | {bi:.0f} | {ji:.0f} | {speedup:.2f}x | {gf:.1f} | {joni:.0f} | {memplan:.2f}x | "
           f"{t['trace']:.1f}, {t['schedule']:.1f}, {t['plan']:.1f}, {t['execute']:.1f} |")
 EOF
