@@ -325,6 +325,16 @@ std::vector<Expr> record_inline(const std::string& name, const Cell::Body& body,
 }  // namespace
 
 std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments) const {
+  std::vector<Expr> outputs;
+  record(trace, arguments, &outputs, {});
+  return outputs;
+}
+
+void Cell::operator()(Trace& trace, std::span<const Expr> arguments, std::span<Expr> outputs) const {
+  record(trace, arguments, nullptr, outputs);
+}
+
+void Cell::record(Trace& trace, std::span<const Expr> arguments, std::vector<Expr>* vector, std::span<Expr> span) const {
   // Built only for an error: a call is recorded millions of times.
   auto who = [&] { return "edb::Cell: cell '" + name_ + "'"; };
   if (!trace.active()) throw UsageError(who() + ": the trace has finished (or its Engine was destroyed)");
@@ -343,7 +353,21 @@ std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments
       throw UsageError(who() + ": argument " + std::to_string(i + 1) + " is " + shape_text(shape.rows, shape.cols) +
                        ", the cell declares " + shape_text(inputs_[i].first, inputs_[i].second));
   }
-  if (!s.engine->driver.options().cells) return record_inline(name_, body_, trace, s, arguments, argument_ids);
+  auto deliver = [&](size_t count, auto&& output) {
+    if (vector) {
+      vector->reserve(count);
+      for (size_t k = 0; k < count; ++k) vector->push_back(output(k));
+      return;
+    }
+    if (span.size() != count)
+      throw UsageError(who() + " returns " + std::to_string(count) + " outputs, but room for " +
+                       std::to_string(span.size()) + " was given");
+    for (size_t k = 0; k < count; ++k) span[k] = output(k);
+  };
+  if (!s.engine->driver.options().cells) {
+    const std::vector<Expr> outputs = record_inline(name_, body_, trace, s, arguments, argument_ids);
+    return deliver(outputs.size(), [&](size_t k) { return outputs[k]; });
+  }
 
   // The engine's record of this cell; the last one found is kept, as calls of one cell come in runs.
   detail::EngineState& engine = *s.engine;
@@ -362,14 +386,12 @@ std::vector<Expr> Cell::operator()(Trace& trace, std::span<const Expr> arguments
     engine.last_cell_id = id_;
     engine.last_cell = it->second;
   }
-  CellRecord& record = *engine.last_cell;
+  CellRecord& cell = *engine.last_cell;
+  if (!vector && span.size() != cell.outputs.size()) deliver(cell.outputs.size(), [](size_t) { return Expr(); });
   output_ids.clear();
-  if (record.call_cell && !s.engine->differentiates) record_call_node(s, record, argument_ids, output_ids);
-  else copy_call(s, record, argument_ids, output_ids);
-  std::vector<Expr> outputs;
-  outputs.reserve(output_ids.size());
-  for (ir::NodeId id : output_ids) outputs.push_back(s.make(id));
-  return outputs;
+  if (cell.call_cell && !s.engine->differentiates) record_call_node(s, cell, argument_ids, output_ids);
+  else copy_call(s, cell, argument_ids, output_ids);
+  deliver(output_ids.size(), [&](size_t k) { return s.make(output_ids[k]); });
 }
 
 }  // namespace edb

@@ -285,10 +285,15 @@ class Cell {
   // Records one call on arguments of the declared shapes; returns the body's outputs in order.
   std::vector<Expr> operator()(Trace& trace, std::span<const Expr> arguments) const;
   std::vector<Expr> operator()(Trace& trace, std::initializer_list<Expr> arguments) const;
+  // The same, writing the outputs into `outputs` (exactly as many as the body returns, else a
+  // UsageError) without allocating: for loops that record millions of calls.
+  void operator()(Trace& trace, std::span<const Expr> arguments, std::span<Expr> outputs) const;
   const std::string& name() const { return name_; }
   uint64_t id() const { return id_; }  // process-unique
 
  private:
+  // Records a call; the outputs go to `vector` when it is not null, else into `span`.
+  void record(Trace& trace, std::span<const Expr> arguments, std::vector<Expr>* vector, std::span<Expr> span) const;
   std::string name_;
   std::vector<std::pair<int, int>> inputs_;
   Body body_;

@@ -87,6 +87,29 @@ TEST(Cells, DifferentCellsNeverShareABatchEvenWithTheSameName) {
   EXPECT_EQ(run.stats.batches, 9);  // each cell's calls batch apart: 4 + 5
 }
 
+// The allocation-free call writes the same outputs into a span, and refuses a span of the wrong size
+// (with cells on, before recording anything).
+TEST(Cells, OutputsIntoASpanAreTheVectorsOutputs) {
+  for (const bool cells : {true, false}) {
+    EngineOptions options;
+    options.cells = cells;
+    Engine engine(options);
+    Trace trace(engine);
+    const Cell cell = mix_cell();
+    const Expr x = trace.input({0.5f, -1.0f, 2.0f}), y = trace.input({1.0f, 2.0f, 3.0f});
+    const Expr arguments[2] = {x, y};
+    Expr out[1];
+    cell(trace, arguments, out);
+    const std::vector<Expr> by_vector = cell(trace, arguments);
+    EXPECT_EQ(out[0].value().data, by_vector[0].value().data);
+    const size_t nodes = trace.node_count();
+    Expr two[2];
+    EXPECT_EQ(usage_error([&] { cell(trace, arguments, two); }),
+              "edb::Cell: cell 'mix' returns 1 outputs, but room for 2 was given");
+    if (cells) EXPECT_EQ(trace.node_count(), nodes);
+  }
+}
+
 // A Cell declared again with the same name and body (say, inside the per-batch function) is the
 // same cell: its calls batch with the first one's, and the engine's tables stay bounded.
 TEST(Cells, ADeclarationAgainOfTheSameCellIsThatCell) {
