@@ -69,16 +69,11 @@ void emit_dump(const DumpFlags& dump, const char* stage, uint64_t number, const 
 // The chains' lower bound with each type weighted as Stats counts its batches (stats_weight): a
 // single-node cell call's chain as its cell's batches per call. Every batch of a type adds that
 // weight, and a type needs at least its longest chain's length in batches, so it stays a bound.
-int64_t weighted_lower_bound(const scheduler::ScheduleInput& input, const scheduler::Analysis& analysis) {
-  const scheduler::LocalTypes& types = analysis.types;
-  std::vector<int64_t> weight(types.count(), -1);
+int64_t weighted_lower_bound(const scheduler::ScheduleInput& input, const scheduler::Analysis& analysis,
+                             std::vector<uint32_t>& weights) {
+  scheduler::expanded_type_weights(input, analysis.types, weights);
   int64_t bound = analysis.chains.unbatchable;
-  for (size_t i = 0; i + input.begin < input.graph.size(); ++i) {
-    const uint32_t t = types.of_node[i];
-    if (t == scheduler::LocalTypes::kNone || weight[t] >= 0) continue;
-    weight[t] = stats_weight(input.graph, input.begin + ir::NodeId(i)).batches;
-    bound += weight[t] * analysis.chains.longest[t];
-  }
+  for (size_t t = 0; t < weights.size(); ++t) bound += int64_t(weights[t]) * analysis.chains.longest[t];
   return bound;
 }
 
@@ -397,7 +392,8 @@ void Driver::submit(TraceData& trace) {
   stats_.time.schedule_ms += elapsed_ms(start);
   // With call groups the bound is over the nodes themselves (the calls' copies).
   if (calls) node_analysis_.build(nodes);
-  stats_.lower_bound += calls ? weighted_lower_bound(nodes, node_analysis_) : weighted_lower_bound(input, analysis_);
+  stats_.lower_bound += calls ? weighted_lower_bound(nodes, node_analysis_, type_weights_)
+                               : weighted_lower_bound(input, analysis_, type_weights_);
   if (options_.verify) scheduler::verify(nodes, trace.schedule);
   if (dump_.batches) emit_dump(dump_, "batches", dump_number, "txt", print_schedule(trace, signatures));
   if (dump_.schedule) emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, trace.schedule, signatures));

@@ -119,6 +119,7 @@ class Driver {
   DumpFlags dump_;
   scheduler::Analysis analysis_;
   scheduler::Analysis node_analysis_;  // over the calls' copies, for the lower bound
+  std::vector<uint32_t> type_weights_; // per local type, for the lower bound (kept between traces)
   memplan::LayoutPlanner layout_planner_;
   Stats stats_;
 

@@ -25,6 +25,20 @@ void LocalTypes::build(const ScheduleInput& input) {
   }
 }
 
+void expanded_type_weights(const ScheduleInput& input, const LocalTypes& types, std::vector<uint32_t>& weights) {
+  weights.assign(types.count(), 1);
+  if (input.calls)
+    for (const CallGroups::Call& call : input.calls->calls)
+      if (call.last >= input.begin && call.last < input.graph.size())
+        if (const uint32_t local = types.of_node[call.last - input.begin]; local != LocalTypes::kNone)
+          weights[local] = uint32_t(call.schedule->batches.batch_count());
+  if (input.graph.cell_count() == 0) return;  // no call recorded as a single node (the jit's)
+  for (ir::NodeId id = input.begin; id < input.graph.size(); ++id)
+    if (const ir::Node& node = input.graph.node(id); node.op == ir::Op::call)
+      if (const uint32_t local = types.of_node[id - input.begin]; local != LocalTypes::kNone)
+        weights[local] = uint32_t(input.graph.cell(node.attrs.index).batches);
+}
+
 void Dependencies::build(const ScheduleInput& input, const LocalTypes& types) {
   const ir::Graph& graph = input.graph;
   const ir::NodeId begin = input.begin;

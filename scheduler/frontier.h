@@ -26,6 +26,10 @@ struct LocalTypes {
   std::vector<uint32_t> local_of_global_;
 };
 
+// Per local type, the batches one batch of it stands for once cells expand: 1, or a call type's
+// cell batches (a call group's, or a single-node call's cell). By array, as it runs on every trace.
+void expanded_type_weights(const ScheduleInput& input, const LocalTypes& types, std::vector<uint32_t>& weights);
+
 // Who consumes whom among the scheduled nodes of the range: built in two passes over the edges,
 // shared by the frontier and the chain ranks.
 struct Dependencies {

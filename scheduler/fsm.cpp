@@ -214,7 +214,7 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
     }
     const size_t g = size_t(episode) % graphs.size();
     map_types(graphs[g], analyses[g]);
-    expanded_batch_weights(graphs[g], analyses[g].types.global, weight_);
+    expanded_type_weights(graphs[g], analyses[g].types, weight_);
     frontier_.reset(graphs[g], analyses[g]);
     steps.clear();
     scratch.clear();

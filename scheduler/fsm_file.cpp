@@ -1,15 +1,11 @@
 // The learned policy's file: JSON, versioned, types by signature string, and a checksum over the
 // content, so a table moves between processes and a damaged file is refused with a clear error.
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "edbatch/errors.h"
-#include "scheduler/policy_file.h"
 #include "scheduler/fsm.h"
+#include "scheduler/policy_file.h"
 
 namespace edb::scheduler {
 
@@ -36,16 +32,7 @@ void FsmPolicy::save(const std::string& path) const {
   const nlohmann::json content = {{"encoding", encoding_ == Encoding::sort ? "sort" : "base"},
                                   {"types", names_},
                                   {"states", states}};
-  const nlohmann::json file = {{"format", kFormat}, {"version", kVersion}, {"content", content},
-                               {"checksum", checksum(content)}};
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    if (!out) fail(path, std::string("cannot write '") + temp + "': " + std::strerror(errno));
-    out << file.dump(1) << '\n';
-    if (!out.flush()) fail(path, std::string("writing failed: ") + std::strerror(errno));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) fail(path, std::string("cannot rename the temporary file: ") + std::strerror(errno));
+  policy_file::write(path, kFormat, kVersion, content);
   if (states.empty())
     std::fprintf(stderr,
                  "edb::Engine::save_policy(): warning: '%s' learned nothing: the table has no state, so every decision "
@@ -54,16 +41,7 @@ void FsmPolicy::save(const std::string& path) const {
 }
 
 void FsmPolicy::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  nlohmann::json file;
-  try {
-    file = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(path, "not valid JSON (byte " + std::to_string(e.byte) + ")");
-  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number too large for a double
-    fail(path, std::string("not valid JSON: ") + e.what());
-  }
+  const nlohmann::json file = policy_file::parse(path);
   try {
     if (file.is_object() && file.value("format", "") == "edbatch-learned-policy")
       fail(path, "a learned (imitation) policy, not a Q-learning table of the fsm policy: run it with policy learned");

@@ -2,15 +2,12 @@
 // on and its training report, with a checksum over the content; a file of another kind, version or
 // a damaged one is refused with a message that names the path and what to do.
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "edbatch/errors.h"
-#include "scheduler/policy_file.h"
 #include "scheduler/imitation.h"
+#include "scheduler/policy_file.h"
 
 namespace edb::scheduler {
 
@@ -70,17 +67,7 @@ void ImitationPolicy::save(const std::string& path) const {
   for (const auto& [key, score] : sorted) scores.push_back({key / kBuckets, key % kBuckets, score});
   const nlohmann::json content = {{"types", names_}, {"models", models_}, {"base", base_name(base_)}, {"scores", scores},
                                   {"report", report_json(report_)}};
-  const nlohmann::json file = {{"format", kFormat}, {"version", kVersion}, {"content", content},
-                               {"checksum", checksum(content)}};
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    if (!out) fail(path, std::string("cannot write '") + temp + "': " + std::strerror(errno));
-    out << file.dump(1) << '\n';
-    if (!out.flush()) fail(path, std::string("writing failed: ") + std::strerror(errno));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0)
-    fail(path, std::string("cannot rename the temporary file: ") + std::strerror(errno));
+  policy_file::write(path, kFormat, kVersion, content);
   if (learned_nothing())
     std::fprintf(stderr,
                  "edb::Engine::save_policy(): warning: '%s' learned nothing: every decision falls back to greedy "
@@ -89,16 +76,7 @@ void ImitationPolicy::save(const std::string& path) const {
 }
 
 void ImitationPolicy::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  nlohmann::json file;
-  try {
-    file = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(path, "not valid JSON (byte " + std::to_string(e.byte) + ")");
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, std::string("not valid JSON: ") + e.what());
-  }
+  const nlohmann::json file = policy_file::parse(path);
   try {
     if (!file.is_object()) fail(path, std::string("not an ") + kFormat + " file");
     const std::string format = file.value("format", "");

@@ -1,9 +1,13 @@
-// What the learned policies' files share (fsm_file.cpp, imitation_file.cpp): the checksum of the
-// content and the one way a read or write fails. scheduler/ only.
+// What the learned policies' files share (fsm_file.cpp, imitation_file.cpp): the framing (format,
+// version, content, checksum of the content), writing through a temporary file and a rename,
+// parsing, and the one way a read or write fails. scheduler/ only.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -22,6 +26,34 @@ inline std::string checksum(const nlohmann::json& content) {
 
 [[noreturn]] inline void fail(const std::string& path, const std::string& what) {
   throw UsageError("edb::Engine: policy file '" + path + "': " + what);
+}
+
+// Writes {format, version, content, checksum} to path + ".tmp", then renames it over `path`.
+inline void write(const std::string& path, const char* format, int version, const nlohmann::json& content) {
+  const nlohmann::json file = {{"format", format}, {"version", version}, {"content", content},
+                               {"checksum", checksum(content)}};
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    if (!out) fail(path, std::string("cannot write '") + temp + "': " + std::strerror(errno));
+    out << file.dump(1) << '\n';
+    if (!out.flush()) fail(path, std::string("writing failed: ") + std::strerror(errno));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0)
+    fail(path, std::string("cannot rename the temporary file: ") + std::strerror(errno));
+}
+
+// The file at `path` as JSON (its framing is the caller's to check).
+inline nlohmann::json parse(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, "not valid JSON (byte " + std::to_string(e.byte) + ")");
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    fail(path, std::string("not valid JSON: ") + e.what());
+  }
 }
 
 }  // namespace edb::scheduler::policy_file

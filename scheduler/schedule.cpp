@@ -82,20 +82,6 @@ int64_t expanded_batch_count(const ScheduleInput& input, const Schedule& schedul
   return count;
 }
 
-void expanded_batch_weights(const ScheduleInput& input, std::span<const ir::TypeId> types, std::vector<uint32_t>& weights) {
-  weights.assign(types.size(), 1);
-  std::unordered_map<ir::TypeId, uint32_t> of_call_type;
-  if (input.calls)
-    for (const CallGroups::Call& call : input.calls->calls)
-      of_call_type.emplace(call.type, uint32_t(call.schedule->batches.batch_count()));
-  for (ir::NodeId id = input.begin; id < input.graph.size(); ++id)
-    if (const ir::Node& n = input.graph.node(id); n.op == ir::Op::call)
-      of_call_type.emplace(input.types[id], uint32_t(input.graph.cell(n.attrs.index).batches));
-  if (of_call_type.empty()) return;
-  for (size_t t = 0; t < types.size(); ++t)
-    if (auto it = of_call_type.find(types[t]); it != of_call_type.end()) weights[t] = it->second;
-}
-
 std::vector<std::string> policy_names() { return {"sequential", "depth", "agenda", "greedy", "fsm", "learned", "search"}; }
 
 std::unique_ptr<Policy> make_policy(std::string_view name) {

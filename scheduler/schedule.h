@@ -128,8 +128,6 @@ void expand_calls(const CallGroups& calls, Schedule& schedule);
 // How many batches the schedule has once expanded (without expanding it): a batch of calls, of a
 // call group or single-node, counts its cell's batches.
 int64_t expanded_batch_count(const ScheduleInput& input, const Schedule& schedule);
-// Per type of `types` (global ids): the batches one batch of it expands to (1 unless a call type).
-void expanded_batch_weights(const ScheduleInput& input, std::span<const ir::TypeId> types, std::vector<uint32_t>& weights);
 
 // A batching policy: a named type chosen by name, never by an integer code.
 class Policy {

@@ -15,19 +15,7 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
   constexpr size_t kLanes = 32;
   const size_t width = std::max<size_t>((types.count() + kLanes - 1) / kLanes * kLanes, kLanes);
   height.assign(n, 0);
-  // Per local type, the batches one batch of it expands to: 1, or a call type's cell batches (a
-  // pass over the calls by array, not expanded_batch_weights' map: this runs on every trace).
-  weight.assign(types.count(), 1);
-  if (input.calls)
-    for (const CallGroups::Call& call : input.calls->calls)
-      if (call.last >= input.begin && call.last < input.graph.size())
-        if (const uint32_t local = types.of_node[call.last - input.begin]; local != LocalTypes::kNone)
-          weight[local] = uint32_t(call.schedule->batches.batch_count());
-  if (input.graph.cell_count() > 0)  // calls recorded as single nodes (the jit's)
-    for (size_t i = 0; i < n; ++i)
-      if (const ir::Node& node = input.graph.node(input.begin + ir::NodeId(i)); node.op == ir::Op::call)
-        if (const uint32_t local = types.of_node[i]; local != LocalTypes::kNone)
-          weight[local] = uint32_t(input.graph.cell(node.attrs.index).batches);
+  expanded_type_weights(input, types, weight);
   row_of_.resize(n);
   unread_.resize(n);
   free_.clear();

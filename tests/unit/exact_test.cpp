@@ -10,9 +10,9 @@
 #include "ir/ir.h"
 #include "ir/signature.h"
 #include "scheduler/exact.h"
-#include "tests/support/graph_builder.h"
 #include "scheduler/lower_bound.h"
 #include "scheduler/policies.h"
+#include "tests/support/graph_builder.h"
 
 namespace edb::scheduler {
 namespace {

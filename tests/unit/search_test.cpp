@@ -15,12 +15,12 @@
 #include "samples/models.h"
 #include "samples/runner.h"
 #include "scheduler/exact.h"
-#include "tests/support/graph_builder.h"
 #include "scheduler/fsm.h"
 #include "scheduler/imitation.h"
 #include "scheduler/lower_bound.h"
 #include "scheduler/policies.h"
 #include "scheduler/search.h"
+#include "tests/support/graph_builder.h"
 #include "tests/support/test_support.h"
 
 namespace edb::scheduler {
