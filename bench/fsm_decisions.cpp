@@ -1,7 +1,7 @@
 // edb-bench-fsm: what a learned-policy decision costs. Learns the fsm policy on a model's traces,
 // then schedules held-out traces with it, and replays the same schedules through the frontier
 // alone: the difference per decision is the policy's own cost (encoding the state, the table
-// lookup, the choice), which DESIGN.md wants under 100 ns.
+// lookup, the choice), which docs/design.md wants under 100 ns.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

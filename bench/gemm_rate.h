@@ -1,5 +1,5 @@
 // This machine's GEMM rate for a given shape, measured with Eigen in the same process, so model
-// throughput can be reported as a fraction of it (the roofline reference of DESIGN.md).
+// throughput can be reported as a fraction of it (the roofline reference of docs/design.md).
 #pragma once
 
 namespace edb::bench {

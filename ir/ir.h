@@ -166,7 +166,7 @@ class Graph {
 // whose message starts with the public function ("edb::affine(): ...") and gives both shapes.
 Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs);
 
-// Arithmetic of one node as DESIGN.md counts it: 2 per multiply-add, 1 per elementwise op.
+// Arithmetic of one node as docs/design.md counts it: 2 per multiply-add, 1 per elementwise op.
 int64_t node_flops(const Graph& graph, NodeId id);
 
 // Checks arity, shapes (re-inferred), arguments defined before use, attribute ranges.

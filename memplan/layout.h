@@ -1,4 +1,4 @@
-// The PQ-tree layout planner (DESIGN.md "Plan"): orders buffers so that each batch's outputs are
+// The PQ-tree layout planner (docs/design.md "Plan"): orders buffers so that each batch's outputs are
 // consecutive (C1) and, where possible, each batched operand too (C2) in member order (C3), so the
 // executor reads operands in place instead of gathering them. Also the operand-mode checker.
 // Precondition: the schedule passed scheduler::verify; `plan` covers the nodes before its range.

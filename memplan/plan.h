@@ -1,5 +1,5 @@
 // Plan: where each scheduled node's output lives in the arena. This first planner lays batches out
-// in schedule order, each batch's outputs consecutive (constraint C1 of DESIGN.md), except batches
+// in schedule order, each batch's outputs consecutive (constraint C1 of docs/design.md), except batches
 // of views: a slice of a column vector is its input's rows and a reshape is its input's values,
 // so they take no memory and no copy.
 // The PQ-tree planner that also makes operands consecutive comes later, with the same Plan type.

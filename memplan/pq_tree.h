@@ -1,6 +1,6 @@
 // PQ tree (Booth and Lueker, 1976): every order of the leaves 0..n-1 that keeps each accepted
 // leaf set consecutive, with an undo log for rollback. The planner feeds it constraints C1 and C2
-// of DESIGN.md and walks the result; lining up corresponding subsets (C3) is left to that pass.
+// of docs/design.md and walks the result; lining up corresponding subsets (C3) is left to that pass.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// The batching policies of DESIGN.md besides `sequential`, each a named type:
+// The batching policies of docs/design.md besides `sequential`, each a named type:
 //   depth  - one batch per (depth, type), TensorFlow Fold style;
 //   agenda - DyNet's rule: run the ready type with the lowest average depth;
 //   greedy - ED-Batch's typewise rule: run the ready type maximising |F_a| / |TF_a|.

@@ -1,4 +1,4 @@
-// Tight batches (DESIGN.md "a cost that is exact"): a batch of type t is tight when it holds every
+// Tight batches (docs/design.md "A cost that is exact"): a batch of type t is tight when it holds every
 // unexecuted t-node at the head of a longest remaining t-chain. Heights (the most t-nodes on a path
 // that starts at a node) never change while the node waits, so a type's tightness is one compare of
 // two counters. Every schedule has exactly sum_t longest_t tight batches; a non-tight batch of t

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The tests: set up and build if needed, run every ctest suite (no GPU needed), the Python
-# module's pytest suites (python/tests, with the interpreter CMake built it for), then install the
-# build into a temporary prefix and build and run examples/consumer, a pkg-config program and the
-# installed Python module against it. Extra arguments go to ctest.
+# The tests: check LAYOUT.md against the tree (check_layout.sh), set up and build if needed, run
+# every ctest suite (no GPU needed), the Python module's pytest suites (python/tests, with the
+# interpreter CMake built it for), then install the build into a temporary prefix and build and
+# run examples/consumer, a pkg-config program and the installed Python module against it. Extra
+# arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/check_layout.sh
 scripts/setup.sh
 build_dir=${EDB_BUILD_DIR:-build}
 ctest --test-dir "$build_dir" --output-on-failure -j"${EDB_JOBS:-2}" "$@"

@@ -1,4 +1,4 @@
-// Readers, writers and seeded generators for the three sample data formats (DESIGN.md "Data
+// Readers, writers and seeded generators for the three sample data formats (docs/design.md "Data
 // formats"): SST bracket trees, tagged sentences, character lattices; plus a string Vocabulary.
 // Models and batching live elsewhere: this only turns text into plain structs and back.
 #pragma once
@@ -107,8 +107,8 @@ std::vector<Dag> parse_dags(std::istream& in, const std::string& name);
 std::vector<Dag> read_dags(const std::string& path);
 void write_dag(std::ostream& out, const Dag& dag);
 
-// Seeded generators following ../shared/data/gen.py and gen_lattice.py in distribution (not in
-// exact output). They use std::mt19937_64 with hand-written distributions, so a seed gives the
+// Seeded generators following the bench data in distribution, not in exact output (docs/design.md
+// "Data formats"). They use std::mt19937_64 with hand-written distributions, so a seed gives the
 // same data with every standard library.
 std::vector<Tree> generate_trees(int count, uint64_t seed);
 std::vector<TaggedSentence> generate_tagged(int count, uint64_t seed);

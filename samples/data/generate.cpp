@@ -1,5 +1,5 @@
-// Seeded synthetic data shaped like ../shared/data/gen.py (trees, tagged sentences) and
-// gen_lattice.py (lattices). Distributions are hand-written over std::mt19937_64 so that a seed
+// Seeded synthetic data shaped like the bench data (docs/design.md "Data formats"): trees, tagged
+// sentences, lattices. Distributions are hand-written over std::mt19937_64 so that a seed
 // gives the same data with every standard library; the exact Python output is not reproduced.
 #include <algorithm>
 #include <cmath>

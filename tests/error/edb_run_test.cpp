@@ -1,5 +1,5 @@
 // Error tests for the edb-run front end: every bad invocation exits non-zero with one clear line
-// on stderr, --help lists the flags, and --json carries every field DESIGN.md's Runners lists.
+// on stderr, --help lists the flags, and --json carries every field docs/edb-run.md lists.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
