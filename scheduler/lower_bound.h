@@ -1,4 +1,4 @@
-// The lower bound (docs/design.md) on the number of batches of any schedule:
+// DESIGN.md's lower bound on the number of batches of any schedule:
 // LB = (#unbatchable nodes) + sum over types t of (max number of type-t nodes on any path).
 // Precondition: types assigned for every node of the graph (kNoType for leaves).
 #pragma once

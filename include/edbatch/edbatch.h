@@ -142,7 +142,7 @@ struct EngineOptions {
                                 // that compile: jit); empty: $EDB_CACHE_DIR, else ~/.cache/edbatch
 };
 
-// Learning a policy from recorded traces: fsm by tabular n-step Q-learning (docs/design.md); learned by
+// Learning a policy from recorded traces: fsm by tabular n-step Q-learning (DESIGN.md); learned by
 // imitating a schedule search of each trace, a quarter of the traces held out to report on.
 struct PolicyTraining {
   int episodes = 1000;             // fsm: Q-learning episodes at most

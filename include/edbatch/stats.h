@@ -22,7 +22,7 @@ struct Stats {
   // still runs them node by node (its kernel_calls are its nodes), and the jit runs a batch of
   // calls as one compiled kernel; both count the schedule's batches here.
   int64_t batches = 0;
-  // docs/design.md's LB summed over evaluations, over the graph the policy saw: calls copied into the
+  // DESIGN.md's LB summed over evaluations, over the graph the policy saw: calls copied into the
   // trace node by node; a call recorded as one node (the jit's) with its chain weighed by the
   // cell's batches. So it is comparable with `batches`, not between executors.
   int64_t lower_bound = 0;
