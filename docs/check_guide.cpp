@@ -1,6 +1,9 @@
-// Keeps docs/guide.md honest: every ```cpp block in it must follow a `<!-- snippet: NAME -->` line
-// and be exactly docs/snippets/NAME.cpp, which the build compiles and ctest runs; every snippet
-// file must be quoted. `--write` copies the files into the guide's blocks instead of checking.
+// Keeps the docs honest: in every page given (README.md, docs/*.md), every ```cpp block must follow
+// a `<!-- snippet: NAME -->` line and be exactly docs/snippets/NAME.cpp, which the build compiles
+// and ctest runs; every snippet file must be quoted by some page; and every relative link must name
+// a file that exists (and, for a markdown file, a heading that exists). `--write` copies the
+// snippet files into the pages' blocks instead of checking them.
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -34,27 +37,60 @@ size_t first_difference(const std::vector<std::string>& a, const std::vector<std
   return i + 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const bool write = argc == 4 && std::string(argv[1]) == "--write";
-  if (argc != 3 && !write) {
-    std::fprintf(stderr, "usage: edb-check-guide [--write] GUIDE.md SNIPPET_DIR\n");
-    return 2;
+// GitHub's anchor for a heading: lower case, spaces to hyphens, other punctuation dropped.
+std::string slug(const std::string& heading) {
+  std::string out;
+  for (unsigned char c : heading) {
+    if (std::isalnum(c) || c == '-' || c == '_') out += char(std::tolower(c));
+    else if (c == ' ') out += '-';
   }
-  const std::string guide_path = argv[argc - 2], snippet_dir = argv[argc - 1];
-  std::string guide;
-  if (!read(guide_path, guide)) {
-    std::fprintf(stderr, "edb-check-guide: cannot read '%s'\n", guide_path.c_str());
-    return 2;
+  return out;
+}
+
+std::set<std::string> anchors(const std::vector<std::string>& lines) {
+  std::set<std::string> out;
+  bool in_block = false;
+  for (const std::string& line : lines) {
+    if (line.rfind("```", 0) == 0) in_block = !in_block;
+    if (in_block || line.empty() || line[0] != '#') continue;
+    const size_t text = line.find_first_not_of('#');
+    if (text != std::string::npos && line[text] == ' ') out.insert(slug(line.substr(text + 1)));
+  }
+  return out;
+}
+
+// The relative links of a page's lines outside code blocks: (line number, target).
+std::vector<std::pair<size_t, std::string>> links(const std::vector<std::string>& lines) {
+  std::vector<std::pair<size_t, std::string>> out;
+  bool in_block = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("```", 0) == 0) in_block = !in_block;
+    if (in_block) continue;
+    for (size_t at = lines[i].find("]("); at != std::string::npos; at = lines[i].find("](", at + 2)) {
+      const size_t end = lines[i].find(')', at + 2);
+      if (end == std::string::npos) break;
+      const std::string target = lines[i].substr(at + 2, end - at - 2);
+      if (target.rfind("http://", 0) == 0 || target.rfind("https://", 0) == 0 || target.rfind("mailto:", 0) == 0)
+        continue;
+      out.emplace_back(i + 1, target);
+    }
+  }
+  return out;
+}
+
+// Checks one page (or, with `write`, rewrites its snippet blocks); returns its problem count.
+int check_page(const std::string& path, const std::string& snippet_dir, bool write, std::set<std::string>& quoted) {
+  std::string page;
+  if (!read(path, page)) {
+    std::fprintf(stderr, "edb-check-guide: cannot read '%s'\n", path.c_str());
+    return 1;
   }
   const std::string marker = "<!-- snippet: ", marker_end = " -->";
-  const std::vector<std::string> lines = split_lines(guide);
-  std::vector<std::string> output;  // the guide with its blocks replaced (--write)
-  std::set<std::string> quoted;
+  const std::vector<std::string> lines = split_lines(page);
+  std::vector<std::string> output;  // the page with its blocks replaced (--write)
   int problems = 0;
   auto problem = [&](size_t line, const std::string& what) {
-    std::fprintf(stderr, "%s:%zu: %s\n", guide_path.c_str(), line, what.c_str());
+    std::fprintf(stderr, "%s:%zu: %s\n", path.c_str(), line, what.c_str());
     ++problems;
   };
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -105,13 +141,51 @@ int main(int argc, char** argv) {
     output.push_back("```");
     i = end;
   }
+  // Relative links: the file must exist, and a #heading in a markdown file too.
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  for (const auto& [line, target] : links(lines)) {
+    const size_t hash = target.find('#');
+    const std::string file = target.substr(0, hash), anchor = hash == std::string::npos ? "" : target.substr(hash + 1);
+    const std::filesystem::path resolved = file.empty() ? std::filesystem::path(path) : dir / file;
+    if (!std::filesystem::exists(resolved)) {
+      problem(line, "link to '" + target + "': " + resolved.string() + " does not exist");
+      continue;
+    }
+    if (anchor.empty() || resolved.extension() != ".md") continue;
+    std::string linked;
+    if (!read(resolved.string(), linked) || !anchors(split_lines(linked)).count(anchor))
+      problem(line, "link to '" + target + "': no heading '#" + anchor + "' in " + resolved.string());
+  }
+  if (write && problems == 0) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    for (const std::string& line : output) out << line << '\n';
+    if (!out) {
+      std::fprintf(stderr, "edb-check-guide: cannot write '%s'\n", path.c_str());
+      return problems + 1;
+    }
+  }
+  return problems;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool write = argc >= 2 && std::string(argv[1]) == "--write";
+  const int first = write ? 2 : 1;
+  if (argc - first < 2) {
+    std::fprintf(stderr, "usage: edb-check-guide [--write] PAGE.md... SNIPPET_DIR\n");
+    return 2;
+  }
+  const std::string snippet_dir = argv[argc - 1];
+  std::set<std::string> quoted;
+  int problems = 0;
+  for (int i = first; i < argc - 1; ++i) problems += check_page(argv[i], snippet_dir, write, quoted);
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(snippet_dir, error)) {
     if (entry.path().extension() != ".cpp") continue;
     const std::string name = entry.path().stem().string();
     if (!quoted.count(name)) {
-      std::fprintf(stderr, "%s: snippet '%s' (%s) is not quoted in the guide\n", guide_path.c_str(), name.c_str(),
-                   entry.path().c_str());
+      std::fprintf(stderr, "%s: snippet '%s' is not quoted in any page\n", entry.path().c_str(), name.c_str());
       ++problems;
     }
   }
@@ -119,15 +193,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "edb-check-guide: cannot list '%s': %s\n", snippet_dir.c_str(), error.message().c_str());
     return 2;
   }
-  if (write && problems == 0) {
-    std::ofstream out(guide_path, std::ios::binary | std::ios::trunc);
-    for (const std::string& line : output) out << line << '\n';
-    if (!out) {
-      std::fprintf(stderr, "edb-check-guide: cannot write '%s'\n", guide_path.c_str());
-      return 2;
-    }
-  }
   if (problems) return 1;
-  std::printf("%s: %zu snippets, each exactly as in %s\n", guide_path.c_str(), quoted.size(), snippet_dir.c_str());
+  std::printf("%d pages: %zu snippets, each exactly as in %s; every relative link resolves\n", argc - 1 - first,
+              quoted.size(), snippet_dir.c_str());
   return 0;
 }

@@ -1,22 +1,130 @@
-# Runs every ```python block of docs/python.md, each in a fresh interpreter.
+# The docs' code blocks, run (docs/README.md, "How the pages are kept true"): every ```python block
+# of README.md and docs/*.md in a fresh interpreter, and every ```sh block's commands. edb-run,
+# edb-cache, python3 and the built doc snippets run as written, in a scratch directory that links
+# to the repository's folders (docs/ copied), with the build's tools on PATH and a kernel cache of
+# their own; a command that renders with graphviz skips when `dot` is missing. Commands that take
+# minutes or set machines up (scripts/, bench/*.sh, cmake) are what CI and the benchmark runs
+# execute: here a script must exist and be executable, any other build/ program must list every
+# --flag given to it in its --help, and a cmake -D option must be one the build reads. The ```cpp
+# blocks are docs/snippets, compiled and run by ctest (edb-check-guide holds the pages to them).
 import os
 import pathlib
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"
-BLOCKS = re.findall(r"^```python\n(.*?)^```", GUIDE.read_text(), flags=re.S | re.M)
+from conftest import REPO, build_dir
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
-def test_the_guide_has_examples():
-    assert len(BLOCKS) >= 6
+def blocks(language):
+    found = []
+    for page in PAGES:
+        for match in re.finditer(rf"^```{language}\n(.*?)^```", page.read_text(), flags=re.S | re.M):
+            line = page.read_text()[: match.start()].count("\n") + 1
+            found.append(pytest.param(match.group(1), id=f"{page.name}:{line}"))
+    return found
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_guide_block(index, tmp_path):
-    result = subprocess.run([sys.executable, "-c", BLOCKS[index]], capture_output=True, text=True,
+PYTHON_BLOCKS = blocks("python")
+SH_BLOCKS = blocks("sh")
+
+
+def test_the_docs_have_examples():
+    assert len(PYTHON_BLOCKS) >= 7 and len(SH_BLOCKS) >= 5
+
+
+@pytest.mark.parametrize("code", PYTHON_BLOCKS)
+def test_python_block(code, tmp_path):
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env=os.environ, cwd=tmp_path, timeout=300)
-    assert result.returncode == 0, f"block {index + 1} of {GUIDE}:\n{BLOCKS[index]}\n{result.stderr}"
+    assert result.returncode == 0, f"{code}\n{result.stderr}"
+
+
+def commands(block):
+    """The block's commands: continuation lines joined, comments and blank lines dropped."""
+    text = block.replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            out.append(words)
+    return out
+
+
+def cmake_variables():
+    files = [REPO / "CMakeLists.txt", *(REPO / "cmake").glob("*.cmake"), *REPO.glob("*/CMakeLists.txt")]
+    return "\n".join(f.read_text() for f in files)
+
+
+def scratch(tmp_path):
+    """A directory that links to the repository's folders and the build, so relative paths work;
+    docs/ is a copy, since a command may write there (the guide's schedule picture)."""
+    shutil.copytree(REPO / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("snippets"))
+    for entry in REPO.iterdir():
+        if entry.name not in (".git", "build") and not (tmp_path / entry.name).exists():
+            (tmp_path / entry.name).symlink_to(entry)
+    if not (tmp_path / "build").exists():
+        (tmp_path / "build").symlink_to(build_dir())
+    return tmp_path
+
+
+@pytest.mark.parametrize("block", SH_BLOCKS)
+def test_sh_block(block, tmp_path):
+    cwd = scratch(tmp_path)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(build_dir() / "tools"), env.get("PATH", "")])
+    env["EDB_CACHE_DIR"] = str(tmp_path / "kernel-cache")
+    skipped = []
+    for words in commands(block):
+        assignments = {}
+        while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+            name, value = words.pop(0).split("=", 1)
+            assignments[name] = value.replace("build/", f"{build_dir()}/", 1) if value.startswith("build/") else value
+        program = words[0]
+        renders = [w for w in words if w.endswith((".svg", ".png", ".pdf"))]
+        if renders and shutil.which("dot") is None:
+            skipped.append(f"{' '.join(words)} (renders with graphviz's dot, not installed)")
+            continue
+        if program in ("edb-run", "edb-cache", "python3") or program.startswith(("build/tools/", "build/docs/edb_snippet_")):
+            argv = [sys.executable, *words[1:]] if program == "python3" else words
+            result = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=600,
+                                    env={**env, **assignments})
+            assert result.returncode == 0, f"{' '.join(words)}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+        elif program.startswith(("./scripts/", "scripts/", "bench/")) and program.endswith(".sh"):
+            path = REPO / program.removeprefix("./")
+            assert path.exists() and os.access(path, os.X_OK), f"{program}: no such executable script"
+        elif program.startswith("build/"):
+            path = build_dir() / program.removeprefix("build/")
+            assert path.exists(), f"{program} is not built in {build_dir()}"
+            help_text = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=60)
+            usage = help_text.stdout + help_text.stderr
+            for flag in (w.split("=", 1)[0] for w in words[1:] if w.startswith("--")):
+                assert flag in usage, f"{program} --help does not list {flag}"
+        elif program == "cmake":
+            known = cmake_variables()
+            for option in (w for w in words if w.startswith("-D")):
+                name = option[2:].split("=", 1)[0].split(":", 1)[0]
+                assert name.startswith("CMAKE_") or name in known, f"cmake option {name} is read nowhere"
+        else:
+            pytest.fail(f"a docs command this test neither runs nor checks: {' '.join(words)}")
+    if skipped:
+        pytest.skip("; ".join(skipped))
+
+
+def test_another_interpreter_is_told_which_one_the_module_is_for(tmp_path):
+    # What the README promises: build/python/edbatch.py, which only an interpreter the compiled
+    # module does not match imports, names both interpreters and the CMake option.
+    shim = build_dir() / "python" / "edbatch.py"
+    code = ("import runpy, sys\n"
+            "sys.version_info = (2, 7, 0)\n"
+            f"runpy.run_path({str(shim)!r})\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "ImportError: edbatch: the module here was built for Python 3." in result.stderr
+    assert "this is Python 2.7" in result.stderr and "-DPython_EXECUTABLE=" in result.stderr
