@@ -93,9 +93,9 @@ size_t SignatureTable::Hash::operator()(std::string_view s) const {
 
 TypeId SignatureTable::intern(const Graph& graph, NodeId id) {
   if (has_flag(graph.node(id).op, kLeaf)) return kNoType;
-  if (graph.node(id).op == Op::call) {  // calls of one cell batch together, whatever their arguments
+  if (graph.node(id).op == Op::call) {
     const CellBody& cell = graph.cell(graph.node(id).attrs.index);
-    return intern_named(cell.key, cell.signature);
+    return intern_call(graph, cell.key, cell.signature, graph.args(id));
   }
   build_key(graph, id, key_buffer_);
   if (auto it = by_key_.find(std::string_view(key_buffer_)); it != by_key_.end()) return it->second;
@@ -107,6 +107,23 @@ TypeId SignatureTable::intern_named(std::string_view key, const std::string& nam
   key_buffer_.append(key);
   if (auto it = by_key_.find(std::string_view(key_buffer_)); it != by_key_.end()) return it->second;
   return add_type(name);
+}
+
+TypeId SignatureTable::intern_call(const Graph& graph, std::string_view key, const std::string& name,
+                                   std::span<const NodeId> arguments) {
+  bool any = false;
+  for (NodeId id : arguments) any |= graph.node(id).op == Op::parameter;
+  if (!any) return intern_named(key, name);
+  std::string with_key(key), with_name = name + " with";
+  with_key += " parameters";
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const Node& n = graph.node(arguments[i]);
+    if (n.op != Op::parameter) continue;
+    const ParameterInfo& p = graph.parameter(n.attrs.parameter);
+    with_key += " " + std::to_string(i) + ":" + std::to_string(p.uid);
+    with_name += " argument " + std::to_string(i + 1) + " = " + p.name;
+  }
+  return intern_named(with_key, with_name);
 }
 
 TypeId SignatureTable::add_type(std::string name) {

@@ -42,6 +42,10 @@ class SignatureTable {
   // A type that is not one node's (a cell call): `key` identifies it exactly, `name` is how it
   // prints. Keys live apart from node keys; two keys that print alike get a " #n" suffix.
   TypeId intern_named(std::string_view key, const std::string& name);
+  // A cell call's type on `arguments`: the cell's (`key`, printed as `name`), and where arguments
+  // are parameters, which parameter each one is: a batch of calls then reads the same parameters
+  // in every call (a compiled cell packs a weight, or reads a shared slot, once for the batch).
+  TypeId intern_call(const Graph& graph, std::string_view key, const std::string& name, std::span<const NodeId> arguments);
 
   const std::string& name(TypeId type) const { return names_[type]; }
   std::optional<TypeId> find(std::string_view signature) const;

@@ -698,6 +698,10 @@ BatchedExecutor::BatchedExecutor(int threads, bool jit, std::string cache_direct
 
 BatchedExecutor::~BatchedExecutor() = default;
 
+void BatchedExecutor::check_shared_reads() {
+  if (cells_) cells_->check_shared_reads();
+}
+
 void BatchedExecutor::keep_every_value() {
   if (cells_) cells_->keep_every_value();
 }

@@ -29,6 +29,7 @@ class BatchedExecutor final : public Executor {
   std::string_view name() const override { return jit_ ? "jit" : "batched"; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
   void keep_every_value() override;
+  void check_shared_reads() override;
 
   // Grow-only scratch blocks, reset per batch (pointers stay valid within a batch).
   class Scratch {

@@ -59,9 +59,17 @@ class Lowerer {
     out_.program.rows = rows_;
     out_.program.call_slots = int32_t(out_.call_slots.size());
     out_.program.shared_slots = int32_t(out_.shared_slots.size());
-    // A stage with nothing to store (possible only for an empty body) would be refused by verify.
-    for (const Program::Stage& stage : out_.program.stages)
-      if (stage.stores.empty()) throw Unsupported{"a stage computes nothing that is kept"};
+    // A stage that stores nothing computes only values nobody reads (a later stage reads what
+    // earlier ones stored): it goes, as dead code.
+    std::erase_if(out_.program.stages, [](const Program::Stage& stage) { return stage.stores.empty(); });
+    std::vector<CellLowering::Weight> weights;  // the kept contractions' weights, renumbered
+    for (Program::Stage& stage : out_.program.stages)
+      for (Program::Contraction& c : stage.contractions) {
+        weights.push_back(std::move(out_.weights[size_t(c.weight)]));
+        c.weight = int32_t(weights.size() - 1);
+      }
+    out_.weights = std::move(weights);
+    if (out_.program.stages.empty()) throw Unsupported{"the body computes nothing that is kept"};
     jit::verify(out_.program);
     return std::move(out_);
   }
@@ -293,7 +301,11 @@ class Lowerer {
     Form& form = forms_[size_t(f)];
     switch (form.kind) {
       case Form::external: return load(s, form.memory, g * rows_);
-      case Form::slice: return block(form.sources[0], form.begin / rows_ + g, s);
+      case Form::slice:
+        // Blocks of a slice are blocks of its source only where it starts on a block boundary.
+        if (form.begin % rows_ != 0)
+          throw Unsupported{"a slice from row " + std::to_string(form.begin) + " read in blocks of " + std::to_string(rows_) + " rows"};
+        return block(form.sources[0], form.begin / rows_ + g, s);
       case Form::concat: {
         for (int32_t part : form.sources) {
           const int32_t blocks = forms_[size_t(part)].rows / rows_;
@@ -444,7 +456,13 @@ std::unique_ptr<CallCell> lower_call_cell(const ir::Graph& body, std::span<const
   }
   const uint32_t count = uint32_t(copy.size() - cell->first);
   std::vector<uint32_t> output_offsets;
-  for (ir::NodeId output : outputs) output_offsets.push_back(to[output] - cell->first);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (ir::has_flag(body.node(outputs[k]).op, ir::kLeaf)) {
+      why_not = "output " + std::to_string(k + 1) + " is a leaf of the body (an argument, parameter or constant), not a value it computes";
+      return nullptr;
+    }
+    output_offsets.push_back(to[outputs[k]] - cell->first);
+  }
   // Every slice of a column is a view: the frame keeps no copy of rows it can read in place.
   memplan::Plan plan;
   plan.offset.assign(copy.size(), -1);
@@ -535,7 +553,7 @@ void CellKernels::compile(Cell& cell, Stats& stats) {
 
 CellKernels::Cell& CellKernels::cell_of(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch,
                                         const Values& values, Stats& stats) {
-  std::unique_ptr<Cell>& slot = cells_[batch.cell];
+  std::unique_ptr<Cell>& slot = cells_[{batch.cell, batch.type}];
   if (slot) return *slot;
   auto cell = std::make_unique<Cell>();
   cell->owned = lower_cell(values.graph, values.plan, schedule.call_firsts[batch.calls_begin], *batch.cell,
@@ -607,8 +625,26 @@ bool CellKernels::run(const scheduler::Schedule& schedule, const scheduler::Sche
     for (ir::NodeId first : firsts)
       if (!values.plan.is_view(first + view)) return false;
 
-  // Packed weights, made again when a piece moved or its version changed.
+  // What the kernel reads once for the batch, through the first call: the same node in every call
+  // (the calls' type says so; EngineOptions::verify checks it).
   const ir::NodeId first0 = firsts[0];
+  if (check_shared_reads_) {
+    auto check = [&](const CellLowering::Reference& ref, const char* what) {
+      const ir::NodeId expected = graph.args(first0 + ref.offset)[size_t(ref.argument)];
+      for (size_t j = 1; j < firsts.size(); ++j)
+        if (graph.args(firsts[j] + ref.offset)[size_t(ref.argument)] != expected)
+          throw InternalError("compiled cell '" + batch.cell->name + "': " + what + " (body node %" + std::to_string(ref.offset) +
+                              ", argument " + std::to_string(ref.argument) + ") is node %" + std::to_string(expected) +
+                              " in the batch's first call but %" +
+                              std::to_string(graph.args(firsts[j] + ref.offset)[size_t(ref.argument)]) + " in call " +
+                              std::to_string(j + 1) + " of " + std::to_string(firsts.size()));
+    };
+    for (const CellLowering::Reference& ref : lowering.shared_slots) check(ref, "a shared slot");
+    for (const CellLowering::Weight& weight : lowering.weights)
+      for (const CellLowering::Reference& piece : weight.pieces) check(piece, "a packed weight");
+  }
+
+  // Packed weights, made again when a piece moved or its version changed.
   refresh_weights(cell, [&](size_t w, size_t p) -> const ir::ParameterInfo& {
     const CellLowering::Reference& piece = lowering.weights[w].pieces[p];
     const ir::NodeId node = graph.args(first0 + piece.offset)[size_t(piece.argument)];
@@ -638,7 +674,7 @@ bool CellKernels::run(const scheduler::Schedule& schedule, const scheduler::Sche
 void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats) {
   const ir::Graph& graph = values.graph;
   const auto& call_cell = static_cast<const CallCell&>(graph.cell(graph.node(calls[0]).attrs.index));
-  std::unique_ptr<Cell>& slot = cells_[&call_cell];
+  std::unique_ptr<Cell>& slot = cells_[{&call_cell, ir::kNoType}];
   if (!slot) {
     slot = std::make_unique<Cell>();
     slot->lowering = &call_cell.lowering;

@@ -7,11 +7,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "edbatch/stats.h"
@@ -87,6 +87,7 @@ class CellKernels {
  public:
   explicit CellKernels(std::string cache_directory);
   void keep_every_value() { keep_every_value_ = true; }  // before the first run
+  void check_shared_reads() { check_shared_reads_ = true; }  // Executor::check_shared_reads
   ~CellKernels();
 
   // Runs a batch of calls as one kernel, split by calls across the pool; false when its cell does
@@ -109,8 +110,11 @@ class CellKernels {
 
   std::string cache_directory_;
   bool keep_every_value_ = false;
+  bool check_shared_reads_ = false;
   jit::CachedCompiler* compiler_ = nullptr;
-  std::unordered_map<const void*, std::unique_ptr<Cell>> cells_;  // by CellSchedule or CallCell
+  // By CellSchedule and the calls' type (which parameters they pass decides the lowering), or by
+  // CallCell.
+  std::map<std::pair<const void*, ir::TypeId>, std::unique_ptr<Cell>> cells_;
   std::vector<float*> pointers_;        // the batch's call tables, kept between batches
   std::vector<const float*> shared_;
 };

@@ -15,6 +15,7 @@
 
 #include "memplan/layout.h"
 #include "runtime/cuda_executor.h"
+#include "scheduler/lower_bound.h"
 
 
 namespace edb::runtime {
@@ -64,17 +65,6 @@ void emit_dump(const DumpFlags& dump, const char* stage, uint64_t number, const 
   file << text;
   file.close();
   if (!file) std::cerr << "edbatch: EDB_DUMP_DIR: cannot write '" << path << "': " << std::strerror(errno) << '\n';
-}
-
-// The chains' lower bound with each type weighted as Stats counts its batches (stats_weight): a
-// single-node cell call's chain as its cell's batches per call. Every batch of a type adds that
-// weight, and a type needs at least its longest chain's length in batches, so it stays a bound.
-int64_t weighted_lower_bound(const scheduler::ScheduleInput& input, const scheduler::Analysis& analysis,
-                             std::vector<uint32_t>& weights) {
-  scheduler::expanded_type_weights(input, analysis.types, weights);
-  int64_t bound = analysis.chains.unbatchable;
-  for (size_t t = 0; t < weights.size(); ++t) bound += int64_t(weights[t]) * analysis.chains.longest[t];
-  return bound;
 }
 
 }  // namespace
@@ -268,6 +258,7 @@ Driver::Driver(const EngineOptions& options)
   executor_ = make_device_executor(options.device, options.executor, pipelined ? options.threads - 1 : options.threads,
                                    options.cache_directory, options_.device);
   if (options.check_finite) executor_->keep_every_value();
+  if (options.verify) executor_->check_shared_reads();
   if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_, options.check_finite);
 }
 
@@ -390,10 +381,16 @@ void Driver::submit(TraceData& trace) {
   const scheduler::ScheduleInput nodes{trace.graph, trace.types, begin, nullptr, &signatures};
   if (calls) scheduler::expand_calls(trace.calls, trace.schedule);
   stats_.time.schedule_ms += elapsed_ms(start);
-  // With call groups the bound is over the nodes themselves (the calls' copies).
-  if (calls) node_analysis_.build(nodes);
-  stats_.lower_bound += calls ? weighted_lower_bound(nodes, node_analysis_, type_weights_)
-                               : weighted_lower_bound(input, analysis_, type_weights_);
+  // Over the trace with each call one node (copied or a single node) weighted by its cell's
+  // batches: the same bound whichever executor records and policy schedules the trace (the
+  // sequential baseline, which schedules the copies node by node, has it analysed apart).
+  if (calls || trace.calls.empty()) {
+    stats_.lower_bound += scheduler::weighted_lower_bound(input, analysis_, type_weights_);
+  } else {
+    const scheduler::ScheduleInput grouped{trace.graph, trace.types, begin, &bound_analysis_, &signatures, &trace.calls};
+    bound_analysis_.build(grouped);
+    stats_.lower_bound += scheduler::weighted_lower_bound(grouped, bound_analysis_, type_weights_);
+  }
   if (options_.verify) scheduler::verify(nodes, trace.schedule);
   if (dump_.batches) emit_dump(dump_, "batches", dump_number, "txt", print_schedule(trace, signatures));
   if (dump_.schedule) emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, trace.schedule, signatures));

@@ -118,7 +118,7 @@ class Driver {
   std::unique_ptr<ExecutionQueue> queue_;  // null: execute on the caller's thread
   DumpFlags dump_;
   scheduler::Analysis analysis_;
-  scheduler::Analysis node_analysis_;  // over the calls' copies, for the lower bound
+  scheduler::Analysis bound_analysis_;  // the sequential policy's trace with calls grouped, for the bound
   std::vector<uint32_t> type_weights_; // per local type, for the lower bound (kept between traces)
   memplan::LayoutPlanner layout_planner_;
   Stats stats_;

@@ -54,6 +54,9 @@ class Executor {
   // Every node's value must be in the arena afterwards (EngineOptions::check_finite reads them all);
   // otherwise a compiled cell writes only what is read after it. Called before the first execute.
   virtual void keep_every_value() {}
+  // EngineOptions::verify: before a kernel reads a value once for a whole batch (a packed weight,
+  // a shared slot), check that it is the same node for every member; InternalError otherwise.
+  virtual void check_shared_reads() {}
 };
 
 class ReferenceExecutor final : public Executor {

@@ -159,13 +159,13 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
                              const std::function<void(const FsmProgress&)>& progress) {
   if (graphs.empty()) throw UsageError("edb::Engine::train_policy(): no traces to learn from");
   std::vector<Analysis> analyses(graphs.size());
+  std::vector<uint32_t> weight_scratch;
   FsmProgress state;
   state.episodes = options.episodes;
   for (size_t g = 0; g < graphs.size(); ++g) {
     analyses[g].build(graphs[g]);
-    // Over the nodes themselves, like the batch counts (cell calls expand).
-    state.lower_bound += graphs[g].calls ? lower_bound(ScheduleInput{graphs[g].graph, graphs[g].types, graphs[g].begin})
-                                         : analyses[g].chains.lower_bound();
+    // As Stats counts it at run time, like the batch counts.
+    state.lower_bound += weighted_lower_bound(graphs[g], analyses[g], weight_scratch);
   }
   Schedule scratch;
   auto rollout_all = [&] {

@@ -173,10 +173,8 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   }
   std::sort(models_.begin(), models_.end());
   models_.erase(std::unique(models_.begin(), models_.end()), models_.end());
-  auto node_bound = [&](size_t g) {
-    return graphs[g].calls ? lower_bound(ScheduleInput{graphs[g].graph, graphs[g].types, graphs[g].begin})
-                           : analyses[g].chains.lower_bound();
-  };
+  std::vector<uint32_t> weight_scratch;
+  auto node_bound = [&](size_t g) { return weighted_lower_bound(graphs[g], analyses[g], weight_scratch); };
 
   // The base (what decides without a score): the one needing fewest batches over the fitted
   // traces among those that never need more than greedy on any of them.

@@ -51,6 +51,7 @@ void expand_calls(const CallGroups& calls, Schedule& schedule) {
     call_batch.first_batch = uint32_t(expanded.batch_count());
     call_batch.end_batch = uint32_t(expanded.batch_count() + inner.batch_count());
     call_batch.cell = calls.calls[first_call].schedule;
+    call_batch.type = calls.calls[first_call].type;
     call_batch.calls_begin = uint32_t(expanded.call_firsts.size());
     call_batch.body_nodes = calls.calls[first_call].last - calls.calls[first_call].first + 1;
     for (ir::NodeId id : batch) expanded.call_firsts.push_back(calls.calls[calls.call(id)].first);

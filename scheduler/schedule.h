@@ -26,6 +26,7 @@ struct Schedule {
   struct CallBatch {
     uint32_t first_batch = 0, end_batch = 0;
     const CellSchedule* cell = nullptr;
+    ir::TypeId type = ir::kNoType;  // the calls' type (one cell, and which parameters they pass)
     uint32_t calls_begin = 0, calls_end = 0;
     uint32_t body_nodes = 0;
   };

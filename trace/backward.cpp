@@ -433,7 +433,13 @@ Gradients Trace::backward(const Expr& loss) {
     }
     const auto [model, index] = detail::find_parameter(graph.parameter(node.attrs.parameter).uid);
     if (!model) throw UsageError("edb::Trace::backward(): a parameter's Model was destroyed during the trace");
-    out.parameters.push_back({Parameter(model, index), tensor_of(values, graph, gradient)});
+    // A trace holds one node per parameter; were there two, their gradients add up all the same.
+    Tensor g = tensor_of(values, graph, gradient);
+    if (Tensor* seen = const_cast<Tensor*>(out.of(Parameter(model, index)))) {
+      for (size_t k = 0; k < g.data.size(); ++k) seen->data[k] += g.data[k];
+      continue;
+    }
+    out.parameters.push_back({Parameter(model, index), std::move(g)});
   }
   std::sort(reads.begin(), reads.end(), [](const Read& x, const Read& y) {
     return std::tie(x.table, x.entry, x.gradient) < std::tie(y.table, y.entry, y.gradient);

@@ -127,9 +127,8 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
     if (!outputs[i].valid() || &TraceState::of(outputs[i], "edb::Cell") != state)
       throw UsageError(who + ": output " + std::to_string(i + 1) +
                        " was not recorded by the body on the trace it was given");
-    if (ir::has_flag(state->data.graph.node(outputs[i].node_id()).op, ir::kLeaf))
-      throw UsageError(who + ": output " + std::to_string(i + 1) +
-                       " is an input, constant or parameter; outputs must be computed by the body");
+    // An output may be a leaf (an argument returned unchanged, a parameter, a constant), as with
+    // cells off: the call then returns that node itself.
     record->outputs.push_back(outputs[i].node_id());
   }
   if (!state->data.calls.empty() || state->call_nodes)
@@ -145,7 +144,8 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
       offset_of[id] = uint32_t(record->operations.size());
       record->operations.push_back(id);
     }
-  if (record->operations.empty()) throw UsageError(who + ": the body records no operations");
+  // A body may record no operations (it returns its arguments, parameters or constants): its
+  // calls then record nothing but those.
   std::string key = structure_key(cell, *record);
   if (auto it = engine.cells_by_structure.find(key); it != engine.cells_by_structure.end()) return it->second;
   const scheduler::ExactResult planned = scheduler::schedule_fewest_batches({record->body, record->types});
@@ -160,8 +160,11 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
   for (size_t i = 0; i < inputs.size(); ++i)
     printed += (i ? ", " : "") + shape_text(inputs[i].first, inputs[i].second);
   printed += ")";
-  record->call_type = engine.driver.signatures.intern_named(std::to_string(cell.id()), printed);
-  for (ir::NodeId output : record->outputs) record->schedule.outputs.push_back(offset_of[output]);
+  record->call_key = std::to_string(cell.id());
+  record->call_name = printed;
+  record->call_type = engine.driver.signatures.intern_named(record->call_key, printed);  // no parameter arguments
+  for (ir::NodeId output : record->outputs)
+    if (!ir::has_flag(record->body.node(output).op, ir::kLeaf)) record->schedule.outputs.push_back(offset_of[output]);
   // A call copies the operations contiguously; everything else they read lies outside the copy.
   for (uint32_t o = 0; o < record->operations.size(); ++o) {
     const auto args = record->body.args(record->operations[o]);
@@ -185,7 +188,7 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
 
 // Copies the body of `record` into the trace as one call group on the given argument nodes;
 // the call's outputs are appended to `outputs`.
-void copy_call(TraceState& s, const CellRecord& record, std::span<const ir::NodeId> arguments,
+void copy_call(TraceState& s, const CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
                std::vector<ir::NodeId>& outputs) {
   // Body node -> trace node: arguments for placeholders, the trace's own parameter nodes, copied
   // constants, then the operations, contiguously.
@@ -206,6 +209,10 @@ void copy_call(TraceState& s, const CellRecord& record, std::span<const ir::Node
       to[id] = s.add(ir::Op::input, {}, n.shape, attrs).node_id();
     }
   }
+  if (record.operations.empty()) {
+    for (ir::NodeId id : record.outputs) outputs.push_back(to[id]);
+    return;
+  }
   const int64_t limit = s.engine->driver.options().max_trace_nodes;
   if (limit > 0 && int64_t(graph.size() + record.operations.size()) > limit) TraceState::node_limit_error(limit);
   const ir::NodeId first = ir::NodeId(graph.size());
@@ -223,12 +230,32 @@ void copy_call(TraceState& s, const CellRecord& record, std::span<const ir::Node
   scheduler::CallGroups& calls = s.data.calls;
   calls.call_of.resize(graph.size(), scheduler::CallGroups::kNone);
   for (ir::NodeId id = first; id <= last; ++id) calls.call_of[id] = uint32_t(calls.calls.size());
-  calls.calls.push_back({first, last, record.call_type, &record.schedule});
+  calls.calls.push_back({first, last, type, &record.schedule});
   for (ir::NodeId id : record.outputs) outputs.push_back(to[id]);
 }
 
+// The type of a call of `record` on `arguments`: the cell's, or where arguments are parameters
+// the cell's with which parameter each one is (calls batch only with calls on the same ones).
+ir::TypeId call_type(detail::EngineState& engine, CellRecord& record, const ir::Graph& graph,
+                     std::span<const ir::NodeId> arguments) {
+  bool any = false;
+  for (ir::NodeId id : arguments) any |= graph.node(id).op == ir::Op::parameter;
+  if (!any) return record.call_type;
+  thread_local std::vector<uint64_t> uids;
+  uids.clear();
+  for (ir::NodeId id : arguments) {
+    const ir::Node& n = graph.node(id);
+    uids.push_back(n.op == ir::Op::parameter ? graph.parameter(n.attrs.parameter).uid : 0);
+  }
+  for (const auto& [pattern, type] : record.parameter_call_types)
+    if (pattern == uids) return type;
+  const ir::TypeId type = engine.driver.signatures.intern_call(graph, record.call_key, record.call_name, arguments);
+  record.parameter_call_types.emplace_back(uids, type);
+  return type;
+}
+
 // Records the call as one `call` node, its frame, and a slice view of it per output.
-void record_call_node(TraceState& s, CellRecord& record, std::span<const ir::NodeId> arguments,
+void record_call_node(TraceState& s, CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
                       std::vector<ir::NodeId>& outputs) {
   ir::Graph& graph = s.data.graph;
   const runtime::CallCell& cell = *record.call_cell;
@@ -237,7 +264,7 @@ void record_call_node(TraceState& s, CellRecord& record, std::span<const ir::Nod
   ir::Attributes attrs;
   attrs.index = graph.add_cell(&cell);
   const ir::NodeId call = graph.add(ir::Op::call, arguments, ir::Shape{int32_t(cell.frame_floats), 1}, attrs);
-  s.data.types.push_back(record.call_type);
+  s.data.types.push_back(type);
   ++s.call_nodes;
   for (size_t k = 0; k < record.outputs.size(); ++k) {
     ir::Attributes rows;
@@ -279,8 +306,18 @@ void detail::TraceState::expand_calls() {
       call = id;
       record = &record_of(*engine, old.cell(n.attrs.index));
       outputs.clear();
-      copy_call(*this, *record, args, outputs);
+      copy_call(*this, *record, old_types[id], args, outputs);
       continue;
+    }
+    if (n.op == ir::Op::parameter) {
+      // One node per parameter, whether a copied body or the caller's trace met it first: every
+      // use then adds to the one gradient the backward pass reports for it.
+      const uint64_t uid = old.parameter(n.attrs.parameter).uid;
+      const auto seen = std::find_if(parameter_nodes.begin(), parameter_nodes.end(), [&](const auto& p) { return p.first == uid; });
+      if (seen != parameter_nodes.end()) {
+        to[id] = seen->second;
+        continue;
+      }
     }
     if (n.op == ir::Op::slice && old.args(n)[0] == call) {
       const auto& offsets = record->call_cell->output_offsets;
@@ -389,8 +426,9 @@ void Cell::record(Trace& trace, std::span<const Expr> arguments, std::vector<Exp
   CellRecord& cell = *engine.last_cell;
   if (!vector && span.size() != cell.outputs.size()) deliver(cell.outputs.size(), [](size_t) { return Expr(); });
   output_ids.clear();
-  if (cell.call_cell && !s.engine->differentiates) record_call_node(s, cell, argument_ids, output_ids);
-  else copy_call(s, cell, argument_ids, output_ids);
+  const ir::TypeId type = call_type(engine, cell, s.data.graph, argument_ids);
+  if (cell.call_cell && !s.engine->differentiates) record_call_node(s, cell, type, argument_ids, output_ids);
+  else copy_call(s, cell, type, argument_ids, output_ids);
   deliver(output_ids.size(), [&](size_t k) { return s.make(output_ids[k]); });
 }
 

@@ -56,6 +56,11 @@ struct CellRecord {
   scheduler::CellSchedule schedule;       // the fewest-batch schedule over those offsets
   bool optimal = false;                   // the search proved it fewest
   ir::TypeId call_type = ir::kNoType;
+  std::string call_key, call_name;  // how call_type was interned
+  // Calls that pass parameters as arguments: a call type per pattern (which parameter each
+  // argument is, uid 0 for none), so that the calls of one batch read the same parameters there
+  // (a compiled cell packs a weight and reads a shared slot once for the whole batch).
+  std::vector<std::pair<std::vector<uint64_t>, ir::TypeId>> parameter_call_types;
   // The body lowered for calls as single nodes (the jit executor's compiled kernel), or null
   // (why_not says why): then every call copies the body.
   std::unique_ptr<runtime::CallCell> call_cell;

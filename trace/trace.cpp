@@ -285,6 +285,13 @@ Expr operator*(const Expr& x, float c) { return record1(ir::Op::scale, x, consta
 Expr operator*(float c, const Expr& x) { return x * c; }
 Expr operator+(const Expr& x, float c) { return record1(ir::Op::add_const, x, constant_attr(c)); }
 Expr operator+(float c, const Expr& x) { return x + c; }
+Expr operator-(const Expr& x, float c) { return x + (-c); }
+Expr operator-(float c, const Expr& x) { return x * -1.0f + c; }
+Expr operator-(const Expr& x) { return x * -1.0f; }
+Expr operator/(const Expr& x, float c) {
+  if (c == 0.0f) throw UsageError("edb::operator/(Expr, float): division by zero");
+  return x * (1.0f / c);
+}
 Expr tanh(const Expr& x) { return record1(ir::Op::tanh, x); }
 Expr sigmoid(const Expr& x) { return record1(ir::Op::sigmoid, x); }
 Expr relu(const Expr& x) { return record1(ir::Op::relu, x); }

@@ -142,7 +142,7 @@ struct EngineOptions {
                                 // that compile: jit); empty: $EDB_CACHE_DIR, else ~/.cache/edbatch
 };
 
-// Learning a policy from recorded traces: fsm by tabular n-step Q-learning (DESIGN.md); learned by
+// Learning a policy from recorded traces: fsm by tabular n-step Q-learning (docs/design.md); learned by
 // imitating a schedule search of each trace, a quarter of the traces held out to report on.
 struct PolicyTraining {
   int episodes = 1000;             // fsm: Q-learning episodes at most
@@ -313,6 +313,10 @@ Expr operator*(const Expr& x, float constant);
 Expr operator*(float constant, const Expr& x);
 Expr operator+(const Expr& x, float constant);
 Expr operator+(float constant, const Expr& x);
+Expr operator-(const Expr& x, float constant);  // x + (-constant)
+Expr operator-(float constant, const Expr& x);  // x * -1 + constant
+Expr operator-(const Expr& x);                  // x * -1
+Expr operator/(const Expr& x, float constant);  // x * (1 / constant); UsageError for 0
 Expr tanh(const Expr& x);
 Expr sigmoid(const Expr& x);
 Expr relu(const Expr& x);

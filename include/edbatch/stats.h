@@ -22,9 +22,11 @@ struct Stats {
   // still runs them node by node (its kernel_calls are its nodes), and the jit runs a batch of
   // calls as one compiled kernel; both count the schedule's batches here.
   int64_t batches = 0;
-  // DESIGN.md's LB summed over evaluations, over the graph the policy saw: calls copied into the
-  // trace node by node; a call recorded as one node (the jit's) with its chain weighed by the
-  // cell's batches. So it is comparable with `batches`, not between executors.
+  // The lower bound on `batches`, summed over evaluations: for each type of node the policy
+  // schedules, the longest chain of nodes of that type (none can share a batch) times the batches
+  // one of its batches counts, plus one per unbatchable node. A cell call counts as one node of
+  // its call type, weighted by its cell's batches, whether the executor copies its body or records
+  // it as one node; so, like `batches`, it is the same under every executor.
   int64_t lower_bound = 0;
   // Compute calls made: the reference one per node computed; batched one or more per batch; the
   // jit one per fused group of elementwise batches and per batch of cell calls run as one kernel

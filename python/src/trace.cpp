@@ -215,8 +215,8 @@ void bind_trace(py::module_& m) {
       .def("__add__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v + c; }); }, py::is_operator())
       .def("__radd__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return c + v; }); }, py::is_operator())
       .def("__sub__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return x - y; }); }, py::is_operator())
-      .def("__sub__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v + (-c); }); }, py::is_operator())
-      .def("__rsub__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v * -1.0f + c; }); }, py::is_operator())
+      .def("__sub__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v - c; }); }, py::is_operator())
+      .def("__rsub__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return c - v; }); }, py::is_operator())
       .def("__mul__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::cmult(x, y); }); }, py::is_operator())
       .def("__mul__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return v * c; }); }, py::is_operator())
       .def("__rmul__", [](const PyExpr& x, float c) { return unary(x, [c](auto& v) { return c * v; }); }, py::is_operator())
@@ -225,11 +225,11 @@ void bind_trace(py::module_& m) {
           "__truediv__",
           [](const PyExpr& x, float c) {
             if (c == 0.0f) throw edb::UsageError("edbatch.Expr / c: division by zero");
-            return unary(x, [c](auto& v) { return v * (1.0f / c); });
+            return unary(x, [c](auto& v) { return v / c; });
           },
           py::is_operator())
       .def("__matmul__", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::matmul(x, y); }); }, py::is_operator())
-      .def("__neg__", [](const PyExpr& x) { return unary(x, [](auto& v) { return v * -1.0f; }); })
+      .def("__neg__", [](const PyExpr& x) { return unary(x, [](auto& v) { return -v; }); })
       .def("__getitem__", &slice_rows, py::arg("rows"))
       .def("__repr__", [](const PyExpr& e) {
         EngineLock lock(*e.engine);

@@ -143,6 +143,86 @@ Gradients cell_gradients(const EngineOptions& options, Model& model) {
   return trace.backward(sum(losses));
 }
 
+// Scalar arithmetic on Expr, as Python has it: c - x, x - c, c + x, x + c, c * x, x * c, x / c, -x,
+// in a cell body (compiled under the jit) and outside one.
+Cell scalar_cell() {
+  return Cell("scalars", {{4, 1}}, [](Trace&, std::span<const Expr> in) {
+    const Expr& x = in[0];
+    return std::vector<Expr>{tanh(1.5f - x), sigmoid(x - 0.25f), 2.0f + x, x + -3.0f, 0.5f * x, x * 4.0f, x / 8.0f, -x};
+  });
+}
+
+Gradients scalar_gradients(const EngineOptions& options, Model& model, std::vector<Tensor>* values) {
+  EngineOptions checked = options;
+  checked.verify = true;
+  Engine engine(checked);
+  Trace trace(engine);
+  const Cell cell = scalar_cell();
+  std::vector<Expr> losses, outputs;
+  for (int i = 0; i < kInstances; ++i) {
+    const Expr x = affine({trace.param(model.parameter("b")), trace.param(model.parameter("W")), trace.input(x_of(i))});
+    for (const Expr& out : cell(trace, {x})) {
+      outputs.push_back(out);
+      losses.push_back(sum_elements(cmult(out, trace.input(y_of(i)))));
+    }
+    outputs.push_back(2.0f - x / 4.0f);
+    losses.push_back(sum_elements(cmult(outputs.back(), trace.input(y_of(i + 1)))));
+  }
+  const Gradients g = trace.backward(sum(losses));
+  if (values)
+    for (const Expr& e : outputs) values->push_back(e.value());
+  return g;
+}
+
+TEST(ModelAuthorOps, ScalarArithmeticOnExprEqualsItsFormulaAndTheReference) {
+  Model model("scalars", 4);
+  model.add_parameter("W", 4, 4);
+  model.add_parameter("b", 4, 1);
+  EngineOptions reference;
+  reference.executor = "reference";
+  reference.policy = "sequential";
+  reference.cells = false;
+  std::vector<Tensor> expected_values;
+  const Gradients expected = scalar_gradients(reference, model, &expected_values);
+  // The formulas, from instance 0's x = b + W x_0 (the first value is tanh(1.5 - x)).
+  {
+    Engine engine(reference);
+    Trace trace(engine);
+    const Tensor x = affine({trace.param(model.parameter("b")), trace.param(model.parameter("W")), trace.input(x_of(0))}).value();
+    const std::vector<float (*)(float)> formulas = {
+        [](float v) { return std::tanh(1.5f - v); }, [](float v) { return 1.0f / (1.0f + std::exp(-(v - 0.25f))); },
+        [](float v) { return 2.0f + v; },  [](float v) { return v - 3.0f; }, [](float v) { return 0.5f * v; },
+        [](float v) { return 4.0f * v; },  [](float v) { return v / 8.0f; }, [](float v) { return -v; },
+        [](float v) { return 2.0f - v / 4.0f; }};
+    for (size_t k = 0; k < formulas.size(); ++k)
+      for (int r = 0; r < 4; ++r)
+        EXPECT_NEAR(expected_values[k](r), formulas[k](x(r)), 1e-5f * (1.0f + std::fabs(formulas[k](x(r))))) << "output " << k;
+  }
+  EXPECT_EQ(usage_error([&] {
+    Engine engine;
+    Trace trace(engine);
+    (void)(trace.input({1.0f}) / 0.0f);
+  }), "edb::operator/(Expr, float): division by zero");
+  testing::TempDir cache;
+  for (const char* policy : {"sequential", "greedy", "agenda"})
+    for (const char* executor : {"reference", "batched", "jit"})
+      for (bool cells : {false, true}) {
+        EngineOptions options;
+        options.policy = policy;
+        options.executor = executor;
+        options.cells = cells;
+        options.cache_directory = cache.path();
+        std::vector<Tensor> values;
+        const Gradients actual = scalar_gradients(options, model, &values);
+        const std::string where = std::string(policy) + "/" + executor + (cells ? "/cells on" : "/cells off");
+        ASSERT_EQ(values.size(), expected_values.size());
+        for (size_t k = 0; k < values.size(); ++k) EXPECT_TRUE(near_relative(values[k], expected_values[k])) << where << ": value " << k;
+        EXPECT_TRUE(near_relative(actual.loss, expected.loss)) << where;
+        for (const char* name : {"W", "b"})
+          EXPECT_TRUE(near_relative(*actual.of(model.parameter(name)), *expected.of(model.parameter(name)), 1e-4)) << where << ": " << name;
+      }
+}
+
 TEST(ModelAuthorOps, GradientsThroughACompiledCellEqualTheReference) {
   Model model("gates", 3);
   model.add_parameter("W", 4, 4);

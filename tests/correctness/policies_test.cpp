@@ -54,14 +54,14 @@ EngineOptions reference_options() { return options_of({"sequential", "reference"
 
 // Counters that do not depend on the policy or executor must agree exactly; batches must be
 // one per node for sequential and fewer (but never under the lower bound) for the others. The
-// lower bound is of the graph the policy saw: with single-node cell calls (the jit executor's,
-// trace/cell.cpp) a call-level one, so it is compared only between traces that copy cell bodies.
+// lower bound is the trace's, whichever policy schedules it and whether the executor copies cell
+// bodies or records calls as single nodes (the jit's, trace/cell.cpp).
 void expect_counters(const Stats& actual, const Stats& expected, const std::string& policy,
-                     const std::string& what, bool single_node_calls = false) {
+                     const std::string& what) {
   SCOPED_TRACE(what);
   EXPECT_EQ(actual.nodes, expected.nodes);
   EXPECT_EQ(actual.flops, expected.flops);
-  if (!single_node_calls) EXPECT_EQ(actual.lower_bound, expected.lower_bound);
+  EXPECT_EQ(actual.lower_bound, expected.lower_bound);
   EXPECT_EQ(expected.batches, expected.nodes);  // the reference runs sequentially
   EXPECT_GE(actual.batches, actual.lower_bound);
   if (policy == "sequential") EXPECT_EQ(actual.batches, actual.nodes);
@@ -126,9 +126,8 @@ TEST_P(SampleModelEquality, LossesEqualReference) {
     EXPECT_TRUE(testing::near_relative(actual.losses[i], expected.losses[i], 1e-5)) << "instance " << i;
   EXPECT_TRUE(testing::near_relative(actual.inference.loss, expected.inference.loss, 1e-5));
   EXPECT_EQ(actual.inference.instances, kInstances);
-  const bool single_node_calls = config.executor == "jit" && config.policy != "sequential";
-  expect_counters(actual.trace_stats, expected.trace_stats, config.policy, "per-instance traces", single_node_calls);
-  expect_counters(actual.inference.stats, expected.inference.stats, config.policy, "run_inference", single_node_calls);
+  expect_counters(actual.trace_stats, expected.trace_stats, config.policy, "per-instance traces");
+  expect_counters(actual.inference.stats, expected.inference.stats, config.policy, "run_inference");
 }
 
 INSTANTIATE_TEST_SUITE_P(

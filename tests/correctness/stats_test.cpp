@@ -10,6 +10,7 @@
 
 #include <edbatch/edbatch.h>
 
+#include "samples/models.h"
 #include "tests/support/test_support.h"
 
 namespace edb {
@@ -121,6 +122,43 @@ TEST(Stats, TheLearnedPolicyDecidesOverCallsNotOverTheCellsBatches) {
   EXPECT_GE(s.policy_decisions, 1);
   EXPECT_LE(s.policy_decisions, 6);
   EXPECT_EQ(s.policy_unseen, s.policy_decisions);
+}
+
+// Every sample model, cells on: the jit records calls as single nodes, batched and reference copy
+// their bodies; the schedule is the same, so are nodes, batches and the lower bound.
+TEST(Stats, EverySampleModelHasOneLowerBoundUnderEveryExecutor) {
+  testing::TempDir cache;
+  for (const samples::ModelEntry& entry : samples::model_registry()) {
+    samples::ModelConfig config;
+    config.limit = 12;
+    config.embed = 6;
+    config.hidden = 5;
+    config.seed = 5;
+    const auto model = entry.make(config);
+    for (const char* policy : {"greedy", "agenda", "depth"}) {
+      std::vector<Stats> runs;
+      for (const char* executor : {"reference", "batched", "jit"}) {
+        EngineOptions options;
+        options.executor = executor;
+        options.policy = policy;
+        options.cache_directory = cache.path();
+        options.verify = true;
+        Engine engine(options);
+        Trace trace(engine);
+        std::vector<Expr> losses;
+        for (size_t i = 0; i < model->instance_count(); ++i) losses.push_back(model->record_loss(trace, i));
+        sum(losses).scalar();
+        runs.push_back(engine.stats());
+      }
+      for (size_t r = 1; r < runs.size(); ++r) {
+        const std::string where = entry.name + " " + policy + (r == 1 ? " batched" : " jit");
+        EXPECT_EQ(runs[r].lower_bound, runs[0].lower_bound) << where;
+        EXPECT_EQ(runs[r].batches, runs[0].batches) << where;
+        EXPECT_EQ(runs[r].nodes, runs[0].nodes) << where;
+        EXPECT_LE(runs[r].lower_bound, runs[r].batches) << where;
+      }
+    }
+  }
 }
 
 }  // namespace
