@@ -1,5 +1,5 @@
-// Issue 28's classes of wrong compiled cells, one small program each, written against the public
-// API only: values, call outputs, the loss and every gradient under every executor x policy x cells
+// Issue 28's classes of wrong compiled cells, and those the random cell fuzzer found beside them
+// (differential_cells_test.cpp, shrunk), one small program each, written against the public API: values, call outputs, the loss and every gradient under every executor x policy x cells
 // on/off, against the reference executor with cells off on the sequential policy. Each engine runs
 // three traces: forward only (calls as single nodes under jit), then backward twice (the first
 // expands its single-node calls, the next records bodies from the start).
@@ -224,6 +224,28 @@ TEST(CellRegressions, ParameterInTwoBodiesWithUnreturnedValues) {
   expect_every_engine_agrees(model, program, cache.path());
 }
 
+// Class 3 as the fuzzer found it (seed 485, shrunk): one parameter read through t.param in two
+// cells' bodies, as a product's weight in one and as an elementwise operand in the other, one call
+// each; the second body also computes a matmul it does not return. The jit's gradient held only the
+// first cell's part.
+TEST(CellRegressions, ParameterAsAWeightInOneBodyAndAnOperandInAnother) {
+  testing::TempDir cache;
+  Model model("class3_roles", 10);
+  const Parameter p = model.add_parameter("p", 2, 1), v = model.add_parameter("V", 3, 2);
+  const Cell weight("weight", {{1, 1}}, [&](Trace& t, std::span<const Expr> in) {
+    return std::vector<Expr>{matmul(t.param(p), in[0])};
+  });
+  const Cell operand("operand", {{2, 1}}, [&](Trace& t, std::span<const Expr> in) {
+    const Expr unused = matmul(t.param(v), in[0]);  // computed, never returned
+    (void)unused;
+    return std::vector<Expr>{tanh(t.param(p) + in[0])};
+  });
+  const Program program = [&](Trace& t) {
+    return std::vector<Expr>{weight(t, {t.input({0.5f})})[0], operand(t, {t.input({0.1f, -0.8f})})[0]};
+  };
+  expect_every_engine_agrees(model, program, cache.path());
+}
+
 // Class 4: relu of rows 2..4 of a 6x1 lookup, one call, no parameter: value and gradient were
 // wrong (a slice at a row offset that is not a multiple of the narrowest elementwise op).
 TEST(CellRegressions, ReluOfASliceAtRowTwoOfALookup) {
@@ -237,6 +259,95 @@ TEST(CellRegressions, ReluOfASliceAtRowTwoOfALookup) {
     return std::vector<Expr>{relu(slice(in[0], 2, 5))};
   });
   const Program program = [&](Trace& t) { return cell(t, {t.lookup(table, 1)}); };
+  expect_every_engine_agrees(model, program, cache.path());
+}
+
+// ---- classes the random cell fuzzer found beside the issue's four (DifferentialCells, shrunk) ----
+
+// Seed 61: a weight argument that is a parameter in one call and an input in the other (class 1
+// without a second parameter): the forward values were wrong.
+TEST(CellRegressions, WeightArgumentAParameterInOneCallAnInputInAnother) {
+  testing::TempDir cache;
+  Model model("mixed_weight", 11);
+  const Parameter w = model.add_parameter("W", 2, 2);
+  const Cell cell("product", {{2, 1}, {2, 2}}, [](Trace&, std::span<const Expr> in) {
+    return std::vector<Expr>{matmul(in[1], in[0])};
+  });
+  const Program program = [&](Trace& t) {
+    return std::vector<Expr>{cell(t, {t.input({0.23f, 0.5f}), t.param(w)})[0],
+                             cell(t, {t.input({-0.05f, -0.72f}), t.input(2, 2, std::vector<float>{-0.94f, 0.27f, 0.93f, -0.9f})})[0]};
+  };
+  expect_every_engine_agrees(model, program, cache.path());
+}
+
+// Seed 98: an elementwise body on an argument that is a parameter in one call and an input in the
+// other: the values of the trace that differentiates were wrong.
+TEST(CellRegressions, ElementwiseOnAParameterArgumentInOneCallAnInputInAnother) {
+  testing::TempDir cache;
+  Model model("mixed_operand", 12);
+  const Parameter p = model.add_parameter("p", 4, 1);
+  const Cell cell("twice", {{4, 1}}, [](Trace&, std::span<const Expr> in) { return std::vector<Expr>{sum({in[0], in[0]})}; });
+  const Program program = [&](Trace& t) {
+    return std::vector<Expr>{cell(t, {t.param(p)})[0], cell(t, {t.input({0.63f, 0.84f, 0.43f, -0.55f})})[0]};
+  };
+  expect_every_engine_agrees(model, program, cache.path());
+}
+
+// Seed 91: a parameter read through t.param in a body and passed to the same cell as an argument
+// (class 2 with one cell): the gradient missed the argument's part.
+TEST(CellRegressions, ParameterInABodyAndAsThatCellsArgument) {
+  testing::TempDir cache;
+  Model model("same_cell", 13);
+  const Parameter p = model.add_parameter("p", 4, 1);
+  const Cell cell("minus", {{4, 1}}, [&](Trace& t, std::span<const Expr> in) { return std::vector<Expr>{in[0] - t.param(p)}; });
+  const Program program = [&](Trace& t) {
+    return std::vector<Expr>{cell(t, {t.input({0.9f, 0.48f, 0.17f, -0.79f})})[0], cell(t, {t.param(p)})[0]};
+  };
+  expect_every_engine_agrees(model, program, cache.path());
+}
+
+// Seed 173: a parameter read in a body (a cell without inputs) and outside any call: the gradient
+// missed the outside use.
+TEST(CellRegressions, ParameterInABodyAndOutsideAnyCall) {
+  testing::TempDir cache;
+  Model model("outside", 14);
+  const Parameter p = model.add_parameter("p", 3, 1);
+  const Cell cell("constant", {}, [&](Trace& t, std::span<const Expr>) { return std::vector<Expr>{sigmoid(t.param(p))}; });
+  const Program program = [&](Trace& t) {
+    return std::vector<Expr>{cell(t, std::span<const Expr>{})[0], slice(t.param(p), 0, 1)};
+  };
+  expect_every_engine_agrees(model, program, cache.path());
+}
+
+// Seed 354: class 4 on a parameter: a slice at row 1 of a parameter in a cell without inputs.
+TEST(CellRegressions, SliceAtRowOneOfAParameterInACellWithoutInputs) {
+  testing::TempDir cache;
+  Model model("slice_parameter", 15);
+  const Parameter p = model.add_parameter("p", 4, 1), q = model.add_parameter("q", 3, 1);
+  const Cell cell("sliced", {}, [&](Trace& t, std::span<const Expr>) {
+    return std::vector<Expr>{cmult(slice(t.param(p), 1, 4), t.param(q))};
+  });
+  const Program program = [&](Trace& t) { return cell(t, std::span<const Expr>{}); };
+  expect_every_engine_agrees(model, program, cache.path());
+}
+
+// Seed 150: a body that computes a product it does not return, on a weight argument (an input in
+// one call, a parameter in the other), and returns a concat of its other argument.
+TEST(CellRegressions, UnreturnedProductBesideAConcatOfAnArgument) {
+  testing::TempDir cache;
+  Model model("unreturned", 16);
+  const Parameter x = model.add_parameter("x", 6, 1), w = model.add_parameter("W", 2, 6);
+  const Cell cell("tripled", {{6, 1}, {2, 6}}, [](Trace&, std::span<const Expr> in) {
+    const Expr unused = matmul(in[1], in[0]);  // computed, never returned
+    (void)unused;
+    return std::vector<Expr>{concat({in[0], in[0], in[0]})};
+  });
+  const Program program = [&](Trace& t) {
+    std::vector<float> weights(12);
+    for (size_t i = 0; i < weights.size(); ++i) weights[i] = std::sin(float(i));
+    const Expr first = concat({t.input({0.87f}), t.input({-0.05f, -0.88f, 0.3f, -0.83f, 0.53f})});
+    return std::vector<Expr>{cell(t, {first, t.input(2, 6, weights)})[0], cell(t, {t.param(x), t.param(w)})[0]};
+  };
   expect_every_engine_agrees(model, program, cache.path());
 }
 
