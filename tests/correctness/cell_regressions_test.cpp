@@ -1,8 +1,9 @@
 // Issue 28's classes of wrong compiled cells, and those the random cell fuzzer found beside them
-// (differential_cells_test.cpp, shrunk), one small program each, written against the public API: values, call outputs, the loss and every gradient under every executor x policy x cells
-// on/off, against the reference executor with cells off on the sequential policy. Each engine runs
-// three traces: forward only (calls as single nodes under jit), then backward twice (the first
-// expands its single-node calls, the next records bodies from the start).
+// (differential_cells_test.cpp, shrunk), one small program each, written against the public API:
+// values, call outputs, the loss and every gradient under every executor x policy x cells on/off,
+// against the reference executor with cells off on the sequential policy. Each engine runs three
+// traces: forward only (calls as single nodes under jit), then backward twice (the first expands
+// its single-node calls, the next records bodies from the start).
 #include <gtest/gtest.h>
 
 #include <cmath>
