@@ -304,6 +304,7 @@ TEST(DifferentialCells, ProgramsCoverTheCellSpace) {
     const testing::CellProgramSpec spec = testing::random_cell_program(seed, options_for(seed));
     // Which parameters each cell's body reads, and which calls pass as arguments (per cell, slot).
     std::vector<std::set<int>> body_params(spec.cells.size());
+    std::vector<bool> drops_a_value(spec.cells.size(), false);
     for (size_t c = 0; c < spec.cells.size(); ++c) {
       const testing::CellSpec& cell = spec.cells[c];
       std::vector<int> readers(cell.body.size(), 0);
@@ -321,6 +322,8 @@ TEST(DifferentialCells, ProgramsCoverTheCellSpace) {
         if (op.kind == testing::CellOp::slice && op.begin == 2 && cell.body[size_t(op.args[0])].rows == 6) ++seen["slice(x, 2, ...) of 6 rows"];
         if (op.kind == testing::CellOp::concat) ++seen["a body concat"];
         if ((op.kind == testing::CellOp::matmul || op.kind == testing::CellOp::affine) && readers[i] == 0) ++seen["an unreturned matmul or affine"];
+        if (op.kind != testing::CellOp::argument && op.kind != testing::CellOp::param && readers[i] == 0) drops_a_value[c] = true;
+        if (op.kind == testing::CellOp::slice && op.begin % (op.end - op.begin) != 0) ++seen["a body slice at an offset off its length"];
         if (op.kind != testing::CellOp::argument && op.args.size() == 2 && op.args[0] == op.args[1]) ++seen["a body op on one value twice"];
       }
     }
@@ -351,7 +354,10 @@ TEST(DifferentialCells, ProgramsCoverTheCellSpace) {
       for (int p : body_params[c]) {
         if (argument_params.count(p)) ++seen["a parameter in a body and as an argument"];
         for (size_t d = c + 1; d < spec.cells.size(); ++d)
-          if (body_params[d].count(p)) ++seen["a parameter in two bodies"];
+          if (body_params[d].count(p)) {
+            ++seen["a parameter in two bodies"];
+            if (drops_a_value[c] != drops_a_value[d]) ++seen["a parameter in two bodies, one dropping a value"];
+          }
       }
   }
   for (const char* feature :
@@ -360,7 +366,8 @@ TEST(DifferentialCells, ProgramsCoverTheCellSpace) {
         "a body op on one value twice", "a call passing one value twice", "a lookup argument", "an input argument",
         "a slice argument", "a concat argument", "an argument from another call", "a parameter argument per call",
         "a parameter argument the same for every call", "a parameter in a body and as an argument",
-        "a parameter in two bodies"})
+        "a parameter in two bodies", "a parameter in two bodies, one dropping a value",
+        "a body slice at an offset off its length"})
     EXPECT_GE(seen[feature], 10) << feature;
   for (const auto& [feature, count] : seen) std::printf("%6d times: %s\n", count, feature.c_str());
 }

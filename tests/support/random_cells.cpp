@@ -121,7 +121,12 @@ class Generator {
 
   CellProgramSpec generate() {
     const int cells = 1 + r_.below(options_.max_cells);
-    for (int c = 0; c < cells; ++c) spec_.cells.push_back(body());
+    shared_block_ = 1 + r_.below(4);
+    for (int c = 0; c < cells; ++c) {
+      spec_.cells.push_back(body());
+      for (const CellOp& op : spec_.cells.back().body)
+        if (op.kind == CellOp::param) earlier_body_params_.push_back(op.index);
+    }
     slot_variant_.resize(spec_.cells.size());
     calls_of_.assign(spec_.cells.size(), 0);
     const int calls = 1 + r_.below(options_.max_calls);
@@ -186,7 +191,7 @@ class Generator {
   }
   int body_param(Body& b, int rows, int cols) {
     CellOp op = make_op(CellOp::param);
-    op.index = parameter(rows, cols, r_.below(2));
+    op.index = parameter(rows, cols, r_.chance(0.7) ? 0 : 1);  // variant 0 mostly: cells share parameters
     op.rows = rows;
     op.cols = cols;
     return b.add(op);
@@ -226,9 +231,40 @@ class Generator {
     return body_param(b, rows, cols);
   }
 
-  int body_op(Body& b) {
+  // An op on a parameter an earlier cell's body reads: a product by it, or an elementwise op with it.
+  int reuse(Body& b) {
+    const int index = earlier_body_params_[size_t(r_.below(int(earlier_body_params_.size())))];
+    const ParameterSpec p = spec_.parameters[size_t(index)];
+    CellOp read = make_op(CellOp::param);
+    read.index = index;
+    read.rows = p.rows;
+    read.cols = p.cols;
+    if (p.cols == 1 && (b.block == 0 || p.rows % b.block == 0) && r_.chance(0.6)) {
+      static constexpr CellOp::Kind kBinary[] = {CellOp::add, CellOp::sub, CellOp::cmult, CellOp::max};
+      const CellOp::Kind k = kBinary[r_.below(4)];
+      const int x = pick(b, p.rows, 1, false);
+      const int param = b.add(read);
+      return r_.chance(0.5) ? b.add(make_op(k, {x, param})) : b.add(make_op(k, {param, x}));
+    }
+    if (b.block && p.rows % b.block != 0) return body_op(b, false);
+    // A product: the parameter as the weight of a matmul or of an affine (then a bias of its rows).
+    std::vector<int> columns;
+    for (size_t i = 0; i < b.cell.body.size(); ++i)
+      if (!b.hidden[i] && b.at(int(i)).rows == p.cols && b.at(int(i)).cols == 1) columns.push_back(int(i));
+    const int x = !columns.empty() && r_.chance(0.6) ? columns[size_t(r_.below(int(columns.size())))]
+                  : b.cell.inputs.size() < 5         ? new_argument(b, p.cols, 1)
+                                                     : body_param(b, p.cols, 1);
+    const int weight = b.add(read);
+    if (r_.chance(0.5)) return b.add(make_op(CellOp::matmul, {weight, x}));
+    const int bias = body_param(b, p.rows, 1);
+    return b.add(make_op(CellOp::affine, {bias, weight, x}));
+  }
+
+  int body_op(Body& b, bool reuse_allowed = true) {
     const int free = b.block ? 0 : 1;  // softmax, sum_elements and transpose do not lower
-    const int kind = r_.weighted({16, 12, 12, 6, 20, 16, 5, 3 * free, 3 * free, 2 * free});
+    const int again = reuse_allowed && !earlier_body_params_.empty() ? 10 : 0;
+    const int kind = r_.weighted({16, 12, 12, 6, 20, 16, 5, 3 * free, 3 * free, 2 * free, again});
+    if (kind == 10) return reuse(b);
     switch (kind) {
       case 0: {  // matmul, weight first
         const int x = pick_column(b);
@@ -326,21 +362,31 @@ class Generator {
 
   CellSpec body() {
     Body b;
-    if (r_.chance(0.65)) b.block = 1 + r_.below(4);
+    // Aligned bodies mostly, most of them on the program's block, so that cells' shapes (and so
+    // their parameters) meet.
+    if (r_.chance(0.65)) b.block = r_.chance(0.7) ? shared_block_ : 1 + r_.below(4);
+    // A tidy body returns every value it computes and reads nowhere else; the others drop some
+    // (values never read, and matmuls and affines computed only to be dropped).
+    const bool tidy = r_.chance(0.45);
     new_argument(b, size(b), 1);
     const int ops = 1 + r_.below(options_.max_body_ops);
     int last = -1;
     for (int k = 0; k < ops; ++k) {
-      if (r_.chance(0.15)) unreturned(b);
+      if (!tidy && r_.chance(0.15)) unreturned(b);
       last = body_op(b);
     }
-    if (r_.chance(0.15)) unreturned(b);
-    // Outputs: the last op and up to two more computed ones (maybe also used inside the body).
+    if (!tidy && r_.chance(0.15)) unreturned(b);
+    // Outputs: the last op, then (tidy) every other value nothing reads, or up to two more computed
+    // ones (maybe also read inside the body).
     b.cell.outputs.push_back(last);
+    std::vector<int> readers(b.cell.body.size(), 0);
+    for (const CellOp& op : b.cell.body)
+      for (int a : op.args) ++readers[size_t(a)];
     std::vector<int> others;
     for (size_t i = 0; i < b.cell.body.size(); ++i)
-      if (int(i) != last && !b.hidden[i] && computed(b.at(int(i)).kind)) others.push_back(int(i));
-    const int more = std::min<int>(r_.below(3), int(others.size()));
+      if (int(i) != last && !b.hidden[i] && computed(b.at(int(i)).kind) && (!tidy || readers[i] == 0)) others.push_back(int(i));
+    if (tidy) b.cell.outputs.insert(b.cell.outputs.end(), others.begin(), others.end());
+    const int more = tidy ? 0 : std::min<int>(r_.below(3), int(others.size()));
     for (int k = 0; k < more; ++k) {
       const int o = others[size_t(r_.below(int(others.size())))];
       if (std::find(b.cell.outputs.begin(), b.cell.outputs.end(), o) == b.cell.outputs.end()) b.cell.outputs.push_back(o);
@@ -475,6 +521,8 @@ class Generator {
   CellProgramSpec spec_;
   std::vector<std::vector<int>> slot_variant_;  // per cell and argument: the shared parameter's variant
   std::vector<int> calls_of_;
+  int shared_block_ = 1;
+  std::vector<int> earlier_body_params_;  // parameters the bodies generated so far read
 };
 
 // Records op `op` on already recorded arguments.
