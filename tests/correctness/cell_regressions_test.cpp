@@ -226,8 +226,9 @@ TEST(CellRegressions, ParameterInTwoBodiesWithUnreturnedValues) {
 }
 
 // Class 3 as the fuzzer found it (seed 485, shrunk): one parameter read through t.param in two
-// cells' bodies, as a product's weight in one and as an elementwise operand in the other, one call
-// each; the second body also computes a matmul it does not return. The jit's gradient held only the
+// cells' bodies, one call each; the second body also computes a matmul it does not return, of 3
+// rows where its other values have 2, so that body does not lower to a compiled kernel while the
+// first does (with V 2x2 both lower and the gradient is right). The jit's gradient held only the
 // first cell's part.
 TEST(CellRegressions, ParameterAsAWeightInOneBodyAndAnOperandInAnother) {
   testing::TempDir cache;
