@@ -1,5 +1,5 @@
-// The random cell programs: generation (shapes compatible by construction), recording through the
-// public API, printing as C++ and the shrinking steps. Comparing executors is the tests' job.
+// The random cell programs: generation (shapes compatible by construction) and recording through
+// the public API. Printing and shrinking are random_cells_text.cpp's; comparing executors the tests'.
 #include "tests/support/random_cells.h"
 
 #include <algorithm>
@@ -8,6 +8,10 @@
 #include <tuple>
 
 namespace edb::testing {
+
+bool is_computed(CellOp::Kind k) {
+  return k != CellOp::argument && k != CellOp::input && k != CellOp::param && k != CellOp::lookup && k != CellOp::call;
+}
 
 namespace {
 
@@ -50,10 +54,6 @@ CellOp make_op(CellOp::Kind kind, std::vector<int> args = {}) {
   op.kind = kind;
   op.args = std::move(args);
   return op;
-}
-
-bool computed(CellOp::Kind k) {
-  return k != CellOp::argument && k != CellOp::input && k != CellOp::param && k != CellOp::lookup && k != CellOp::call;
 }
 
 const char* op_name(CellOp::Kind k) {
@@ -106,13 +106,6 @@ std::pair<int, int> shape_of(const CellOp& op, const std::vector<CellOp>& list) 
   }
 }
 
-std::vector<float> input_values(uint64_t seed, uint64_t index, int rows, int cols) {
-  Rng values(mix(seed, 7000 + index));
-  std::vector<float> data(size_t(rows) * size_t(cols));
-  for (float& x : data) x = float(values.unit() * 2.0 - 1.0);
-  return data;
-}
-
 class Generator {
  public:
   Generator(uint64_t seed, const RandomCellOptions& options) : r_(mix(seed, 0xce11)), options_(options) {
@@ -159,7 +152,7 @@ class Generator {
   // ---- bodies ----
 
   static int push(std::vector<CellOp>& list, CellOp op) {
-    if (computed(op.kind) && op.kind != CellOp::call_output) std::tie(op.rows, op.cols) = shape_of(op, list);
+    if (is_computed(op.kind) && op.kind != CellOp::call_output) std::tie(op.rows, op.cols) = shape_of(op, list);
     list.push_back(std::move(op));
     return int(list.size() - 1);
   }
@@ -384,7 +377,7 @@ class Generator {
       for (int a : op.args) ++readers[size_t(a)];
     std::vector<int> others;
     for (size_t i = 0; i < b.cell.body.size(); ++i)
-      if (int(i) != last && !b.hidden[i] && computed(b.at(int(i)).kind) && (!tidy || readers[i] == 0)) others.push_back(int(i));
+      if (int(i) != last && !b.hidden[i] && is_computed(b.at(int(i)).kind) && (!tidy || readers[i] == 0)) others.push_back(int(i));
     if (tidy) b.cell.outputs.insert(b.cell.outputs.end(), others.begin(), others.end());
     const int more = tidy ? 0 : std::min<int>(r_.below(3), int(others.size()));
     for (int k = 0; k < more; ++k) {
@@ -425,7 +418,7 @@ class Generator {
     std::vector<int> candidates;
     for (size_t i = 0; i < spec_.values.size(); ++i) {
       const CellOp& v = spec_.values[i];
-      if (computed(v.kind) && v.rows == rows && v.cols == cols) candidates.push_back(int(i));
+      if (is_computed(v.kind) && v.rows == rows && v.cols == cols) candidates.push_back(int(i));
     }
     if (candidates.empty()) return -1;
     const size_t n = candidates.size();
@@ -552,73 +545,19 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
   throw std::logic_error("random_cells: not an op");
 }
 
-// A float as a C++ literal: 2.0f, -0.25f, 1e-05f.
-std::string float_literal(float x) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", double(x));
-  std::string s = text;
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s + "f";
+}  // namespace
+
+std::vector<float> input_values(uint64_t seed, uint64_t index, int rows, int cols) {
+  Rng values(mix(seed, 7000 + index));
+  std::vector<float> data(size_t(rows) * size_t(cols));
+  for (float& x : data) x = float(values.unit() * 2.0 - 1.0);
+  return data;
 }
 
-// The C++ of op `op` on operands named by `a`.
-std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
-  const std::string constant = float_literal(op.constant);
-  auto list = [&] {
-    std::string s;
-    for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + a[i];
-    return s;
-  };
-  switch (op.kind) {
-    case CellOp::matmul: return "matmul(" + a[0] + ", " + a[1] + ")";
-    case CellOp::affine: return "affine({" + list() + "})";
-    case CellOp::add: return a[0] + " + " + a[1];
-    case CellOp::sub: return a[0] + " - " + a[1];
-    case CellOp::cmult: return "cmult(" + a[0] + ", " + a[1] + ")";
-    case CellOp::max: return "max(" + a[0] + ", " + a[1] + ")";
-    case CellOp::div: return "div(" + a[0] + ", cmult(" + a[1] + ", " + a[1] + ") + 1.0f)";
-    case CellOp::scale: return a[0] + " * " + constant;
-    case CellOp::add_const: return a[0] + " + " + constant;
-    case CellOp::tanh: return "tanh(" + a[0] + ")";
-    case CellOp::sigmoid: return "sigmoid(" + a[0] + ")";
-    case CellOp::relu: return "relu(" + a[0] + ")";
-    case CellOp::exp_tanh: return "exp(tanh(" + a[0] + "))";
-    case CellOp::slice: return "slice(" + a[0] + ", " + std::to_string(op.begin) + ", " + std::to_string(op.end) + ")";
-    case CellOp::concat: return "concat({" + list() + "})";
-    case CellOp::sum: return "sum({" + list() + "})";
-    case CellOp::softmax: return "softmax(" + a[0] + ")";
-    case CellOp::sum_elements: return "sum_elements(" + a[0] + ")";
-    case CellOp::transpose: return "transpose(" + a[0] + ")";
-    default: break;
-  }
-  return "?";
-}
-
-std::string parameter_name(const CellProgramSpec& spec, int i) {
-  const ParameterSpec& p = spec.parameters[size_t(i)];
+std::string parameter_name(const CellProgramSpec& spec, int index) {
+  const ParameterSpec& p = spec.parameters[size_t(index)];
   return "P" + std::to_string(p.rows) + "x" + std::to_string(p.cols) + (p.variant ? "_" + std::to_string(p.variant) : "");
 }
-
-// Drops program leaves (inputs, parameters, lookups) and ops nothing reads any more, when they
-// are not compared anyway (leaves) — ops stay: they are compared.
-void drop_unread_leaves(CellProgramSpec& spec) {
-  std::vector<int> readers(spec.values.size(), 0);
-  for (const CellOp& v : spec.values)
-    if (!v.removed)
-      for (int a : v.args) ++readers[size_t(a)];
-  for (size_t i = 0; i < spec.values.size(); ++i) {
-    CellOp& v = spec.values[i];
-    if (!v.removed && readers[i] == 0 && !computed(v.kind) && v.kind != CellOp::call) v.removed = true;
-  }
-}
-
-// Replaces value i by a constant input of its shape (its readers see a leaf instead).
-void make_input(CellOp& v) {
-  v.kind = CellOp::input;
-  v.args.clear();
-}
-
-}  // namespace
 
 CellProgramSpec random_cell_program(uint64_t seed, const RandomCellOptions& options) {
   return Generator(seed, options).generate();
@@ -656,7 +595,7 @@ CellProgram::CellProgram(CellProgramSpec spec) : spec_(std::move(spec)) {
   }
   for (size_t i = 0; i < spec_.values.size(); ++i) {
     const CellOp& v = spec_.values[i];
-    if (v.removed || !computed(v.kind)) continue;
+    if (v.removed || !is_computed(v.kind)) continue;
     std::string name = "v" + std::to_string(i) + " (";
     if (v.kind == CellOp::call_output)
       name += "output " + std::to_string(v.index) + " of a call of cell" + std::to_string(spec_.values[size_t(v.args[0])].index);
@@ -688,203 +627,9 @@ std::vector<Expr> CellProgram::record(Trace& t) const {
       case CellOp::call_output: values[i] = outputs[size_t(v.args[0])][size_t(v.index)]; break;
       default: values[i] = record_op(v, args); break;
     }
-    if (computed(v.kind)) compared.push_back(values[i]);
+    if (is_computed(v.kind)) compared.push_back(values[i]);
   }
   return compared;
-}
-
-std::string to_cpp(const CellProgramSpec& spec) {
-  std::vector<bool> called(spec.cells.size(), false);
-  for (const CellOp& v : spec.values)
-    if (!v.removed && v.kind == CellOp::call) called[size_t(v.index)] = true;
-  std::vector<bool> used_parameter(spec.parameters.size(), false), used_table(spec.table_dims.size(), false);
-  for (const CellOp& v : spec.values)
-    if (!v.removed && v.kind == CellOp::param) used_parameter[size_t(v.index)] = true;
-    else if (!v.removed && v.kind == CellOp::lookup) used_table[size_t(v.index)] = true;
-  for (size_t c = 0; c < spec.cells.size(); ++c)
-    if (called[c])
-      for (const CellOp& op : spec.cells[c].body)
-        if (!op.removed && op.kind == CellOp::param) used_parameter[size_t(op.index)] = true;
-
-  std::string s = "// random cell program, seed " + std::to_string(spec.seed) + "\nModel model(\"random_cells\", " +
-                  std::to_string(spec.seed + 1) + ");  // parameters added in this order\n";
-  for (size_t i = 0; i < spec.parameters.size(); ++i)
-    s += std::string(used_parameter[i] ? "" : "// unused: ") + "Parameter " + parameter_name(spec, int(i)) +
-         " = model.add_parameter(\"" + parameter_name(spec, int(i)) + "\", " + std::to_string(spec.parameters[i].rows) +
-         ", " + std::to_string(spec.parameters[i].cols) + ");\n";
-  for (size_t i = 0; i < spec.table_dims.size(); ++i)
-    s += std::string(used_table[i] ? "" : "// unused: ") + "LookupTable E" + std::to_string(spec.table_dims[i]) +
-         " = model.add_lookup(\"E" + std::to_string(spec.table_dims[i]) + "\", " + std::to_string(CellProgramSpec::kEntries) +
-         ", " + std::to_string(spec.table_dims[i]) + ");\n";
-  for (size_t c = 0; c < spec.cells.size(); ++c) {
-    if (!called[c]) continue;
-    const CellSpec& cell = spec.cells[c];
-    s += "Cell cell" + std::to_string(c) + "(\"cell" + std::to_string(c) + "\", {";
-    for (size_t i = 0; i < cell.inputs.size(); ++i)
-      s += (i ? ", {" : "{") + std::to_string(cell.inputs[i].first) + ", " + std::to_string(cell.inputs[i].second) + "}";
-    s += "}, [&](Trace& t, std::span<const Expr> in) {\n";
-    std::vector<std::string> names(cell.body.size());
-    std::vector<int> readers(cell.body.size(), 0);
-    for (const CellOp& op : cell.body)
-      if (!op.removed)
-        for (int a : op.args) ++readers[size_t(a)];
-    for (int o : cell.outputs) ++readers[size_t(o)];
-    for (size_t i = 0; i < cell.body.size(); ++i) {
-      const CellOp& op = cell.body[i];
-      if (op.removed) continue;
-      if (op.kind == CellOp::argument) names[i] = "in[" + std::to_string(op.index) + "]";
-      else if (op.kind == CellOp::param) names[i] = "t.param(" + parameter_name(spec, op.index) + ")";
-      else if (op.kind == CellOp::input) names[i] = "t.input(...)";
-      else {
-        std::vector<std::string> a;
-        for (int x : op.args) a.push_back(names[size_t(x)]);
-        names[i] = "h" + std::to_string(i);
-        s += "  const Expr " + names[i] + " = " + cpp_of(op, a) + ";" + (readers[i] ? "" : "  // not returned") + "\n";
-      }
-    }
-    s += "  return std::vector<Expr>{";
-    for (size_t k = 0; k < cell.outputs.size(); ++k) s += (k ? ", " : "") + names[size_t(cell.outputs[k])];
-    s += "};\n});\n";
-  }
-  s += "// in a trace t:\n";
-  std::vector<std::string> names(spec.values.size());
-  for (size_t i = 0; i < spec.values.size(); ++i) {
-    const CellOp& v = spec.values[i];
-    if (v.removed) continue;
-    std::vector<std::string> a;
-    for (int x : v.args) a.push_back(names[size_t(x)]);
-    const std::string name = "v" + std::to_string(i);
-    switch (v.kind) {
-      case CellOp::input: {
-        names[i] = name;
-        const std::vector<float> data = input_values(spec.seed, i, v.rows, v.cols);
-        s += "const Expr " + name + " = t.input(" + std::to_string(v.rows) + ", " + std::to_string(v.cols) + ", {";
-        for (size_t k = 0; k < data.size(); ++k) s += (k ? ", " : "") + float_literal(data[k]);
-        s += "});\n";
-        break;
-      }
-      case CellOp::param: names[i] = "t.param(" + parameter_name(spec, v.index) + ")"; break;
-      case CellOp::lookup:
-        names[i] = "t.lookup(E" + std::to_string(spec.table_dims[size_t(v.index)]) + ", " + std::to_string(v.entry) + ")";
-        break;
-      case CellOp::call: {
-        names[i] = name;
-        s += "const std::vector<Expr> " + name + " = cell" + std::to_string(v.index) + "(t, {";
-        for (size_t k = 0; k < a.size(); ++k) s += (k ? ", " : "") + a[k];
-        s += "});\n";
-        break;
-      }
-      case CellOp::call_output: names[i] = a[0] + "[" + std::to_string(v.index) + "]"; break;
-      default:
-        names[i] = name;
-        s += "const Expr " + name + " = " + cpp_of(v, a) + ";\n";
-        break;
-    }
-  }
-  s += "// compared: every call output and op above; the loss weighs each of them (differential_cells_test.cpp)\n";
-  return s;
-}
-
-std::vector<CellProgramSpec> shrink_candidates(const CellProgramSpec& spec) {
-  std::vector<CellProgramSpec> out;
-  // A call fewer (latest first): its outputs become inputs for whatever read them. One call stays.
-  int calls = 0;
-  for (const CellOp& v : spec.values) calls += !v.removed && v.kind == CellOp::call;
-  for (size_t i = spec.values.size(); calls > 1 && i-- > 0;) {
-    if (spec.values[i].removed || spec.values[i].kind != CellOp::call) continue;
-    CellProgramSpec s = spec;
-    s.values[i].removed = true;
-    for (CellOp& v : s.values)
-      if (!v.removed && v.kind == CellOp::call_output && v.args[0] == int(i)) make_input(v);
-    drop_unread_leaves(s);
-    out.push_back(std::move(s));
-  }
-  // A program op fewer when nothing reads it.
-  std::vector<int> readers(spec.values.size(), 0);
-  for (const CellOp& v : spec.values)
-    if (!v.removed)
-      for (int a : v.args) ++readers[size_t(a)];
-  for (size_t i = spec.values.size(); i-- > 0;) {
-    const CellOp& v = spec.values[i];
-    if (v.removed || readers[i] || !computed(v.kind) || v.kind == CellOp::call_output) continue;
-    CellProgramSpec s = spec;
-    s.values[i].removed = true;
-    drop_unread_leaves(s);
-    out.push_back(std::move(s));
-  }
-  // An output fewer: what read it reads an input instead.
-  for (size_t c = 0; c < spec.cells.size(); ++c)
-    for (size_t k = 0; spec.cells[c].outputs.size() > 1 && k < spec.cells[c].outputs.size(); ++k) {
-      CellProgramSpec s = spec;
-      s.cells[c].outputs.erase(s.cells[c].outputs.begin() + ptrdiff_t(k));
-      for (CellOp& v : s.values) {
-        if (v.removed || v.kind != CellOp::call_output || s.values[size_t(v.args[0])].index != int(c)) continue;
-        if (v.index == int(k)) make_input(v);
-        else if (v.index > int(k)) --v.index;
-      }
-      drop_unread_leaves(s);
-      out.push_back(std::move(s));
-    }
-  // A body op fewer when the body neither reads nor returns it; an argument fewer when unread.
-  for (size_t c = 0; c < spec.cells.size(); ++c) {
-    const CellSpec& cell = spec.cells[c];
-    std::vector<int> body_readers(cell.body.size(), 0);
-    for (const CellOp& op : cell.body)
-      if (!op.removed)
-        for (int a : op.args) ++body_readers[size_t(a)];
-    for (int o : cell.outputs) ++body_readers[size_t(o)];
-    for (size_t i = cell.body.size(); i-- > 0;) {
-      const CellOp& op = cell.body[i];
-      if (op.removed || body_readers[i]) continue;
-      CellProgramSpec s = spec;
-      CellSpec& changed = s.cells[c];
-      changed.body[i].removed = true;
-      if (op.kind == CellOp::argument) {
-        const int slot = op.index;
-        changed.inputs.erase(changed.inputs.begin() + slot);
-        for (CellOp& other : changed.body)
-          if (!other.removed && other.kind == CellOp::argument && other.index > slot) --other.index;
-        for (CellOp& v : s.values)
-          if (!v.removed && v.kind == CellOp::call && v.index == int(c)) v.args.erase(v.args.begin() + slot);
-        drop_unread_leaves(s);
-      }
-      out.push_back(std::move(s));
-    }
-    // A body op replaced by one of its arguments of the same shape (a shorter chain).
-    for (size_t i = 0; i < cell.body.size(); ++i) {
-      const CellOp& op = cell.body[i];
-      if (op.removed || !computed(op.kind)) continue;
-      for (int a : op.args) {
-        const CellOp& arg = cell.body[size_t(a)];
-        if (arg.rows != op.rows || arg.cols != op.cols || !computed(arg.kind)) continue;
-        CellProgramSpec s = spec;
-        CellSpec& changed = s.cells[c];
-        for (CellOp& other : changed.body)
-          if (!other.removed)
-            for (int& x : other.args)
-              if (x == int(i)) x = a;
-        for (int& o : changed.outputs)
-          if (o == int(i)) o = a;
-        // Outputs must stay distinct values for the calls' outputs to keep their meaning.
-        std::vector<int> sorted = changed.outputs;
-        std::sort(sorted.begin(), sorted.end());
-        if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) continue;
-        changed.body[i].removed = true;
-        out.push_back(std::move(s));
-        break;
-      }
-    }
-  }
-  // A program value that is not a call's output replaced by an input of its shape.
-  for (size_t i = 0; i < spec.values.size(); ++i) {
-    const CellOp& v = spec.values[i];
-    if (v.removed || v.kind == CellOp::input || v.kind == CellOp::call || v.kind == CellOp::call_output) continue;
-    CellProgramSpec s = spec;
-    make_input(s.values[i]);
-    drop_unread_leaves(s);
-    out.push_back(std::move(s));
-  }
-  return out;
 }
 
 }  // namespace edb::testing

@@ -1,6 +1,7 @@
 // Seeded random programs of cells, for the differential fuzzer's cell space (issue 28): a few
 // random cells and random calls of them, kept as plain data so a failure prints as C++ against the
-// public API and shrinks. It leaves running and comparing them to tests/correctness.
+// public API and shrinks (random_cells_text.cpp). It leaves running and comparing them to
+// tests/correctness.
 //
 // Cells' arguments mix parameters (the same for every call of an argument, or a different one per
 // call), lookups, inputs, slices, concats and outputs of earlier calls, and the same value twice.
@@ -70,6 +71,12 @@ struct CellProgramSpec {
 };
 
 CellProgramSpec random_cell_program(uint64_t seed, const RandomCellOptions& options = {});
+
+// Shared by the generator, the printer and the shrinker: whether a value is an op's (not an input,
+// a parameter, a lookup, a body's argument or a call), a parameter's name, an input's values.
+bool is_computed(CellOp::Kind kind);
+std::string parameter_name(const CellProgramSpec& spec, int index);
+std::vector<float> input_values(uint64_t seed, uint64_t index, int rows, int cols);
 
 // The program as C++ against the public API (a reproducer to paste into a test).
 std::string to_cpp(const CellProgramSpec& spec);
