@@ -224,6 +224,36 @@ class Generator {
     return body_param(b, rows, cols);
   }
 
+  // A slice at any row offset, often of a longer argument (a 6-row lookup, say).
+  int slice_op(Body& b) {
+    if (b.block) {
+      // A block-aligned length at any offset of a longer column, aligned or not.
+      const int rows = size(b), extra = 1 + r_.below(3);
+      std::vector<int> longer;
+      for (size_t i = 0; i < b.cell.body.size(); ++i)
+        if (!b.hidden[i] && b.at(int(i)).cols == 1 && b.at(int(i)).rows > rows) longer.push_back(int(i));
+      int x = -1;
+      if (!longer.empty() && r_.chance(0.5)) x = longer[size_t(r_.below(int(longer.size())))];
+      else x = b.cell.inputs.size() < 5 ? new_argument(b, rows + extra, 1) : body_param(b, rows + extra, 1);
+      CellOp op = make_op(CellOp::slice, {x});
+      op.begin = r_.below(b.at(x).rows - rows + 1);
+      op.end = op.begin + rows;
+      return b.add(op);
+    }
+    int x = -1;
+    if (r_.chance(0.4) && b.cell.inputs.size() < 5) x = new_argument(b, 6, 1);
+    else {
+      x = pick_column(b);
+      if (b.at(x).rows < 2) x = b.cell.inputs.size() < 5 ? new_argument(b, 6, 1) : body_param(b, 6, 1);
+    }
+    const int rows = b.at(x).rows;
+    CellOp op = make_op(CellOp::slice, {x});
+    op.begin = r_.below(rows - 1);
+    op.end = op.begin + 1 + r_.below(rows - op.begin);
+    if (op.end - op.begin == rows) op.end = rows - 1 > op.begin ? rows - 1 : op.end;
+    return b.add(op);
+  }
+
   // An op on a parameter an earlier cell's body reads: a product by it, or an elementwise op with it.
   int reuse(Body& b) {
     const int index = earlier_body_params_[size_t(r_.below(int(earlier_body_params_.size())))];
@@ -276,34 +306,7 @@ class Generator {
         }
         return b.add(op);
       }
-      case 2: {  // slice at any row offset, often of a longer argument (a 6-row lookup, say)
-        if (b.block) {
-          // A block-aligned length at any offset of a longer column, aligned or not.
-          const int rows = size(b), extra = 1 + r_.below(3);
-          std::vector<int> longer;
-          for (size_t i = 0; i < b.cell.body.size(); ++i)
-            if (!b.hidden[i] && b.at(int(i)).cols == 1 && b.at(int(i)).rows > rows) longer.push_back(int(i));
-          int x = -1;
-          if (!longer.empty() && r_.chance(0.5)) x = longer[size_t(r_.below(int(longer.size())))];
-          else x = b.cell.inputs.size() < 5 ? new_argument(b, rows + extra, 1) : body_param(b, rows + extra, 1);
-          CellOp op = make_op(CellOp::slice, {x});
-          op.begin = r_.below(b.at(x).rows - rows + 1);
-          op.end = op.begin + rows;
-          return b.add(op);
-        }
-        int x = -1;
-        if (r_.chance(0.4) && b.cell.inputs.size() < 5) x = new_argument(b, 6, 1);
-        else {
-          x = pick_column(b);
-          if (b.at(x).rows < 2) x = b.cell.inputs.size() < 5 ? new_argument(b, 6, 1) : body_param(b, 6, 1);
-        }
-        const int rows = b.at(x).rows;
-        CellOp op = make_op(CellOp::slice, {x});
-        op.begin = r_.below(rows - 1);
-        op.end = op.begin + 1 + r_.below(rows - op.begin);
-        if (op.end - op.begin == rows) op.end = rows - 1 > op.begin ? rows - 1 : op.end;
-        return b.add(op);
-      }
+      case 2: return slice_op(b);
       case 3: {  // concat of 2-3 columns
         CellOp op = make_op(CellOp::concat);
         const int parts = 2 + r_.below(2);
