@@ -1,0 +1,110 @@
+// Seeded random programs of cells, for the differential fuzzer's cell space (issue 28): a few
+// random cells and random calls of them, kept as plain data so a failure prints as C++ against the
+// public API and shrinks (random_cells_text.cpp). It leaves running and comparing them to
+// tests/correctness.
+//
+// Cells' arguments mix parameters (the same for every call of an argument, or a different one per
+// call), lookups, inputs, slices, concats and outputs of earlier calls, and the same value twice.
+// Bodies read their inputs and parameters (t.param, from the same pool as the arguments, so cells
+// share parameters), with matmul and affine whose weight or bias may be an argument, slices at any
+// row offset, concats, elementwise ops, several outputs and values computed but not returned.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+
+namespace edb::testing {
+
+struct RandomCellOptions {
+  int max_cells = 4;          // 1..max_cells cells per program
+  int max_calls = 10;         // 1..max_calls calls
+  int max_body_ops = 7;       // 1..max_body_ops ops per body (parameter reads and inputs not counted)
+  bool outputs_may_be_inputs = false;  // a body may return one of its inputs unchanged
+};
+
+// One value of a body or of the program. `args` name earlier values of the same list.
+struct CellOp {
+  enum Kind {
+    argument,     // body: the cell's input `index`
+    input,        // a constant of rows x cols (values from the program's seed and `index`)
+    param,        // t.param(parameter `index`)
+    lookup,       // program: t.lookup(table `index`, entry `entry`)
+    call,         // program: a call of cell `index` on `args` (no value of its own)
+    call_output,  // program: output `index` of the call args[0]
+    matmul, affine, add, sub, cmult, max, div, scale, add_const, tanh, sigmoid, relu, exp_tanh,
+    slice,        // rows [begin, end) of args[0]
+    concat, sum, softmax, sum_elements, transpose,
+  };
+  Kind kind = input;
+  std::vector<int> args;
+  int index = 0;
+  int entry = 0, begin = 0, end = 0;
+  float constant = 0;
+  int rows = 0, cols = 0;
+  bool removed = false;  // dropped by shrinking: not recorded, never an argument
+};
+
+struct CellSpec {
+  std::vector<std::pair<int, int>> inputs;
+  std::vector<CellOp> body;
+  std::vector<int> outputs;  // body values
+};
+
+struct ParameterSpec {
+  int rows = 0, cols = 0, variant = 0;
+};
+
+// A program: parameters, tables, cells and the values it records. Shrink-friendly: removing a
+// value keeps every index (ops are marked removed).
+struct CellProgramSpec {
+  uint64_t seed = 0;
+  std::vector<ParameterSpec> parameters;
+  std::vector<int> table_dims;  // each table has kEntries entries
+  std::vector<CellSpec> cells;
+  std::vector<CellOp> values;
+  static constexpr int kEntries = 5;
+};
+
+CellProgramSpec random_cell_program(uint64_t seed, const RandomCellOptions& options = {});
+
+// Shared by the generator, the printer and the shrinker: whether a value is an op's (not an input,
+// a parameter, a lookup, a body's argument or a call), a parameter's name, an input's values.
+bool is_computed(CellOp::Kind kind);
+std::string parameter_name(const CellProgramSpec& spec, int index);
+std::vector<float> input_values(uint64_t seed, uint64_t index, int rows, int cols);
+
+// The program as C++ against the public API (a reproducer to paste into a test).
+std::string to_cpp(const CellProgramSpec& spec);
+
+// Smaller variants of `spec` (one call, op or output fewer, an argument replaced by an input...),
+// each still well formed; the fuzzer keeps the first that still fails.
+std::vector<CellProgramSpec> shrink_candidates(const CellProgramSpec& spec);
+
+// A spec made real: its Model (parameters, tables) and Cells. Record it on any number of traces.
+class CellProgram {
+ public:
+  explicit CellProgram(CellProgramSpec spec);
+  CellProgram(const CellProgram&) = delete;  // the cells' bodies point at this object
+  CellProgram& operator=(const CellProgram&) = delete;
+  // Records every value; returns those compared (call outputs and program ops), in order.
+  std::vector<Expr> record(Trace& trace) const;
+  const std::vector<std::string>& compared_names() const { return compared_names_; }
+  Model& model() { return *model_; }
+  const CellProgramSpec& spec() const { return spec_; }
+  int call_count() const;
+
+ private:
+  CellProgramSpec spec_;
+  std::unique_ptr<Model> model_;
+  std::vector<Parameter> parameters_;
+  std::vector<LookupTable> tables_;
+  std::vector<Cell> cells_;
+  std::vector<std::string> compared_names_;
+};
+
+}  // namespace edb::testing
