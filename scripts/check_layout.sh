@@ -2,8 +2,9 @@
 # Keeps LAYOUT.md true. Fails when a file includes a header from a folder its own folder may not
 # include (the rule at the end of LAYOUT.md, as the table below), when an LLVM header is included
 # outside jit/ or a CUDA toolkit header outside tests/, when a source file has no line in LAYOUT.md,
-# or when LAYOUT.md names a file that does not exist. Run by scripts/test.sh; needs only bash, awk
-# and grep (and git, when there is one, to list the files).
+# when LAYOUT.md names a file that does not exist, or when a file points to DESIGN.md (the design
+# is docs/design.md). Run by scripts/test.sh; needs only bash, awk and grep (and git, when there
+# is one, to list the files).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -102,6 +103,11 @@ done < <(comm -23 <(echo "$sources") <(echo "$listed"))
 while read -r name; do
   [ -z "$name" ] || [ -e "$name" ] || problem "LAYOUT.md names $name, which does not exist"
 done <<<"$listed"
+
+# 3. The design lives in docs/design.md: nothing points to the copy outside the repository.
+while IFS= read -r hit; do
+  problem "$hit: points to DESIGN.md outside the repository; the design is docs/design.md"
+done < <(grep -v '^scripts/check_layout.sh$' <<<"$files" | xargs -d '\n' grep -nIoE '(\.\./shared/)?\bDESIGN\.md\b' 2>/dev/null | cut -d: -f1,2 || true)
 
 if [ "$problems" -ne 0 ]; then
   echo "check_layout: $problems problem(s); the rule and the file list are in LAYOUT.md" >&2
