@@ -7,6 +7,8 @@
 # execute: here a script must exist and be executable, any other build/ program must list every
 # --flag given to it in its --help, and a cmake -D option must be one the build reads. The ```cpp
 # blocks are docs/snippets, compiled and run by ctest (edb-check-guide holds the pages to them).
+# Then the reference pages against the code: every flag of edb-run and edb-cache, every policy,
+# executor and Engine option is named where the docs say it is, and nothing else.
 import os
 import pathlib
 import re
@@ -128,3 +130,41 @@ def test_another_interpreter_is_told_which_one_the_module_is_for(tmp_path):
     assert result.returncode != 0
     assert "ImportError: edbatch: the module here was built for Python 3." in result.stderr
     assert "this is Python 2.7" in result.stderr and "-DPython_EXECUTABLE=" in result.stderr
+
+
+def flags_in(text):
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", text))
+
+
+@pytest.mark.parametrize("tool, pages", [("edb-run", ["edb-run.md", "training.md"]), ("edb-cache", ["edb-run.md"])])
+def test_the_tool_pages_name_every_flag(tool, pages):
+    # docs/edb-run.md (and training.md) against the tools' own --help: every flag documented, and
+    # no flag documented that the tools do not have.
+    helps = {name: subprocess.run([str(build_dir() / "tools" / name), "--help"], capture_output=True, text=True,
+                                  timeout=60).stdout for name in ("edb-run", "edb-cache")}
+    documented = set().union(*(flags_in((REPO / "docs" / page).read_text()) for page in pages))
+    missing = flags_in(helps[tool]) - documented
+    assert not missing, f"{tool} --help has flags that {', '.join(pages)} do not mention: {sorted(missing)}"
+    unknown = documented - flags_in(helps["edb-run"]) - flags_in(helps["edb-cache"])
+    assert not unknown, f"{', '.join(pages)} mention flags that neither tool has: {sorted(unknown)}"
+
+
+def test_the_pages_name_every_policy_executor_and_engine_option():
+    # docs/python.md, policies.md and edb-run.md against the module: every EngineOptions field and
+    # every policy and executor the engine accepts (its own error message lists them).
+    import edbatch
+
+    def available(**option):
+        with pytest.raises(edbatch.UsageError) as error:
+            edbatch.Engine(**option)
+        return re.search(r"\(available: ([^)]*)\)", str(error.value)).group(1).split(", ")
+
+    policies, executors = available(policy="?"), available(executor="?")
+    python_md = (REPO / "docs" / "python.md").read_text()
+    for page in ("python.md", "policies.md", "edb-run.md"):
+        text = (REPO / "docs" / page).read_text()
+        names = policies if page == "policies.md" else policies + executors
+        missing = [name for name in names if f"`{name}`" not in text]
+        assert not missing, f"{page} does not name {missing}"
+    missing = [key for key in edbatch.Engine().options if f"`{key}`" not in python_md]
+    assert not missing, f"python.md does not name the Engine options {missing}"
