@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "edbatch/errors.h"
 
@@ -26,17 +27,44 @@ const ParameterInfo* shared_parameter(const Graph& graph, NodeId arg) {
   return a.op == Op::parameter ? &graph.parameter(a.attrs.parameter) : nullptr;
 }
 
+// What the signature says of one argument: its shape, and the parameter (uid) or cell it is.
+std::pair<uint64_t, uint64_t> argument_words(const Graph& graph, NodeId arg) {
+  const ParameterInfo* p = shared_parameter(graph, arg);
+  const Node& a = graph.node(arg);
+  // A cell call's frame is only ever read through its outputs' views: they are the cell's own.
+  return {pack(a.shape), p ? p->uid : a.op == Op::call ? reinterpret_cast<uintptr_t>(&graph.cell(a.attrs.index)) : 0};
+}
+
+// A long argument list that repeats one short group (a weight gradient's (dy, x) pairs, a sum of
+// many values of one shape): the group's length, or 0. Its signature names the group once and the
+// repetitions, so a node of thousands of arguments has a key of a few words, not one per argument
+// (one type per distinct length of such a list, kept for the engine's life).
+constexpr size_t kLongArguments = 8, kLongestGroup = 4;
+size_t repeated_group(const Graph& graph, std::span<const NodeId> args) {
+  if (args.size() <= kLongArguments) return 0;
+  for (size_t period = 1; period <= kLongestGroup; ++period) {
+    if (args.size() % period) continue;
+    bool repeats = true;
+    for (size_t i = period; i < args.size() && repeats; ++i)
+      repeats = argument_words(graph, args[i]) == argument_words(graph, args[i - period]);
+    if (repeats) return period;
+  }
+  return 0;
+}
+
 void build_key(const Graph& graph, NodeId id, std::string& key) {
   const Node& n = graph.node(id);
   key.clear();
   append_word(key, uint64_t(n.op) | (uint64_t{n.arg_count} << 8));
   append_word(key, pack(n.shape));
-  for (NodeId arg : graph.args(id)) {
-    const ParameterInfo* p = shared_parameter(graph, arg);
-    const Node& a = graph.node(arg);
-    append_word(key, pack(a.shape));
-    // A cell call's frame is only ever read through its outputs' views: they are the cell's own.
-    append_word(key, p ? p->uid : a.op == Op::call ? reinterpret_cast<uintptr_t>(&graph.cell(a.attrs.index)) : 0);
+  const auto args = graph.args(id);
+  const size_t group = repeated_group(graph, args);
+  // A shape word never has its top bit set (rows are below 2^31): the group's mark is told apart.
+  if (group) append_word(key, (uint64_t{1} << 63) | group);
+  for (size_t i = 0; i < (group ? group : args.size()); ++i) {
+    const auto [shape, identity] = argument_words(graph, args[i]);
+    append_word(key, shape);
+    append_word(key, identity);
   }
   if (n.op == Op::lookup) append_word(key, graph.parameter(n.attrs.parameter).uid);
   if (has_flag(n.op, kConstant)) append_word(key, std::bit_cast<uint32_t>(n.attrs.constant));
@@ -52,14 +80,18 @@ std::string signature(const Graph& graph, NodeId id) {
   const Node& n = graph.node(id);
   std::string s(op_name(n.op));
   s += '(';
+  const auto args = graph.args(id);
+  const size_t group = repeated_group(graph, args);
+  if (group) s += std::to_string(args.size() / group) + " x (";
   bool first = true;
-  for (NodeId arg : graph.args(id)) {
+  for (NodeId arg : args.first(group ? group : args.size())) {
     if (!first) s += ", ";
     first = false;
     if (const ParameterInfo* p = shared_parameter(graph, arg)) s += "param:" + p->name + ':';
     if (graph.node(arg).op == Op::call) s += "call:" + graph.cell(graph.node(arg).attrs.index).name + ':';
     s += to_string(graph.node(arg).shape);
   }
+  if (group) s += ')';
   if (n.op == Op::lookup) {
     const ParameterInfo& table = graph.parameter(n.attrs.parameter);
     s += "table:" + table.name + ':' + to_string(table.shape);

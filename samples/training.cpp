@@ -9,6 +9,8 @@
 #include <numeric>
 #include <string>
 
+#include <unistd.h>
+
 namespace edb::samples {
 
 namespace {
@@ -25,6 +27,17 @@ uint64_t next_random(uint64_t& state) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+// The process's resident set in KiB, from /proc/self/statm (Linux); 0 where it cannot be read.
+int64_t resident_kb() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (!statm) return 0;
+  long long pages = 0, resident = 0;
+  const bool read = std::fscanf(statm, "%lld %lld", &pages, &resident) == 2;
+  std::fclose(statm);
+  const long page = sysconf(_SC_PAGESIZE);
+  return read && page > 0 ? int64_t(resident) * page / 1024 : 0;
 }
 
 // Epoch `epoch`'s order of the training instances [0, count): Fisher-Yates from (seed, epoch).
@@ -150,6 +163,7 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
     e.gradient_norm = norm_sum / double(steps);
     e.instances_per_sec = e.total_ms > 0 ? double(train_count) / (e.total_ms / 1000.0) : 0.0;
     e.heldout = heldout();
+    e.resident_kb = resident_kb();
   }
   return result;
 }

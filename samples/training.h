@@ -73,6 +73,7 @@ struct EpochResult {
   double total_ms = 0;           // the epoch's training time (all of the above and the shuffle)
   Stats forward_stats;           // what the engine counted while evaluating the losses
   Stats backward_stats;          // and while running Trace::backward
+  int64_t resident_kb = 0;       // the process's resident memory after the epoch (0: unknown)
   double backward_over_forward() const { return forward_ms > 0 ? backward_ms / forward_ms : 0.0; }
 };
 

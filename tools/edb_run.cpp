@@ -337,6 +337,7 @@ nlohmann::json training_json(const Report& r, const TrainingReport& t) {
     j["backward_ms"] = e.backward_ms;
     j["optimizer_ms"] = e.optimizer_ms;
     j["total_ms"] = e.total_ms;
+    j["resident_mb"] = double(e.resident_kb) / 1024.0;
     j["backward_over_forward"] = e.backward_over_forward();
     j["forward"] = phase_json(e.forward_stats);
     j["backward"] = phase_json(e.backward_stats);

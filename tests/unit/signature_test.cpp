@@ -83,6 +83,40 @@ TEST(Signature, ExactStrings) {
             "matmul(param:model/U_iou:384x256, 256x4)->384x4");
 }
 
+// A long argument list that repeats one group (a weight gradient's (dy, x) pairs, a sum of many
+// values of one shape) is named and keyed by the group and its repetitions: still one type per
+// exact list, but a key of a few words however long the list (issue 31: the types of every
+// distinct length were kept, each as long as its list, and a training run's memory grew with them).
+TEST(Signature, LongRepeatedArgumentListsAreKeyedByTheirGroup) {
+  Builder g;
+  const NodeId dy = g.input({5, 1}), x = g.input({1, 1}), z = g.input({2, 1});
+  auto pairs = [&](int n, NodeId second) {
+    std::vector<NodeId> args;
+    for (int i = 0; i < n; ++i) {
+      args.push_back(dy);
+      args.push_back(second);
+    }
+    return args;
+  };
+  const NodeId long1 = g.op(Op::matmul_nt, pairs(1000, x)), long2 = g.op(Op::matmul_nt, pairs(1000, x));
+  const NodeId longer = g.op(Op::matmul_nt, pairs(1001, x)), other = g.op(Op::matmul_nt, pairs(1000, z));
+  EXPECT_EQ(signature(g.graph, long1), "matmul_nt(1000 x (5x1, 1x1))->5x1");
+  EXPECT_EQ(signature(g.graph, other), "matmul_nt(1000 x (5x1, 2x1))->5x2");
+  SignatureTable table;
+  const TypeId t = table.intern(g.graph, long1);
+  EXPECT_EQ(table.intern(g.graph, long2), t);
+  EXPECT_NE(table.intern(g.graph, longer), t);
+  EXPECT_NE(table.intern(g.graph, other), t);
+  // A short list, or a long one that does not repeat, is keyed argument by argument as before.
+  EXPECT_EQ(signature(g.graph, g.op(Op::matmul_nt, pairs(4, x))), "matmul_nt(5x1, 1x1, 5x1, 1x1, 5x1, 1x1, 5x1, 1x1)->5x1");
+  std::vector<NodeId> mixed = pairs(6, x);
+  mixed.push_back(dy);
+  mixed.push_back(g.param(7, "m/p", {1, 1}));  // a parameter: another identity, so no repetition
+  const NodeId irregular = g.op(Op::matmul_nt, mixed);
+  EXPECT_EQ(signature(g.graph, irregular).rfind("matmul_nt(5x1, 1x1, 5x1, 1x1,", 0), 0u);
+  EXPECT_NE(table.intern(g.graph, irregular), table.intern(g.graph, g.op(Op::matmul_nt, pairs(7, x))));
+}
+
 TEST(Signature, LeavesHaveNoType) {
   Builder g;
   const NodeId x = g.input({3, 1});
