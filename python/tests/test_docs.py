@@ -8,7 +8,8 @@
 # --flag given to it in its --help, and a cmake -D option must be one the build reads. The ```cpp
 # blocks are docs/snippets, compiled and run by ctest (edb-check-guide holds the pages to them).
 # Then the reference pages against the code: every flag of edb-run and edb-cache, every policy,
-# executor and Engine option is named where the docs say it is, and nothing else.
+# executor and Engine option is named where the docs say it is, and nothing else; and every file
+# path the pages name exists.
 import os
 import pathlib
 import re
@@ -168,3 +169,14 @@ def test_the_pages_name_every_policy_executor_and_engine_option():
         assert not missing, f"{page} does not name {missing}"
     missing = [key for key in edbatch.Engine().options if f"`{key}`" not in python_md]
     assert not missing, f"python.md does not name the Engine options {missing}"
+
+
+def test_the_pages_name_only_files_that_exist():
+    # A path such as runtime/driver.cpp named in README.md or docs/ must exist (LAYOUT.md has
+    # check_layout.sh), so pages stay true when files move.
+    path = re.compile(r"(?<![\w./-])((?:ir|scheduler|memplan|jit|nvrtc|runtime|trace|samples|tools|bench|tests|python|"
+                      r"docs|scripts|include|cmake|examples)/[\w./-]*\w\.(?:h|cpp|def|py|pyi|sh|cmake|md|txt|svg|in))\b")
+    gone = [f"{page.name}:{number}: {match}" for page in PAGES
+            for number, line in enumerate(page.read_text().splitlines(), 1)
+            for match in path.findall(line) if not (REPO / match).exists() and not (REPO / "docs" / match).exists()]
+    assert not gone, "files named in the docs that do not exist:\n" + "\n".join(gone)
