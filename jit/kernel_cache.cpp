@@ -523,7 +523,10 @@ PruneResult KernelCache::prune_locked(uint64_t max_bytes) {
   for (const Candidate& c : candidates) {
     if (result.bytes_left <= max_bytes) break;
     std::error_code ec;
-    if (!fs::remove(c.file.path, ec) || ec) continue;
+    if (!fs::remove(c.file.path, ec) || ec) {
+      if (!result.failed++) result.failure = c.file.path + ": " + (ec ? ec.message() : "not removed");
+      continue;
+    }
     fs::remove(directory_ + "/" + stem(c.file.name) + ".meta", ec);
     ++result.removed;
     result.bytes_freed += c.file.bytes;
@@ -541,22 +544,26 @@ PruneResult KernelCache::prune_locked(uint64_t max_bytes) {
   return result;
 }
 
-uint64_t KernelCache::clear() {
+PruneResult KernelCache::clear() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     memory_.clear();
   }
-  if (directory_.empty() || !fs::is_directory(directory_)) return 0;
+  PruneResult result;
+  if (directory_.empty() || !fs::is_directory(directory_)) return result;
   DirectoryLock lock(directory_);
-  uint64_t removed = 0;
   const int64_t now = now_ms();
   for (const DiskFile& f : scan(directory_, "")) {
     std::error_code ec;
     const bool stale_temp = f.name.starts_with(".tmp-") && now - f.mtime_ms > kStaleTempMs;
-    if (f.name.ends_with(".kernel") || f.name.ends_with(".meta") || f.name == "counters" || stale_temp)
-      if (fs::remove(f.path, ec) && f.name.ends_with(".kernel")) ++removed;
+    if (!(f.name.ends_with(".kernel") || f.name.ends_with(".meta") || f.name == "counters" || stale_temp)) continue;
+    if (fs::remove(f.path, ec) && !ec) {
+      if (f.name.ends_with(".kernel")) ++result.removed;
+    } else if (!result.failed++) {
+      result.failure = f.path + ": " + (ec ? ec.message() : "not removed");
+    }
   }
-  return removed;
+  return result;
 }
 
 }  // namespace edb::jit

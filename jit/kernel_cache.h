@@ -78,6 +78,8 @@ struct VerifyResult {
 
 struct PruneResult {
   uint64_t removed = 0, bytes_freed = 0, bytes_left = 0;
+  uint64_t failed = 0;  // entries that could not be removed (a read-only directory)
+  std::string failure;  // the first of them: its path and why
 };
 
 struct KernelCacheOptions {
@@ -114,7 +116,7 @@ class KernelCache {
   KernelCacheStats stats() const;
   KernelCacheCounters counters() const;
   PruneResult prune(uint64_t max_bytes);  // least recently used first, until total <= max_bytes
-  uint64_t clear();                       // memory and disk; returns entry files removed
+  PruneResult clear();  // memory and disk; `removed`: the entry files removed
   bool disk_writable() const;
 
  private:

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "memplan/layout.h"
@@ -255,6 +256,12 @@ Driver::Driver(const EngineOptions& options)
   // the next trace; the executor's own pool gets the rest. The device (cpu, cuda, or auto: cuda
   // when usable) picks the executor; options().device then says which one runs.
   const bool pipelined = options.threads >= 2 && options.executor != "reference";
+  // More threads than cores only take turns on them: said once per process.
+  static std::atomic<bool> warned_threads{false};
+  if (const unsigned cores = std::thread::hardware_concurrency();
+      cores > 0 && unsigned(options.threads) > cores && !warned_threads.exchange(true))
+    std::cerr << "edbatch: " << options.threads << " threads on a machine with " << cores
+              << " cores: they take turns, which is slower than " << cores << " threads\n";
   executor_ = make_device_executor(options.device, options.executor, pipelined ? options.threads - 1 : options.threads,
                                    options.cache_directory, options_.device);
   if (options.check_finite) executor_->keep_every_value();

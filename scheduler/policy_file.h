@@ -12,6 +12,7 @@
 #include <string>
 
 #include "edbatch/errors.h"
+#include "ir/files.h"
 
 namespace edb::scheduler::policy_file {
 
@@ -45,6 +46,7 @@ inline void write(const std::string& path, const char* format, int version, cons
 
 // The file at `path` as JSON (its framing is the caller's to check).
 inline nlohmann::json parse(const std::string& path) {
+  if (const std::string why = ir::unreadable_file_reason(path, ir::kMaxModelFileBytes); !why.empty()) fail(path, why);
   std::ifstream in(path);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   try {

@@ -21,6 +21,7 @@ namespace {
 using edb::UsageError;
 using edb::jit::KernelCache;
 using edb::jit::KernelKey;
+using edb::jit::PruneResult;
 
 void print_help() {
   std::printf(
@@ -217,16 +218,26 @@ int run(int argc, char** argv) {
   if (command == "show") return show(cache, args[1], json);
   if (command == "stats") return stats(cache, json);
   if (command == "verify") return verify(cache, json);
+  // Files that could not be removed (a read-only directory) make the command fail, saying which.
+  auto failed = [&](const PruneResult& r) {
+    if (!r.failed) return 0;
+    std::fprintf(stderr, "edb-cache %s: could not remove %llu file(s) in %s; the first: %s\n", command.c_str(),
+                 static_cast<unsigned long long>(r.failed), cache.directory().c_str(), r.failure.c_str());
+    return 1;
+  };
   if (command == "clear") {
-    const uint64_t removed = cache.clear();
-    if (json) std::cout << nlohmann::json{{"removed", removed}, {"directory", cache.directory()}}.dump(2) << '\n';
-    else std::printf("removed %llu entries from %s\n", static_cast<unsigned long long>(removed), cache.directory().c_str());
-    return 0;
+    const PruneResult cleared = cache.clear();
+    if (json)
+      std::cout << nlohmann::json{{"removed", cleared.removed}, {"failed", cleared.failed}, {"directory", cache.directory()}}.dump(2)
+                << '\n';
+    else
+      std::printf("removed %llu entries from %s\n", static_cast<unsigned long long>(cleared.removed), cache.directory().c_str());
+    return failed(cleared);
   }
   const uint64_t max_bytes = parse_size(flags.get("max-size", ""));
   const auto pruned = cache.prune(max_bytes);
   if (json)
-    std::cout << nlohmann::json{{"removed", pruned.removed}, {"bytes_freed", pruned.bytes_freed},
+    std::cout << nlohmann::json{{"removed", pruned.removed}, {"failed", pruned.failed}, {"bytes_freed", pruned.bytes_freed},
                                 {"bytes_left", pruned.bytes_left}, {"max_bytes", max_bytes}}
                      .dump(2)
               << '\n';
@@ -234,7 +245,7 @@ int run(int argc, char** argv) {
     std::printf("removed %llu entries (%s), %s left (cap %s)\n", static_cast<unsigned long long>(pruned.removed),
                 human_bytes(pruned.bytes_freed).c_str(), human_bytes(pruned.bytes_left).c_str(),
                 human_bytes(max_bytes).c_str());
-  return 0;
+  return failed(pruned);
 }
 
 }  // namespace

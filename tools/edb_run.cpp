@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -87,7 +88,8 @@ void print_help() {
       "  --clip X           scale gradients whose global L2 norm exceeds X down to X (default 0: off)\n"
       "  --holdout F        the last fraction F of the instances is held out (default 0.1; 0: none)\n"
       "  --save PATH        after training, write the model to PATH and the optimizer state to\n"
-      "                     PATH.optimizer (--load continues from both)\n"
+      "                     PATH.optimizer as one unit (--load continues from both, and refuses\n"
+      "                     two files of different saves); checked before training starts\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
       "Environment: EDB_DUMP=ir,schedule,batches,plan (or all) prints each stage's output to stderr\n"
@@ -244,6 +246,8 @@ void print_table(const Report& r) {
 
 // Writes nothing, but finds out before any work whether `path` can be written.
 void check_writable(const std::string& flag, const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    throw edb::UsageError("edb-run: " + flag + ": '" + path + "' is a directory; give a file name in it");
   const std::string probe = path + ".tmp";
   std::FILE* file = std::fopen(probe.c_str(), "w");
   if (!file) throw edb::UsageError("edb-run: " + flag + ": cannot write '" + probe + "': " + std::strerror(errno));
@@ -415,7 +419,7 @@ int run_training(edb::samples::SampleModel& model, edb::Engine& engine, Training
     const std::string state = load_path + ".optimizer";
     if (std::FILE* file = std::fopen(state.c_str(), "rb")) {
       std::fclose(file);
-      optimizer.load(state);  // its options too: only --lr may change them
+      edb::load_training(model.model(), optimizer, load_path);  // one save's pair; options too: only --lr may change
       const edb::OptimizerOptions& loaded = optimizer.options();
       auto differs = [&](bool given, const char* flag, float wanted, float kept) {
         if (given && wanted != kept)
@@ -448,13 +452,19 @@ int run_training(edb::samples::SampleModel& model, edb::Engine& engine, Training
   };
   t.result = edb::samples::train(model, engine, optimizer, setup.options);
   bar.done();
+  // A save that fails (a full disk) still leaves the run's results on the screen.
+  std::string save_error;
   if (!setup.save_path.empty()) {
-    model.model().save(setup.save_path);
-    optimizer.save(setup.save_path + ".optimizer");
-    t.saved = setup.save_path;
+    try {
+      edb::save_training(model.model(), optimizer, setup.save_path);
+      t.saved = setup.save_path;
+    } catch (const edb::UsageError& e) {
+      save_error = e.what();
+    }
   }
   if (json) std::cout << training_json(report, t).dump(2) << '\n';
   else print_training_table(report, t);
+  if (!save_error.empty()) throw edb::UsageError("edb-run: --save: " + save_error);
   return 0;
 }
 

@@ -2,10 +2,16 @@
 // and the field reader's errors.
 #include "trace/binary_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+
+#include "ir/files.h"
 
 namespace edb::detail {
 
@@ -20,28 +26,60 @@ void put_string(std::string& out, const std::string& text) {
   out += text;
 }
 
-void write_binary_file(const std::string& path, const BinaryFormat& format, const std::string& body,
-                       const char* function) {
+std::string write_temporary(const std::string& path, const BinaryFormat& format, const std::string& body,
+                            const char* function) {
+  if (std::filesystem::is_directory(path))
+    throw UsageError(std::string(function) + ": '" + path + "' is a directory; give a file name in it");
   std::string file(format.magic, sizeof format.magic);
   put(file, format.version);
   put(file, static_cast<uint64_t>(body.size()));
   put(file, fnv1a(body));
   file += body;
   const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw UsageError(std::string(function) + ": cannot write '" + temp + "': " + std::strerror(errno));
-    out.write(file.data(), static_cast<std::streamsize>(file.size()));
-    if (!out.flush())
-      throw UsageError(std::string(function) + ": writing '" + temp + "' failed: " + std::strerror(errno));
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw UsageError(std::string(function) + ": cannot write '" + temp + "': " + std::strerror(errno));
+  size_t written = 0;
+  while (written < file.size()) {
+    const ssize_t n = ::write(fd, file.data() + written, file.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = errno;
+      ::close(fd);
+      std::remove(temp.c_str());  // a full disk leaves no partial file behind
+      throw UsageError(std::string(function) + ": writing '" + temp + "' failed: " + std::strerror(error));
+    }
+    written += size_t(n);
   }
-  if (std::rename(temp.c_str(), path.c_str()) != 0)
-    throw UsageError(std::string(function) + ": cannot rename '" + temp + "' to '" + path + "': " +
-                     std::strerror(errno));
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int error = errno;
+    std::remove(temp.c_str());
+    throw UsageError(std::string(function) + ": flushing '" + temp + "' to the disk failed: " + std::strerror(error));
+  }
+  return temp;
 }
 
-std::string read_binary_body(const std::string& path, const BinaryFormat& format, const char* function) {
+void replace_with(const std::string& temporary, const std::string& path, const char* function) {
+  if (std::rename(temporary.c_str(), path.c_str()) != 0)
+    throw UsageError(std::string(function) + ": cannot rename '" + temporary + "' to '" + path + "': " +
+                     std::strerror(errno));
+  // The rename itself reaches the disk with the directory's entry.
+  std::string directory = std::filesystem::path(path).parent_path().string();
+  if (directory.empty()) directory = ".";
+  if (const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void write_binary_file(const std::string& path, const BinaryFormat& format, const std::string& body,
+                       const char* function) {
+  replace_with(write_temporary(path, format, body, function), path, function);
+}
+
+std::string read_binary_body(const std::string& path, const BinaryFormat& format, const char* function,
+                             uint32_t* version_read) {
+  if (const std::string why = ir::unreadable_file_reason(path, ir::kMaxModelFileBytes); !why.empty())
+    throw UsageError(std::string(function) + ": '" + path + "' " + why);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(std::string(function) + ": cannot open '" + path + "': " + std::strerror(errno));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -49,9 +87,11 @@ std::string read_binary_body(const std::string& path, const BinaryFormat& format
   if (header.get_bytes(sizeof format.magic, "the header") != std::string(format.magic, sizeof format.magic))
     header.fail(std::string("not an edbatch ") + format.name + " (bad magic)");
   const uint32_t version = header.get<uint32_t>("the header");
-  if (version != format.version)
+  const uint32_t oldest = format.oldest ? format.oldest : format.version;
+  if (version < oldest || version > format.version)
     header.fail("format version " + std::to_string(version) + ", this build reads version " +
-                std::to_string(format.version));
+                (oldest == format.version ? "" : std::to_string(oldest) + " to ") + std::to_string(format.version));
+  if (version_read) *version_read = version;
   const uint64_t body_size = header.get<uint64_t>("the header");
   const uint64_t expected = header.get<uint64_t>("the header");
   const size_t left = header.left();

@@ -29,19 +29,28 @@ struct BinaryFormat {
   char magic[8];
   uint32_t version;
   const char* name;
+  uint32_t oldest = 0;  // the oldest version this build still reads (0: only `version`)
 };
 
 // Magic, version, body size, checksum: where the body starts.
 constexpr size_t kBinaryHeaderBytes = 8 + 4 + 8 + 8;
 
-// Writes header + `body` to `path` through `path`.tmp and a rename, so a crash mid-write never
-// leaves a half-written file there. `function` ("edb::Model::save()") starts every error.
+// Writes header + `body` to `path` through `path`.tmp, flushed to the disk, and a rename, so a
+// crash mid-write never leaves a half-written file there. `function` ("edb::Model::save()")
+// starts every error.
 void write_binary_file(const std::string& path, const BinaryFormat& format, const std::string& body,
                        const char* function);
+// The two halves of that, for files saved as one unit: the temporary file `path`.tmp written and
+// flushed to the disk (its name returned), then renamed over `path` with the directory flushed.
+std::string write_temporary(const std::string& path, const BinaryFormat& format, const std::string& body,
+                            const char* function);
+void replace_with(const std::string& temporary, const std::string& path, const char* function);
 
 // The body of the file at `path`, after checking the header's magic, version, size and checksum;
-// a UsageError starting with `function` ("edb::Model::load()") otherwise.
-std::string read_binary_body(const std::string& path, const BinaryFormat& format, const char* function);
+// a UsageError starting with `function` ("edb::Model::load()") otherwise. `version`, when given,
+// receives the file's format version (between format.oldest and format.version).
+std::string read_binary_body(const std::string& path, const BinaryFormat& format, const char* function,
+                             uint32_t* version = nullptr);
 
 // Reads typed fields from a file's bytes; a field that runs past the end, or fail(), is a
 // UsageError "FUNCTION: 'PATH' at byte N: ...".

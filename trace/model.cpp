@@ -169,17 +169,23 @@ int64_t Model::value_count() const {
   return count;
 }
 
-void Model::save(const std::string& path) const {
+std::string detail::model_file_body(const ModelState& state) {
   std::string body;
-  detail::put(body, static_cast<uint32_t>(state_->parameters.size()));
-  for (const auto& p : state_->parameters) {
+  detail::put(body, static_cast<uint32_t>(state.parameters.size()));
+  for (const auto& p : state.parameters) {
     detail::put_string(body, p->name);
     detail::put(body, static_cast<uint8_t>(p->is_lookup));
     detail::put(body, static_cast<int32_t>(p->rows));
     detail::put(body, static_cast<int32_t>(p->cols));
     body.append(reinterpret_cast<const char*>(p->values.data()), p->values.size() * sizeof(float));
   }
-  detail::write_binary_file(path, kModelFile, body, "edb::Model::save()");
+  return body;
+}
+
+const detail::BinaryFormat& detail::model_file_format() { return kModelFile; }
+
+void Model::save(const std::string& path) const {
+  detail::write_binary_file(path, kModelFile, detail::model_file_body(*state_), "edb::Model::save()");
 }
 
 void Model::load(const std::string& path) {

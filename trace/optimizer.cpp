@@ -3,6 +3,8 @@
 // gradients is Trace::backward's job (backward.cpp); this file only applies them.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "edbatch/train.h"
@@ -13,8 +15,10 @@ namespace edb {
 
 namespace {
 
+// Version 2 ends with the checksum of the model file body the state was saved with (version 1,
+// without it, is still read).
 constexpr detail::BinaryFormat kStateFile{
-    {'E', 'D', 'B', 'O', 'P', 'T', 'I', 'M'}, 1, "optimizer state file"};
+    {'E', 'D', 'B', 'O', 'P', 'T', 'I', 'M'}, 2, "optimizer state file", 1};
 
 std::string number(double value) {
   char text[32];
@@ -197,7 +201,7 @@ struct Optimizer::State {
   Update next_update(double norm);
   Moments& moments_of(uint32_t index);
   std::string encode();
-  void decode(const std::string& body, const std::string& path);
+  void decode(const std::string& body, const std::string& path, uint32_t version);
   uint32_t decode_entry(detail::BinaryReader& reader, std::vector<bool>& seen);
 };
 
@@ -286,6 +290,7 @@ std::string Optimizer::State::encode() {
         body.append(reinterpret_cast<const char*>(kept[b]->data()), kept[b]->size() * sizeof(float));
     }
   }
+  put(body, detail::fnv1a(detail::model_file_body(*state)));  // the model's values this state goes with
   return body;
 }
 
@@ -312,7 +317,7 @@ uint32_t Optimizer::State::decode_entry(detail::BinaryReader& reader, std::vecto
 }
 
 // Parses the whole body before changing anything, so a bad file leaves the optimizer as it was.
-void Optimizer::State::decode(const std::string& body, const std::string& path) {
+void Optimizer::State::decode(const std::string& body, const std::string& path, uint32_t version) {
   detail::BinaryReader reader(body, path, "edb::Optimizer::load()", detail::kBinaryHeaderBytes);
   OptimizerOptions loaded;
   loaded.kind = reader.get_string("the kind");
@@ -344,6 +349,7 @@ void Optimizer::State::decode(const std::string& body, const std::string& path) 
     if (buffers >= 1) loaded_moments[index].first = read_moments(reader, size, false);
     if (buffers >= 2) loaded_moments[index].second = read_moments(reader, size, true);
   }
+  if (version >= 2) reader.get<uint64_t>("the model's checksum");
   if (reader.left() != 0) reader.fail(std::to_string(reader.left()) + " bytes follow the last entry");
   options = std::move(loaded);
   steps = loaded_steps;
@@ -392,7 +398,51 @@ void Optimizer::save(const std::string& path) const {
 }
 
 void Optimizer::load(const std::string& path) {
-  state_->decode(detail::read_binary_body(path, kStateFile, "edb::Optimizer::load()"), path);
+  uint32_t version = 0;
+  const std::string body = detail::read_binary_body(path, kStateFile, "edb::Optimizer::load()", &version);
+  state_->decode(body, path, version);
+}
+
+void save_training(const Model& model, const Optimizer& optimizer, const std::string& path) {
+  const char* function = "edb::save_training()";
+  if (optimizer.state_->model.state_ != model.state_)
+    throw UsageError(std::string(function) + ": the optimizer is for model '" + optimizer.state_->model.name() +
+                     "', not '" + model.name() + "'");
+  const std::string state_path = path + ".optimizer";
+  // Both written and flushed before either replaces its file; the state first, so that a save
+  // killed between the renames leaves a new state beside an old model, which load_training()
+  // refuses by the checksum the state records.
+  const std::string model_temp =
+      detail::write_temporary(path, detail::model_file_format(), detail::model_file_body(*model.state_), function);
+  const std::string state_temp = detail::write_temporary(state_path, kStateFile, optimizer.state_->encode(), function);
+  detail::replace_with(state_temp, state_path, function);
+  detail::replace_with(model_temp, path, function);
+}
+
+bool load_training(Model& model, Optimizer& optimizer, const std::string& path) {
+  const char* function = "edb::load_training()";
+  const std::string state_path = path + ".optimizer";
+  std::error_code error;
+  if (!std::filesystem::exists(state_path, error)) {
+    model.load(path);
+    return false;
+  }
+  // The pair is checked before anything is loaded: a refused pair changes nothing.
+  const std::string model_body = detail::read_binary_body(path, detail::model_file_format(), "edb::Model::load()");
+  uint32_t version = 0;
+  const std::string state_body = detail::read_binary_body(state_path, kStateFile, "edb::Optimizer::load()", &version);
+  if (version >= 2) {
+    uint64_t saved_with = 0;
+    if (state_body.size() >= sizeof saved_with)
+      std::memcpy(&saved_with, state_body.data() + state_body.size() - sizeof saved_with, sizeof saved_with);
+    if (saved_with != detail::fnv1a(model_body))
+      throw UsageError(std::string(function) + ": '" + state_path + "' was not saved with the model values in '" + path +
+                       "' (files of different saves, or a save interrupted between the two); load the model alone, "
+                       "or the pair of one save");
+  }
+  model.load(path);
+  optimizer.load(state_path);
+  return true;
 }
 
 }  // namespace edb

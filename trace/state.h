@@ -32,6 +32,12 @@ struct ParameterStorage {
   }
 };
 
+struct ModelState;
+struct BinaryFormat;
+// The model file's body (trace/model.cpp) for the model's values now, and the file's framing.
+std::string model_file_body(const ModelState& state);
+const BinaryFormat& model_file_format();
+
 struct ModelState {
   std::string name;
   uint64_t seed = 1;

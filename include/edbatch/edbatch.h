@@ -21,6 +21,7 @@ class Model;
 class Trace;
 class Engine;
 class Cell;
+class Optimizer;
 namespace detail {
 struct ModelState;
 struct TraceState;
@@ -111,6 +112,7 @@ class Model {
 
  private:
   friend class Optimizer;
+  friend void save_training(const Model& model, const Optimizer& optimizer, const std::string& path);
   std::unique_ptr<detail::ModelState> state_;
 };
 

@@ -58,8 +58,20 @@ class Optimizer {
   void load(const std::string& path);
 
  private:
+  friend void save_training(const Model& model, const Optimizer& optimizer, const std::string& path);
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// A model and its optimizer state saved as one unit: `path` and `path`.optimizer, both written to
+// temporary files (`path`.tmp, `path`.optimizer.tmp) and flushed to the disk, then renamed, the
+// state first. The state file records the checksum of the model values it goes with, so
+// load_training() tells one save's pair from files of different saves, or from a save killed
+// between its two renames. A temporary file a killed save left behind is replaced by the next.
+void save_training(const Model& model, const Optimizer& optimizer, const std::string& path);
+// Loads what save_training() wrote. Returns false, having loaded only the model, when
+// `path`.optimizer does not exist. Files that are not one save's pair are a UsageError naming
+// both, and nothing is loaded. (A state file of format version 1 records no checksum: loaded as is.)
+bool load_training(Model& model, Optimizer& optimizer, const std::string& path);
 
 }  // namespace edb

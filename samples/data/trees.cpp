@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <ostream>
 
@@ -46,6 +47,13 @@ std::string describe_at(std::string_view line, size_t pos, std::string_view stop
 }
 
 void open_or_throw(std::ifstream& file, const std::string& path, const char* function) {
+  // A directory opens as a stream that fails on its first read; a device or pipe may never end.
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  const char* why = std::filesystem::is_directory(status)                                  ? "is a directory"
+                    : std::filesystem::exists(status) && !std::filesystem::is_regular_file(status) ? "is not a regular file (a device, pipe or socket)"
+                                                                                           : nullptr;
+  if (why) throw UsageError(std::string("edb::samples::") + function + "(): '" + path + "' " + why);
   file.open(path, std::ios::binary);
   if (!file) {
     throw UsageError(std::string("edb::samples::") + function + "(): cannot open '" + path +

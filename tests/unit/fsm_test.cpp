@@ -119,7 +119,7 @@ TEST(FsmPolicy, DamagedOrWrongFilesAreClearErrors) {
   version.replace(version.find("\"version\": 1"), 12, "\"version\": 9");
   EXPECT_EQ(load_error(version), prefix + "format version 9, this build reads version 1");
   EXPECT_EQ(usage_error([&] { Engine e(fsm_options(dir.file("missing.json"))); }),
-            "edb::Engine: policy file '" + dir.file("missing.json") + "': cannot open: No such file or directory");
+            "edb::Engine: policy file '" + dir.file("missing.json") + "': does not exist");
   EngineOptions not_fsm = fsm_options(good);
   not_fsm.policy = "greedy";
   EXPECT_EQ(usage_error([&] { Engine e(not_fsm); }), "edb::Engine: a policy file is for the fsm and learned policies, not 'greedy'");

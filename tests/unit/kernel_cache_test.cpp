@@ -451,7 +451,7 @@ TEST(KernelCache, ClearRemovesEverything) {
   TempDir dir;
   KernelCache cache(options_for(dir.path(), nullptr));
   for (int id = 0; id < 3; ++id) cache.store(make_entry(id));
-  EXPECT_EQ(cache.clear(), 3u);
+  EXPECT_EQ(cache.clear().removed, 3u);
   EXPECT_EQ(cache.stats().entries, 0u);
   EXPECT_EQ(cache.stats().stores, 0u);
   EXPECT_FALSE(cache.lookup(make_entry(0).key));  // memory is cleared too

@@ -138,7 +138,7 @@ TEST_F(ModelFile, RoundTrip) {
 TEST_F(ModelFile, MissingFile) {
   const std::string missing = dir.file("missing.edb");
   EXPECT_EQ(usage_error([&] { target.load(missing); }),
-            "edb::Model::load(): cannot open '" + missing + "': No such file or directory");
+            "edb::Model::load(): '" + missing + "' does not exist");
   EXPECT_EQ(all_values(target), before);
 }
 

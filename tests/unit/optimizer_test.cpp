@@ -329,16 +329,17 @@ class OptimizerFile : public ::testing::Test {
 
 TEST_F(OptimizerFile, Layout) {
   EXPECT_EQ(bytes.substr(0, 8), "EDBOPTIM");
-  // kind, six options, steps, count; per entry name, kind, shape, buffer count, m and v.
+  // kind, six options, steps, count; per entry name, kind, shape, buffer count, m and v; the
+  // checksum of the model values the state goes with (format version 2).
   const size_t body_bytes = (4 + 4) + 6 * 4 + 8 + 4 + (4 + 1 + 1 + 8 + 1 + 2 * 12 * 4) +
-                            (4 + 1 + 1 + 8 + 1 + 2 * 3 * 4) + (4 + 1 + 1 + 8 + 1 + 2 * 40 * 4);
+                            (4 + 1 + 1 + 8 + 1 + 2 * 3 * 4) + (4 + 1 + 1 + 8 + 1 + 2 * 40 * 4) + 8;
   EXPECT_EQ(bytes.size(), kHeaderBytes + body_bytes);
 }
 
 TEST_F(OptimizerFile, MissingFile) {
   const std::string missing = dir.file("missing.edb");
   EXPECT_EQ(usage_error([&] { target->load(missing); }),
-            "edb::Optimizer::load(): cannot open '" + missing + "': No such file or directory");
+            "edb::Optimizer::load(): '" + missing + "' does not exist");
 }
 
 TEST_F(OptimizerFile, BadMagicAndVersion) {
@@ -352,7 +353,7 @@ TEST_F(OptimizerFile, BadMagicAndVersion) {
   file = bytes;
   const uint32_t version = 7;
   std::memcpy(file.data() + 8, &version, 4);
-  EXPECT_EQ(load_error(file), prefix(bad) + " at byte 12: format version 7, this build reads version 1");
+  EXPECT_EQ(load_error(file), prefix(bad) + " at byte 12: format version 7, this build reads version 1 to 2");
 }
 
 TEST_F(OptimizerFile, Truncated) {
@@ -425,13 +426,13 @@ TEST_F(OptimizerFile, BodyErrorsBehindAValidChecksum) {
   // Bytes after the last entry.
   EXPECT_EQ(load_error(testing::with_binary_body(bytes, body() + "junk")),
             prefix(bad) + " at byte " + std::to_string(bytes.size()) + ": 4 bytes follow the last entry");
-  // Moments that would poison the next step: a NaN, or a negative second moment (the file ends
-  // with E's v).
+  // Moments that would poison the next step: a NaN, or a negative second moment (E's v is last,
+  // before the model's 8-byte checksum).
   for (const float value : {std::nanf(""), -1.0f}) {
     changed = body();
-    std::memcpy(changed.data() + changed.size() - 4, &value, 4);
+    std::memcpy(changed.data() + changed.size() - 8 - 4, &value, 4);
     EXPECT_EQ(load_error(testing::with_binary_body(bytes, changed)),
-              prefix(bad) + " at byte " + std::to_string(bytes.size()) + ": a moment value is " +
+              prefix(bad) + " at byte " + std::to_string(bytes.size() - 8) + ": a moment value is " +
                   (std::isnan(value) ? "nan" : "-1") + " (the file is damaged)");
   }
   // A damaged name length must fail cleanly, not allocate or read past the end.
