@@ -535,7 +535,17 @@ void bind_training(py::module_& m) {
           "Writes the state (kind, options, step count, moments) to a checksummed file.")
       .def(
           "load", [](PyOptimizer& o, py::object path) { o.optimizer.load(path_from(path)); }, py::arg("path"),
-          "Restores a state written by save(), options included.");
+          "Restores a state written by save(), options included.")
+      .def(
+          "save_training", [](const PyOptimizer& o, py::object path) { edb::save_training(*o.model, o.optimizer, path_from(path)); },
+          py::arg("path"),
+          "Saves the model to path and this state to path + '.optimizer' as one unit (both flushed to\n"
+          "the disk, then renamed), so load_training() tells one save's pair from a mixed one.")
+      .def(
+          "load_training", [](PyOptimizer& o, py::object path) { return edb::load_training(*o.model, o.optimizer, path_from(path)); },
+          py::arg("path"),
+          "Loads the pair save_training() wrote into the model and this optimizer; False (only the model\n"
+          "loaded) when path + '.optimizer' does not exist. A mixed pair is a UsageError naming both files.");
 }
 
 }  // namespace edbpy

@@ -159,6 +159,28 @@ def test_training_lowers_the_loss_and_model_round_trips(tmp_path):
         assert record(t, W2, b2, E2, [1]).scalar() == record(t, W, b, E, [1]).scalar()
 
 
+def test_save_training_is_one_unit(tmp_path):
+    model, W, b, E = softmax_loss_model()
+    optimizer = edbatch.Optimizer(model, kind="adam", learning_rate=0.05)
+    with edbatch.Trace(edbatch.Engine()) as t:
+        optimizer.step(t.backward(record(t, W, b, E, [1, 2])))
+    optimizer.save_training(tmp_path / "run")
+    copy, W2, b2, E2 = softmax_loss_model(seed=99)
+    again = edbatch.Optimizer(copy, kind="adam")
+    assert again.load_training(tmp_path / "run")
+    assert again.steps == 1
+    np.testing.assert_array_equal(W2.values(), W.values())
+    # A model saved later beside the earlier state: refused, naming both files.
+    changed = W.values().copy()
+    changed[0, 0] += 1.0
+    W.set_values(changed)
+    model.save(tmp_path / "run")
+    with pytest.raises(edbatch.UsageError, match="was not saved with the model values in"):
+        edbatch.Optimizer(copy, kind="adam").load_training(tmp_path / "run")
+    with pytest.raises(edbatch.UsageError, match="is a directory"):
+        again.load_training(tmp_path)
+
+
 def test_set_values_seen_by_later_traces():
     model = edbatch.Model("v")
     W = model.add_parameter("W", 2, 2)
