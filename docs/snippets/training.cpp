@@ -35,12 +35,12 @@ int main() {
     last = gradients.loss;
     rows = gradients.of(E)->entries.size();  // the table rows this batch read
   }
-  // Save the model and the optimizer's state (moments, step count) to continue later.
+  // Save the model and the optimizer's state (moments, step count) as one unit, to continue
+  // later: load_training refuses a model and a state of different saves.
   const std::string path = (std::filesystem::temp_directory_path() / "edb-guide-classifier.bin").string();
-  model.save(path);
-  optimizer.save(path + ".optimizer");
+  edb::save_training(model, optimizer, path);  // path and path + ".optimizer"
   edb::Optimizer resumed(model, options);
-  resumed.load(path + ".optimizer");
+  edb::load_training(model, resumed, path);
   std::filesystem::remove(path);
   std::filesystem::remove(path + ".optimizer");
 
