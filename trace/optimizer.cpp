@@ -408,15 +408,20 @@ void save_training(const Model& model, const Optimizer& optimizer, const std::st
   if (optimizer.state_->model.state_ != model.state_)
     throw UsageError(std::string(function) + ": the optimizer is for model '" + optimizer.state_->model.name() +
                      "', not '" + model.name() + "'");
-  const std::string state_path = path + ".optimizer";
+  const std::string state_path = path + ".optimizer", previous = state_path + ".previous";
   // Both written and flushed before either replaces its file; the state first, so that a save
-  // killed between the renames leaves a new state beside an old model, which load_training()
-  // refuses by the checksum the state records.
+  // killed between the renames leaves a new state beside the old model, which load_training()
+  // tells by the checksum the state records. The old state stays linked as `previous` until the
+  // model is replaced too, so the old pair can still be loaded.
   const std::string model_temp =
       detail::write_temporary(path, detail::model_file_format(), detail::model_file_body(*model.state_), function);
   const std::string state_temp = detail::write_temporary(state_path, kStateFile, optimizer.state_->encode(), function);
+  std::error_code ignored;
+  std::filesystem::remove(previous, ignored);
+  if (std::filesystem::exists(state_path, ignored)) std::filesystem::create_hard_link(state_path, previous, ignored);
   detail::replace_with(state_temp, state_path, function);
   detail::replace_with(model_temp, path, function);
+  std::filesystem::remove(previous, ignored);
 }
 
 bool load_training(Model& model, Optimizer& optimizer, const std::string& path) {
@@ -428,20 +433,32 @@ bool load_training(Model& model, Optimizer& optimizer, const std::string& path) 
     return false;
   }
   // The pair is checked before anything is loaded: a refused pair changes nothing.
-  const std::string model_body = detail::read_binary_body(path, detail::model_file_format(), "edb::Model::load()");
-  uint32_t version = 0;
-  const std::string state_body = detail::read_binary_body(state_path, kStateFile, "edb::Optimizer::load()", &version);
-  if (version >= 2) {
+  const uint64_t model_checksum =
+      detail::fnv1a(detail::read_binary_body(path, detail::model_file_format(), "edb::Model::load()"));
+  // Whether the state file at `state` goes with the model (a version 1 file records nothing: yes).
+  auto goes_with_model = [&](const std::string& state) {
+    uint32_t version = 0;
+    const std::string body = detail::read_binary_body(state, kStateFile, "edb::Optimizer::load()", &version);
     uint64_t saved_with = 0;
-    if (state_body.size() >= sizeof saved_with)
-      std::memcpy(&saved_with, state_body.data() + state_body.size() - sizeof saved_with, sizeof saved_with);
-    if (saved_with != detail::fnv1a(model_body))
+    if (version < 2) return true;
+    if (body.size() >= sizeof saved_with)
+      std::memcpy(&saved_with, body.data() + body.size() - sizeof saved_with, sizeof saved_with);
+    return saved_with == model_checksum;
+  };
+  std::string state = state_path;
+  if (!goes_with_model(state_path)) {
+    // A save killed between its renames left the previous state beside the previous model.
+    const std::string previous = state_path + ".previous";
+    if (!std::filesystem::exists(previous, error) || !goes_with_model(previous))
       throw UsageError(std::string(function) + ": '" + state_path + "' was not saved with the model values in '" + path +
                        "' (files of different saves, or a save interrupted between the two); load the model alone, "
                        "or the pair of one save");
+    std::fprintf(stderr, "%s: '%s' is from a save that did not finish; loading the previous pair, '%s' with '%s'\n",
+                 function, state_path.c_str(), path.c_str(), previous.c_str());
+    state = previous;
   }
   model.load(path);
-  optimizer.load(state_path);
+  optimizer.load(state);
   return true;
 }
 

@@ -65,13 +65,16 @@ class Optimizer {
 
 // A model and its optimizer state saved as one unit: `path` and `path`.optimizer, both written to
 // temporary files (`path`.tmp, `path`.optimizer.tmp) and flushed to the disk, then renamed, the
-// state first. The state file records the checksum of the model values it goes with, so
+// state first; the old state stays (hard-linked as `path`.optimizer.previous) until the model is
+// replaced too. The state file records the checksum of the model values it goes with, so
 // load_training() tells one save's pair from files of different saves, or from a save killed
 // between its two renames. A temporary file a killed save left behind is replaced by the next.
 void save_training(const Model& model, const Optimizer& optimizer, const std::string& path);
 // Loads what save_training() wrote. Returns false, having loaded only the model, when
-// `path`.optimizer does not exist. Files that are not one save's pair are a UsageError naming
-// both, and nothing is loaded. (A state file of format version 1 records no checksum: loaded as is.)
+// `path`.optimizer does not exist. After a save killed between its renames, the previous pair
+// (the model and `path`.optimizer.previous) is loaded, and stderr says so. Files that are not one
+// save's pair are a UsageError naming both, and nothing is loaded. (A state file of format
+// version 1 records no checksum: it is loaded as is.)
 bool load_training(Model& model, Optimizer& optimizer, const std::string& path);
 
 }  // namespace edb

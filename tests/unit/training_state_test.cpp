@@ -108,7 +108,7 @@ TEST(TrainingState, FiftySavesKilledAtRandomNeverLoadAMixedPair) {
     Optimizer& optimizer = loading.optimizer;
     const std::string error = usage_error([&] { ASSERT_TRUE(load_training(model, optimizer, path)); });
     if (error.empty()) {
-      ++complete;
+      ++complete;  // one save's pair, or the previous one after a save killed between its renames
       EXPECT_EQ(double(model.parameter("W").values()[0]), double(optimizer.steps())) << "kill " << kill;
       EXPECT_EQ(model.parameter("W").values()[4095], model.parameter("W").values()[0]) << "kill " << kill;
     } else {
@@ -117,7 +117,7 @@ TEST(TrainingState, FiftySavesKilledAtRandomNeverLoadAMixedPair) {
     }
   }
   EXPECT_EQ(complete + refused, 50);
-  EXPECT_GT(complete, 0);
+  EXPECT_EQ(refused, 0);  // the previous pair is kept until a save is complete
   std::printf("50 kills: %d complete pairs loaded, %d mixed pairs refused\n", complete, refused);
 }
 
