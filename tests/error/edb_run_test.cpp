@@ -93,6 +93,22 @@ TEST_F(EdbRun, DataFileErrors) {
             "edb-run treelstm: no trees in " + empty);
 }
 
+// Every file a user names that is a directory, a device or missing: one line naming it and why,
+// before any work (issue 31: "basic_filebuf::underflow error", "std::bad_alloc").
+TEST_F(EdbRun, FilesThatAreNotFilesToReadNameThePath) {
+  TempDir dir;
+  EXPECT_EQ(one_error_line("treelstm --limit 4 --load '" + dir.path() + "'"),
+            "edb::Model::load(): '" + dir.path() + "' is a directory");
+  EXPECT_EQ(one_error_line("treelstm --limit 4 --load /dev/zero"),
+            "edb::Model::load(): '/dev/zero' is not a regular file (a device, pipe or socket)");
+  EXPECT_EQ(one_error_line("treelstm --limit 4 --policy fsm --policy-file '" + dir.path() + "'"),
+            "edb::Engine: policy file '" + dir.path() + "': is a directory");
+  EXPECT_EQ(one_error_line("treelstm --limit 4 --data '" + dir.path() + "'"),
+            "edb::samples::read_trees(): '" + dir.path() + "' is a directory");
+  EXPECT_EQ(one_error_line("treelstm --limit 4 --train --save '" + dir.path() + "'"),
+            "edb-run: --save: '" + dir.path() + "' is a directory; give a file name in it");
+}
+
 nlohmann::json run_json(const std::string& args) {
   const Outcome o = run_edb(args);
   EXPECT_EQ(o.status, 0) << args << "\n" << o.err;
