@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,62 @@ TEST(Stats, TheLearnedPolicyDecidesOverCallsNotOverTheCellsBatches) {
   EXPECT_GE(s.policy_decisions, 1);
   EXPECT_LE(s.policy_decisions, 6);
   EXPECT_EQ(s.policy_unseen, s.policy_decisions);
+}
+
+// The policy-training reports count the lower bound as Stats does at run time (each call weighted
+// by its cell's batches), so it compares with their batch counts: the same traces run with greedy
+// report the same bound, under the jit (single-node calls) and batched (copied bodies).
+TEST(Stats, PolicyTrainingCountsTheLowerBoundAsARunDoes) {
+  auto body = [](Trace&, std::span<const Expr> in) { return std::vector<Expr>{sigmoid(tanh(in[0])) + in[0]}; };
+  const Cell first("first", {{3, 1}}, body), second("second", {{3, 1}}, body);
+  auto record = [&](Trace& trace, int t) {
+    std::vector<Expr> outputs;
+    for (int i = 0; i < 3 + t; ++i) {
+      Expr a = trace.input({float(i), 2.0f, 3.0f}), b = trace.input({-1.0f, 0.5f, float(t)});
+      for (int k = 0; k < 2 + (i + t) % 3; ++k) {
+        a = first(trace, {a})[0];
+        b = second(trace, {k % 2 ? a : b})[0];
+      }
+      outputs.push_back(a + b);
+    }
+    return outputs;
+  };
+  testing::TempDir cache;
+  for (const char* policy : {"fsm", "learned"})
+    for (const char* executor : {"jit", "batched"}) {
+      const std::string where = std::string(policy) + "/" + executor;
+      EngineOptions options;
+      options.policy = policy;
+      options.executor = executor;
+      options.cache_directory = cache.path();
+      options.search_budget_ms = 20;
+      Engine learner(options);
+      std::vector<std::unique_ptr<Trace>> traces;
+      std::vector<Trace*> pointers;
+      for (int t = 0; t < 4; ++t) {
+        traces.push_back(std::make_unique<Trace>(learner));
+        record(*traces.back(), t);
+        pointers.push_back(traces.back().get());
+      }
+      PolicyTraining training;
+      training.episodes = 50;
+      training.search_budget_ms = 20;
+      const PolicyProgress report = learner.train_policy(pointers, training);
+
+      EngineOptions greedy = options;
+      greedy.policy = "greedy";
+      int64_t bound = 0;  // each trace on an engine of its own, as train_policy takes them
+      for (int t = 0; t < 4; ++t) {
+        Engine one(greedy);
+        Trace trace(one);
+        for (const Expr& e : record(trace, t)) e.value();
+        bound += one.stats().lower_bound;
+      }
+      const int64_t trained_bound = report.lower_bound + report.heldout_lower_bound;  // fitted and held out
+      EXPECT_EQ(trained_bound, bound) << where;
+      EXPECT_LE(report.lower_bound, report.best_batches) << where;
+      EXPECT_LE(report.lower_bound, report.greedy_batches) << where;
+    }
 }
 
 // Every sample model, cells on: the jit records calls as single nodes, batched and reference copy
