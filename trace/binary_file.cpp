@@ -15,11 +15,7 @@
 
 namespace edb::detail {
 
-uint64_t fnv1a(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+uint64_t fnv1a(const std::string& bytes) { return Fnv1a().add(bytes.data(), bytes.size()).value(); }
 
 void put_string(std::string& out, const std::string& text) {
   put(out, static_cast<uint32_t>(text.size()));

@@ -14,6 +14,18 @@ namespace edb::detail {
 
 // FNV-1a, 64-bit: detects damaged files; not a security measure.
 uint64_t fnv1a(const std::string& bytes);
+// The same hash over bytes given piece by piece (fnv1a(a + b) == Fnv1a().add(a).add(b).value()).
+class Fnv1a {
+ public:
+  Fnv1a& add(const void* data, size_t size) {
+    for (const unsigned char* c = static_cast<const unsigned char*>(data); size--; ++c) h_ = (h_ ^ *c) * 1099511628211ull;
+    return *this;
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 1469598103934665603ull;
+};
 
 template <typename T>
 void put(std::string& out, const T& value) {

@@ -169,17 +169,38 @@ int64_t Model::value_count() const {
   return count;
 }
 
+namespace {
+
+// The model file's body, piece by piece, to `out(data, bytes)`: the parameter count, then per
+// parameter its name, kind, shape and values.
+template <typename Out>
+void model_file_pieces(const detail::ModelState& state, Out&& out) {
+  std::string header;
+  detail::put(header, static_cast<uint32_t>(state.parameters.size()));
+  out(header.data(), header.size());
+  for (const auto& p : state.parameters) {
+    header.clear();
+    detail::put_string(header, p->name);
+    detail::put(header, static_cast<uint8_t>(p->is_lookup));
+    detail::put(header, static_cast<int32_t>(p->rows));
+    detail::put(header, static_cast<int32_t>(p->cols));
+    out(header.data(), header.size());
+    out(p->values.data(), p->values.size() * sizeof(float));
+  }
+}
+
+}  // namespace
+
 std::string detail::model_file_body(const ModelState& state) {
   std::string body;
-  detail::put(body, static_cast<uint32_t>(state.parameters.size()));
-  for (const auto& p : state.parameters) {
-    detail::put_string(body, p->name);
-    detail::put(body, static_cast<uint8_t>(p->is_lookup));
-    detail::put(body, static_cast<int32_t>(p->rows));
-    detail::put(body, static_cast<int32_t>(p->cols));
-    body.append(reinterpret_cast<const char*>(p->values.data()), p->values.size() * sizeof(float));
-  }
+  model_file_pieces(state, [&](const void* data, size_t size) { body.append(static_cast<const char*>(data), size); });
   return body;
+}
+
+uint64_t detail::model_file_checksum(const ModelState& state) {
+  Fnv1a hash;
+  model_file_pieces(state, [&](const void* data, size_t size) { hash.add(data, size); });
+  return hash.value();
 }
 
 const detail::BinaryFormat& detail::model_file_format() { return kModelFile; }

@@ -290,7 +290,7 @@ std::string Optimizer::State::encode() {
         body.append(reinterpret_cast<const char*>(kept[b]->data()), kept[b]->size() * sizeof(float));
     }
   }
-  put(body, detail::fnv1a(detail::model_file_body(*state)));  // the model's values this state goes with
+  put(body, detail::model_file_checksum(*state));  // the model's values this state goes with
   return body;
 }
 

@@ -36,6 +36,7 @@ struct ModelState;
 struct BinaryFormat;
 // The model file's body (trace/model.cpp) for the model's values now, and the file's framing.
 std::string model_file_body(const ModelState& state);
+uint64_t model_file_checksum(const ModelState& state);  // fnv1a of that body, without building it
 const BinaryFormat& model_file_format();
 
 struct ModelState {
