@@ -388,6 +388,12 @@ class Generator {
       if (std::find(b.cell.outputs.begin(), b.cell.outputs.end(), o) == b.cell.outputs.end()) b.cell.outputs.push_back(o);
     }
     if (options_.outputs_may_be_inputs && r_.chance(0.1)) b.cell.outputs.push_back(0);
+    if (options_.outputs_may_be_inputs && r_.chance(0.1))
+      for (size_t i = 0; i < b.cell.body.size(); ++i)
+        if (b.at(int(i)).kind == CellOp::param) {
+          b.cell.outputs.push_back(int(i));  // a parameter the body reads, returned as it is
+          break;
+        }
     return b.cell;
   }
 

@@ -24,7 +24,7 @@ struct RandomCellOptions {
   int max_cells = 4;          // 1..max_cells cells per program
   int max_calls = 10;         // 1..max_calls calls
   int max_body_ops = 7;       // 1..max_body_ops ops per body (parameter reads and inputs not counted)
-  bool outputs_may_be_inputs = false;  // a body may return one of its inputs unchanged
+  bool outputs_may_be_inputs = true;  // a body may return one of its inputs or parameters unchanged
 };
 
 // One value of a body or of the program. `args` name earlier values of the same list.
