@@ -37,6 +37,7 @@ struct CellOp {
     call,         // program: a call of cell `index` on `args` (no value of its own)
     call_output,  // program: output `index` of the call args[0]
     matmul, affine, add, sub, cmult, max, div, scale, add_const, tanh, sigmoid, relu, exp_tanh,
+    constant_minus, minus_constant, negate, divide_by_constant, constant_times, constant_plus,  // c - x, x - c, -x, x / c, c * x, c + x
     slice,        // rows [begin, end) of args[0]
     concat, sum, softmax, sum_elements, transpose,
   };

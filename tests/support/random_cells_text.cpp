@@ -41,6 +41,12 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::sigmoid: return "sigmoid(" + a[0] + ")";
     case CellOp::relu: return "relu(" + a[0] + ")";
     case CellOp::exp_tanh: return "exp(tanh(" + a[0] + "))";
+    case CellOp::constant_minus: return constant + " - " + a[0];
+    case CellOp::minus_constant: return a[0] + " - " + constant;
+    case CellOp::negate: return "-" + a[0];
+    case CellOp::divide_by_constant: return a[0] + " / " + constant;
+    case CellOp::constant_times: return constant + " * " + a[0];
+    case CellOp::constant_plus: return constant + " + " + a[0];
     case CellOp::slice: return "slice(" + a[0] + ", " + std::to_string(op.begin) + ", " + std::to_string(op.end) + ")";
     case CellOp::concat: return "concat({" + list() + "})";
     case CellOp::sum: return "sum({" + list() + "})";
