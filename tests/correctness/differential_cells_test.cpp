@@ -2,7 +2,9 @@
 // under every policy x executor x cells on/off x memplan on/off x 1-3 threads, each compared with
 // the reference executor on the sequential policy with cells off: every call output and program
 // value, then (a second trace on the same engine) the loss and every parameter and lookup gradient.
-// Each program runs on fresh engines, so the jit's first trace records calls as single nodes.
+// Each program runs on fresh engines, so the jit's first trace records calls as single nodes; some
+// evaluate in the middle of recording (Trace::run, then more calls), some change every parameter
+// between the traces (compiled cells repack their weights).
 //
 // EDB_FUZZ_CELL_PROGRAMS=N runs N programs (default 800: 60-70 s in Release on two cores;
 // 150 under sanitizers), EDB_FUZZ_CELLS_FIRST_SEED=S starts at seed S, EDB_FUZZ_CELLS_COMBINATIONS=K
@@ -123,11 +125,31 @@ Expr loss_of(Trace& t, const std::vector<Expr>& compared) {
   return sum(terms);
 }
 
+// Keeps a model's values and puts them back when it goes (the program's Model serves every run).
+class RestoresValues {
+ public:
+  explicit RestoresValues(Model& model) : model_(model) {
+    for (const Parameter& p : model.parameters()) kept_.emplace_back(p.values().begin(), p.values().end());
+  }
+  ~RestoresValues() {
+    size_t i = 0;
+    for (const Parameter& p : model_.parameters()) std::copy(kept_[i].begin(), kept_[i].end(), p.values().begin()), ++i;
+  }
+
+ private:
+  Model& model_;
+  std::vector<std::vector<float>> kept_;
+};
+
 // On a fresh engine: the program's values (forward only), then on `backward_traces` more traces its
 // values, the loss and every gradient (the jit records the first of them with calls as single
-// nodes, then expands them; the engine's later traces record the bodies from the start).
-Outcome run_program(const EngineOptions& options, testing::CellProgram& program, int backward_traces) {
+// nodes, then expands them; the engine's later traces record the bodies from the start). With
+// `change_parameters`, every parameter changes between the forward trace and the next (compiled
+// cells must repack their weights); the model is as it was afterwards.
+Outcome run_program(const EngineOptions& options, testing::CellProgram& program, int backward_traces,
+                    bool change_parameters = false) {
   Outcome outcome;
+  const RestoresValues restore(program.model());
   try {
     Engine engine(options);
     {
@@ -139,6 +161,9 @@ Outcome run_program(const EngineOptions& options, testing::CellProgram& program,
         outcome.names.push_back("forward: " + program.compared_names()[i]);
       }
     }
+    if (change_parameters)
+      for (const Parameter& p : program.model().parameters())
+        for (float& v : p.values()) v = v * -0.75f + 0.01f;
     for (int round = 1; round <= backward_traces; ++round) {
       const std::string prefix = round == 1 ? "" : "backward trace " + std::to_string(round) + ": ";
       Trace trace(engine);
@@ -171,8 +196,10 @@ Outcome run_program(const EngineOptions& options, testing::CellProgram& program,
   return outcome;
 }
 
-// Every third program differentiates twice on each engine.
+// Every third program differentiates twice on each engine; every other one changes its parameters
+// after the forward trace.
 int backward_traces(uint64_t seed) { return seed % 3 == 0 ? 2 : 1; }
+bool changes_parameters(uint64_t seed) { return seed % 2 == 0; }
 
 bool all_finite(const Tensor& t) {
   return std::all_of(t.data.begin(), t.data.end(), [](float x) { return std::isfinite(x); });
@@ -217,11 +244,12 @@ class CellFuzzer {
   std::string differs(const testing::CellProgramSpec& spec, const Combination& c, bool* reference_ok = nullptr) {
     testing::CellProgram program(spec);
     const int traces = backward_traces(spec.seed);
-    const Outcome expected = run_program(engine_options(reference, ""), program, traces);
+    const bool change = changes_parameters(spec.seed);
+    const Outcome expected = run_program(engine_options(reference, ""), program, traces, change);
     if (reference_ok) *reference_ok = expected.error.empty() && std::all_of(expected.values.begin(), expected.values.end(), all_finite);
     if (!expected.error.empty()) return "the reference threw: " + expected.error;
     if (!std::all_of(expected.values.begin(), expected.values.end(), all_finite)) return "";  // overflowed
-    return compare(run_program(engine_options(c, cache.path()), program, traces), expected);
+    return compare(run_program(engine_options(c, cache.path()), program, traces, change), expected);
   }
 
   // The smallest variant of `spec` that still differs under `c` (greedy, within a time budget).
@@ -251,7 +279,9 @@ class CellFuzzer {
     failure.seed = seed;
     const testing::CellProgramSpec spec = testing::random_cell_program(seed, options_for(seed));
     testing::CellProgram program(spec);
-    const Outcome expected = run_program(engine_options(reference, ""), program, backward_traces(seed));
+    const int traces = backward_traces(seed);
+    const bool change = changes_parameters(seed);
+    const Outcome expected = run_program(engine_options(reference, ""), program, traces, change);
     if (!expected.error.empty()) {
       failure.combination = name_of(reference);
       failure.difference = "the reference threw: " + expected.error;
@@ -264,8 +294,7 @@ class CellFuzzer {
     for (size_t index : chosen) {
       const Combination& c = combinations[index];
       ++runs[name_of(c)];
-      const std::string difference =
-          compare(run_program(engine_options(c, cache.path()), program, backward_traces(seed)), expected);
+      const std::string difference = compare(run_program(engine_options(c, cache.path()), program, traces, change), expected);
       if (difference.empty()) continue;
       failure.combination = name_of(c);
       failure.difference = difference;
@@ -412,7 +441,7 @@ TEST(DifferentialCells, ShrinkingKeepsProgramsWellFormed) {
     const testing::CellProgramSpec spec = testing::random_cell_program(seed, options_for(seed));
     for (const testing::CellProgramSpec& candidate : testing::shrink_candidates(spec)) {
       testing::CellProgram program(candidate);
-      const Outcome outcome = run_program(options, program, 2);
+      const Outcome outcome = run_program(options, program, 2, true);
       ASSERT_EQ(outcome.error, "") << "seed " << seed << "\n" << testing::to_cpp(candidate);
     }
   }

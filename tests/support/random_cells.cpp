@@ -134,6 +134,8 @@ class Generator {
       if (k == 0 || r_.chance(0.6)) cell = r_.below(cells);  // else the same cell again: calls batch
       call(cell);
     }
+    // Drawn last, so that the draws before it (the program) are what they were without it.
+    if (r_.chance(0.3)) spec_.run_after = r_.below(int(spec_.values.size()));
     return spec_;
   }
 
@@ -651,6 +653,7 @@ std::vector<Expr> CellProgram::record(Trace& t) const {
       default: values[i] = record_op(v, args); break;
     }
     if (is_computed(v.kind)) compared.push_back(values[i]);
+    if (int(i) == spec_.run_after) t.run();  // evaluates what is recorded so far; recording goes on
   }
   return compared;
 }

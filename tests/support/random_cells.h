@@ -68,6 +68,7 @@ struct CellProgramSpec {
   std::vector<int> table_dims;  // each table has kEntries entries
   std::vector<CellSpec> cells;
   std::vector<CellOp> values;
+  int run_after = -1;  // the trace runs (Trace::run) once value run_after is recorded, then records on
   static constexpr int kEntries = 5;
 };
 

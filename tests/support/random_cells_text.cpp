@@ -181,6 +181,7 @@ std::string cpp_of_values(const CellProgramSpec& spec) {
         s += "const Expr " + name + " = " + cpp_of(v, a) + ";\n";
         break;
     }
+    if (int(i) == spec.run_after) s += "t.run();\n";
   }
   return s;
 }
@@ -309,6 +310,10 @@ std::string to_cpp(const CellProgramSpec& spec) {
 // Bigger steps first: whole calls, then program ops and outputs, then each body's values.
 std::vector<CellProgramSpec> shrink_candidates(const CellProgramSpec& spec) {
   std::vector<CellProgramSpec> out;
+  if (spec.run_after >= 0) {  // no evaluation in the middle
+    out.push_back(spec);
+    out.back().run_after = -1;
+  }
   fewer_calls(spec, out);
   fewer_program_ops(spec, out);
   fewer_outputs(spec, out);
