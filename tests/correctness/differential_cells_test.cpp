@@ -386,6 +386,7 @@ TEST(DifferentialCells, ProgramsCoverTheCellSpace) {
         if (op.kind != testing::CellOp::argument && op.args.size() == 2 && op.args[0] == op.args[1]) ++seen["a body op on one value twice"];
       }
     }
+    if (spec.run_after >= 0) ++seen["an evaluation in the middle of recording"];
     std::map<std::pair<int, size_t>, std::set<int>> slot_params;  // (cell, slot) -> parameters passed
     std::set<int> argument_params;
     std::map<int, int> calls_of;
@@ -425,7 +426,7 @@ TEST(DifferentialCells, ProgramsCoverTheCellSpace) {
         "a body op on one value twice", "a body returning an argument or parameter", "a call passing one value twice", "a lookup argument", "an input argument",
         "a slice argument", "a concat argument", "an argument from another call", "a parameter argument per call",
         "a parameter argument the same for every call", "a parameter in a body and as an argument",
-        "a parameter in two bodies", "a parameter in two bodies, one dropping a value",
+        "a parameter in two bodies", "a parameter in two bodies, one dropping a value", "an evaluation in the middle of recording",
         "a body slice at an offset off its length"})
     EXPECT_GE(seen[feature], 10) << feature;
   for (const auto& [feature, count] : seen) std::printf("%6d times: %s\n", count, feature.c_str());
