@@ -225,7 +225,7 @@ TEST(CellRegressions, ParameterInTwoBodiesWithUnreturnedValues) {
   expect_every_engine_agrees(model, program, cache.path());
 }
 
-// Class 3 as the fuzzer found it (seed 485, shrunk): one parameter read through t.param in two
+// Class 3 as the fuzzer found it (seed 485 then, shrunk): one parameter read through t.param in two
 // cells' bodies, one call each; the second body also computes a matmul it does not return, of 3
 // rows where its other values have 2, so that body does not lower to a compiled kernel while the
 // first does (with V 2x2 both lower and the gradient is right). The jit's gradient held only the
@@ -265,6 +265,8 @@ TEST(CellRegressions, ReluOfASliceAtRowTwoOfALookup) {
 }
 
 // ---- classes the random cell fuzzer found beside the four (DifferentialCells, shrunk) ----
+// "Seed N" names the program as the generator drew it when the class was found; the generator has
+// drawn other programs for those seeds since, so the programs are kept here, not the seeds.
 
 // Seed 61: a weight argument that is a parameter in one call and an input in the other (class 1
 // without a second parameter): the forward values were wrong.

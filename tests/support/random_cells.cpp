@@ -77,6 +77,12 @@ const char* op_name(CellOp::Kind k) {
     case CellOp::sigmoid: return "sigmoid";
     case CellOp::relu: return "relu";
     case CellOp::exp_tanh: return "exp_tanh";
+    case CellOp::constant_minus: return "constant_minus";
+    case CellOp::minus_constant: return "minus_constant";
+    case CellOp::negate: return "negate";
+    case CellOp::divide_by_constant: return "divide_by_constant";
+    case CellOp::constant_times: return "constant_times";
+    case CellOp::constant_plus: return "constant_plus";
     case CellOp::slice: return "slice";
     case CellOp::concat: return "concat";
     case CellOp::sum: return "sum";
@@ -128,6 +134,8 @@ class Generator {
       if (k == 0 || r_.chance(0.6)) cell = r_.below(cells);  // else the same cell again: calls batch
       call(cell);
     }
+    // Drawn last, so that the draws before it (the program) are what they were without it.
+    if (r_.chance(0.3)) spec_.run_after = r_.below(int(spec_.values.size()));
     return spec_;
   }
 
@@ -314,9 +322,11 @@ class Generator {
         return b.add(op);
       }
       case 4: {  // unary
-        static constexpr CellOp::Kind kUnary[] = {CellOp::tanh, CellOp::sigmoid, CellOp::relu, CellOp::exp_tanh,
-                                                  CellOp::scale, CellOp::add_const};
-        const CellOp::Kind k = kUnary[r_.below(6)];
+        static constexpr CellOp::Kind kUnary[] = {
+            CellOp::tanh,           CellOp::sigmoid,        CellOp::relu,   CellOp::exp_tanh,
+            CellOp::scale,          CellOp::add_const,      CellOp::negate, CellOp::constant_minus,
+            CellOp::minus_constant, CellOp::divide_by_constant, CellOp::constant_times, CellOp::constant_plus};
+        const CellOp::Kind k = kUnary[r_.below(int(std::size(kUnary)))];
         CellOp op = make_op(k, {pick_column(b)});
         static constexpr float kConstants[] = {0.5f, -1.5f, 2.0f, 0.25f};
         op.constant = kConstants[r_.below(4)];
@@ -388,6 +398,12 @@ class Generator {
       if (std::find(b.cell.outputs.begin(), b.cell.outputs.end(), o) == b.cell.outputs.end()) b.cell.outputs.push_back(o);
     }
     if (options_.outputs_may_be_inputs && r_.chance(0.1)) b.cell.outputs.push_back(0);
+    if (options_.outputs_may_be_inputs && r_.chance(0.1))
+      for (size_t i = 0; i < b.cell.body.size(); ++i)
+        if (b.at(int(i)).kind == CellOp::param) {
+          b.cell.outputs.push_back(int(i));  // a parameter the body reads, returned as it is
+          break;
+        }
     return b.cell;
   }
 
@@ -537,6 +553,12 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
     case CellOp::sigmoid: return sigmoid(a[0]);
     case CellOp::relu: return relu(a[0]);
     case CellOp::exp_tanh: return edb::exp(edb::tanh(a[0]));
+    case CellOp::constant_minus: return op.constant - a[0];
+    case CellOp::minus_constant: return a[0] - op.constant;
+    case CellOp::negate: return -a[0];
+    case CellOp::divide_by_constant: return a[0] / op.constant;
+    case CellOp::constant_times: return op.constant * a[0];
+    case CellOp::constant_plus: return op.constant + a[0];
     case CellOp::slice: return slice(a[0], op.begin, op.end);
     case CellOp::concat: return concat(a);
     case CellOp::sum: return sum(a);
@@ -631,6 +653,7 @@ std::vector<Expr> CellProgram::record(Trace& t) const {
       default: values[i] = record_op(v, args); break;
     }
     if (is_computed(v.kind)) compared.push_back(values[i]);
+    if (int(i) == spec_.run_after) t.run();  // evaluates what is recorded so far; recording goes on
   }
   return compared;
 }

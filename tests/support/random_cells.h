@@ -24,7 +24,7 @@ struct RandomCellOptions {
   int max_cells = 4;          // 1..max_cells cells per program
   int max_calls = 10;         // 1..max_calls calls
   int max_body_ops = 7;       // 1..max_body_ops ops per body (parameter reads and inputs not counted)
-  bool outputs_may_be_inputs = false;  // a body may return one of its inputs unchanged
+  bool outputs_may_be_inputs = true;  // a body may return one of its inputs or parameters unchanged
 };
 
 // One value of a body or of the program. `args` name earlier values of the same list.
@@ -37,6 +37,7 @@ struct CellOp {
     call,         // program: a call of cell `index` on `args` (no value of its own)
     call_output,  // program: output `index` of the call args[0]
     matmul, affine, add, sub, cmult, max, div, scale, add_const, tanh, sigmoid, relu, exp_tanh,
+    constant_minus, minus_constant, negate, divide_by_constant, constant_times, constant_plus,  // c - x, x - c, -x, x / c, c * x, c + x
     slice,        // rows [begin, end) of args[0]
     concat, sum, softmax, sum_elements, transpose,
   };
@@ -67,6 +68,7 @@ struct CellProgramSpec {
   std::vector<int> table_dims;  // each table has kEntries entries
   std::vector<CellSpec> cells;
   std::vector<CellOp> values;
+  int run_after = -1;  // the trace runs (Trace::run) once value run_after is recorded, then records on
   static constexpr int kEntries = 5;
 };
 

@@ -41,6 +41,12 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::sigmoid: return "sigmoid(" + a[0] + ")";
     case CellOp::relu: return "relu(" + a[0] + ")";
     case CellOp::exp_tanh: return "exp(tanh(" + a[0] + "))";
+    case CellOp::constant_minus: return constant + " - " + a[0];
+    case CellOp::minus_constant: return a[0] + " - " + constant;
+    case CellOp::negate: return "-" + a[0];
+    case CellOp::divide_by_constant: return a[0] + " / " + constant;
+    case CellOp::constant_times: return constant + " * " + a[0];
+    case CellOp::constant_plus: return constant + " + " + a[0];
     case CellOp::slice: return "slice(" + a[0] + ", " + std::to_string(op.begin) + ", " + std::to_string(op.end) + ")";
     case CellOp::concat: return "concat({" + list() + "})";
     case CellOp::sum: return "sum({" + list() + "})";
@@ -175,6 +181,7 @@ std::string cpp_of_values(const CellProgramSpec& spec) {
         s += "const Expr " + name + " = " + cpp_of(v, a) + ";\n";
         break;
     }
+    if (int(i) == spec.run_after) s += "t.run();\n";
   }
   return s;
 }
@@ -303,6 +310,10 @@ std::string to_cpp(const CellProgramSpec& spec) {
 // Bigger steps first: whole calls, then program ops and outputs, then each body's values.
 std::vector<CellProgramSpec> shrink_candidates(const CellProgramSpec& spec) {
   std::vector<CellProgramSpec> out;
+  if (spec.run_after >= 0) {  // no evaluation in the middle
+    out.push_back(spec);
+    out.back().run_after = -1;
+  }
   fewer_calls(spec, out);
   fewer_program_ops(spec, out);
   fewer_outputs(spec, out);
