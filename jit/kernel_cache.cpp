@@ -310,7 +310,8 @@ KernelKey kernel_key(const std::string& description, const std::string& backend,
 KernelCache::KernelCache(KernelCacheOptions options)
     : directory_(options.directory.empty() ? default_directory() : options.directory),
       max_bytes_(options.max_bytes),
-      warn_(std::move(options.warn)) {
+      warn_(std::move(options.warn)),
+      max_memory_bytes_(options.max_memory_bytes) {
   if (!warn_) warn_ = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   if (directory_.empty()) warn_once("no cache directory (EDB_CACHE_DIR and HOME unset); keeping kernels in memory only");
 }
@@ -391,7 +392,7 @@ std::optional<KernelEntry> KernelCache::lookup(const KernelKey& key) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (entry) {
-      memory_[key] = *entry;
+      keep_in_memory_locked(*entry);
       ++counters_.disk_hits;
     } else {
       ++counters_.misses;
@@ -409,7 +410,7 @@ void KernelCache::store(const KernelEntry& entry) {
                      " is not the key of its description, backend, target and flags (" + expected.hex() + ")");
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    memory_[entry.key] = entry;
+    keep_in_memory_locked(entry);
     ++counters_.stores;
   }
   if (!ensure_directory()) return;
@@ -495,6 +496,34 @@ KernelCacheStats KernelCache::stats() const {
   return s;
 }
 
+namespace {
+uint64_t memory_footprint(const KernelEntry& e) {
+  return e.description.size() + e.backend.size() + e.target.size() + e.flags.size() + e.object.size() + e.ir.size() +
+         e.assembly.size() + sizeof e;
+}
+}  // namespace
+
+void KernelCache::keep_in_memory_locked(const KernelEntry& entry) {
+  auto [it, added] = memory_.try_emplace(entry.key, entry);
+  if (!added) {
+    counters_.memory_bytes -= memory_footprint(it->second);
+    it->second = entry;
+  } else {
+    memory_order_.push_back(entry.key);
+    ++counters_.memory_entries;
+  }
+  counters_.memory_bytes += memory_footprint(entry);
+  // The oldest out first, the newest always kept (it is about to be used).
+  while (counters_.memory_bytes > max_memory_bytes_ && memory_order_.size() > 1) {
+    const auto old = memory_.find(memory_order_.front());
+    memory_order_.pop_front();
+    if (old == memory_.end()) continue;
+    counters_.memory_bytes -= memory_footprint(old->second);
+    --counters_.memory_entries;
+    memory_.erase(old);
+  }
+}
+
 KernelCacheCounters KernelCache::counters() const {
   std::lock_guard<std::mutex> guard(mutex_);
   return counters_;
@@ -548,6 +577,8 @@ PruneResult KernelCache::clear() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     memory_.clear();
+    memory_order_.clear();
+    counters_.memory_entries = counters_.memory_bytes = 0;
   }
   PruneResult result;
   if (directory_.empty() || !fs::is_directory(directory_)) return result;

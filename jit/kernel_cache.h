@@ -5,6 +5,7 @@
 #include <atomic>
 #include <compare>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -68,6 +69,7 @@ struct KernelCacheStats {
 // This object's own counts: every lookup, memory hits included.
 struct KernelCacheCounters {
   uint64_t memory_hits = 0, disk_hits = 0, misses = 0, stores = 0;
+  uint64_t memory_entries = 0, memory_bytes = 0;  // held in memory now (at most max_memory_bytes)
 };
 
 struct VerifyResult {
@@ -85,6 +87,10 @@ struct PruneResult {
 struct KernelCacheOptions {
   std::string directory;                     // empty: $EDB_CACHE_DIR, else $HOME/.cache/edbatch
   uint64_t max_bytes = uint64_t{256} << 20;  // disk cap, enforced by LRU pruning after each store
+  // Entries kept in memory (their object code and texts), oldest stored first out past this cap;
+  // a dropped entry is read from the disk again when asked for. The LLVM backend keeps the code
+  // it linked on its own.
+  uint64_t max_memory_bytes = uint64_t{64} << 20;
   std::function<void(const std::string&)> warn;  // one line per call; default: stderr
 };
 
@@ -125,12 +131,15 @@ class KernelCache {
   bool write_atomically(const std::string& path, const std::string& contents) const;
   void record_use(const KernelKey* key, bool hit, bool stored);  // metadata, under the dir lock
   PruneResult prune_locked(uint64_t max_bytes);
+  void keep_in_memory_locked(const KernelEntry& entry);  // under mutex_
 
   std::string directory_;
   uint64_t max_bytes_;
   std::function<void(const std::string&)> warn_;
   mutable std::mutex mutex_;
   std::map<KernelKey, KernelEntry> memory_;
+  std::deque<KernelKey> memory_order_;  // keys as stored in memory_, oldest first
+  uint64_t max_memory_bytes_;
   KernelCacheCounters counters_;
   mutable std::atomic<bool> disk_failed_{false};  // set by the first failed write; later writes skip disk
 };

@@ -154,6 +154,31 @@ TEST(KernelCache, StoreThenLookupHitsHereAndInAFreshCache) {
   EXPECT_TRUE(verified[0].ok()) << verified[0].problem;
 }
 
+// The copies kept in memory stay under max_memory_bytes, the oldest stored going first; a dropped
+// entry is read from the disk again (issue 31: one copy per kernel, kept for the process's life).
+TEST(KernelCache, MemoryCopiesStayUnderTheirCapOldestOutFirst) {
+  TempDir dir;
+  KernelCacheOptions options = options_for(dir.path(), nullptr);
+  options.max_memory_bytes = 5 * 10000;
+  KernelCache cache(options);
+  for (int id = 1; id <= 20; ++id) cache.store(make_entry(id, 9000));
+  KernelCacheCounters c = cache.counters();
+  EXPECT_LE(c.memory_bytes, options.max_memory_bytes);
+  EXPECT_GE(c.memory_entries, 4u);
+  EXPECT_LE(c.memory_entries, 5u);
+  ASSERT_TRUE(cache.lookup(make_entry(20, 9000).key));  // the newest: in memory
+  EXPECT_EQ(cache.counters().memory_hits, 1u);
+  const auto oldest = cache.lookup(make_entry(1, 9000).key);  // dropped from memory: from the disk
+  ASSERT_TRUE(oldest);
+  expect_same(*oldest, make_entry(1, 9000));
+  c = cache.counters();
+  EXPECT_EQ(c.disk_hits, 1u);
+  EXPECT_LE(c.memory_bytes, options.max_memory_bytes);
+  cache.clear();
+  EXPECT_EQ(cache.counters().memory_entries, 0u);
+  EXPECT_EQ(cache.counters().memory_bytes, 0u);
+}
+
 TEST(KernelCache, StoreRejectsAnEntryWhoseKeyIsNotItsFields) {
   TempDir dir;
   KernelCache cache(options_for(dir.path(), nullptr));
