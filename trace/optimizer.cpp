@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "edbatch/train.h"
@@ -403,6 +404,29 @@ void Optimizer::load(const std::string& path) {
   state_->decode(body, path, version);
 }
 
+namespace {
+
+// Whether the state file on disk is a newer save's than the model file beside it: its recorded
+// model checksum (the last 8 bytes of a version 2 body) differs from the model file's header
+// checksum. Unreadable or missing files: no.
+bool leftover_of_killed_save(const std::string& model_path, const std::string& state_path) {
+  std::ifstream model(model_path, std::ios::binary), state(state_path, std::ios::binary | std::ios::ate);
+  char header[detail::kBinaryHeaderBytes];
+  if (!model.read(header, sizeof header) || !state) return false;
+  uint64_t model_checksum = 0, saved_with = 0;
+  uint32_t version = 0;
+  std::memcpy(&model_checksum, header + 8 + 4 + 8, sizeof model_checksum);
+  const std::streamoff size = state.tellg();
+  if (size < std::streamoff(detail::kBinaryHeaderBytes + sizeof saved_with)) return false;
+  state.seekg(8);
+  state.read(reinterpret_cast<char*>(&version), sizeof version);
+  state.seekg(size - std::streamoff(sizeof saved_with));
+  state.read(reinterpret_cast<char*>(&saved_with), sizeof saved_with);
+  return state && version >= 2 && saved_with != model_checksum;
+}
+
+}  // namespace
+
 void save_training(const Model& model, const Optimizer& optimizer, const std::string& path) {
   const char* function = "edb::save_training()";
   if (optimizer.state_->model.state_ != model.state_)
@@ -416,9 +440,13 @@ void save_training(const Model& model, const Optimizer& optimizer, const std::st
   const std::string model_temp =
       detail::write_temporary(path, detail::model_file_format(), detail::model_file_body(*model.state_), function);
   const std::string state_temp = detail::write_temporary(state_path, kStateFile, optimizer.state_->encode(), function);
+  // `previous` becomes the state now on disk, unless that state is a killed save's, beside the
+  // model of the save before it: then `previous` is that model's state, and stays.
   std::error_code ignored;
-  std::filesystem::remove(previous, ignored);
-  if (std::filesystem::exists(state_path, ignored)) std::filesystem::create_hard_link(state_path, previous, ignored);
+  if (!leftover_of_killed_save(path, state_path)) {
+    std::filesystem::remove(previous, ignored);
+    if (std::filesystem::exists(state_path, ignored)) std::filesystem::create_hard_link(state_path, previous, ignored);
+  }
   detail::replace_with(state_temp, state_path, function);
   detail::replace_with(model_temp, path, function);
   std::filesystem::remove(previous, ignored);
