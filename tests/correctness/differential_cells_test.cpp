@@ -28,48 +28,20 @@
 #include <vector>
 
 #include "runtime/executor.h"
-#include "scheduler/schedule.h"
+#include "tests/support/combinations.h"
 #include "tests/support/random_cells.h"
 #include "tests/support/test_support.h"
 
 namespace edb {
 namespace {
 
-struct Combination {
-  std::string policy, executor;
-  bool cells = true, memplan = false;
-  int threads = 1;
-};
-
-std::string name_of(const Combination& c) {
-  return c.policy + "/" + c.executor + "/cells " + (c.cells ? "on" : "off") + "/memplan " +
-         (c.memplan ? "on" : "off") + "/threads " + std::to_string(c.threads);
-}
-
-// The reference executor runs on one thread only.
-std::vector<Combination> all_combinations() {
-  std::vector<Combination> all;
-  for (const std::string& policy : scheduler::policy_names())
-    for (const std::string& executor : runtime::executor_names())
-      for (bool cells : {false, true})
-        for (bool memplan : {false, true})
-          for (int threads : {1, 2, 3}) {
-            if (threads > 1 && executor == "reference") continue;
-            all.push_back({policy, executor, cells, memplan, threads});
-          }
-  return all;
-}
+using testing::all_combinations;
+using testing::Combination;
+using testing::env_number;
+using testing::name_of;
 
 // Compiled cells batched by a policy: where issue 28's wrong values were.
 bool compiled_and_batched(const Combination& c) { return c.executor == "jit" && c.cells && c.policy != "sequential"; }
-
-uint64_t env_number(const char* name, uint64_t fallback) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return fallback;
-  char* end = nullptr;
-  const uint64_t value = std::strtoull(text, &end, 10);
-  return *end == '\0' ? value : fallback;
-}
 
 // The device every combination but the reference runs on: EDB_FUZZ_CELLS_DEVICE (default cpu; cuda
 // runs batched and jit as the CUDA executor, where a GPU is usable).
@@ -230,7 +202,7 @@ struct Failure {
 class CellFuzzer {
  public:
   testing::TempDir cache;  // the jit's kernels, shared by every engine here
-  std::vector<Combination> combinations = all_combinations();
+  std::vector<Combination> combinations = all_combinations(3);
   std::vector<size_t> focus;  // indices of the compiled_and_batched combinations
   std::map<std::string, int64_t> runs;
   const Combination reference{"sequential", "reference", false, false, 1};

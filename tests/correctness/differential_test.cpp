@@ -19,45 +19,17 @@
 #include <vector>
 
 #include "runtime/executor.h"
-#include "scheduler/schedule.h"
+#include "tests/support/combinations.h"
 #include "tests/support/random_graph.h"
 #include "tests/support/test_support.h"
 
 namespace edb {
 namespace {
 
-struct Combination {
-  std::string policy, executor;
-  bool cells = true, memplan = false;
-  int threads = 1;
-};
-
-std::string name_of(const Combination& c) {
-  return c.policy + "/" + c.executor + "/cells " + (c.cells ? "on" : "off") + "/memplan " +
-         (c.memplan ? "on" : "off") + "/threads " + std::to_string(c.threads);
-}
-
-// Threads 2 only where execution can overlap recording (not the reference executor).
-std::vector<Combination> all_combinations() {
-  std::vector<Combination> all;
-  for (const std::string& policy : scheduler::policy_names())
-    for (const std::string& executor : runtime::executor_names())
-      for (bool cells : {false, true})
-        for (bool memplan : {false, true})
-          for (int threads : {1, 2}) {
-            if (threads == 2 && executor == "reference") continue;
-            all.push_back({policy, executor, cells, memplan, threads});
-          }
-  return all;
-}
-
-uint64_t env_number(const char* name, uint64_t fallback) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return fallback;
-  char* end = nullptr;
-  const uint64_t value = std::strtoull(text, &end, 10);
-  return *end == '\0' ? value : fallback;  // "all" or anything not a number: the default
-}
+using testing::all_combinations;
+using testing::Combination;
+using testing::env_number;
+using testing::name_of;
 
 // The generator's options vary with the seed: 1-10 instances of 3-30 ops, more or less sharing
 // across instances, and cells called before up to a third of the ops (none on every fourth seed).
@@ -153,7 +125,7 @@ std::string compare(const Outcome& actual, const Outcome& expected, const Combin
 struct Fuzzer {
   testing::TempDir cache;  // the jit's kernels, shared by every jit engine here
   testing::RandomGraphModel model;
-  std::vector<Combination> combinations = all_combinations();
+  std::vector<Combination> combinations = all_combinations(2);
   std::vector<std::unique_ptr<Engine>> engines;
   Engine reference{engine_options({"sequential", "reference", false, false, 1}, "")};
   std::map<std::string, int64_t> runs;  // per combination, for the coverage check

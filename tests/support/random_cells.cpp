@@ -7,6 +7,8 @@
 #include <span>
 #include <tuple>
 
+#include "tests/support/rng.h"
+
 namespace edb::testing {
 
 bool is_computed(CellOp::Kind k) {
@@ -14,38 +16,6 @@ bool is_computed(CellOp::Kind k) {
 }
 
 namespace {
-
-// splitmix64, as in random_graph.cpp: the same numbers with every standard library.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
-  double unit() { return double(next() >> 11) * 0x1.0p-53; }
-  bool chance(double p) { return unit() < p; }
-  // An index drawn with the given weights.
-  int weighted(std::initializer_list<int> weights) {
-    int total = 0;
-    for (int w : weights) total += w;
-    int x = below(total), i = 0;
-    for (int w : weights) {
-      if (x < w) return i;
-      x -= w;
-      ++i;
-    }
-    return i - 1;
-  }
-
- private:
-  uint64_t state_;
-};
-
-uint64_t mix(uint64_t a, uint64_t b) { return Rng(a * 0x2545f4914f6cdd1dull ^ (b + 0x632be59bd9b4e019ull)).next(); }
 
 constexpr int kSizes[] = {2, 3, 4, 6};
 
