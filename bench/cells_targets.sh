@@ -12,14 +12,7 @@ rounds=${1:-5}
 shift || true
 models=("$@")
 ((${#models[@]})) || models=(treelstm bilstm latticelstm treegru latticegru mvrnn childsum dagrnn)
-data_of() {
-  case $1 in
-    tree* | mvrnn) echo "--data $data/sst-like.txt" ;;
-    bilstm) echo "--data $data/pos-like.txt" ;;
-    lattice*) echo "--data $data/lattice-like.jsonl" ;;
-    *) echo "" ;;  # childsum, dagrnn: generated
-  esac
-}
+source bench/workloads.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 configs=("batched off" "jit off" "jit on")

@@ -15,15 +15,7 @@ rounds=${1:-3}
 shift || true
 models=("$@")
 ((${#models[@]})) || models=(latticelstm latticegru childsum dagrnn)
-data_of() {
-  case $1 in
-    tree* | mvrnn) echo "--data $data/sst-like.txt" ;;
-    bilstm) echo "--data $data/pos-like.txt" ;;
-    lattice*) echo "--data $data/lattice-like.jsonl" ;;
-    *) echo "" ;;  # childsum, dagrnn: generated (the held-out part continues the same stream)
-  esac
-}
-field() { python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
+source bench/workloads.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -12,15 +12,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 models=("$@")
 ((${#models[@]})) || models=(latticelstm latticegru childsum dagrnn treelstm bilstm)
-data_of() {
-  case $1 in
-    tree*) echo "--data $data/sst-like.txt" ;;
-    bilstm) echo "--data $data/pos-like.txt" ;;
-    lattice*) echo "--data $data/lattice-like.jsonl" ;;
-    *) echo "" ;;  # childsum, dagrnn: generated (the held-out part continues the same stream)
-  esac
-}
-field() { python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
+source bench/workloads.sh
 
 echo "| model | greedy batches/LB | learned batches/LB | learned vs greedy batches | greedy inst/s | learned inst/s | learned / greedy | policy unseen | training |"
 echo "|---|---|---|---|---|---|---|---|---|"
