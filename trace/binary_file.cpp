@@ -73,7 +73,7 @@ void write_binary_file(const std::string& path, const BinaryFormat& format, cons
 }
 
 std::string read_binary_body(const std::string& path, const BinaryFormat& format, const char* function,
-                             uint32_t* version_read) {
+                             uint32_t* version_read, uint64_t* checksum) {
   if (const std::string why = ir::unreadable_file_reason(path, ir::kMaxModelFileBytes); !why.empty())
     throw UsageError(std::string(function) + ": '" + path + "' " + why);
   std::ifstream in(path, std::ios::binary);
@@ -99,7 +99,20 @@ std::string read_binary_body(const std::string& path, const BinaryFormat& format
                 std::to_string(body_size) + "-byte body");
   std::string body = bytes.substr(kBinaryHeaderBytes);
   if (fnv1a(body) != expected) header.fail("checksum mismatch (the file is damaged)");
+  if (checksum) *checksum = expected;
   return body;
+}
+
+std::optional<BinaryHeader> read_binary_header(const std::string& path, const BinaryFormat& format) {
+  std::ifstream in(path, std::ios::binary);
+  char bytes[kBinaryHeaderBytes];
+  if (!in.read(bytes, sizeof bytes) || std::memcmp(bytes, format.magic, sizeof format.magic) != 0) return std::nullopt;
+  BinaryHeader header;
+  std::memcpy(&header.version, bytes + sizeof format.magic, sizeof header.version);
+  std::memcpy(&header.body_size, bytes + sizeof format.magic + sizeof header.version, sizeof header.body_size);
+  std::memcpy(&header.checksum, bytes + sizeof format.magic + sizeof header.version + sizeof header.body_size,
+              sizeof header.checksum);
+  return header;
 }
 
 std::string BinaryReader::get_bytes(size_t length, const char* what) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,9 +61,18 @@ void replace_with(const std::string& temporary, const std::string& path, const c
 
 // The body of the file at `path`, after checking the header's magic, version, size and checksum;
 // a UsageError starting with `function` ("edb::Model::load()") otherwise. `version`, when given,
-// receives the file's format version (between format.oldest and format.version).
+// receives the file's format version (between format.oldest and format.version), and `checksum`
+// the body's (checked).
 std::string read_binary_body(const std::string& path, const BinaryFormat& format, const char* function,
-                             uint32_t* version = nullptr);
+                             uint32_t* version = nullptr, uint64_t* checksum = nullptr);
+
+// The header of the file at `path` alone, its body unread and unchecked; nullopt when the file
+// cannot be read or does not start with `format`'s magic.
+struct BinaryHeader {
+  uint32_t version = 0;
+  uint64_t body_size = 0, checksum = 0;
+};
+std::optional<BinaryHeader> read_binary_header(const std::string& path, const BinaryFormat& format);
 
 // Reads typed fields from a file's bytes; a field that runs past the end, or fail(), is a
 // UsageError "FUNCTION: 'PATH' at byte N: ...".

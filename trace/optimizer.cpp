@@ -410,19 +410,13 @@ namespace {
 // model checksum (the last 8 bytes of a version 2 body) differs from the model file's header
 // checksum. Unreadable or missing files: no.
 bool leftover_of_killed_save(const std::string& model_path, const std::string& state_path) {
-  std::ifstream model(model_path, std::ios::binary), state(state_path, std::ios::binary | std::ios::ate);
-  char header[detail::kBinaryHeaderBytes];
-  if (!model.read(header, sizeof header) || !state) return false;
-  uint64_t model_checksum = 0, saved_with = 0;
-  uint32_t version = 0;
-  std::memcpy(&model_checksum, header + 8 + 4 + 8, sizeof model_checksum);
-  const std::streamoff size = state.tellg();
-  if (size < std::streamoff(detail::kBinaryHeaderBytes + sizeof saved_with)) return false;
-  state.seekg(8);
-  state.read(reinterpret_cast<char*>(&version), sizeof version);
-  state.seekg(size - std::streamoff(sizeof saved_with));
-  state.read(reinterpret_cast<char*>(&saved_with), sizeof saved_with);
-  return state && version >= 2 && saved_with != model_checksum;
+  const std::optional<detail::BinaryHeader> model = detail::read_binary_header(model_path, detail::model_file_format());
+  const std::optional<detail::BinaryHeader> state = detail::read_binary_header(state_path, kStateFile);
+  uint64_t saved_with = 0;
+  if (!model || !state || state->version < 2 || state->body_size < sizeof saved_with) return false;
+  std::ifstream tail(state_path, std::ios::binary);
+  tail.seekg(std::streamoff(detail::kBinaryHeaderBytes + state->body_size - sizeof saved_with));
+  return tail.read(reinterpret_cast<char*>(&saved_with), sizeof saved_with) && saved_with != model->checksum;
 }
 
 }  // namespace
@@ -461,8 +455,8 @@ bool load_training(Model& model, Optimizer& optimizer, const std::string& path) 
     return false;
   }
   // The pair is checked before anything is loaded: a refused pair changes nothing.
-  const uint64_t model_checksum =
-      detail::fnv1a(detail::read_binary_body(path, detail::model_file_format(), "edb::Model::load()"));
+  uint64_t model_checksum = 0;
+  detail::read_binary_body(path, detail::model_file_format(), "edb::Model::load()", nullptr, &model_checksum);
   // Whether the state file at `state` goes with the model (a version 1 file records nothing: yes).
   auto goes_with_model = [&](const std::string& state) {
     uint32_t version = 0;
