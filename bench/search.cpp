@@ -53,6 +53,44 @@ double nanoseconds_per_decision(sch::Policy& policy, const sch::ScheduleInput& i
   return (best_schedule - best_replay) / double(std::max<size_t>(schedule.batch_count(), 1)) * 1e9;
 }
 
+// Where the learned policy's time goes, per decision (fastest of `rounds`): building the chain
+// heights, and replaying its schedule through the tight frontier (heights' buckets on top of the
+// typewise frontier) beyond the typewise replay.
+struct Breakdown {
+  double heights_ns = 0, tight_frontier_ns = 0;
+};
+Breakdown learned_breakdown(sch::Policy& policy, const sch::ScheduleInput& input, const sch::Analysis& analysis,
+                            int rounds) {
+  sch::Schedule schedule;
+  policy.schedule(input, schedule);
+  std::vector<uint32_t> local;
+  for (edb::ir::TypeId type : schedule.batch_type)
+    local.push_back(uint32_t(std::find(analysis.types.global.begin(), analysis.types.global.end(), type) -
+                             analysis.types.global.begin()));
+  double best_heights = 1e30, best_tight = 1e30, best_replay = 1e30;
+  sch::ChainHeights heights;
+  sch::TightFrontier tight;
+  sch::TypewiseFrontier typewise;
+  sch::Schedule replayed;
+  for (int r = 0; r < rounds; ++r) {
+    auto t = Clock::now();
+    heights.build(input, analysis);
+    best_heights = std::min(best_heights, seconds_since(t));
+    replayed.clear();
+    t = Clock::now();
+    tight.reset(input, analysis, heights);
+    for (uint32_t l : local) tight.run(l, replayed);
+    best_tight = std::min(best_tight, seconds_since(t));
+    replayed.clear();
+    t = Clock::now();
+    typewise.reset(input, analysis);
+    for (uint32_t l : local) typewise.run(l, replayed);
+    best_replay = std::min(best_replay, seconds_since(t));
+  }
+  const double per = 1e9 / double(std::max<size_t>(schedule.batch_count(), 1));
+  return {best_heights * per, (best_tight - best_replay) * per};
+}
+
 int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-bench-search",
                           {"model", "data", "batch", "train-traces", "test-traces", "budget", "cells", "rounds", "json"},
@@ -107,6 +145,8 @@ int run(int argc, char** argv) {
   struct Totals {
     int64_t lower_bound = 0, weighted_bound = 0, greedy = 0, rule = 0, learned = 0, search = 0;
     double learned_ns = 0, greedy_ns = 0, search_s = 0;
+    double heights_ns = 0, tight_frontier_ns = 0;
+    int64_t decisions = 0;
   } totals;
   std::printf("%s, cells %s, batch %d: learned from %d traces in %.1f s (%s)\n", name.c_str(), cells.c_str(), batch,
               train_traces, training_s, learned.stop_reason.c_str());
@@ -131,7 +171,14 @@ int run(int argc, char** argv) {
     sch::ChainHeights heights;
     timer = Clock::now();
     heights.build(input, analysis);
-    std::fprintf(stderr, "trace %d: analysis %.3f ms, chain heights %.3f ms\n", t, analysis_ms, seconds_since(timer) * 1e3);
+    size_t chain_types = 0;
+    uint32_t longest = 0;
+    for (size_t k = 0; k < analysis.types.count(); ++k)
+      if (analysis.chains.longest[k] > 1 && !analysis.dependencies.unbatchable[k]) ++chain_types, longest = std::max(longest, analysis.chains.longest[k]);
+    std::fprintf(stderr, "trace %d: %zu chain types, longest %u\n", t, chain_types, longest);
+    std::fprintf(stderr, "trace %d: %zu scheduled nodes, %zu edges, %zu types; analysis %.3f ms, chain heights %.3f ms\n", t,
+                 analysis.dependencies.scheduled, analysis.dependencies.arguments.size(), analysis.types.count(), analysis_ms,
+                 seconds_since(timer) * 1e3);
     const int64_t bound = sch::lower_bound(sch::ScheduleInput{data.graph, data.types, 0});
     sch::SearchOptions search_options;
     search_options.budget = std::chrono::milliseconds(budget);
@@ -144,6 +191,10 @@ int run(int argc, char** argv) {
     sch::GreedyPolicy greedy;
     totals.learned_ns += nanoseconds_per_decision(policy, input, analysis, rounds) / test_traces;
     totals.greedy_ns += nanoseconds_per_decision(greedy, input, analysis, rounds) / test_traces;
+    const Breakdown parts = learned_breakdown(policy, input, analysis, rounds);
+    totals.heights_ns += parts.heights_ns / test_traces;
+    totals.tight_frontier_ns += parts.tight_frontier_ns / test_traces;
+    totals.decisions += int64_t(schedule.batch_count());
     std::fprintf(stderr, "rollouts %lld finished %d\n", (long long)found.rollouts, int(found.finished));
     std::printf("| %d | %zu | %lld | %lld | %lld | %lld | %lld | %lld | %.2f |\n", t, data.graph.size(), (long long)bound,
                 (long long)found.lower_bound, (long long)found.greedy_batches, (long long)found.rule_batches,
@@ -164,6 +215,8 @@ int run(int argc, char** argv) {
   std::printf("learned against greedy: %.1f%% fewer batches\n", 100.0 * (1.0 - double(totals.learned) / double(totals.greedy)));
   std::printf("cost per decision beyond the frontier (fastest of %d): learned %.1f ns, greedy %.1f ns (target <= 100 ns)\n",
               rounds, totals.learned_ns, totals.greedy_ns);
+  std::printf("of which (learned): chain heights %.1f ns, the tight frontier beyond the typewise one %.1f ns; %lld decisions\n",
+              totals.heights_ns, totals.tight_frontier_ns, (long long)totals.decisions);
   if (flags.has("json")) {
     std::ofstream out(flags.get("json", ""));
     out << nlohmann::json{{"model", name}, {"cells", cells}, {"batch", batch}, {"lower_bound", totals.lower_bound},

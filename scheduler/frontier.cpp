@@ -27,11 +27,16 @@ void LocalTypes::build(const ScheduleInput& input) {
 
 void expanded_type_weights(const ScheduleInput& input, const LocalTypes& types, std::vector<uint32_t>& weights) {
   weights.assign(types.count(), 1);
-  if (input.calls)
+  if (input.calls) {
+    // Every call of a type runs the same cell: a run of calls of one type is read once.
+    ir::TypeId last_type = ir::kNoType;
     for (const CallGroups::Call& call : input.calls->calls)
-      if (call.last >= input.begin && call.last < input.graph.size())
-        if (const uint32_t local = types.of_node[call.last - input.begin]; local != LocalTypes::kNone)
+      if (call.type != last_type && call.last >= input.begin && call.last < input.graph.size())
+        if (const uint32_t local = types.of_node[call.last - input.begin]; local != LocalTypes::kNone) {
           weights[local] = uint32_t(call.schedule->batches.batch_count());
+          last_type = call.type;
+        }
+  }
   if (input.graph.cell_count() == 0) return;  // no call recorded as a single node (the jit's)
   for (ir::NodeId id = input.begin; id < input.graph.size(); ++id)
     if (const ir::Node& node = input.graph.node(id); node.op == ir::Op::call)

@@ -47,21 +47,44 @@ uint32_t ImitationPolicy::index_of(const std::string& name) {
 }
 
 void ImitationPolicy::map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights) {
+  if (input.signatures != indexed_for_) {
+    index_of_global_.clear();
+    indexed_for_ = input.signatures;
+  }
+  if (dense_stale_) {
+    dense_score_.assign(names_.size() * kBuckets, 0.0f);
+    dense_known_.assign(names_.size() * kBuckets, 0);
+    for (const auto& [key, score] : scores_) {
+      if (key >= dense_score_.size()) continue;  // a name not in names_ cannot be met
+      dense_score_[key] = score;
+      dense_known_[key] = 1;
+    }
+    dense_stale_ = false;
+  }
   const size_t count = analysis.types.count();
   index_of_local_.resize(count);
-  local_score_.assign(count * kBuckets, 0.0f);
-  local_known_.assign(count * kBuckets, 0);
+  local_score_.resize(count * kBuckets);
+  local_known_.resize(count * kBuckets);
+  uint32_t terminal_index = kNone;
   for (size_t t = 0; t < count; ++t) {
-    const ir::TypeId type = analysis.types.global[t];
-    const std::string name = heights.terminal[t] ? kTerminalName
-                             : input.signatures ? input.signatures->name(type)
-                                                : "#" + std::to_string(type);
-    index_of_local_[t] = index_of(name);
-    for (uint32_t b = 0; b < kBuckets; ++b)
-      if (auto it = scores_.find(index_of_local_[t] * kBuckets + b); it != scores_.end()) {
-        local_score_[t * kBuckets + b] = it->second;
-        local_known_[t * kBuckets + b] = 1;
-      }
+    uint32_t index;
+    if (heights.terminal[t]) {
+      if (terminal_index == kNone) terminal_index = index_of(kTerminalName);
+      index = terminal_index;
+    } else {
+      const ir::TypeId type = analysis.types.global[t];
+      if (type >= index_of_global_.size()) index_of_global_.resize(size_t(type) + 1, kNone);
+      if (index_of_global_[type] == kNone)
+        index_of_global_[type] = index_of(input.signatures ? input.signatures->name(type) : "#" + std::to_string(type));
+      index = index_of_global_[type];
+    }
+    index_of_local_[t] = index;
+    for (uint32_t b = 0; b < kBuckets; ++b) {
+      const size_t key = size_t(index) * kBuckets + b;
+      const bool known = key < dense_known_.size() && dense_known_[key];
+      local_score_[t * kBuckets + b] = known ? dense_score_[key] : 0.0f;
+      local_known_[t * kBuckets + b] = known;
+    }
   }
 }
 
@@ -74,12 +97,9 @@ uint32_t ImitationPolicy::bucket(const TightFrontier& frontier, uint32_t t) cons
 uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
   const auto& ready = frontier.ready_types();
   if (ready.size() == 1) return ready[0];
-  if (base_ != Base::greedy) {
-    if (const uint32_t t = frontier.any_tight(); t != kNone) {
-      if (count) ++decisions_;
-      return t;
-    }
-  }
+  if (count) ++decisions_;
+  if (base_ != Base::greedy)
+    if (const uint32_t t = frontier.any_tight(); t != kNone) return t;
   float best = -INFINITY;
   bool known = false;
   tied_.clear();
@@ -94,20 +114,33 @@ uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
       tied_.push_back(t);
     }
   }
-  if (count) {
-    ++decisions_;
-    if (!known) ++unseen_;
+  const bool by_rule = base_ == Base::tight_first;
+  if (!known) {
+    if (count) ++unseen_;
+    return by_rule ? tight_first_among(frontier, ready) : frontier.greedy_choice();
   }
-  if (!known) return base_ == Base::tight_first ? tight_first_choice(frontier) : frontier.greedy_choice();
-  return tied_.size() == 1 ? tied_[0] : frontier.greedy_among(tied_);
+  if (tied_.size() == 1) return tied_[0];
+  return by_rule ? tight_first_among(frontier, tied_) : frontier.greedy_among(tied_);
 }
 
 int64_t ImitationPolicy::rollout(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights,
                                  Schedule& out, bool count) {
   out.clear();
   map_types(input, analysis, heights);
-  frontier_.reset(input, analysis, heights);
+  frontier_.reset(input, analysis, heights, base_ != Base::tight_first);
   while (!frontier_.done()) frontier_.run(decide(frontier_, count), out);
+  return expanded_batch_count(input, out);
+}
+
+int64_t ImitationPolicy::greedy_rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out,
+                                        bool count) {
+  // Greedy exactly, at greedy's cost: no heights, no buckets.
+  out.clear();
+  greedy_frontier_.reset(input, analysis);
+  while (!greedy_frontier_.done()) {
+    if (count && greedy_frontier_.ready_types().size() >= 2) ++decisions_, ++unseen_;
+    greedy_frontier_.run(greedy_frontier_.greedy_choice(), out);
+  }
   return expanded_batch_count(input, out);
 }
 
@@ -135,14 +168,9 @@ void ImitationPolicy::check_models(const ScheduleInput& input) const {
 void ImitationPolicy::schedule(const ScheduleInput& input, Schedule& out) {
   check_models(input);
   const Analysis& analysis = analysis_for(input, own_);
-  if (learned_nothing()) {
-    // Greedy exactly, at greedy's cost: no heights, no buckets.
-    out.clear();
-    greedy_frontier_.reset(input, analysis);
-    while (!greedy_frontier_.done()) {
-      if (greedy_frontier_.ready_types().size() >= 2) ++decisions_, ++unseen_;
-      greedy_frontier_.run(greedy_frontier_.greedy_choice(), out);
-    }
+  if (greedy_fallback()) {
+    ++greedy_schedules_;
+    greedy_rollout(input, analysis, out, true);
     return;
   }
   heights_.build(input, analysis);
@@ -179,6 +207,7 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   // The base (what decides without a score): the one needing fewest batches over the fitted
   // traces among those that never need more than greedy on any of them.
   scores_.clear();
+  dense_stale_ = true;
   Schedule scratch;
   auto evaluate = [&](size_t g) { return rollout(inputs[g], analyses[g], heights[g], scratch, false); };
   std::vector<int64_t> greedy(count);
@@ -215,7 +244,7 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
     }
     TightFrontier frontier;
     frontier.reset(inputs[g], analyses[g], heights[g]);
-    Schedule replay;
+    Schedule replay;  // the search's choices: no greedy counts needed
     for (size_t b = 0; b < found.schedule.batch_count(); ++b) {
       const uint32_t chosen = local_of_global[found.schedule.batch_type[b]];
       const auto& ready = frontier.ready_types();
@@ -273,33 +302,48 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   }
   std::sort(by_support.begin(), by_support.end(), std::greater<>());
 
-  // Never worse than greedy on a fitted trace: keep the best-supported half until that holds (an
-  // empty table is greedy itself, or tight-first with greedy, checked above).
+  dense_stale_ = true;
+
+  // Never worse than greedy on a fitted trace: keep the best-supported half until that holds.
   size_t kept = by_support.size();
   int cuts = 0;
-  for (;;) {
-    bool worse = false;
-    for (size_t g = 0; g < fitted && !worse; ++g) worse = evaluate(g) > greedy[g];
-    if (!worse || scores_.empty()) break;
+  auto worse_somewhere = [&] {
+    for (size_t g = 0; g < fitted; ++g)
+      if (evaluate(g) > greedy[g]) return true;
+    return false;
+  };
+  while (!scores_.empty() && worse_somewhere()) {
     kept /= 2;
     ++cuts;
     std::unordered_map<uint32_t, float> smaller;
     for (size_t k = 0; k < kept; ++k) smaller[by_support[k].second] = scores_[by_support[k].second];
     scores_ = std::move(smaller);
+    dense_stale_ = true;
   }
-  // A table that only ties greedy on the fitted traces is dropped: it would cost more per decision
-  // for nothing.
+  // The fallback: greedy exactly when the base alone still loses on a fitted trace, or
+  // when the table only ties greedy over them (it would cost more per decision for nothing).
   int64_t with_table = 0, with_greedy = 0;
-  for (size_t g = 0; g < fitted; ++g) with_table += evaluate(g), with_greedy += greedy[g];
-  const bool tied = with_table >= with_greedy;
-  if (tied) {
+  bool lost = false;
+  for (size_t g = 0; g < fitted; ++g) {
+    const int64_t batches = evaluate(g);
+    lost = lost || batches > greedy[g];
+    with_table += batches;
+    with_greedy += greedy[g];
+  }
+  const bool tied = !lost && with_table >= with_greedy;
+  if (lost || tied) {
     scores_.clear();
+    dense_stale_ = true;
     base_ = Base::greedy;
   }
+  const char* base_names[] = {"", "; tight types run first, greedy where no score",
+                              "; tight types run first, the tight-first rule where no score"};
+  const std::string base_said = base_names[int(base_)];
   const int64_t decisions_before = decisions_, unseen_before = unseen_;
   for (size_t g = 0; g < count; ++g) {
     Schedule schedule;
-    const int64_t batches = rollout(inputs[g], analyses[g], heights[g], schedule, g < fitted);
+    const int64_t batches = greedy_fallback() ? greedy_rollout(inputs[g], analyses[g], schedule, g < fitted)
+                                              : rollout(inputs[g], analyses[g], heights[g], schedule, g < fitted);
     if (g < fitted) {
       report.batches += batches;
     } else {
@@ -314,6 +358,7 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   unseen_ = unseen_before;
   report.states = int64_t(scores_.size());
   report.beats_greedy = report.batches < report.greedy_batches;
+  report.greedy_fallback = greedy_fallback();
   std::string why = "fitted " + std::to_string(samples.size()) + " decisions of the search's schedules (" +
                     std::to_string(report.search_batches) + " batches against greedy's " +
                     std::to_string(report.greedy_batches) + ")";
@@ -321,10 +366,10 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
     why += "; the search ran out of its budget on " + std::to_string(report.searches_cut_short) + " of " +
            std::to_string(fitted) + " traces";
   if (cuts > 0) why += "; halved the table " + std::to_string(cuts) + " times so that no training trace needs more batches than greedy";
-  if (base_ == Base::tight_then_greedy) why += "; tight types run first, greedy where no score";
-  if (base_ == Base::tight_first) why += "; tight types run first, the tight-first rule where no score";
-  if (learned_nothing()) why = "learned nothing: " + why + "; every decision falls back to greedy";
-  if (tied) why += "; the table only tied greedy on the training traces, so it was dropped";
+  why += base_said;
+  if (lost) why += "; still more batches than greedy on a training trace with the table emptied";
+  if (tied) why += "; the table only tied greedy on the training traces";
+  if (greedy_fallback()) why = "learned nothing: " + why + "; falls back to greedy exactly";
   report.stop_reason = why;
   report_ = report;
   return report;

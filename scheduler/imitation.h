@@ -3,11 +3,14 @@
 // an averaged perceptron over the decisions; at run time a decision is a table lookup per ready
 // type and an argmax, no search. The feature generalises across traces and lengths: the share of
 // the type's top-height nodes that are ready, in quarters, or "tight" (waiting cannot pay); types
-// that only feed outputs and losses (one per instance length) share one name. Where no ready type
-// has a learned score, the base decides, and ties go to greedy. Training picks the base: greedy, or
-// tight types (free batches) first and then greedy or the tight-first rule, whichever needs fewest
-// batches without ever losing to greedy on a training trace. After fitting, the table is cut until no training trace needs more batches than
-// under greedy; an empty table on the greedy base is greedy exactly.
+// that only feed outputs and losses (one per instance length) share one name. Per trace the chain
+// heights are built once and the buckets kept current as batches run (TightFrontier), so a
+// decision reads counters of the ready types only. Where no ready type has a score, and among
+// ties, the base decides; training picks it: greedy, tight types first and then greedy, or the
+// whole tight-first rule (tight.h; the cheapest: no greedy counts kept).
+// Never worse than greedy on its training traces: the table is cut until no training trace needs
+// more batches than under greedy, and when it still loses on one, or only ties greedy over them,
+// the policy falls back to greedy exactly and says so (greedy_fallback(), the report, Stats).
 // ScheduleInput should carry the engine's SignatureTable (without it, types go by id).
 #pragma once
 
@@ -41,6 +44,7 @@ struct LearnedReport {
   int64_t states = 0;          // (type, feature) scores kept
   int64_t searches_cut_short = 0;  // traces whose search ran out of budget
   bool beats_greedy = false;   // fewer batches than greedy over the fitted traces
+  bool greedy_fallback = false;  // the table lost to or only tied greedy: the policy runs greedy exactly
   std::string stop_reason;
 };
 
@@ -61,13 +65,16 @@ class ImitationPolicy final : public Policy {
 
   const LearnedReport& report() const { return report_; }
   size_t state_count() const { return scores_.size(); }
-  bool learned_nothing() const { return scores_.empty() && base_ == Base::greedy; }  // greedy exactly
-  // What decides where the table has no score (chosen in training): greedy; tight types first,
-  // then greedy; or the whole tight-first rule (tight.h).
+  // What decides where the table has no score and among ties (chosen in training): greedy; tight
+  // types first, then greedy; or the whole tight-first rule (tight.h).
   enum class Base { greedy, tight_then_greedy, tight_first };
+  // Runs greedy exactly: never trained, or training's table lost to or only tied greedy.
+  bool greedy_fallback() const { return scores_.empty() && base_ == Base::greedy; }
+  bool learned_nothing() const { return greedy_fallback(); }
   Base base() const { return base_; }
   int64_t decisions() const { return decisions_; }
-  int64_t unseen() const { return unseen_; }  // decisions that fell back to greedy
+  int64_t unseen() const { return unseen_; }  // decisions the table had no score for
+  int64_t greedy_schedules() const { return greedy_schedules_; }  // schedules made by the greedy fallback
 
  private:
   struct Sample {
@@ -77,13 +84,21 @@ class ImitationPolicy final : public Policy {
   uint32_t index_of(const std::string& name);
   void map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights);
   uint32_t bucket(const TightFrontier& frontier, uint32_t t) const;
-  // The learned choice, or greedy's; counts into decisions/unseen when `count`.
+  // The learned choice, or the tight-first rule's; counts into decisions/unseen when `count`.
   uint32_t decide(TightFrontier& frontier, bool count);
   int64_t rollout(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, Schedule& out,
                   bool count);
+  int64_t greedy_rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count);
   void check_models(const ScheduleInput& input) const;
 
   std::unordered_map<uint32_t, float> scores_;  // key -> score
+  // scores_ by key in arrays (rebuilt when scores_ changes), and the policy type index of each
+  // global TypeId met so far (for the signature table `indexed_for_`): no string per trace.
+  std::vector<float> dense_score_;
+  std::vector<uint8_t> dense_known_;
+  bool dense_stale_ = true;
+  std::vector<uint32_t> index_of_global_;
+  const ir::SignatureTable* indexed_for_ = nullptr;
   std::vector<std::string> names_;             // policy type index -> signature (or kTerminalName)
   std::unordered_map<std::string, uint32_t> index_of_name_;
   std::vector<std::string> models_;            // models the table was trained on ("model/..." prefixes)
@@ -98,7 +113,7 @@ class ImitationPolicy final : public Policy {
   ChainHeights heights_;
   TightFrontier frontier_;
   TypewiseFrontier greedy_frontier_;  // when the table learned nothing
-  int64_t decisions_ = 0, unseen_ = 0;
+  int64_t decisions_ = 0, unseen_ = 0, greedy_schedules_ = 0;
   Base base_ = Base::greedy;
 };
 

@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kFormat = "edbatch-learned-policy";
 constexpr const char* kFsmFormat = "edbatch-fsm-policy";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2: ties under the tight-first base go by that rule, not greedy
 
 using policy_file::checksum;
 using policy_file::fail;
@@ -114,6 +114,8 @@ void ImitationPolicy::load(const std::string& path) {
     index_of_name_.clear();
     for (uint32_t i = 0; i < names_.size(); ++i) index_of_name_.emplace(names_[i], i);
     scores_ = std::move(scores);
+    dense_stale_ = true;
+    index_of_global_.clear();
     models_ = std::move(models);
     report_ = std::move(report);
     base_ = parsed;

@@ -11,10 +11,18 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
   const LocalTypes& types = analysis.types;
   const Dependencies& d = analysis.dependencies;
   const size_t n = input.graph.size() - input.begin;
+  // Only chain types (batchable, longest > 1) get a lane: a node of a single-rank type has height 1
+  // (no node of its type below it), an unbatchable one 0. A node with no chain-type node below it
+  // has no row at all (kNoRow), so outputs and losses cost no row work.
+  constexpr uint32_t kNoLane = ~0u, kNoRow = ~0u;
+  lane_of_.assign(types.count(), kNoLane);
+  uint32_t lanes = 0;
+  for (size_t t = 0; t < types.count(); ++t)
+    if (analysis.chains.longest[t] > 1 && !d.unbatchable[t]) lane_of_[t] = lanes++;
   // Rows padded to whole vector registers, so the max loop runs without a remainder.
-  constexpr size_t kLanes = 32;
-  const size_t width = std::max<size_t>((types.count() + kLanes - 1) / kLanes * kLanes, kLanes);
-  height.assign(n, 0);
+  constexpr size_t kLanes = 16;
+  const size_t width = std::max<size_t>((lanes + kLanes - 1) / kLanes * kLanes, kLanes);
+  height.resize(n);
   expanded_type_weights(input, types, weight);
   row_of_.resize(n);
   unread_.resize(n);
@@ -22,42 +30,81 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
   rows_.clear();
   node_terminal_.assign(n, 1);
   terminal.assign(types.count(), 1);
+  auto allocate = [&]() {
+    if (free_.empty()) {
+      rows_.resize(rows_.size() + width);
+      return uint32_t(rows_.size() / width - 1);
+    }
+    const uint32_t index = free_.back();
+    free_.pop_back();
+    return index;
+  };
   // A row lives until every argument of its node has read it (pending counts those reads). A node
   // is terminal when its type is single-rank and all its users are terminal (a loss, the output
   // layer feeding it); a type when all its nodes are.
   for (size_t i = n; i-- > 0;) {
     const uint32_t t = types.of_node[i];
-    if (t == LocalTypes::kNone) continue;
-    uint32_t index;
-    if (free_.empty()) {
-      index = uint32_t(rows_.size() / width);
-      rows_.resize(rows_.size() + width);
-    } else {
-      index = free_.back();
-      free_.pop_back();
+    if (t == LocalTypes::kNone) {
+      height[i] = 0;
+      continue;
     }
-    uint16_t* __restrict row = rows_.data() + size_t(index) * width;
-    std::fill(row, row + width, uint16_t{0});
+    const uint32_t lane = lane_of_[t];
+    if (d.pending[i] == 0) {
+      // No scheduled argument reads this node's row: only its own lane matters (embeddings, inputs).
+      uint32_t below = 0;
+      for (uint32_t u = d.users_begin[i]; u < d.users_begin[i + 1]; ++u) {
+        const size_t user = d.users[u] - input.begin;
+        if (!node_terminal_[user]) node_terminal_[i] = 0;
+        const uint32_t from_index = row_of_[user];
+        if (from_index == kNoRow) continue;
+        if (lane != kNoLane) below = std::max<uint32_t>(below, rows_[size_t(from_index) * width + lane]);
+        if (--unread_[user] == 0) free_.push_back(from_index);
+      }
+      if (analysis.chains.longest[t] != 1) node_terminal_[i] = 0;
+      if (!node_terminal_[i]) terminal[t] = 0;
+      height[i] = lane != kNoLane ? below + 1 : d.unbatchable[t] ? 0 : 1;
+      row_of_[i] = kNoRow;
+      continue;
+    }
+    uint32_t index = kNoRow;
     for (uint32_t u = d.users_begin[i]; u < d.users_begin[i + 1]; ++u) {
       const size_t user = d.users[u] - input.begin;
-      const uint16_t* __restrict from = rows_.data() + size_t(row_of_[user]) * width;
-      for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
-      if (--unread_[user] == 0) free_.push_back(row_of_[user]);
       if (!node_terminal_[user]) node_terminal_[i] = 0;
+      const uint32_t from_index = row_of_[user];
+      if (from_index == kNoRow) continue;
+      if (index == kNoRow) {
+        index = allocate();  // before any row is freed below: never the row being read
+        const uint16_t* from = rows_.data() + size_t(from_index) * width;  // after a resize
+        std::copy(from, from + width, rows_.data() + size_t(index) * width);
+      } else {
+        const uint16_t* __restrict from = rows_.data() + size_t(from_index) * width;
+        uint16_t* __restrict row = rows_.data() + size_t(index) * width;
+        for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
+      }
+      if (--unread_[user] == 0) free_.push_back(from_index);
     }
     if (analysis.chains.longest[t] != 1) node_terminal_[i] = 0;
     if (!node_terminal_[i]) terminal[t] = 0;
-    if (!d.unbatchable[t]) {
-      if (row[t] == 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
-      height[i] = ++row[t];
+    if (lane != kNoLane) {
+      if (index == kNoRow) {
+        index = allocate();
+        std::fill(rows_.begin() + ptrdiff_t(size_t(index) * width), rows_.begin() + ptrdiff_t(size_t(index + 1) * width),
+                  uint16_t{0});
+      }
+      uint16_t& h = rows_[size_t(index) * width + lane];
+      if (h == 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
+      height[i] = ++h;
+    } else {
+      height[i] = d.unbatchable[t] ? 0 : 1;
     }
     row_of_[i] = index;
     unread_[i] = d.pending[i];
-    if (unread_[i] == 0) free_.push_back(index);
+    if (index != kNoRow && unread_[i] == 0) free_.push_back(index);
   }
 }
 
-void TightFrontier::reset(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights) {
+void TightFrontier::reset(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights,
+                          bool greedy) {
   input_ = &input;
   analysis_ = &analysis;
   heights_ = &heights;
@@ -75,7 +122,7 @@ void TightFrontier::reset(const ScheduleInput& input, const Analysis& analysis, 
   for (ir::NodeId id : analysis.dependencies.initially_ready)
     if (const uint32_t h = heights.height[id - input.begin]; h > 0)
       ++ready_at_[base_[analysis.types.of_node[id - input.begin]] + h - 1];
-  typewise_.reset(input, analysis);
+  typewise_.reset(input, analysis, greedy);
 }
 
 bool TightFrontier::tight(uint32_t t) const {
@@ -119,13 +166,16 @@ int64_t TightFrontier::remaining_bound() const {
 }
 
 uint32_t tight_first_choice(const TightFrontier& frontier) {
-  const auto& ready = frontier.ready_types();
   if (const uint32_t t = frontier.any_tight(); t != LocalTypes::kNone) return t;
+  return tight_first_among(frontier, frontier.ready_types());
+}
+
+uint32_t tight_first_among(const TightFrontier& frontier, std::span<const uint32_t> types) {
   bool only_terminal = true;
-  for (uint32_t t : ready) only_terminal = only_terminal && frontier.terminal(t);
+  for (uint32_t t : types) only_terminal = only_terminal && frontier.terminal(t);
   uint32_t best = LocalTypes::kNone;
   uint64_t best_ready = 0, best_top = 1;
-  for (uint32_t t : ready) {
+  for (uint32_t t : types) {
     if (!only_terminal && frontier.terminal(t)) continue;
     const uint64_t r = frontier.top_ready(t), u = std::max<uint64_t>(frontier.top_unexecuted(t), 1);
     bool better = best == LocalTypes::kNone;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "scheduler/typewise.h"
@@ -26,23 +27,26 @@ struct ChainHeights {
 
  private:
   std::vector<uint16_t> rows_;
-  std::vector<uint32_t> row_of_, unread_, free_;
+  std::vector<uint32_t> lane_of_, row_of_, unread_, free_;
   std::vector<uint8_t> node_terminal_;
 };
 
-// The typewise frontier plus per-type height buckets. Copyable: the search copies states.
+// The typewise frontier plus per-type height buckets, kept current as nodes become ready and run.
+// The typewise rank counts (greedy's TF_a) are kept only when reset asks for greedy. Copyable: the
+// search copies states.
 class TightFrontier {
  public:
-  void reset(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights);
+  // `greedy`: keep the counts greedy_choice and greedy_among need (a cost per node run).
+  void reset(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, bool greedy = false);
 
   bool done() const { return typewise_.done(); }
   const std::vector<uint32_t>& ready_types() const { return typewise_.ready_types(); }
   uint64_t ready_count(uint32_t t) const { return typewise_.ready_count(t); }
-  bool single_rank(uint32_t t) const { return typewise_.single_rank(t); }
+  bool single_rank(uint32_t t) const { return analysis_->chains.longest[t] == 1; }
   bool unbatchable(uint32_t t) const { return analysis_->dependencies.unbatchable[t] != 0; }
   uint32_t weight(uint32_t t) const { return heights_->weight[t]; }
   bool terminal(uint32_t t) const { return heights_->terminal[t] != 0; }
-  uint32_t greedy_choice() { return typewise_.greedy_choice(); }
+  uint32_t greedy_choice() { return typewise_.greedy_choice(); }  // only after reset with `greedy`
   uint32_t greedy_among(const std::vector<uint32_t>& types) { return typewise_.greedy_among(types); }
   // Running t now costs no batch beyond the lower bound: every node at its top height is ready (an
   // unbatchable node always counts as tight: it costs its batch whenever it runs).
@@ -72,5 +76,7 @@ class TightFrontier {
 // type with the largest ready share of its top height (cheaper weight, then more ready nodes, then
 // the lower type on ties); terminal types (outputs, losses) only when nothing else is ready.
 uint32_t tight_first_choice(const TightFrontier& frontier);
+// The same rule's non-tight part among some ready `types` (the learned policy's ties).
+uint32_t tight_first_among(const TightFrontier& frontier, std::span<const uint32_t> types);
 
 }  // namespace edb::scheduler

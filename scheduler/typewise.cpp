@@ -5,9 +5,15 @@
 
 namespace edb::scheduler {
 
-void TypewiseFrontier::reset(const ScheduleInput& input, const Analysis& analysis) {
+void TypewiseFrontier::reset(const ScheduleInput& input, const Analysis& analysis, bool count_ranks) {
   input_ = &input;
   analysis_ = &analysis;
+  count_ranks_ = count_ranks;
+  if (!count_ranks) {
+    frontier_.reset(input, analysis.types, analysis.dependencies);
+    frontier_.seed([](ir::NodeId, uint32_t) {});
+    return;
+  }
   const TypeChains& chains = analysis.chains;
   const size_t width = analysis.types.count();
   rank_base_.assign(width + 1, 0);

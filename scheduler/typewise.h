@@ -15,7 +15,9 @@ namespace edb::scheduler {
 
 class TypewiseFrontier {
  public:
-  void reset(const ScheduleInput& input, const Analysis& analysis);  // reuses buffers
+  // Reuses buffers. Without `count_ranks` it is the plain frontier (no TF_a: frontier_count and
+  // the greedy choice must not be called), for callers that never ask greedy.
+  void reset(const ScheduleInput& input, const Analysis& analysis, bool count_ranks = true);
 
   bool done() const { return frontier_.done(); }
   const std::vector<uint32_t>& ready_types() const { return frontier_.ready_types(); }
@@ -41,10 +43,15 @@ class TypewiseFrontier {
   // Per type, unexecuted and ready nodes at each chain rank (1-based), in one flat array:
   // type t's ranks live at [rank_base_[t], rank_base_[t] + longest[t]).
   std::vector<uint32_t> rank_base_, unexecuted_, ready_at_, lowest_;
+  bool count_ranks_ = true;
 };
 
 template <typename OnReady>
 void TypewiseFrontier::run(uint32_t type, Schedule& out, OnReady&& on_ready) {
+  if (!count_ranks_) {
+    frontier_.run(type, out, on_ready);
+    return;
+  }
   const TypeChains& chains = analysis_->chains;
   const ir::NodeId begin = input_->begin;
   const size_t before = out.nodes.size();

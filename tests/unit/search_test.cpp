@@ -208,12 +208,12 @@ TEST(LearnedPolicy, FilesOfAnotherKindOrVersionAreRefused) {
   ImitationPolicy().save(path);
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), {});
-  const size_t at = text.find("\"version\": 1");
+  const size_t at = text.find("\"version\": 2");
   ASSERT_NE(at, std::string::npos);
   text.replace(at, 12, "\"version\": 7");
   const std::string newer = dir.path() + "/newer.policy";
   std::ofstream(newer) << text;
-  EXPECT_NE(load_error(newer).find("format version 7, this build reads version 1"), std::string::npos) << load_error(newer);
+  EXPECT_NE(load_error(newer).find("format version 7, this build reads version 2"), std::string::npos) << load_error(newer);
 
   // The other way round: the fsm policy refuses a learned file and says which policy reads it.
   try {
