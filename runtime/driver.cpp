@@ -345,6 +345,7 @@ PolicyProgress Driver::train_learned(std::span<const scheduler::ScheduleInput> i
   out.lower_bound = r.lower_bound;
   out.greedy_batches = r.greedy_batches;
   out.beats_greedy = r.beats_greedy;
+  out.greedy_fallback = r.greedy_fallback;
   out.states = r.states;
   out.fallback_rate = r.decisions > 0 ? double(r.fallbacks) / double(r.decisions) : 0.0;
   out.heldout_traces = r.heldout_traces;

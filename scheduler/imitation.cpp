@@ -184,7 +184,9 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   if (graphs.empty()) throw UsageError("edb::Engine::train_policy(): no traces to learn from");
   if (options.epochs < 1) throw UsageError("edb::Engine::train_policy(): epochs must be at least 1");
   const size_t count = graphs.size();
-  const size_t heldout = count < 2 ? 0 : std::max<size_t>(1, size_t(double(count) * options.heldout_fraction));
+  const size_t heldout = count < 2 || options.heldout_fraction <= 0
+                             ? 0
+                             : std::max<size_t>(1, size_t(double(count) * options.heldout_fraction));
   const size_t fitted = count - heldout;
   std::vector<Analysis> analyses(count);
   std::vector<ChainHeights> heights(count);

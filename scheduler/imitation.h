@@ -29,7 +29,7 @@ namespace edb::scheduler {
 struct ImitationTraining {
   SearchOptions search;        // per training trace
   int epochs = 20;             // perceptron passes over the decisions
-  double heldout_fraction = 0.25;  // traces kept out of fitting to report on (none with one trace)
+  double heldout_fraction = 0.25;  // traces kept out of fitting to report on (none with one trace or 0)
 };
 
 // What training learned; the policy file keeps it.

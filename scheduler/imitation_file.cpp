@@ -35,6 +35,7 @@ nlohmann::json report_json(const LearnedReport& r) {
           {"heldout_batches", r.heldout_batches}, {"heldout_greedy_batches", r.heldout_greedy_batches},
           {"heldout_lower_bound", r.heldout_lower_bound}, {"decisions", r.decisions}, {"fallbacks", r.fallbacks},
           {"states", r.states}, {"searches_cut_short", r.searches_cut_short}, {"beats_greedy", r.beats_greedy},
+          {"greedy_fallback", r.greedy_fallback},
           {"stop_reason", r.stop_reason}};
 }
 
@@ -54,6 +55,7 @@ LearnedReport report_of(const nlohmann::json& j) {
   r.states = j.at("states").get<int64_t>();
   r.searches_cut_short = j.at("searches_cut_short").get<int64_t>();
   r.beats_greedy = j.at("beats_greedy").get<bool>();
+  r.greedy_fallback = j.at("greedy_fallback").get<bool>();
   r.stop_reason = j.at("stop_reason").get<std::string>();
   return r;
 }

@@ -134,7 +134,8 @@ double gflops(const Report& r) {
 nlohmann::json policy_training_json(const Report& r) {
   const edb::PolicyProgress& t = r.training;
   nlohmann::json j = {{"episodes", t.episode}, {"batches", t.best_batches}, {"lower_bound", t.lower_bound},
-                      {"greedy_batches", t.greedy_batches}, {"beats_greedy", t.beats_greedy}, {"states", t.states},
+                      {"greedy_batches", t.greedy_batches}, {"beats_greedy", t.beats_greedy},
+                      {"greedy_fallback", t.greedy_fallback}, {"states", t.states},
                       {"fallback_rate", t.fallback_rate}, {"stop_reason", t.stop_reason}, {"time_ms", r.training_ms}};
   if (t.heldout_traces > 0)
     j["heldout"] = {{"traces", t.heldout_traces}, {"batches", t.heldout_batches},
@@ -228,7 +229,8 @@ void print_table(const Report& r) {
     row("policy training", fixed(r.training_ms, 0) + " ms, " + std::to_string(t.episode) +
                                (r.policy == "learned" ? " traces searched" : " episodes"));
     row("training: batches", std::to_string(t.best_batches) + " (greedy " + std::to_string(t.greedy_batches) + ", LB " +
-                                 std::to_string(t.lower_bound) + "): " + (t.beats_greedy ? "beats greedy" : "does not beat greedy"));
+                                 std::to_string(t.lower_bound) + "): " + (t.beats_greedy ? "beats greedy" : "does not beat greedy") +
+                                 (t.greedy_fallback ? "; runs greedy exactly (fallback)" : ""));
     if (t.heldout_traces > 0)
       row("held-out traces", std::to_string(t.heldout_traces) + ": " + std::to_string(t.heldout_batches) + " batches (greedy " +
                                  std::to_string(t.heldout_greedy_batches) + ", LB " + std::to_string(t.heldout_lower_bound) + ")");

@@ -161,6 +161,7 @@ struct PolicyProgress {
   int64_t lower_bound = 0;
   int64_t greedy_batches = 0;  // the greedy policy's
   bool beats_greedy = false;   // best_batches < greedy_batches; when false every gain fell back
+  bool greedy_fallback = false;  // learned: the table lost to or only tied greedy, so it runs greedy exactly
   int64_t states = 0;          // states (fsm) or (type, feature) scores (learned) the table keeps
   double fallback_rate = 0;    // of the kept table's decisions on the training traces, those left to greedy
   int64_t heldout_traces = 0;  // learned: traces not fitted on, and their batches, greedy's and bound

@@ -277,6 +277,118 @@ TEST(LearnedPolicy, SavingATableThatLearnedNothingSaysSo) {
   EXPECT_NE(fsm_said.find("learned nothing"), std::string::npos) << fsm_said;
 }
 
+// Chains of one op side by side: one type, never a choice, so greedy meets the lower bound and no
+// table can beat it.
+Traces chain_traces(int count) {
+  Traces t;
+  for (int g = 0; g < count; ++g) {
+    ir::Graph& graph = t.graphs.emplace_back();
+    for (int k = 0; k < 12; ++k) {
+      NodeId at = input(graph, 2);
+      for (int i = 0; i < 2 + (g * 7 + k * 3) % 6; ++i) at = op(graph, Op::tanh, {at});
+    }
+  }
+  for (const ir::Graph& graph : t.graphs) t.types.push_back(t.table.assign(graph));
+  return t;
+}
+
+TEST(LearnedPolicy, FallsBackToGreedyExactlyWhereItCannotWinAndSaysSo) {
+  const Traces training = chain_traces(4);
+  const std::vector<ScheduleInput> inputs = training.inputs();
+  ImitationPolicy policy;
+  ImitationTraining options;
+  options.search.budget = std::chrono::milliseconds(50);
+  const LearnedReport report = policy.train(inputs, options);
+  EXPECT_TRUE(report.greedy_fallback) << report.stop_reason;
+  EXPECT_TRUE(policy.greedy_fallback());
+  EXPECT_EQ(report.batches, report.greedy_batches);
+  EXPECT_NE(report.stop_reason.find("falls back to greedy exactly"), std::string::npos) << report.stop_reason;
+  for (const ScheduleInput& in : inputs) {
+    GreedyPolicy greedy;
+    Schedule a, b;
+    policy.schedule(in, a);
+    greedy.schedule(in, b);
+    EXPECT_EQ(a.nodes, b.nodes);
+    EXPECT_EQ(a.batch_type, b.batch_type);
+  }
+  EXPECT_EQ(policy.greedy_schedules(), int64_t(inputs.size()));
+
+  // A table that wins keeps itself, and says it did not fall back.
+  const Traces random = random_traces(10, 6);
+  ImitationPolicy winner;
+  options.search.budget = std::chrono::milliseconds(300);
+  const LearnedReport won = winner.train(random.inputs(), options);
+  EXPECT_FALSE(won.greedy_fallback) << won.stop_reason;
+  EXPECT_LT(won.batches, won.greedy_batches);
+}
+
+// On every training trace: a valid schedule with no more batches than greedy's, fewer over all, on
+// a trained table and on the same table read back from its file.
+TEST(LearnedPolicy, ReadBackItNeverNeedsMoreBatchesThanGreedyOnItsTrainingTraces) {
+  const Traces training = random_traces(20, 5);
+  const std::vector<ScheduleInput> inputs = training.inputs();
+  ImitationPolicy trained;
+  ImitationTraining options;
+  options.search.budget = std::chrono::milliseconds(300);
+  options.heldout_fraction = 0;
+  const LearnedReport report = trained.train(inputs, options);
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/learned.policy";
+  trained.save(path);
+  ImitationPolicy loaded;
+  loaded.load(path);
+  EXPECT_EQ(loaded.report().greedy_fallback, report.greedy_fallback);
+  EXPECT_EQ(loaded.report().batches, report.batches);
+  EXPECT_EQ(int(loaded.base()), int(trained.base()));
+  int64_t learned_total = 0, greedy_total = 0;
+  for (const ScheduleInput& in : inputs) {
+    Schedule s;
+    loaded.schedule(in, s);
+    verify(in, s);
+    EXPECT_LE(int64_t(s.batch_count()), greedy_count(in));
+    learned_total += int64_t(s.batch_count());
+    greedy_total += greedy_count(in);
+  }
+  EXPECT_EQ(learned_total, report.batches);
+  if (!report.greedy_fallback) EXPECT_LT(learned_total, greedy_total);
+}
+
+TEST(LearnedPolicy, ADamagedFileIsRefusedNamingIt) {
+  const Traces training = random_traces(10, 3);
+  ImitationPolicy trained;
+  ImitationTraining options;
+  options.search.budget = std::chrono::milliseconds(100);
+  trained.train(training.inputs(), options);
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/learned.policy";
+  trained.save(path);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+
+  // A changed value: the checksum no longer matches.
+  std::string changed = text;
+  const size_t at = changed.find("\"greedy_batches\": ");
+  ASSERT_NE(at, std::string::npos);
+  changed.insert(at + 18, "1");
+  const std::string damaged = dir.path() + "/damaged.policy";
+  std::ofstream(damaged) << changed;
+  std::string what = load_error(damaged);
+  EXPECT_NE(what.find(damaged), std::string::npos) << what;
+  EXPECT_NE(what.find("checksum mismatch"), std::string::npos) << what;
+
+  // Cut short: not JSON any more.
+  const std::string truncated = dir.path() + "/truncated.policy";
+  std::ofstream(truncated) << text.substr(0, text.size() / 2);
+  what = load_error(truncated);
+  EXPECT_NE(what.find(truncated), std::string::npos) << what;
+
+  // The policy keeps what it had: a failed load changes nothing.
+  ImitationPolicy policy;
+  policy.load(path);
+  EXPECT_THROW(policy.load(damaged), UsageError);
+  EXPECT_EQ(policy.state_count(), trained.state_count());
+}
+
 TEST(SearchPolicy, CachesByStructureAndShiftsToTheRange) {
   const ir::Graph one = random_dag(5, 30, 6);
   ir::Graph two = random_dag(5, 30, 6);  // the same structure
