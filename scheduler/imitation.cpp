@@ -306,22 +306,36 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
 
   dense_stale_ = true;
 
-  // Never worse than greedy on a fitted trace: keep the best-supported half until that holds.
-  size_t kept = by_support.size();
-  int cuts = 0;
-  auto worse_somewhere = [&] {
-    for (size_t g = 0; g < fitted; ++g)
-      if (evaluate(g) > greedy[g]) return true;
-    return false;
-  };
-  while (!scores_.empty() && worse_somewhere()) {
-    kept /= 2;
-    ++cuts;
-    std::unordered_map<uint32_t, float> smaller;
-    for (size_t k = 0; k < kept; ++k) smaller[by_support[k].second] = scores_[by_support[k].second];
-    scores_ = std::move(smaller);
+  // Candidates: the table cut to its best-supported half, quarter, ... down to none. Each must never
+  // need more batches than greedy on a fitted trace; of those, the one needing fewest batches on the
+  // held-out traces (then on the fitted ones) is kept: the table that generalises, not the one that
+  // fits best.
+  const std::unordered_map<uint32_t, float> full = std::move(scores_);
+  auto cut_to = [&](size_t kept) {
+    scores_.clear();
+    for (size_t k = 0; k < kept; ++k) scores_[by_support[k].second] = full.at(by_support[k].second);
     dense_stale_ = true;
+  };
+  size_t best_kept = 0;
+  int64_t best_heldout = 0, best_fitted = 0;
+  bool any_valid = false;
+  for (size_t kept = by_support.size();; kept /= 2) {
+    cut_to(kept);
+    bool valid = true;
+    int64_t on_fitted = 0, on_heldout = 0;
+    for (size_t g = 0; g < fitted && valid; ++g) {
+      const int64_t batches = evaluate(g);
+      valid = batches <= greedy[g];
+      on_fitted += batches;
+    }
+    if (valid) {
+      for (size_t g = fitted; g < count; ++g) on_heldout += evaluate(g);
+      if (!any_valid || on_heldout < best_heldout || (on_heldout == best_heldout && on_fitted < best_fitted))
+        any_valid = true, best_kept = kept, best_heldout = on_heldout, best_fitted = on_fitted;
+    }
+    if (kept == 0) break;
   }
+  cut_to(best_kept);
   // The fallback: greedy exactly when the base alone still loses on a fitted trace, or
   // when the table only ties greedy over them (it would cost more per decision for nothing).
   int64_t with_table = 0, with_greedy = 0;
@@ -367,7 +381,9 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   if (report.searches_cut_short > 0)
     why += "; the search ran out of its budget on " + std::to_string(report.searches_cut_short) + " of " +
            std::to_string(fitted) + " traces";
-  if (cuts > 0) why += "; halved the table " + std::to_string(cuts) + " times so that no training trace needs more batches than greedy";
+  if (best_kept < by_support.size())
+    why += "; kept the best-supported " + std::to_string(best_kept) + " of " + std::to_string(by_support.size()) +
+           " scores (never above greedy on a training trace, fewest batches on the held-out ones)";
   why += base_said;
   if (lost) why += "; still more batches than greedy on a training trace with the table emptied";
   if (tied) why += "; the table only tied greedy on the training traces";
