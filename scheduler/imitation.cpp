@@ -88,10 +88,19 @@ void ImitationPolicy::map_types(const ScheduleInput& input, const Analysis& anal
   }
 }
 
-uint32_t ImitationPolicy::bucket(const TightFrontier& frontier, uint32_t t) const {
+uint32_t ImitationPolicy::bucket(const TightFrontier& frontier, uint32_t t, uint64_t longest_ready) const {
   if (frontier.tight(t)) return kBuckets - 1;
   const uint64_t ready = frontier.top_ready(t), all = std::max<uint64_t>(frontier.top_unexecuted(t), 1);
-  return uint32_t(std::min<uint64_t>(ready * 4 / all, 3));
+  const uint32_t share = uint32_t(std::min<uint64_t>(ready * 4 / all, 3));
+  const bool longest = uint64_t(frontier.top_height(t)) * frontier.weight(t) >= longest_ready;
+  return share + (longest ? 4 : 0);
+}
+
+uint64_t ImitationPolicy::longest_ready(const TightFrontier& frontier) {
+  uint64_t most = 0;
+  for (uint32_t t : frontier.ready_types())
+    if (!frontier.terminal(t)) most = std::max<uint64_t>(most, uint64_t(frontier.top_height(t)) * frontier.weight(t));
+  return most;
 }
 
 uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
@@ -103,8 +112,9 @@ uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
   float best = -INFINITY;
   bool known = false;
   tied_.clear();
+  const uint64_t longest = longest_ready(frontier);
   for (uint32_t t : ready) {
-    const uint32_t at = t * kBuckets + bucket(frontier, t);
+    const uint32_t at = t * kBuckets + bucket(frontier, t, longest);
     known = known || local_known_[at];
     const float s = local_score_[at];
     if (s > best) {
@@ -252,9 +262,10 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
       const auto& ready = frontier.ready_types();
       if (ready.size() >= 2 && !(base_ != Base::greedy && frontier.any_tight() != kNone)) {
         Sample& sample = samples.emplace_back();
+        const uint64_t longest = longest_ready(frontier);
         for (uint32_t t : ready) {
           if (t == chosen) sample.chosen = uint32_t(sample.keys.size());
-          sample.keys.push_back(index_of_local_[t] * kBuckets + bucket(frontier, t));
+          sample.keys.push_back(index_of_local_[t] * kBuckets + bucket(frontier, t, longest));
         }
       }
       frontier.run(chosen, replay);

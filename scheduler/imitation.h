@@ -2,7 +2,8 @@
 // training trace, replays the best schedule found and fits a score per (type, frontier feature) by
 // an averaged perceptron over the decisions; at run time a decision is a table lookup per ready
 // type and an argmax, no search. The feature generalises across traces and lengths: the share of
-// the type's top-height nodes that are ready, in quarters, or "tight" (waiting cannot pay); types
+// the type's top-height nodes that are ready, in quarters, and whether its remaining chain is the
+// longest among the ready types', or "tight" (waiting cannot pay); types
 // that only feed outputs and losses (one per instance length) share one name. Per trace the chain
 // heights are built once and the buckets kept current as batches run (TightFrontier), so a
 // decision reads counters of the ready types only. Where no ready type has a score, and among
@@ -50,7 +51,7 @@ struct LearnedReport {
 
 class ImitationPolicy final : public Policy {
  public:
-  static constexpr uint32_t kBuckets = 5;  // four ready-share quarters, then tight
+  static constexpr uint32_t kBuckets = 9;  // four ready-share quarters, on the longest chain or not, then tight
 
   std::string_view name() const override { return "learned"; }
   void schedule(const ScheduleInput& input, Schedule& out) override;
@@ -83,7 +84,10 @@ class ImitationPolicy final : public Policy {
   };
   uint32_t index_of(const std::string& name);
   void map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights);
-  uint32_t bucket(const TightFrontier& frontier, uint32_t t) const;
+  // The feature of ready type t: tight, or its ready share of its top height in quarters, times
+  // whether its remaining chain (top height x weight) is the longest among the ready types'.
+  uint32_t bucket(const TightFrontier& frontier, uint32_t t, uint64_t longest_ready) const;
+  static uint64_t longest_ready(const TightFrontier& frontier);
   // The learned choice, or the tight-first rule's; counts into decisions/unseen when `count`.
   uint32_t decide(TightFrontier& frontier, bool count);
   int64_t rollout(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, Schedule& out,

@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kFormat = "edbatch-learned-policy";
 constexpr const char* kFsmFormat = "edbatch-fsm-policy";
-constexpr int kVersion = 2;  // 2: ties under the tight-first base go by that rule, not greedy
+constexpr int kVersion = 3;  // 3: the feature says whether the type has the longest chain left
 
 using policy_file::checksum;
 using policy_file::fail;

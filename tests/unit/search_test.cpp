@@ -208,12 +208,12 @@ TEST(LearnedPolicy, FilesOfAnotherKindOrVersionAreRefused) {
   ImitationPolicy().save(path);
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), {});
-  const size_t at = text.find("\"version\": 2");
+  const size_t at = text.find("\"version\": 3");
   ASSERT_NE(at, std::string::npos);
   text.replace(at, 12, "\"version\": 7");
   const std::string newer = dir.path() + "/newer.policy";
   std::ofstream(newer) << text;
-  EXPECT_NE(load_error(newer).find("format version 7, this build reads version 2"), std::string::npos) << load_error(newer);
+  EXPECT_NE(load_error(newer).find("format version 7, this build reads version 3"), std::string::npos) << load_error(newer);
 
   // The other way round: the fsm policy refuses a learned file and says which policy reads it.
   try {
@@ -350,7 +350,9 @@ TEST(LearnedPolicy, ReadBackItNeverNeedsMoreBatchesThanGreedyOnItsTrainingTraces
     greedy_total += greedy_count(in);
   }
   EXPECT_EQ(learned_total, report.batches);
-  if (!report.greedy_fallback) EXPECT_LT(learned_total, greedy_total);
+  if (!report.greedy_fallback) {
+    EXPECT_LT(learned_total, greedy_total);
+  }
 }
 
 TEST(LearnedPolicy, ADamagedFileIsRefusedNamingIt) {
