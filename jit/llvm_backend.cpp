@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/Core.h>
@@ -238,10 +239,12 @@ std::string object_of(llvm::Module& module, llvm::TargetMachine& machine) {
   return std::string(bytes.data(), bytes.size());
 }
 
-// Links `object` into the JIT under its own resource tracker and returns `symbol`'s address; on
-// failure the tracker is removed (so a later definition of the symbol does not clash) and throws.
-KernelFunction link(llvm::orc::LLJIT& jit, const std::string& object, const std::string& symbol, const char* where) {
-  llvm::orc::ResourceTrackerSP tracker = jit.getMainJITDylib().createResourceTracker();
+// Links `object` into the JIT under its own resource tracker (`tracker`) and returns `symbol`'s
+// address; on failure the tracker is removed (so a later definition of the symbol does not clash)
+// and throws.
+KernelFunction link(llvm::orc::LLJIT& jit, const std::string& object, const std::string& symbol, const char* where,
+                    llvm::orc::ResourceTrackerSP& tracker) {
+  tracker = jit.getMainJITDylib().createResourceTracker();
   auto undo = [&](const std::string& what, llvm::Error error) {
     llvm::consumeError(tracker->remove());
     fail(what, std::move(error), where);
@@ -262,11 +265,73 @@ struct LlvmBackend::State {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unique_ptr<llvm::TargetMachine> machine;  // the optimiser's cost model and the code generator
   std::string target, flags;
-  std::map<KernelKey, CompiledKernel> compiled;  // without keep_alive, which would hold State itself
+  // One kernel's code in the JIT, removed from it when the last holder goes: the table below or a
+  // CompiledKernel handed out (through a Handle, which also keeps the State). Never destroyed
+  // under `mutex`, which its destructor takes.
+  struct Linked {
+    State* state = nullptr;
+    llvm::orc::ResourceTrackerSP tracker;
+    ~Linked() {
+      if (!state || !tracker) return;
+      std::lock_guard lock(state->mutex);
+      llvm::consumeError(tracker->remove());
+    }
+  };
+  struct Handle {
+    std::shared_ptr<State> state;    // destroyed last: Linked's destructor uses it
+    std::shared_ptr<Linked> linked;
+  };
+  struct Entry {
+    CompiledKernel kernel;  // keep_alive empty: it would hold State itself
+    std::shared_ptr<Linked> linked;
+    uint64_t used = 0;
+  };
+  std::map<KernelKey, Entry> compiled;  // at most max_kernels, least recently used out first
+  uint64_t clock = 0;
+  size_t max_kernels = 0;
+  int64_t evictions = 0;
+  size_t object_bytes = 0;  // of the kernels in `compiled`
+
+  // The kernel of `found` for a caller: its code kept alive with the State.
+  CompiledKernel hand_out(const std::shared_ptr<State>& self, Entry& found) {
+    found.used = ++clock;
+    CompiledKernel result = found.kernel;
+    auto handle = std::make_shared<Handle>();
+    handle->state = self;
+    handle->linked = found.linked;
+    result.keep_alive = std::move(handle);
+    return result;
+  }
+  // Room for one more in `compiled`; what is dropped goes into `dropped`, destroyed by the caller
+  // once `mutex` is released.
+  void make_room(std::vector<Entry>& dropped) {
+    while (!compiled.empty() && compiled.size() >= max_kernels) {
+      auto oldest = compiled.begin();
+      for (auto it = compiled.begin(); it != compiled.end(); ++it)
+        if (it->second.used < oldest->second.used) oldest = it;
+      object_bytes -= kernel_bytes(oldest->second.kernel);
+      dropped.push_back(std::move(oldest->second));
+      compiled.erase(oldest);
+      ++evictions;
+    }
+  }
+  static size_t kernel_bytes(const CompiledKernel& k) {
+    return k.object.size() + k.ir.size() + k.assembly.size() + k.description.size() + sizeof k;
+  }
+  CompiledKernel add(const std::shared_ptr<State>& self, CompiledKernel kernel, llvm::orc::ResourceTrackerSP tracker) {
+    Entry& entry = compiled[kernel.key];
+    entry.kernel = std::move(kernel);
+    entry.linked = std::make_shared<Linked>();
+    entry.linked->state = this;
+    entry.linked->tracker = std::move(tracker);
+    object_bytes += kernel_bytes(entry.kernel);
+    return hand_out(self, entry);
+  }
 };
 
 LlvmBackend::LlvmBackend(LlvmBackendOptions options) : options_(options), state_(std::make_shared<State>()) {
   initialise_llvm();
+  state_->max_kernels = std::max<size_t>(options.max_kernels, 1);
   state_->machine = take(host_machine().createTargetMachine(), "cannot create the host target machine");
   state_->jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(host_machine()).create(), "cannot create the JIT");
   state_->target = host_cpu_name();
@@ -280,6 +345,11 @@ size_t LlvmBackend::kernels() const {
   return state_->compiled.size();
 }
 
+LlvmBackend::Sizes LlvmBackend::sizes() const {
+  std::lock_guard lock(state_->mutex);
+  return {state_->compiled.size(), state_->object_bytes, state_->max_kernels, state_->evictions};
+}
+
 template <typename Render>
 CompiledKernel LlvmBackend::compile_described(std::string description, Render&& render) {
   const auto start = std::chrono::steady_clock::now();
@@ -290,12 +360,10 @@ CompiledKernel LlvmBackend::compile_described(std::string description, Render&& 
   result.key = kernel_key(result.description, "llvm", result.target, result.flags);
   const std::string symbol = result.key.symbol();
 
+  std::vector<State::Entry> dropped;  // destroyed after the lock is released
   std::lock_guard lock(state_->mutex);
-  if (auto found = state_->compiled.find(result.key); found != state_->compiled.end()) {
-    result = found->second;
-    result.keep_alive = state_;
-    return result;
-  }
+  if (auto found = state_->compiled.find(result.key); found != state_->compiled.end())
+    return state_->hand_out(state_, found->second);
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>(symbol, *context);
   module->setDataLayout(state_->jit->getDataLayout());
@@ -312,11 +380,11 @@ CompiledKernel LlvmBackend::compile_described(std::string description, Render&& 
   }
   if (options_.keep_assembly) result.assembly = assembly_of(*module, *state_->machine);
   result.object = object_of(*module, *state_->machine);
-  result.function = link(*state_->jit, result.object, symbol, "LlvmBackend::compile");
+  state_->make_room(dropped);
+  llvm::orc::ResourceTrackerSP tracker;
+  result.function = link(*state_->jit, result.object, symbol, "LlvmBackend::compile", tracker);
   result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  state_->compiled.emplace(result.key, result);
-  result.keep_alive = state_;
-  return result;
+  return state_->add(state_, std::move(result), std::move(tracker));
 }
 
 CompiledKernel LlvmBackend::compile(const Kernel& kernel) {
@@ -338,13 +406,11 @@ CompiledKernel LlvmBackend::load(const KernelEntry& entry) {
     throw InternalError("LlvmBackend::load: entry " + entry.key.hex() + " does not match its key");
   const std::string symbol = entry.key.symbol();
 
+  std::vector<State::Entry> dropped;  // destroyed after the lock is released
   std::lock_guard lock(state_->mutex);
   CompiledKernel result;
-  if (auto found = state_->compiled.find(entry.key); found != state_->compiled.end()) {
-    result = found->second;
-    result.keep_alive = state_;
-    return result;
-  }
+  if (auto found = state_->compiled.find(entry.key); found != state_->compiled.end())
+    return state_->hand_out(state_, found->second);
   result.key = entry.key;
   result.description = entry.description;
   result.target = entry.target;
@@ -353,10 +419,10 @@ CompiledKernel LlvmBackend::load(const KernelEntry& entry) {
   if (options_.keep_assembly) result.assembly = entry.assembly;
   result.object = entry.object;
   result.compile_ms = entry.compile_ms;
-  result.function = link(*state_->jit, result.object, symbol, "LlvmBackend::load");
-  state_->compiled.emplace(result.key, result);
-  result.keep_alive = state_;
-  return result;
+  state_->make_room(dropped);
+  llvm::orc::ResourceTrackerSP tracker;
+  result.function = link(*state_->jit, result.object, symbol, "LlvmBackend::load", tracker);
+  return state_->add(state_, std::move(result), std::move(tracker));
 }
 
 }  // namespace edb::jit

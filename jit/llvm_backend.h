@@ -18,7 +18,7 @@ namespace edb::jit {
 using KernelFunction = void (*)(const KernelArgs*);
 using CellFunction = void (*)(const CellArgs*);
 
-// A compiled kernel; it keeps its JIT (and so its code) alive however long it is held.
+// A compiled kernel; it keeps its JIT and its code alive however long it is held.
 struct CompiledKernel {
   KernelFunction function = nullptr;
   KernelKey key;            // kernel_key(description, "llvm", target, flags)
@@ -41,6 +41,9 @@ struct CompiledKernel {
 struct LlvmBackendOptions {
   bool keep_ir = true;         // print the optimised module into CompiledKernel::ir
   bool keep_assembly = false;  // run the code generator a second time for CompiledKernel::assembly
+  // Kernels the backend keeps linked for a later compile or load of the same key, least recently
+  // used out first past this; a kernel's code leaves the JIT once no CompiledKernel holds it.
+  size_t max_kernels = 4096;
 };
 
 // What goes into a key besides the text and the CPU: this backend's code version, the
@@ -68,7 +71,12 @@ class LlvmBackend {
   // flags or key differ) or its object does not load or lacks the kernel's symbol; the JIT is
   // then as before, so compiling the kernel afterwards still works.
   CompiledKernel load(const KernelEntry& entry);
-  size_t kernels() const;  // distinct kernels compiled or loaded by this backend
+  size_t kernels() const;  // kernels the backend keeps now (at most max_kernels)
+  struct Sizes {
+    size_t kernels = 0, bytes = 0, max_kernels = 0;  // bytes: their objects and texts
+    int64_t evictions = 0;
+  };
+  Sizes sizes() const;
 
  private:
   struct State;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -522,6 +523,31 @@ TEST(LlvmBackend, SameKernelSameSymbol) {
   LlvmBackend other;
   EXPECT_EQ(other.compile(kernel).symbol(), first.symbol());
   EXPECT_NE(backend.compile(lstm_kernel(false)).symbol(), first.symbol());
+  EXPECT_EQ(backend.kernels(), 2u);
+}
+
+// The backend keeps at most max_kernels; an evicted kernel still runs for whoever holds it, and its
+// code leaves the JIT when the last holder goes, so compiling it again links its symbol anew.
+TEST(LlvmBackend, KeepsAtMostMaxKernels) {
+  LlvmBackend backend({.keep_ir = false, .keep_assembly = false, .max_kernels = 2});
+  const Kernel tanh_kernel = unary_kernel(KernelOp::tanh, OperandAccess::strided);
+  std::optional<CompiledKernel> held = backend.compile(tanh_kernel);
+  backend.compile(unary_kernel(KernelOp::exp, OperandAccess::gathered));  // dropped by the caller at once
+  backend.compile(lstm_kernel(true));
+  backend.compile(lstm_kernel(false));
+  EXPECT_EQ(backend.kernels(), 2u);
+  EXPECT_EQ(backend.sizes().evictions, 2);
+  EXPECT_EQ(backend.sizes().max_kernels, 2u);
+  std::mt19937 rng(11);
+  Buffers b = make_buffers(tanh_kernel, 9, 33, rng);
+  (*held)(b.args());
+  const std::vector<std::vector<float>> got = b.outputs;
+  b.reset_outputs();
+  interpret(tanh_kernel, b.args());
+  EXPECT_TRUE(near(got[0], b.outputs[0], 9 * 33, 1e-6));
+  held.reset();
+  expect_matches_interpreter(backend, tanh_kernel, 12);
+  expect_matches_interpreter(backend, unary_kernel(KernelOp::exp, OperandAccess::gathered), 13);
   EXPECT_EQ(backend.kernels(), 2u);
 }
 
