@@ -13,35 +13,24 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
   const size_t n = input.graph.size() - input.begin;
   // Only chain types (batchable, longest > 1) get a lane: a node of a single-rank type has height 1
   // (no node of its type below it), an unbatchable one 0. A node with no chain-type node below it
-  // has no row at all (kNoRow), so outputs and losses cost no row work.
-  constexpr uint32_t kNoLane = ~0u, kNoRow = ~0u;
+  // has no row (outputs, losses), nor does one that no scheduled argument reads (embeddings).
+  constexpr uint32_t kNoLane = ~0u;
+  constexpr uint8_t kTerminal = 1, kHasRow = 2;
   lane_of_.assign(types.count(), kNoLane);
   uint32_t lanes = 0;
   for (size_t t = 0; t < types.count(); ++t)
     if (analysis.chains.longest[t] > 1 && !d.unbatchable[t]) lane_of_[t] = lanes++;
-  // Rows padded to whole vector registers, so the max loop runs without a remainder.
+  // One row per node, padded to whole vector registers so the max loop runs without a remainder:
+  // no row is shared, so none is freed or counted.
   constexpr size_t kLanes = 16;
   const size_t width = std::max<size_t>((lanes + kLanes - 1) / kLanes * kLanes, kLanes);
   height.resize(n);
   expanded_type_weights(input, types, weight);
-  row_of_.resize(n);
-  unread_.resize(n);
-  free_.clear();
-  rows_.clear();
-  node_terminal_.assign(n, 1);
+  if (rows_.size() < n * width) rows_.resize(n * width);
+  flags_.assign(n, kTerminal);
   terminal.assign(types.count(), 1);
-  auto allocate = [&]() {
-    if (free_.empty()) {
-      rows_.resize(rows_.size() + width);
-      return uint32_t(rows_.size() / width - 1);
-    }
-    const uint32_t index = free_.back();
-    free_.pop_back();
-    return index;
-  };
-  // A row lives until every argument of its node has read it (pending counts those reads). A node
-  // is terminal when its type is single-rank and all its users are terminal (a loss, the output
-  // layer feeding it); a type when all its nodes are.
+  // A node is terminal when its type is single-rank and all its users are terminal (a loss, the
+  // output layer feeding it); a type when all its nodes are.
   for (size_t i = n; i-- > 0;) {
     const uint32_t t = types.of_node[i];
     if (t == LocalTypes::kNone) {
@@ -49,57 +38,48 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
       continue;
     }
     const uint32_t lane = lane_of_[t];
+    uint8_t all_terminal = kTerminal;
+    uint16_t* __restrict row = rows_.data() + i * width;
     if (d.pending[i] == 0) {
-      // No scheduled argument reads this node's row: only its own lane matters (embeddings, inputs).
       uint32_t below = 0;
       for (uint32_t u = d.users_begin[i]; u < d.users_begin[i + 1]; ++u) {
         const size_t user = d.users[u] - input.begin;
-        if (!node_terminal_[user]) node_terminal_[i] = 0;
-        const uint32_t from_index = row_of_[user];
-        if (from_index == kNoRow) continue;
-        if (lane != kNoLane) below = std::max<uint32_t>(below, rows_[size_t(from_index) * width + lane]);
-        if (--unread_[user] == 0) free_.push_back(from_index);
+        const uint8_t f = flags_[user];
+        all_terminal &= f;
+        if (lane != kNoLane && (f & kHasRow)) below = std::max<uint32_t>(below, rows_[user * width + lane]);
       }
-      if (analysis.chains.longest[t] != 1) node_terminal_[i] = 0;
-      if (!node_terminal_[i]) terminal[t] = 0;
+      if (analysis.chains.longest[t] != 1) all_terminal = 0;
+      if (!all_terminal) terminal[t] = 0;
+      if (below >= 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
       height[i] = lane != kNoLane ? below + 1 : d.unbatchable[t] ? 0 : 1;
-      row_of_[i] = kNoRow;
+      flags_[i] = all_terminal;
       continue;
     }
-    uint32_t index = kNoRow;
+    bool has_row = false;
     for (uint32_t u = d.users_begin[i]; u < d.users_begin[i + 1]; ++u) {
       const size_t user = d.users[u] - input.begin;
-      if (!node_terminal_[user]) node_terminal_[i] = 0;
-      const uint32_t from_index = row_of_[user];
-      if (from_index == kNoRow) continue;
-      if (index == kNoRow) {
-        index = allocate();  // before any row is freed below: never the row being read
-        const uint16_t* from = rows_.data() + size_t(from_index) * width;  // after a resize
-        std::copy(from, from + width, rows_.data() + size_t(index) * width);
+      const uint8_t f = flags_[user];
+      all_terminal &= f;
+      if (!(f & kHasRow)) continue;
+      const uint16_t* __restrict from = rows_.data() + user * width;
+      if (!has_row) {
+        std::copy(from, from + width, row);
+        has_row = true;
       } else {
-        const uint16_t* __restrict from = rows_.data() + size_t(from_index) * width;
-        uint16_t* __restrict row = rows_.data() + size_t(index) * width;
         for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
       }
-      if (--unread_[user] == 0) free_.push_back(from_index);
     }
-    if (analysis.chains.longest[t] != 1) node_terminal_[i] = 0;
-    if (!node_terminal_[i]) terminal[t] = 0;
+    if (analysis.chains.longest[t] != 1) all_terminal = 0;
+    if (!all_terminal) terminal[t] = 0;
     if (lane != kNoLane) {
-      if (index == kNoRow) {
-        index = allocate();
-        std::fill(rows_.begin() + ptrdiff_t(size_t(index) * width), rows_.begin() + ptrdiff_t(size_t(index + 1) * width),
-                  uint16_t{0});
-      }
-      uint16_t& h = rows_[size_t(index) * width + lane];
-      if (h == 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
-      height[i] = ++h;
+      if (!has_row) std::fill(row, row + width, uint16_t{0});
+      has_row = true;
+      if (row[lane] == 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
+      height[i] = ++row[lane];
     } else {
       height[i] = d.unbatchable[t] ? 0 : 1;
     }
-    row_of_[i] = index;
-    unread_[i] = d.pending[i];
-    if (index != kNoRow && unread_[i] == 0) free_.push_back(index);
+    flags_[i] = uint8_t(all_terminal | (has_row ? kHasRow : 0));
   }
 }
 

@@ -16,7 +16,7 @@ namespace edb::scheduler {
 
 // Per scheduled node, the most nodes of its own type on any path that starts at it (1 when no
 // descendant has its type); 0 for unbatchable nodes and leaves. One reverse pass over per-type rows,
-// like TypeChains' forward one. Reuses this object's buffers.
+// like TypeChains' forward one, a row per node (2 bytes per chain type). Reuses this object's buffers.
 struct ChainHeights {
   std::vector<uint32_t> height;  // per node in range (index id - begin)
   std::vector<uint32_t> weight;  // per local type: batches one batch of it costs once cells expand
@@ -26,9 +26,9 @@ struct ChainHeights {
   void build(const ScheduleInput& input, const Analysis& analysis);
 
  private:
-  std::vector<uint16_t> rows_;
-  std::vector<uint32_t> lane_of_, row_of_, unread_, free_;
-  std::vector<uint8_t> node_terminal_;
+  std::vector<uint16_t> rows_;     // per node, a row of chain-type lanes (nodes x lanes)
+  std::vector<uint32_t> lane_of_;
+  std::vector<uint8_t> flags_;     // per node: terminal, has a row
 };
 
 // The typewise frontier plus per-type height buckets, kept current as nodes become ready and run.
