@@ -38,7 +38,7 @@ std::pair<uint64_t, uint64_t> argument_words(const Graph& graph, NodeId arg) {
 // A long argument list that repeats one short group (a weight gradient's (dy, x) pairs, a sum of
 // many values of one shape): the group's length, or 0. Its signature names the group once and the
 // repetitions, so a node of thousands of arguments has a key of a few words, not one per argument
-// (one type per distinct length of such a list, kept for the engine's life).
+// (one type per distinct length of such a list, kept until the table resets).
 constexpr size_t kLongArguments = 8, kLongestGroup = 4;
 size_t repeated_group(const Graph& graph, std::span<const NodeId> args) {
   if (args.size() <= kLongArguments) return 0;
@@ -241,6 +241,23 @@ TypeId SignatureTable::intern_recorded(const Graph& graph, NodeId id, std::span<
     break;
   }
   return type;
+}
+
+void SignatureTable::reset() {
+  ++resets_;
+  forgotten_ += int64_t(names_.size());
+  by_key_.clear();
+  by_name_.clear();
+  names_.clear();
+  recorded_.assign(256, RecordedEntry{});
+  recorded_count_ = 0;
+}
+
+size_t SignatureTable::bytes() const {
+  size_t total = recorded_.size() * sizeof(RecordedEntry);
+  for (const auto& [key, type] : by_key_) total += key.size() + sizeof(TypeId) + 2 * sizeof(void*);
+  for (const std::string& name : names_) total += 2 * name.size() + sizeof(TypeId) + 2 * sizeof(void*) + sizeof(std::string);
+  return total;
 }
 
 std::optional<TypeId> SignatureTable::find(std::string_view signature) const {

@@ -25,8 +25,9 @@ inline constexpr TypeId kCallOutput = kNoType - 1;
 // "affine(384x1, param:model/U_iou:384x256, 256x1)->384x1".
 std::string signature(const Graph& graph, NodeId id);
 
-// Interns signatures to dense ids. Ids are stable for the table's lifetime (an engine owns one);
-// strings are stable across processes, so anything stored on disk keys on the strings.
+// Interns signatures to dense ids. Ids are stable until reset() (an engine owns one, and resets it
+// only between evaluations, when nothing holds its ids); strings are stable across processes, so
+// anything stored on disk keys on the strings.
 class SignatureTable {
  public:
   // The type of every node (kNoType for leaves), computed without building strings for nodes
@@ -50,6 +51,11 @@ class SignatureTable {
   const std::string& name(TypeId type) const { return names_[type]; }
   std::optional<TypeId> find(std::string_view signature) const;
   size_t size() const { return names_.size(); }
+  // Forgets every type: ids start again from 0. The caller makes sure no one still holds an id.
+  void reset();
+  int64_t resets() const { return resets_; }
+  int64_t forgotten() const { return forgotten_; }  // types forgotten by reset(), summed
+  size_t bytes() const;  // roughly: names, keys and the record-time cache
 
  private:
   struct Hash {
@@ -74,6 +80,7 @@ class SignatureTable {
   };
   std::vector<RecordedEntry> recorded_ = std::vector<RecordedEntry>(256);
   size_t recorded_count_ = 0;
+  int64_t resets_ = 0, forgotten_ = 0;
 };
 
 }  // namespace edb::ir

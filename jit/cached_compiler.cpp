@@ -66,12 +66,33 @@ CompiledKernel CachedCompiler::get_described(const Program& program, const std::
   return compiled;
 }
 
+void compiler_cache_sizes(CachedCompiler& compiler, CacheSize& linked, CacheSize& memory) {
+  const LlvmBackend::Sizes held = compiler.backend().sizes();
+  linked = CacheSize{int64_t(held.kernels), int64_t(held.bytes), int64_t(held.max_kernels), 0, int64_t(held.evictions)};
+  const KernelCacheCounters counters = compiler.cache().counters();
+  memory = CacheSize{int64_t(counters.memory_entries), int64_t(counters.memory_bytes), 0,
+                     int64_t(compiler.cache().max_memory_bytes()), int64_t(counters.memory_evictions)};
+}
+
+namespace {
+
+// The compilers by resolved directory, created on first use and never destroyed.
+struct SharedCompilers {
+  std::mutex mutex;
+  std::map<std::string, CachedCompiler*> by_directory;
+};
+SharedCompilers& shared_compilers() {
+  static auto* compilers = new SharedCompilers;  // never destroyed
+  return *compilers;
+}
+
+}  // namespace
+
 CachedCompiler& shared_compiler(const std::string& directory) {
-  static std::mutex mutex;
-  static auto* by_directory = new std::map<std::string, CachedCompiler*>;  // never destroyed
+  SharedCompilers& shared = shared_compilers();
   const std::string resolved = directory.empty() ? KernelCache::default_directory() : directory;
-  std::lock_guard lock(mutex);
-  CachedCompiler*& compiler = (*by_directory)[resolved];
+  std::lock_guard lock(shared.mutex);
+  CachedCompiler*& compiler = shared.by_directory[resolved];
   if (!compiler) {
     CachedCompilerOptions options;
     options.cache.directory = resolved;
@@ -79,6 +100,14 @@ CachedCompiler& shared_compiler(const std::string& directory) {
     compiler = new CachedCompiler(std::move(options));
   }
   return *compiler;
+}
+
+CachedCompiler* find_shared_compiler(const std::string& directory) {
+  SharedCompilers& shared = shared_compilers();
+  const std::string resolved = directory.empty() ? KernelCache::default_directory() : directory;
+  std::lock_guard lock(shared.mutex);
+  const auto it = shared.by_directory.find(resolved);
+  return it == shared.by_directory.end() ? nullptr : it->second;
 }
 
 }  // namespace edb::jit

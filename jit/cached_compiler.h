@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "edbatch/stats.h"
 #include "jit/kernel_cache.h"
 #include "jit/kernel_ir.h"
 #include "jit/llvm_backend.h"
@@ -40,9 +41,15 @@ class CachedCompiler {
   LlvmBackend backend_;
 };
 
+// Stats::caches' process-wide sizes of `compiler`: the kernels its backend linked, and the cache's
+// entries kept in memory.
+void compiler_cache_sizes(CachedCompiler& compiler, CacheSize& linked, CacheSize& memory);
+
 // The process's compiler for a cache directory (empty: KernelCache::default_directory() as it is at
 // this call), created on first use and never destroyed, since the code it linked may run until the
 // process exits. Executors on the same directory share one; IR text is not kept. Thread-safe.
 CachedCompiler& shared_compiler(const std::string& directory);
+// The same compiler if one was made for the directory, else null (nothing is created).
+CachedCompiler* find_shared_compiler(const std::string& directory);
 
 }  // namespace edb::jit

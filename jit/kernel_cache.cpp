@@ -520,6 +520,7 @@ void KernelCache::keep_in_memory_locked(const KernelEntry& entry) {
     if (old == memory_.end()) continue;
     counters_.memory_bytes -= memory_footprint(old->second);
     --counters_.memory_entries;
+    ++counters_.memory_evictions;
     memory_.erase(old);
   }
 }

@@ -70,6 +70,7 @@ struct KernelCacheStats {
 struct KernelCacheCounters {
   uint64_t memory_hits = 0, disk_hits = 0, misses = 0, stores = 0;
   uint64_t memory_entries = 0, memory_bytes = 0;  // held in memory now (at most max_memory_bytes)
+  uint64_t memory_evictions = 0;                  // entries dropped from memory for the cap
 };
 
 struct VerifyResult {
@@ -121,6 +122,7 @@ class KernelCache {
   std::vector<VerifyResult> verify() const;   // every entry file, sorted by name
   KernelCacheStats stats() const;
   KernelCacheCounters counters() const;
+  uint64_t max_memory_bytes() const { return max_memory_bytes_; }
   PruneResult prune(uint64_t max_bytes);  // least recently used first, until total <= max_bytes
   PruneResult clear();  // memory and disk; `removed`: the entry files removed
   bool disk_writable() const;

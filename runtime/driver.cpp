@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "jit/cached_compiler.h"
 #include "memplan/layout.h"
 #include "runtime/cuda_executor.h"
 #include "scheduler/lower_bound.h"
@@ -239,10 +240,10 @@ Driver::Driver(const EngineOptions& options)
       dump_(DumpFlags::from_environment()) {
   fsm_ = dynamic_cast<scheduler::FsmPolicy*>(policy_.get());
   learned_ = dynamic_cast<scheduler::ImitationPolicy*>(policy_.get());
-  if (auto* search = dynamic_cast<scheduler::SearchPolicy*>(policy_.get())) {
+  if ((search_ = dynamic_cast<scheduler::SearchPolicy*>(policy_.get()))) {
     if (options.search_budget_ms < 1)
       throw UsageError("edb::Engine: search_budget_ms must be at least 1, got " + std::to_string(options.search_budget_ms));
-    search->set_budget(std::chrono::milliseconds(options.search_budget_ms));
+    search_->set_budget(std::chrono::milliseconds(options.search_budget_ms));
   }
   if (fsm_) {
     *fsm_ = scheduler::FsmPolicy(scheduler::FsmPolicy::parse_encoding(options.policy_encoding));
@@ -282,8 +283,20 @@ void Driver::wait(TraceData& trace) {
 }
 
 const Stats& Driver::stats() {
-  if (queue_) stats_ += queue_->take_stats();
+  if (queue_) stats_ += queue_->take_stats();  // waits for every execution: the caches are still
+  CacheSizes& caches = stats_.caches;
+  caches = CacheSizes{};
+  caches.signatures = CacheSize{int64_t(signatures.size()), int64_t(signatures.bytes()), 0, 0, signatures.forgotten()};
+  if (search_)
+    caches.search_schedules = CacheSize{int64_t(search_->cached()), 0, int64_t(search_->capacity()), 0, search_->evictions()};
+  if (jit::CachedCompiler* compiler = jit::find_shared_compiler(options_.cache_directory))
+    jit::compiler_cache_sizes(*compiler, caches.linked_kernels, caches.kernel_memory);
   return stats_;
+}
+
+void Driver::reset_signatures() {
+  signatures.reset();
+  if (search_) search_->clear();
 }
 
 void Driver::reset_stats() {

@@ -108,12 +108,16 @@ class Driver {
   void save_policy(const std::string& path);
   void reset_stats();
   ir::SignatureTable signatures;
+  // Forgets every signature, and the search policy's schedules, which name types. Only between
+  // evaluations, when no trace and no cell holds a type of the table.
+  void reset_signatures();
 
  private:
   EngineOptions options_;
   std::unique_ptr<scheduler::Policy> policy_;
   scheduler::FsmPolicy* fsm_ = nullptr;  // policy_ when it is the Q-learned one
   scheduler::ImitationPolicy* learned_ = nullptr;  // policy_ when it imitates search
+  scheduler::SearchPolicy* search_ = nullptr;      // policy_ when it searches each trace shape
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ExecutionQueue> queue_;  // null: execute on the caller's thread
   DumpFlags dump_;

@@ -47,9 +47,11 @@ uint32_t ImitationPolicy::index_of(const std::string& name) {
 }
 
 void ImitationPolicy::map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights) {
-  if (input.signatures != indexed_for_) {
+  const int64_t resets = input.signatures ? input.signatures->resets() : 0;
+  if (input.signatures != indexed_for_ || resets != indexed_resets_) {
     index_of_global_.clear();
     indexed_for_ = input.signatures;
+    indexed_resets_ = resets;
   }
   if (dense_stale_) {
     dense_score_.assign(names_.size() * kBuckets, 0.0f);

@@ -103,6 +103,7 @@ class ImitationPolicy final : public Policy {
   bool dense_stale_ = true;
   std::vector<uint32_t> index_of_global_;
   const ir::SignatureTable* indexed_for_ = nullptr;
+  int64_t indexed_resets_ = 0;  // indexed_for_->resets() then: a reset table reuses its ids
   std::vector<std::string> names_;             // policy type index -> signature (or kTerminalName)
   std::unordered_map<std::string, uint32_t> index_of_name_;
   std::vector<std::string> models_;            // models the table was trained on ("model/..." prefixes)

@@ -202,16 +202,29 @@ void SearchPolicy::schedule(const ScheduleInput& input, Schedule& out) {
   ++searches_;
   out = search_schedule(input, options_).schedule;
   if (capacity_ == 0) return;
-  if (cache_.size() >= capacity_) {
-    auto oldest = cache_.begin();
-    for (auto it = cache_.begin(); it != cache_.end(); ++it)
-      if (it->second.used < oldest->second.used) oldest = it;
-    cache_.erase(oldest);
-  }
+  while (cache_.size() >= capacity_) evict_oldest();
   Entry& entry = cache_[std::move(key)];
   entry.schedule = out;
   entry.used = clock_;
   for (ir::NodeId& id : entry.schedule.nodes) id -= input.begin;
+}
+
+void SearchPolicy::evict_oldest() {
+  auto oldest = cache_.begin();
+  for (auto it = cache_.begin(); it != cache_.end(); ++it)
+    if (it->second.used < oldest->second.used) oldest = it;
+  cache_.erase(oldest);
+  ++evictions_;
+}
+
+void SearchPolicy::set_capacity(size_t capacity) {
+  capacity_ = capacity;
+  while (cache_.size() > capacity_) evict_oldest();
+}
+
+void SearchPolicy::clear() {
+  evictions_ += int64_t(cache_.size());
+  cache_.clear();
 }
 
 }  // namespace edb::scheduler

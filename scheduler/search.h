@@ -50,6 +50,11 @@ class SearchPolicy final : public Policy {
   void set_budget(std::chrono::microseconds budget) { options_.budget = budget; }
   int64_t searches() const { return searches_; }
   int64_t cache_hits() const { return hits_; }
+  size_t cached() const { return cache_.size(); }
+  size_t capacity() const { return capacity_; }
+  void set_capacity(size_t capacity);  // evicts the least recently used beyond it
+  int64_t evictions() const { return evictions_; }
+  void clear();  // forgets every schedule (their batches name types of a signature table reset since)
 
  private:
   struct Entry {
@@ -60,7 +65,8 @@ class SearchPolicy final : public Policy {
   size_t capacity_;
   std::unordered_map<std::string, Entry> cache_;
   uint64_t clock_ = 0;
-  int64_t searches_ = 0, hits_ = 0;
+  int64_t searches_ = 0, hits_ = 0, evictions_ = 0;
+  void evict_oldest();
 };
 
 }  // namespace edb::scheduler

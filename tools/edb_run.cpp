@@ -143,6 +143,18 @@ nlohmann::json policy_training_json(const Report& r) {
   return j;
 }
 
+// Stats::caches: each cache's size and bound, as read at the end of the run.
+nlohmann::json caches_json(const edb::CacheSizes& c) {
+  auto one = [](const edb::CacheSize& s) {
+    return nlohmann::json{{"entries", s.entries}, {"bytes", s.bytes}, {"max_entries", s.max_entries},
+                          {"max_bytes", s.max_bytes}, {"evictions", s.evictions}};
+  };
+  return {{"signatures", one(c.signatures)},
+          {"search_schedules", one(c.search_schedules)},
+          {"linked_kernels", one(c.linked_kernels)},
+          {"kernel_memory", one(c.kernel_memory)}};
+}
+
 nlohmann::json to_json(const Report& r) {
   const edb::Stats& s = r.result.stats;
   const auto& t = s.time;
@@ -180,6 +192,7 @@ nlohmann::json to_json(const Report& r) {
         {"execute", t.execute_ms},
         {"total", r.result.total_ms}}},
   };
+  j["caches"] = caches_json(s.caches);
   if (s.policy_decisions > 0) j["policy_unseen_rate"] = double(s.policy_unseen) / double(s.policy_decisions);
   if (r.trained) j["training"] = policy_training_json(r);
   return j;

@@ -12,6 +12,30 @@ struct StageTimes {
   double execute_ms = 0;
 };
 
+// The size of one cache that grows with the structures a process sees, and its bound (0: that
+// unit is not the bound, or not counted). Each cache evicts when it reaches its bound, so entries
+// <= max_entries and bytes <= max_bytes hold after every evaluation.
+struct CacheSize {
+  int64_t entries = 0;
+  int64_t bytes = 0;
+  int64_t max_entries = 0;
+  int64_t max_bytes = 0;
+  int64_t evictions = 0;  // entries evicted (or, for a table cleared whole, entries cleared) so far
+};
+
+// Every such cache, as read when Engine::stats() is called. These are gauges, not sums: `+=` and
+// `-=` leave this Stats' sizes as they are, so `later -= earlier` keeps the later reading; every
+// Engine::stats() reads them afresh. Defaults and knobs: docs/edb-run.md.
+struct CacheSizes {
+  CacheSize signatures;        // the engine's signature table: types
+  CacheSize search_schedules;  // the search policy's schedules by trace structure
+  // Process-wide, for the engine's kernel cache directory (jit): kernels linked into the LLVM JIT
+  // (jit::LlvmBackendOptions::max_kernels), and the kernel cache's entries kept in memory
+  // (jit::KernelCacheOptions::max_memory_bytes).
+  CacheSize linked_kernels;
+  CacheSize kernel_memory;
+};
+
 // nodes, batches and lower_bound describe the schedule, so they are the same for every executor
 // that runs it; kernel_calls and bytes_gathered say what the executor did with it. With cells on
 // (EngineOptions::cells), each call of a cell counts as the nodes of its body.
@@ -42,6 +66,7 @@ struct Stats {
   int64_t policy_decisions = 0;
   int64_t policy_unseen = 0;     // of which fell back to greedy on a state the table lacks
   StageTimes time;
+  CacheSizes caches;  // gauges (see CacheSizes), read at Engine::stats()
 
   Stats& operator+=(const Stats& other);
   Stats& operator-=(const Stats& other);  // what was counted between two readings: later -= earlier
