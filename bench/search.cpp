@@ -223,6 +223,9 @@ int run(int argc, char** argv) {
                           {"weighted_lower_bound", totals.weighted_bound}, {"greedy", totals.greedy},
                           {"tight_first", totals.rule}, {"learned", totals.learned}, {"search", totals.search},
                           {"learned_ns_per_decision", totals.learned_ns}, {"greedy_ns_per_decision", totals.greedy_ns},
+                          {"heights_ns_per_decision", totals.heights_ns},
+                          {"tight_frontier_ns_per_decision", totals.tight_frontier_ns},
+                          {"decisions", totals.decisions},
                           {"training_s", training_s}, {"stop_reason", learned.stop_reason}}
                .dump(2)
         << '\n';
