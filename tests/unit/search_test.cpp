@@ -1,7 +1,8 @@
 // The schedule search (scheduler/search.h) against the exhaustive branch and bound of exact.h on
-// small graphs, its bound and budget; the learned policy (imitation.h) never above greedy on its
-// training traces, and its file refused when it is of another kind, version or model; the search
-// policy's cache by trace structure.
+// small graphs, its bound and budget; chain heights against their definition; the learned policy
+// (imitation.h) never above greedy on its training traces, its greedy fallback, and its file
+// refused when it is of another kind, version or model or damaged; the search policy's cache by
+// trace structure.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "scheduler/lower_bound.h"
 #include "scheduler/policies.h"
 #include "scheduler/search.h"
+#include "scheduler/tight.h"
 #include "tests/support/graph_builder.h"
 #include "tests/support/test_support.h"
 
@@ -58,6 +60,49 @@ int64_t greedy_count(const ScheduleInput& in) {
   greedy.schedule(in, s);
   verify(in, s);
   return int64_t(s.batch_count());
+}
+
+// Chain heights against their definition, by a dense table per node and type: the most nodes of
+// a node's own type on a path that starts at it; also the sum of the heights' tops is the lower
+// bound, and a type is terminal only when it is single-rank.
+TEST(ChainHeights, MatchTheDefinitionOnRandomGraphs) {
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    const ir::Graph graph = random_dag(seed, 30 + int(seed % 20), 1 + int(seed % 4));
+    ir::SignatureTable table;
+    const std::vector<ir::TypeId> types = table.assign(graph);
+    const ScheduleInput in{graph, types};
+    Analysis analysis;
+    analysis.build(in);
+    ChainHeights heights;
+    heights.build(in, analysis);
+    heights.build(in, analysis);  // again on the same buffers: the same answer
+    const size_t n = graph.size(), width = analysis.types.count();
+    std::vector<uint32_t> most(n * width, 0);  // most[i][t]: t-nodes on the longest path from i
+    std::vector<std::vector<NodeId>> users(n);
+    for (NodeId id = 0; id < n; ++id)
+      for (NodeId arg : graph.args(id)) users[arg].push_back(id);
+    for (size_t i = n; i-- > 0;) {
+      const uint32_t t = analysis.types.of_node[i];
+      if (t == LocalTypes::kNone) continue;
+      for (NodeId u : users[i])
+        for (size_t k = 0; k < width; ++k) most[i * width + k] = std::max(most[i * width + k], most[u * width + k]);
+      ++most[i * width + t];
+      SCOPED_TRACE("seed " + std::to_string(seed) + ", node " + std::to_string(i));
+      EXPECT_EQ(heights.height[i], most[i * width + t]);
+    }
+    int64_t bound = 0;
+    std::vector<uint32_t> top(width, 0);
+    for (size_t i = 0; i < n; ++i)
+      if (const uint32_t t = analysis.types.of_node[i]; t != LocalTypes::kNone) top[t] = std::max(top[t], heights.height[i]);
+    for (size_t t = 0; t < width; ++t) {
+      bound += top[t];
+      EXPECT_EQ(top[t], analysis.chains.longest[t]) << "seed " << seed << ", type " << t;
+      if (heights.terminal[t]) {
+        EXPECT_EQ(analysis.chains.longest[t], 1u);
+      }
+    }
+    EXPECT_EQ(bound, lower_bound(in)) << "seed " << seed;
+  }
 }
 
 TEST(ScheduleSearch, NeverBelowTheOptimumAndFindsItOnSmallGraphs) {
