@@ -105,6 +105,9 @@ struct CellBody {
   int64_t flops = 0;             // one call's, as node_flops counts its body
   int64_t operations = 0;        // the body's nodes that compute (what a copy would record)
   int64_t batches = 0;           // the batches of the body's own schedule
+  // The views recorded right after each call: a slice per output held in the frame, then a
+  // reshape of the slice per such output that is a matrix.
+  int64_t output_views = 0;
 };
 
 struct Node {

@@ -49,10 +49,11 @@ void place_call_outputs(const ir::Graph& graph, const scheduler::Schedule& sched
   for (size_t b = 0; b < schedule.batch_count(); ++b) {
     if (graph.node(schedule.batch(b)[0]).op != ir::Op::call) continue;
     for (ir::NodeId call : schedule.batch(b))
-      for (ir::NodeId v = call + 1; v < graph.size(); ++v) {
+      for (ir::NodeId v = call + 1; v <= call + graph.cell(graph.node(call).attrs.index).output_views; ++v) {
+        // Its outputs' slices, then reshapes of those (a matrix output).
         const ir::Node& n = graph.node(v);
-        if (n.op != ir::Op::slice || graph.args(n)[0] != call) break;
-        plan.offset[v] = plan.offset[call] + n.attrs.begin;
+        const ir::NodeId source = graph.args(n)[0];
+        plan.offset[v] = n.op == ir::Op::slice ? plan.offset[call] + n.attrs.begin : plan.offset[source];
         plan.view[v] = 1;
       }
   }

@@ -8,6 +8,7 @@
 //              in their run count as bytes gathered; a GEMM copies the operand into scratch.
 #include "runtime/batched.h"
 #include "runtime/cell_kernels.h"
+#include "runtime/call_expansion.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -694,7 +695,8 @@ BatchedExecutor::BatchedExecutor(int threads, bool jit, std::string cache_direct
     : pool_(threads),
       jit_(jit),
       kernels_(jit ? std::make_unique<JitKernels>(cache_directory) : nullptr),
-      cells_(jit ? std::make_unique<CellKernels>(std::move(cache_directory)) : nullptr) {}
+      cells_(jit ? std::make_unique<CellKernels>(std::move(cache_directory)) : nullptr),
+      calls_(std::make_unique<CallExpansion>()) {}
 
 BatchedExecutor::~BatchedExecutor() = default;
 
@@ -719,9 +721,12 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
       }
     }
     if (values.plan.is_view(schedule.batch(b)[0])) continue;  // the planner made the whole batch a view
-    if (values.graph.node(schedule.batch(b)[0]).op == ir::Op::call) {  // a batch of single-node cell calls
-      if (!cells_) throw InternalError("batched executor: a batch of cell call nodes, which only the jit executor runs");
-      cells_->run_calls(schedule.batch(b), values, pool_, stats);
+    if (const ir::Node& first = values.graph.node(schedule.batch(b)[0]); first.op == ir::Op::call) {
+      // A batch of cell calls: one compiled kernel where the cell lowers, else its body's batches.
+      if (cells_ && static_cast<const CallCell&>(values.graph.cell(first.attrs.index)).lowered)
+        cells_->run_calls(schedule.batch(b), values, pool_, stats);
+      else
+        calls_->run(*this, schedule.batch(b), values, stats);
       continue;
     }
     // With the JIT, a run of elementwise batches goes as one kernel.

@@ -16,6 +16,7 @@ namespace edb::runtime {
 
 struct JitKernels;  // compiled elementwise kernels by description (batched.cpp)
 class CellKernels;  // compiled cells (runtime/cell_kernels.h)
+class CallExpansion;  // cell calls run batch by batch (runtime/call_expansion.h)
 
 // With `jit`, a batch of cell calls whose body lowers to a cell program runs as one compiled kernel
 // (runtime/cell_kernels.h), and other elementwise batches run kernels compiled by the LLVM backend:
@@ -49,6 +50,7 @@ class BatchedExecutor final : public Executor {
   bool jit_;
   std::unique_ptr<JitKernels> kernels_;  // null unless jit
   std::unique_ptr<CellKernels> cells_;   // null unless jit
+  std::unique_ptr<CallExpansion> calls_;  // batches of calls of cells not compiled
 };
 
 }  // namespace edb::runtime

@@ -427,66 +427,39 @@ std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Pl
   }
 }
 
-std::unique_ptr<CallCell> lower_call_cell(const ir::Graph& body, std::span<const ir::NodeId> placeholders,
-                                          std::span<const ir::NodeId> outputs, const std::string& name,
-                                          std::string& why_not) {
-  auto cell = std::make_unique<CallCell>();
-  // The body as a call's copy lies in a trace: its leaves, then its operations contiguously.
-  std::vector<ir::NodeId> to(body.size(), ir::kNoNode);
-  std::vector<int64_t> argument_of(body.size(), -1);
-  for (size_t i = 0; i < placeholders.size(); ++i) argument_of[placeholders[i]] = int64_t(i);
-  ir::Graph& copy = cell->body;
-  for (const ir::ParameterInfo& info : body.parameters()) copy.add_parameter(info);
-  for (ir::NodeId id = 0; id < body.size(); ++id) {
-    const ir::Node& n = body.node(id);
-    if (!ir::has_flag(n.op, ir::kLeaf)) continue;
-    ir::Attributes attrs = n.attrs;
-    if (n.op == ir::Op::input)
-      attrs.index = copy.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
-    to[id] = copy.add(n.op, {}, n.shape, attrs);
-  }
-  cell->first = ir::NodeId(copy.size());
-  std::vector<ir::NodeId> args;
-  for (ir::NodeId id = 0; id < body.size(); ++id) {
-    const ir::Node& n = body.node(id);
-    if (ir::has_flag(n.op, ir::kLeaf)) continue;
-    args.clear();
-    for (ir::NodeId arg : body.args(n)) args.push_back(to[arg]);
-    to[id] = copy.add(n.op, args, n.shape, n.attrs);
-  }
-  const uint32_t count = uint32_t(copy.size() - cell->first);
-  std::vector<uint32_t> output_offsets;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    if (ir::has_flag(body.node(outputs[k]).op, ir::kLeaf)) {
-      why_not = "output " + std::to_string(k + 1) + " is a leaf of the body (an argument, parameter or constant), not a value it computes";
-      return nullptr;
-    }
-    output_offsets.push_back(to[outputs[k]] - cell->first);
-  }
+namespace {
+
+// Lays out `cell` (its copy of the body already made) for the jit: the program of its body and
+// a frame of what the program stores; false, with the reason in cell.why_not, when the body does
+// not lower or an output is not a value of its own (a view or a concat of others).
+bool lower_into(CallCell& cell, std::span<const ir::NodeId> to, std::span<const int64_t> argument_of,
+                std::span<const uint32_t> output_offsets, bool for_backward) {
+  const ir::Graph& copy = cell.body;
+  const uint32_t count = uint32_t(copy.size() - cell.first);
   // Every slice of a column is a view: the frame keeps no copy of rows it can read in place.
   memplan::Plan plan;
   plan.offset.assign(copy.size(), -1);
   plan.view.assign(copy.size(), 0);
-  for (ir::NodeId id = cell->first; id < copy.size(); ++id)
+  for (ir::NodeId id = cell.first; id < copy.size(); ++id)
     plan.view[id] = copy.node(id).op == ir::Op::slice && copy.node(id).shape.cols == 1;
   try {
-    cell->lowering = Lowerer(copy, plan, cell->first, count, name, output_offsets, false, false).lower();
+    cell.lowering = Lowerer(copy, plan, cell.first, count, cell.name, output_offsets, false, for_backward).lower();
   } catch (const Unsupported& unsupported) {
-    why_not = unsupported.why;
-    return nullptr;
+    cell.why_not = unsupported.why;
+    return false;
   }
-
   // Each call slot: an argument of the call, a constant of the body, or a place in the frame.
   std::vector<int64_t> frame_of(count, -1);
-  for (const CellLowering::Reference& ref : cell->lowering.call_slots) {
+  int64_t frame = 0;
+  for (const CellLowering::Reference& ref : cell.lowering.call_slots) {
     CallCell::Slot slot;
     if (ref.argument < 0) {
       slot.kind = CallCell::Slot::frame;
-      slot.at = cell->frame_floats;
+      slot.at = frame;
       frame_of[ref.offset] = slot.at;
-      cell->frame_floats += copy.node(cell->first + ref.offset).shape.size();
+      frame += copy.node(cell.first + ref.offset).shape.size();
     } else {
-      const ir::NodeId arg = copy.args(cell->first + ref.offset)[size_t(ref.argument)];
+      const ir::NodeId arg = copy.args(cell.first + ref.offset)[size_t(ref.argument)];
       // Leaves come first in the copy, in the body's order.
       ir::NodeId original = 0;
       while (to[original] != arg) ++original;
@@ -498,18 +471,74 @@ std::unique_ptr<CallCell> lower_call_cell(const ir::Graph& body, std::span<const
         slot.constant = copy.leaf_data(arg);
       }
     }
-    cell->slots.push_back(slot);
+    cell.slots.push_back(slot);
   }
-  for (const CellLowering::Reference& ref : cell->lowering.shared_slots)
-    cell->shared.push_back(copy.leaf_data(copy.args(cell->first + ref.offset)[size_t(ref.argument)]));
-  for (uint32_t o : output_offsets) {
-    if (frame_of[o] < 0) {
-      why_not = "output %" + std::to_string(o) + " is not a value of its own (a view or a concat of others)";
-      return nullptr;
+  for (uint32_t o : output_offsets)
+    if (o != UINT32_MAX && frame_of[o] < 0) {
+      cell.why_not = "output %" + std::to_string(o) + " is not a value of its own (a view or a concat of others)";
+      cell.slots.clear();
+      return false;
     }
-    cell->output_offsets.push_back(frame_of[o]);
-  }
+  for (const CellLowering::Reference& ref : cell.lowering.shared_slots)
+    cell.shared.push_back(copy.leaf_data(copy.args(cell.first + ref.offset)[size_t(ref.argument)]));
+  cell.frame_at = std::move(frame_of);
+  cell.frame_floats = frame;
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const ir::TypeId> types,
+                                         std::span<const ir::NodeId> placeholders, std::span<const ir::NodeId> outputs,
+                                         const scheduler::Schedule& batches, const std::string& name, bool lower,
+                                         bool for_backward) {
+  auto cell = std::make_unique<CallCell>();
   cell->name = name;
+  // The body as a call's copy lies in a trace: its leaves, then its operations contiguously.
+  std::vector<ir::NodeId> to(body.size(), ir::kNoNode);
+  std::vector<int64_t> argument_of(body.size(), -1);
+  for (size_t i = 0; i < placeholders.size(); ++i) argument_of[placeholders[i]] = int64_t(i);
+  ir::Graph& copy = cell->body;
+  for (const ir::ParameterInfo& info : body.parameters()) copy.add_parameter(info);
+  for (int leaves = 1; leaves >= 0; --leaves) {
+    if (!leaves) cell->first = ir::NodeId(copy.size());
+    for (ir::NodeId id = 0; id < body.size(); ++id) {
+      const ir::Node& n = body.node(id);
+      if (ir::has_flag(n.op, ir::kLeaf) != (leaves == 1)) continue;
+      std::vector<ir::NodeId> args;
+      for (ir::NodeId arg : body.args(n)) args.push_back(to[arg]);
+      ir::Attributes attrs = n.attrs;
+      if (n.op == ir::Op::input)
+        attrs.index = copy.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
+      to[id] = copy.add(n.op, args, n.shape, attrs);
+    }
+  }
+  cell->types.assign(copy.size(), ir::kNoType);
+  for (ir::NodeId id = 0; id < body.size(); ++id) cell->types[to[id]] = types[id];
+  for (ir::NodeId p : placeholders) cell->placeholders.push_back(to[p]);
+  for (size_t b = 0; b < batches.batch_count(); ++b)
+    cell->body_batches.emplace_back(batches.batch(b).begin(), batches.batch(b).end());
+  const uint32_t count = uint32_t(copy.size() - cell->first);
+  std::vector<uint32_t> output_offsets;  // UINT32_MAX: a leaf
+  for (ir::NodeId o : outputs) {
+    cell->outputs.push_back(to[o]);
+    output_offsets.push_back(to[o] < cell->first ? UINT32_MAX : to[o] - cell->first);
+  }
+  cell->lowered = lower && count > 0 && lower_into(*cell, to, argument_of, output_offsets, for_backward);
+  if (!lower) cell->why_not = "not lowered (every value is kept)";
+  if (!cell->lowered) {
+    cell->frame_at.assign(count, -1);
+    cell->frame_floats = 0;
+    for (uint32_t o = 0; o < count; ++o) {
+      cell->frame_at[o] = cell->frame_floats;
+      cell->frame_floats += copy.node(cell->first + o).shape.size();
+    }
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const uint32_t o = output_offsets[k];
+    cell->output_offsets.push_back(o == UINT32_MAX ? -1 : cell->frame_at[o]);
+    if (o != UINT32_MAX) cell->output_views += body.node(outputs[k]).shape.cols == 1 ? 1 : 2;
+  }
   for (ir::NodeId p : placeholders) cell->arguments.push_back(body.node(p).shape);
   for (ir::NodeId id = cell->first; id < copy.size(); ++id) cell->flops += ir::node_flops(copy, id);
   cell->operations = count;

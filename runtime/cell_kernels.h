@@ -57,9 +57,12 @@ std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Pl
                                        std::string& why_not);
 
 // A cell whose calls are single nodes of the trace (ir::Op::call): its body laid out as a call's
-// copy would lie in a trace (the leaves, then the operations contiguously from `first`), lowered
-// once. A call's value is its frame: every value the program stores, at its slot's offset; the
-// call's outputs are slice views of it.
+// copy would lie in a trace (the leaves, then the operations contiguously from `first`). A call's
+// value is its frame, and its outputs are slice views of it. When the body lowers to a cell program
+// (`lowered`), the frame holds every value the program stores, at its slot's offset, and the jit
+// runs a batch of calls as one kernel; otherwise the frame holds every operation's value, in body
+// order. Every executor can run any batch of calls by expanding the body over it
+// (runtime/call_expansion.h), writing what the frame holds (`frame_at`).
 struct CallCell final : ir::CellBody {
   struct Slot {
     enum Kind : uint8_t { argument, frame, fixed };
@@ -69,18 +72,31 @@ struct CallCell final : ir::CellBody {
   };
   ir::Graph body;
   ir::NodeId first = 0;
+  std::vector<ir::NodeId> placeholders;  // the body's leaf standing for argument i
+  std::vector<ir::TypeId> types;         // per body node, in the engine's signature table
+  std::vector<std::vector<uint32_t>> body_batches;  // the body's schedule: operation offsets per batch
+  std::vector<int64_t> frame_at;         // per operation (offset from `first`): its place in the frame, or -1
+  // Where output k lies in the frame; -1 for an output that is a leaf of the body (the call
+  // returns the caller's node for it: an argument, a parameter or a constant).
+  std::vector<int64_t> output_offsets;
+  std::vector<ir::NodeId> outputs;  // the body node of output k
+  bool lowered = false;  // the program below runs a batch of calls as one kernel (jit)
+  bool is_backward = false;  // the backward body of another cell (trace/backward.cpp)
+  std::string why_not;   // otherwise, why not
   CellLowering lowering;
   std::vector<Slot> slots;              // per call slot of the program
   std::vector<const float*> shared;     // per shared slot: the parameter's data
-  std::vector<int64_t> output_offsets;  // where output k lies in the frame
 };
 
-// Lowers a cell's recorded body (`placeholders` stand for its arguments) for calls as single
-// nodes, or null with the reason in `why_not`: the body holds what a program cannot express, or
-// an output is not a value of its own (a view or a concat of others).
-std::unique_ptr<CallCell> lower_call_cell(const ir::Graph& body, std::span<const ir::NodeId> placeholders,
-                                          std::span<const ir::NodeId> outputs, const std::string& name,
-                                          std::string& why_not);
+// The cell of a recorded body (`placeholders` stand for its arguments; `types` its nodes' batching
+// types; `batches` its schedule over its operations, in order), laid out for calls as single
+// nodes. With `lower`, the body is lowered to a cell program where it can be (why_not says why
+// not), whose frame keeps the outputs and, `for_backward`, what the backward pass's rules read;
+// without, or when it cannot, the frame keeps every operation's value.
+std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const ir::TypeId> types,
+                                         std::span<const ir::NodeId> placeholders, std::span<const ir::NodeId> outputs,
+                                         const scheduler::Schedule& batches, const std::string& name, bool lower,
+                                         bool for_backward);
 
 // The jit executor's compiled cells: per cell, its lowering, kernel and packed weights.
 class CellKernels {

@@ -59,10 +59,17 @@ class Executor {
   virtual void check_shared_reads() {}
 };
 
+class CallExpansion;  // runtime/call_expansion.h
+
 class ReferenceExecutor final : public Executor {
  public:
+  ReferenceExecutor();
+  ~ReferenceExecutor() override;
   std::string_view name() const override { return "reference"; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
+
+ private:
+  std::unique_ptr<CallExpansion> calls_;  // a cell call: its body, node by node
 };
 
 // Computes one node from its arguments with plain Eigen (shared with tests and later executors'

@@ -5,6 +5,7 @@
 
 #include "edbatch/errors.h"
 #include "runtime/executor.h"
+#include "runtime/call_expansion.h"
 
 namespace edb::runtime {
 
@@ -33,11 +34,10 @@ struct NodeContext {
 
 void eval_input(const NodeContext& c) { not_executable(c); }
 void eval_parameter(const NodeContext& c) { not_executable(c); }
-// A cell call as one node runs only as the jit executor's compiled kernel; traces for the other
-// executors record each call's body (trace/cell.cpp).
+// A cell call runs its body node by node (ReferenceExecutor::execute, through CallExpansion).
 void eval_call(const NodeContext& c) {
-  throw InternalError("reference executor: node %" + std::to_string(c.id) + " is a call of cell '" +
-                      c.values.graph.cell(c.node.attrs.index).name + "', which only the jit executor runs");
+  throw InternalError("evaluate_node: node %" + std::to_string(c.id) + " is a call of cell '" +
+                      c.values.graph.cell(c.node.attrs.index).name + "'; an executor runs calls");
 }
 
 void eval_lookup(const NodeContext& c) {
@@ -183,11 +183,19 @@ void evaluate_node(const Values& values, ir::NodeId id) {
   throw InternalError("reference executor: unknown op at node %" + std::to_string(id));
 }
 
+ReferenceExecutor::ReferenceExecutor() : calls_(std::make_unique<CallExpansion>()) {}
+ReferenceExecutor::~ReferenceExecutor() = default;
+
 void ReferenceExecutor::execute(const scheduler::Schedule& schedule, const Values& values,
                                 Stats& stats) {
-  // Node by node whatever the batches: one call per node computed (a view computes nothing).
+  // Node by node whatever the batches: one call per node computed (a view computes nothing); a
+  // cell call is its body's nodes, one by one.
   for (ir::NodeId id : schedule.nodes) {
     if (values.plan.is_view(id)) continue;
+    if (values.graph.node(id).op == ir::Op::call) {
+      calls_->run(*this, std::span(&id, 1), values, stats);
+      continue;
+    }
     evaluate_node(values, id);
     stats.kernel_calls += 1;
   }

@@ -209,7 +209,9 @@ std::string to_dot(const ir::Graph& graph, const Schedule& schedule, const ir::S
     const std::string signature = type < signatures.size() ? signatures.name(type) : "type " + std::to_string(type);
     const std::string op = members.empty() ? "empty" : std::string(ir::op_name(graph.node(members[0]).op));
     out << "  subgraph cluster_" << b << " {\n"
-        << "    label=\"batch " << b << ": " << op << " x" << members.size() << "\"; tooltip=\""
+        << "    label=\"batch " << b << ": " << op << " x" << members.size()
+        << (op == "call" ? " (its cell's " + std::to_string(graph.cell(graph.node(members[0]).attrs.index).batches) + " batches)" : "")
+        << "\"; tooltip=\""
         << dot_escape(signature) << "\";\n"
         << "    style=\"rounded,filled\"; fillcolor=\"" << kBatchColours[colour % std::size(kBatchColours)]
         << "\"; color=\"#555555\"; fontsize=10;\n";

@@ -101,7 +101,8 @@ inline ir::TypeId scheduled_type(const ScheduleInput& input, ir::NodeId id) {
 
 // An argument as the policies see it: a view of a cell call's output is its call.
 inline ir::NodeId scheduled_argument(const ScheduleInput& input, ir::NodeId arg) {
-  return input.types[arg] == ir::kCallOutput ? input.graph.args(arg)[0] : arg;
+  while (input.types[arg] == ir::kCallOutput) arg = input.graph.args(arg)[0];  // a slice, or a reshape of one
+  return arg;
 }
 
 // Calls f(argument) for each argument of scheduled node `id` as the policies see it (see

@@ -8,6 +8,7 @@
 //     matmul_nt node, sum_i dy_i x_i^T: one GEMM per weight per trace, not one per instance;
 //   - slices: a slice of x sends (rows, dy); slices that tile x become one concat.
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "scheduler/schedule.h"
@@ -64,18 +65,72 @@ class Backward {
     b_.head.assign(loss + 1, -1);
     push(loss, {Contribution::kWhole, constant(ir::Shape{1, 1}, 1.0f), 0, 0, 0, -1});
     std::vector<std::pair<NodeId, NodeId>> leaves;
+    std::vector<NodeId> parameters;
     for (NodeId n : mirrored_order(loss)) {
-      if (!flows[n] || b_.head[n] < 0) continue;
+      if (b_.head[n] < 0) continue;
+      const Op op = graph_.node(n).op;  // a copy: combine() may grow the node array
+      // A parameter may be sent terms by a cell call whatever the trace's own path to it.
+      if (!flows[n] && op != Op::parameter) continue;
+      if (op == Op::call) {
+        send_call(n, flows);
+        continue;
+      }
+      if (op == Op::parameter) {  // after every call's rule, which may send it terms
+        parameters.push_back(n);
+        continue;
+      }
       const NodeId gradient = combine(n);
-      const ir::Node& node = graph_.node(n);
-      if (node.op == Op::parameter || node.op == Op::lookup) {
+      if (op == Op::lookup) {
         leaves.emplace_back(n, gradient);
         continue;
       }
       send(n, gradient, flows);
     }
+    // Parameters, then those only cells' bodies use (their nodes made by the calls' rules).
+    for (NodeId p : parameters) leaves.emplace_back(p, combine(p));
     std::reverse(leaves.begin(), leaves.end());
+    for (NodeId p : body_parameters_) leaves.emplace_back(p, combine(p));
     return leaves;
+  }
+
+  // A cell body's gradients (trace/cell.cpp derives each cell's backward body with this): `seeds`
+  // pair each output with its gradient, a node of the same graph; `arguments` are the body's
+  // placeholders. A parameter's products are kept as pairs, so that the trace adds every call's
+  // into one contraction per weight. The body holds no lookup (its caller checks).
+  struct BodyGradients {
+    std::vector<NodeId> arguments;  // per argument: its gradient, or kNoNode when none flows
+    struct Parameter {
+      NodeId node = ir::kNoNode;
+      NodeId whole = ir::kNoNode;  // the sum of its other terms, or kNoNode
+      std::vector<std::pair<NodeId, NodeId>> pairs;  // (dy, x): a term dy x^T each
+    };
+    std::vector<Parameter> parameters;
+  };
+  BodyGradients record_body(NodeId last, std::span<const std::pair<NodeId, NodeId>> seeds,
+                            std::span<const NodeId> arguments) {
+    std::vector<NodeId> seed_nodes;
+    for (const auto& [output, gradient] : seeds) seed_nodes.push_back(output);
+    const std::vector<uint8_t>& flows = gradient_flows(last, seed_nodes, arguments);
+    b_.head.assign(last + 1, -1);
+    for (const auto& [output, gradient] : seeds)
+      if (flows[output]) whole(output, gradient);
+    BodyGradients out;
+    out.arguments.assign(arguments.size(), ir::kNoNode);
+    for (NodeId n : mirrored_order(last)) {
+      if (!flows[n] || b_.head[n] < 0) continue;
+      if (graph_.node(n).op == Op::parameter) {
+        out.parameters.push_back(parameter_terms(n));
+        continue;
+      }
+      const NodeId gradient = combine(n);
+      const auto argument = std::find(arguments.begin(), arguments.end(), n);
+      if (argument != arguments.end()) {
+        out.arguments[size_t(argument - arguments.begin())] = gradient;
+        continue;
+      }
+      send(n, gradient, flows);
+    }
+    return out;
   }
 
  private:
@@ -95,6 +150,13 @@ class Backward {
     for (size_t b = last.batch_count(); b-- > 0;)
       for (NodeId m : last.batch(b))
         if (m <= loss && position[m] == UINT32_MAX) {
+          // A call's output views (never scheduled) pass their gradients to it just before it.
+          if (graph_.node(m).op == Op::call)
+            for (NodeId v = m + graph_.cell(graph_.node(m).attrs.index).output_views; v > m; --v)
+              if (v <= loss) {
+                position[v] = uint32_t(order.size());
+                order.push_back(v);
+              }
           position[m] = uint32_t(order.size());
           order.push_back(m);
           first_scheduled = std::min(first_scheduled, m);
@@ -117,6 +179,7 @@ class Backward {
   }
 
   void push(NodeId to, Contribution c) {
+    if (to >= b_.head.size()) b_.head.resize(size_t(to) + 1, -1);  // a parameter node a call's rule made
     c.next = b_.head[to];
     b_.head[to] = int32_t(b_.items.size());
     b_.items.push_back(c);
@@ -124,17 +187,23 @@ class Backward {
   void whole(NodeId to, NodeId gradient) { push(to, {Contribution::kWhole, gradient, 0, 0, 0, -1}); }
   void pair(NodeId to, NodeId dy, NodeId x) { push(to, {Contribution::kPair, dy, x, 0, 0, -1}); }
 
-  // Which nodes a gradient flows through: on the loss's path and depending on a parameter or lookup.
-  const std::vector<uint8_t>& gradient_flows(NodeId loss) {
+  // Which nodes a gradient flows through: on the loss's path and depending on a parameter or lookup
+  // (or, for a cell's body, on one of `sources`, its arguments). `seeds` are reached besides the loss.
+  const std::vector<uint8_t>& gradient_flows(NodeId loss, std::span<const NodeId> seeds = {},
+                                             std::span<const NodeId> sources = {}) {
     std::vector<uint8_t>& depends = b_.depends;
     std::vector<uint8_t>& reached = b_.flows;
     depends.assign(loss + 1, 0);
     reached.assign(loss + 1, 0);
+    for (NodeId a : sources) depends[a] = 1;
     for (NodeId n = 0; n <= loss; ++n) {
       const Op op = graph_.node(n).op;
-      depends[n] = op == Op::parameter || op == Op::lookup;
+      depends[n] |= op == Op::parameter || op == Op::lookup;
+      if (op == Op::call)  // its body's parameters
+        depends[n] |= !static_cast<const runtime::CallCell&>(graph_.cell(graph_.node(n).attrs.index)).body.parameters().empty();
       for (NodeId a : graph_.args(n)) depends[n] |= depends[a];
     }
+    for (NodeId seed : seeds) reached[seed] = 1;
     reached[loss] = 1;
     for (NodeId n = loss + 1; n-- > 0;)
       if (reached[n])
@@ -163,6 +232,118 @@ class Backward {
     const NodeId id = s_.add(Op::input, {}, shape, attrs).node_id();
     constants_.emplace(key, id);
     return id;
+  }
+
+  // The record of the cell a call node names.
+  detail::CellRecord& record_of(const runtime::CallCell& cell) {
+    if (last_cell_ == &cell) return *last_record_;
+    for (const auto& record : s_.engine->cell_records)
+      if (record->call_cell.get() == &cell) {
+        last_cell_ = &cell;
+        last_record_ = record.get();
+        return *record;
+      }
+    throw InternalError("Trace::backward: a call names a cell its engine does not hold");
+  }
+
+  // The trace's node for a parameter of a cell's body (made now if only bodies used it).
+  NodeId parameter_of(const ir::ParameterInfo& info) {
+    const size_t before = graph_.size();
+    const NodeId node = s_.parameter_node(info);
+    if (graph_.size() > before) body_parameters_.push_back(node);
+    return node;
+  }
+
+  // A forward value of call n (whose arguments are `args`) as a node of the trace.
+  NodeId call_value(NodeId n, std::span<const NodeId> args, const detail::BackwardCell::Value& value) {
+    if (value.kind == detail::BackwardCell::Value::argument) return args[size_t(value.at)];
+    if (value.kind == detail::BackwardCell::Value::constant) {
+      ir::Attributes attrs;
+      attrs.index = graph_.add_constants(value.values);
+      return s_.add(Op::input, {}, value.shape, attrs).node_id();
+    }
+    const auto key = std::make_pair(n, value.at);
+    if (auto it = frame_reads_.find(key); it != frame_reads_.end() && graph_.node(it->second).shape == value.shape)
+      return it->second;
+    ir::Attributes rows;
+    rows.begin = int32_t(value.at);
+    rows.end = rows.begin + int32_t(value.shape.size());
+    NodeId read = emit(Op::slice, {n}, rows);
+    if (value.shape.cols > 1) {
+      ir::Attributes target;
+      target.target = value.shape;
+      read = emit(Op::reshape, {read}, target);
+    }
+    frame_reads_[key] = read;
+    return read;
+  }
+
+  // A cell call's rule: one call of the cell's backward body (trace/backward.cpp's
+  // derive_backward) on the call's frame, its arguments and its outputs' gradients; what that
+  // returns goes to the arguments and, as terms and (dy, x) pairs, to the body's parameters.
+  void send_call(NodeId n, const std::vector<uint8_t>& flows) {
+    const ir::Node node = graph_.node(n);
+    const auto& cell = static_cast<const runtime::CallCell&>(graph_.cell(node.attrs.index));
+    if (cell.is_backward)
+      throw UsageError("edb::Trace::backward(): node %" + std::to_string(n) + " (a call of " + cell.name +
+                       ") belongs to an earlier backward pass; second derivatives are not supported");
+    detail::CellRecord& record = record_of(cell);
+    if (!record.backward) return;  // no gradient flows through its body
+    detail::BackwardCell& backward = *record.backward;
+    std::vector<NodeId> args{n};
+    const auto forward_args = graph_.args(n);
+    args.insert(args.end(), forward_args.begin(), forward_args.end());
+    const size_t arguments = forward_args.size();
+    // Each output's gradient: what the views of the output sent, summed.
+    std::vector<std::vector<NodeId>> seeds(backward.seed_offsets.size());
+    for (int32_t i = b_.head[n]; i >= 0; i = b_.items[size_t(i)].next) {
+      const Contribution c = b_.items[size_t(i)];
+      size_t j = 0;
+      while (j < seeds.size() && !(c.kind == Contribution::kSlice && c.begin == backward.seed_offsets[j] &&
+                                   c.end - c.begin == backward.seed_floats[j]))
+        ++j;
+      if (j == seeds.size())
+        throw InternalError("Trace::backward: call %" + std::to_string(n) + " was sent a gradient at no output");
+      seeds[j].push_back(c.a);
+    }
+    for (size_t j = 0; j < seeds.size(); ++j) {
+      std::reverse(seeds[j].begin(), seeds[j].end());
+      if (seeds[j].empty()) args.push_back(constant(ir::Shape{int32_t(backward.seed_floats[j]), 1}, 0.0f));
+      else args.push_back(seeds[j].size() == 1 ? seeds[j][0] : emit(Op::sum, seeds[j]));
+    }
+    const ir::TypeId type = detail::call_type(*s_.engine, backward.cell, graph_, args);
+    std::vector<NodeId> outputs;
+    detail::record_call_node(s_, backward.cell, type, args, outputs);
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const detail::BackwardCell::Output& o = backward.outputs[k];
+      if (o.kind == detail::BackwardCell::Output::argument) {
+        const NodeId a = args[1 + o.index];
+        if (flows[a]) whole(a, outputs[k]);
+        continue;
+      }
+      const NodeId p = parameter_of(cell.body.parameter(o.index));
+      if (o.kind == detail::BackwardCell::Output::whole) whole(p, outputs[k]);
+      else pair(p, outputs[k], call_value(n, std::span(args).subspan(1, arguments), o.x));
+    }
+  }
+
+  // What was sent to parameter n in a cell's body: its pairs as they are, the rest summed.
+  BodyGradients::Parameter parameter_terms(NodeId n) {
+    BodyGradients::Parameter p;
+    p.node = n;
+    std::vector<NodeId> terms;
+    std::vector<SlicePart> slices;
+    for (int32_t i = b_.head[n]; i >= 0; i = b_.items[size_t(i)].next) {
+      const Contribution c = b_.items[size_t(i)];
+      if (c.kind == Contribution::kPair) p.pairs.emplace_back(c.a, c.b);
+      else if (c.kind == Contribution::kSlice) slices.push_back({c.begin, c.end, c.a});
+      else terms.push_back(c.a);
+    }
+    std::reverse(p.pairs.begin(), p.pairs.end());
+    std::reverse(terms.begin(), terms.end());
+    if (!slices.empty()) terms.push_back(assemble_slices(n, slices));
+    if (!terms.empty()) p.whole = terms.size() == 1 ? terms[0] : emit(Op::sum, terms);
+    return p;
   }
 
   // The sum of everything sent to n: its whole terms, its slices put back in place, and one
@@ -381,7 +562,204 @@ class Backward {
   ir::Graph& graph_;
   Buffers& b_;
   std::map<std::tuple<int32_t, int32_t, float>, NodeId> constants_;
+  std::vector<NodeId> body_parameters_;  // parameter nodes made for cells' bodies
+  std::map<std::pair<NodeId, int64_t>, NodeId> frame_reads_;  // (call, first row) -> its view
+  const runtime::CallCell* last_cell_ = nullptr;
+  detail::CellRecord* last_record_ = nullptr;
 };
+
+// Why a value of the forward body cannot be found after its call, or "" (then `value` says where).
+std::string forward_value(const runtime::CallCell& cell, NodeId id, detail::BackwardCell::Value& value) {
+  const ir::Graph& body = cell.body;
+  const ir::Node& n = body.node(id);
+  value.shape = n.shape;
+  if (id < cell.first) {
+    const auto argument = std::find(cell.placeholders.begin(), cell.placeholders.end(), id);
+    if (argument != cell.placeholders.end()) {
+      value.kind = detail::BackwardCell::Value::argument;
+      value.at = argument - cell.placeholders.begin();
+      return "";
+    }
+    if (n.op != Op::input) return "a parameter is a product's right factor";
+    value.kind = detail::BackwardCell::Value::constant;
+    value.values.assign(body.leaf_data(id), body.leaf_data(id) + n.shape.size());
+    return "";
+  }
+  const int64_t at = cell.frame_at[id - cell.first];
+  if (at >= 0) {
+    value.kind = detail::BackwardCell::Value::frame;
+    value.at = at;
+    return "";
+  }
+  if (n.op == Op::slice && n.shape.cols == 1) {  // a view of its source's rows
+    const std::string why = forward_value(cell, body.args(n)[0], value);
+    if (!why.empty() || value.kind == detail::BackwardCell::Value::argument) return why.empty() ? "a slice of an argument" : why;
+    if (value.kind == detail::BackwardCell::Value::frame) value.at += n.attrs.begin;
+    else value.values = std::vector<float>(value.values.begin() + n.attrs.begin, value.values.begin() + n.attrs.end);
+    value.shape = n.shape;
+    return "";
+  }
+  return "body node %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) + ") is not kept in the frame";
+}
+
+}  // namespace
+
+// The backward body of `record`'s cell: its rules (Backward::record_body) over a copy of the
+// forward body, then rewritten so that every forward value it reads comes from the call: an
+// argument, rows of the frame, or a constant. A cell of its own, planned and lowered as any.
+void detail::derive_backward(EngineState& engine, CellRecord& record) {
+  record.backward_derived = true;
+  const runtime::CallCell& cell = *record.call_cell;
+  const ir::Graph& body = cell.body;
+  for (NodeId id = 0; id < body.size(); ++id)
+    if (body.node(id).op == Op::lookup) {
+      record.why_no_backward = "the body looks up a table";
+      return;
+    }
+  // 1. The forward body again (same node ids), a gradient input per output the frame holds, and
+  // the rules.
+  // Scopes of their own on the engine, returned to the pool at the end.
+  struct Scope {
+    TraceState* state;
+    ~Scope() { state->release(); }
+  };
+  TraceState* rules_state = TraceState::acquire(&engine);
+  const Scope rules_scope{rules_state};
+  rules_state->cell_scope = record.schedule.name;
+  ir::Graph& g = rules_state->data.graph;
+  for (const ir::ParameterInfo& info : body.parameters()) g.add_parameter(info);
+  for (NodeId id = 0; id < body.size(); ++id) {
+    const ir::Node& n = body.node(id);
+    ir::Attributes attrs = n.attrs;
+    if (n.op == Op::input) attrs.index = g.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
+    const auto args = body.args(n);
+    rules_state->add(n.op, std::vector<NodeId>(args.begin(), args.end()), n.shape, attrs);
+  }
+  const NodeId last = NodeId(body.size() - 1);
+  auto backward = std::make_unique<BackwardCell>();
+  std::vector<std::pair<NodeId, NodeId>> seeds;
+  std::vector<NodeId> seed_inputs;
+  for (size_t k = 0; k < cell.outputs.size(); ++k) {
+    if (cell.output_offsets[k] < 0) continue;
+    if (std::find(backward->seed_offsets.begin(), backward->seed_offsets.end(), cell.output_offsets[k]) !=
+        backward->seed_offsets.end())
+      continue;  // the same value returned twice: one gradient, which the trace sums for it
+    const ir::Shape shape = body.node(cell.outputs[k]).shape;
+    backward->seed_offsets.push_back(cell.output_offsets[k]);
+    backward->seed_floats.push_back(shape.size());
+    const std::vector<float> zeros(size_t(shape.size()), 0.0f);
+    ir::Attributes attrs;
+    attrs.index = g.add_constants(zeros);
+    NodeId dy = rules_state->add(Op::input, {}, ir::Shape{int32_t(shape.size()), 1}, attrs).node_id();
+    seed_inputs.push_back(dy);
+    if (shape.cols > 1) {
+      ir::Attributes target;
+      target.target = shape;
+      dy = rules_state->add(Op::reshape, std::span(&dy, 1), shape, target).node_id();
+    }
+    seeds.emplace_back(cell.outputs[k], dy);
+  }
+  const Backward::BodyGradients grads = Backward(*rules_state).record_body(last, seeds, cell.placeholders);
+
+  // 2. The backward body: its arguments (the forward frame, the forward arguments, the gradients),
+  // each forward value it reads from them, and the rules' nodes.
+  TraceState* state = TraceState::acquire(&engine);
+  const Scope scope{state};
+  state->cell_scope = record.schedule.name;
+  ir::Graph& out = state->data.graph;
+  CellRecord& result = backward->cell;
+  auto placeholder = [&](ir::Shape shape) {
+    const std::vector<float> zeros(size_t(shape.size()), 0.0f);
+    ir::Attributes attrs;
+    attrs.index = out.add_constants(zeros);
+    const NodeId id = state->add(Op::input, {}, shape, attrs).node_id();
+    result.placeholders.push_back(id);
+    return id;
+  };
+  const NodeId frame = placeholder(ir::Shape{int32_t(cell.frame_floats), 1});
+  std::vector<NodeId> arguments;
+  for (NodeId p : cell.placeholders) arguments.push_back(placeholder(body.node(p).shape));
+  std::vector<NodeId> to(g.size(), ir::kNoNode);
+  for (size_t j = 0; j < seed_inputs.size(); ++j) to[seed_inputs[j]] = placeholder(g.node(seed_inputs[j]).shape);
+  for (size_t i = 0; i < cell.placeholders.size(); ++i) to[cell.placeholders[i]] = arguments[i];
+  std::string why;
+  // Forward value `id` in the backward body.
+  std::function<NodeId(NodeId)> forward = [&](NodeId id) -> NodeId {
+    if (to[id] != ir::kNoNode) return to[id];
+    const ir::Node& n = g.node(id);
+    if (n.op == Op::parameter) {
+      ir::Attributes attrs;
+      attrs.parameter = out.add_parameter(g.parameter(n.attrs.parameter));
+      return to[id] = state->add(Op::parameter, {}, n.shape, attrs).node_id();
+    }
+    BackwardCell::Value value;
+    if (const std::string not_found = forward_value(cell, id, value); !not_found.empty()) {
+      if (why.empty()) why = not_found;
+      return to[id] = arguments.empty() ? frame : arguments[0];  // never run: the derivation fails
+    }
+    if (value.kind == BackwardCell::Value::constant) {
+      ir::Attributes attrs;
+      attrs.index = out.add_constants(value.values);
+      return to[id] = state->add(Op::input, {}, n.shape, attrs).node_id();
+    }
+    ir::Attributes rows;
+    rows.begin = int32_t(value.at);
+    rows.end = rows.begin + int32_t(n.shape.size());
+    NodeId read = state->add(Op::slice, std::span(&frame, 1), ir::Shape{rows.end - rows.begin, 1}, rows).node_id();
+    if (n.shape.cols > 1) {
+      ir::Attributes target;
+      target.target = n.shape;
+      read = state->add(Op::reshape, std::span(&read, 1), n.shape, target).node_id();
+    }
+    return to[id] = read;
+  };
+  for (NodeId id = last + 1; id < g.size(); ++id) {
+    if (to[id] != ir::kNoNode) continue;
+    const ir::Node& n = g.node(id);
+    ir::Attributes attrs = n.attrs;
+    if (n.op == Op::input) attrs.index = out.add_constants(std::span<const float>(g.leaf_data(id), size_t(n.shape.size())));
+    std::vector<NodeId> args;
+    for (NodeId a : g.args(n)) args.push_back(a <= last ? forward(a) : to[a]);
+    to[id] = state->add(n.op, args, n.shape, attrs).node_id();
+  }
+  // 3. Its outputs, and what each is to the trace.
+  auto output = [&](NodeId node, BackwardCell::Output what) {
+    result.outputs.push_back(node <= last ? forward(node) : to[node]);
+    backward->outputs.push_back(std::move(what));
+  };
+  for (size_t i = 0; i < grads.arguments.size(); ++i)
+    if (grads.arguments[i] != ir::kNoNode) output(grads.arguments[i], {BackwardCell::Output::argument, uint32_t(i), {}});
+  for (const Backward::BodyGradients::Parameter& p : grads.parameters) {
+    const uint32_t index = g.node(p.node).attrs.parameter;
+    if (p.whole != ir::kNoNode) output(p.whole, {BackwardCell::Output::whole, index, {}});
+    for (const auto& [dy, x] : p.pairs) {
+      BackwardCell::Output pair{BackwardCell::Output::pair, index, {}};
+      if (x <= last) {
+        if (const std::string not_found = forward_value(cell, x, pair.x); !not_found.empty() && why.empty()) why = not_found;
+      } else if (g.node(x).op == Op::input) {
+        pair.x.kind = BackwardCell::Value::constant;
+        pair.x.shape = g.node(x).shape;
+        pair.x.values.assign(g.leaf_data(x), g.leaf_data(x) + pair.x.shape.size());
+      } else if (why.empty()) {
+        why = "a product's right factor is computed by the backward pass";
+      }
+      output(dy, std::move(pair));
+    }
+  }
+  if (!why.empty()) {
+    record.why_no_backward = why;
+    return;
+  }
+  if (result.outputs.empty()) return;  // no gradient flows through the body: calls send nothing
+  result.body = out;
+  result.types = state->data.types;
+  detail::plan_cell(engine, result, "backward " + record.call_key, "backward of " + record.call_name,
+                    "backward of " + record.schedule.name);
+  result.call_cell->is_backward = true;
+  record.backward = std::move(backward);
+}
+
+namespace {
 
 Tensor tensor_of(const runtime::Values& values, const ir::Graph& graph, NodeId id) {
   const ir::Shape shape = graph.node(id).shape;
@@ -398,13 +776,29 @@ Gradients Trace::backward(const Expr& loss) {
   if (!(s.data.graph.node(s.id(loss)).shape == ir::Shape{1, 1}))
     throw UsageError("edb::Trace::backward(): the loss must be 1x1, got " +
                      ir::to_string(s.data.graph.node(s.id(loss)).shape));
-  // The backward pass reads the values inside cell calls: single-node calls become their bodies
-  // (the forward pass then runs again), and later calls on this engine record their bodies.
-  s.engine->differentiates = true;
+  // A call of a cell stays one node: its gradient is one call of the cell's backward body. A cell
+  // whose backward body cannot be derived (a lookup in its body; a value its frame does not keep)
+  // has its trace's calls copied as bodies (the forward pass then runs again), and the engine's
+  // later calls record their bodies.
   if (s.call_nodes) {
-    s.engine->driver.drain(s.data);
-    s.expand_calls();
-    generation_ = s.generation;
+    bool copy = s.engine->differentiates || !s.engine->driver.options().cell_gradients;
+    const ir::Graph& graph = s.data.graph;
+    for (NodeId n = 0; n < graph.size() && !copy; ++n) {
+      if (graph.node(n).op != Op::call) continue;
+      const auto& cell = static_cast<const runtime::CallCell&>(graph.cell(graph.node(n).attrs.index));
+      if (cell.is_backward) continue;  // a second derivative: refused by the pass
+      for (const auto& record : s.engine->cell_records) {
+        if (record->call_cell.get() != &cell) continue;
+        if (!record->backward_derived) detail::derive_backward(*s.engine, *record);
+        copy |= !record->backward && !record->why_no_backward.empty();
+      }
+    }
+    if (copy) {
+      s.engine->differentiates = true;
+      s.engine->driver.drain(s.data);
+      s.expand_calls();
+      generation_ = s.generation;
+    }
   }
 
   // The forward pass runs first (if it has not): its schedule is what the backward pass mirrors.

@@ -110,6 +110,50 @@ std::string structure_key(const Cell& cell, const CellRecord& record) {
   return key;
 }
 
+}  // namespace
+
+void detail::plan_cell(EngineState& engine, CellRecord& cell, const std::string& key, const std::string& printed,
+                       const std::string& name) {
+  CellRecord* record = &cell;
+  std::vector<uint32_t> offset_of(record->body.size(), 0);
+  for (ir::NodeId id = 0; id < record->body.size(); ++id)
+    if (!ir::has_flag(record->body.node(id).op, ir::kLeaf)) {
+      offset_of[id] = uint32_t(record->operations.size());
+      record->operations.push_back(id);
+    }
+  const scheduler::ExactResult planned = scheduler::schedule_fewest_batches({record->body, record->types});
+  record->optimal = planned.optimal;
+  std::vector<ir::NodeId> offsets;
+  for (size_t b = 0; b < planned.schedule.batch_count(); ++b) {
+    offsets.clear();
+    for (ir::NodeId id : planned.schedule.batch(b)) offsets.push_back(offset_of[id]);
+    record->schedule.batches.add_batch(planned.schedule.batch_type[b], offsets);
+  }
+  record->call_key = key;
+  record->call_name = printed;
+  record->call_type = engine.driver.signatures.intern_named(record->call_key, printed);  // no parameter arguments
+  for (ir::NodeId output : record->outputs)
+    if (!ir::has_flag(record->body.node(output).op, ir::kLeaf)) record->schedule.outputs.push_back(offset_of[output]);
+  // A call copies the operations contiguously; everything else they read lies outside the copy.
+  for (uint32_t o = 0; o < record->operations.size(); ++o) {
+    const auto args = record->body.args(record->operations[o]);
+    for (uint32_t a = 0; a < args.size(); ++a)
+      if (ir::has_flag(record->body.node(args[a]).op, ir::kLeaf)) record->schedule.outside_arguments.emplace_back(o, a);
+  }
+  for (char c : name) record->schedule.name += c >= ' ' && c != 127 ? c : '?';
+  if (engine.single_node_calls) {
+    record->call_cell = runtime::make_call_cell(record->body, record->types, record->placeholders, record->outputs,
+                                                record->schedule.batches, record->schedule.name, engine.lower_cells,
+                                                engine.driver.options().cell_gradients);
+    record->why_not_single = record->call_cell->why_not;
+    record->call_cell->key = key;
+    record->call_cell->signature = printed;
+    record->call_cell->batches = int64_t(record->schedule.batches.batch_count());
+  }
+}
+
+namespace {
+
 // Records the body of `cell` in a scope of its own on `engine`, and plans its schedule; or finds
 // the record of a cell declared before with the same body (a Cell declared again per batch).
 // `scope` is a fresh trace on `engine` for the body alone.
@@ -138,49 +182,15 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
   for (const Expr& p : placeholders) record->placeholders.push_back(p.node_id());
   read_arguments_from_concats(record->body, record->types, record->placeholders, record->outputs,
                               engine.driver.signatures);
-  std::vector<uint32_t> offset_of(record->body.size(), 0);
-  for (ir::NodeId id = 0; id < record->body.size(); ++id)
-    if (!ir::has_flag(record->body.node(id).op, ir::kLeaf)) {
-      offset_of[id] = uint32_t(record->operations.size());
-      record->operations.push_back(id);
-    }
   // A body may record no operations (it returns its arguments, parameters or constants): its
   // calls then record nothing but those.
   std::string key = structure_key(cell, *record);
   if (auto it = engine.cells_by_structure.find(key); it != engine.cells_by_structure.end()) return it->second;
-  const scheduler::ExactResult planned = scheduler::schedule_fewest_batches({record->body, record->types});
-  record->optimal = planned.optimal;
-  std::vector<ir::NodeId> offsets;
-  for (size_t b = 0; b < planned.schedule.batch_count(); ++b) {
-    offsets.clear();
-    for (ir::NodeId id : planned.schedule.batch(b)) offsets.push_back(offset_of[id]);
-    record->schedule.batches.add_batch(planned.schedule.batch_type[b], offsets);
-  }
   std::string printed = "cell " + cell.name() + "(";
   for (size_t i = 0; i < inputs.size(); ++i)
     printed += (i ? ", " : "") + shape_text(inputs[i].first, inputs[i].second);
   printed += ")";
-  record->call_key = std::to_string(cell.id());
-  record->call_name = printed;
-  record->call_type = engine.driver.signatures.intern_named(record->call_key, printed);  // no parameter arguments
-  for (ir::NodeId output : record->outputs)
-    if (!ir::has_flag(record->body.node(output).op, ir::kLeaf)) record->schedule.outputs.push_back(offset_of[output]);
-  // A call copies the operations contiguously; everything else they read lies outside the copy.
-  for (uint32_t o = 0; o < record->operations.size(); ++o) {
-    const auto args = record->body.args(record->operations[o]);
-    for (uint32_t a = 0; a < args.size(); ++a)
-      if (ir::has_flag(record->body.node(args[a]).op, ir::kLeaf)) record->schedule.outside_arguments.emplace_back(o, a);
-  }
-  for (char c : cell.name()) record->schedule.name += c >= ' ' && c != 127 ? c : '?';
-  if (engine.single_node_calls) {
-    record->call_cell = runtime::lower_call_cell(record->body, record->placeholders, record->outputs,
-                                                 record->schedule.name, record->why_not_single);
-    if (record->call_cell) {
-      record->call_cell->key = std::to_string(cell.id());
-      record->call_cell->signature = printed;
-      record->call_cell->batches = int64_t(record->schedule.batches.batch_count());
-    }
-  }
+  detail::plan_cell(engine, *record, std::to_string(cell.id()), printed, cell.name());
   CellRecord* kept = engine.cell_records.emplace_back(std::move(record)).get();
   engine.cells_by_structure.emplace(std::move(key), kept);
   return kept;
@@ -234,9 +244,11 @@ void copy_call(TraceState& s, const CellRecord& record, ir::TypeId type, std::sp
   for (ir::NodeId id : record.outputs) outputs.push_back(to[id]);
 }
 
+}  // namespace
+
 // The type of a call of `record` on `arguments`: the cell's, or where arguments are parameters
 // the cell's with which parameter each one is (calls batch only with calls on the same ones).
-ir::TypeId call_type(detail::EngineState& engine, CellRecord& record, const ir::Graph& graph,
+ir::TypeId detail::call_type(detail::EngineState& engine, CellRecord& record, const ir::Graph& graph,
                      std::span<const ir::NodeId> arguments) {
   bool any = false;
   for (ir::NodeId id : arguments) any |= graph.node(id).op == ir::Op::parameter;
@@ -254,26 +266,63 @@ ir::TypeId call_type(detail::EngineState& engine, CellRecord& record, const ir::
   return type;
 }
 
-// Records the call as one `call` node, its frame, and a slice view of it per output.
-void record_call_node(TraceState& s, CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
+// Records the call as one `call` node, its frame, and a slice view of it per output; an output
+// that is a leaf of the body is the caller's node for it (an argument, a parameter, a constant).
+void detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
                       std::vector<ir::NodeId>& outputs) {
   ir::Graph& graph = s.data.graph;
   const runtime::CallCell& cell = *record.call_cell;
   const int64_t limit = s.engine->driver.options().max_trace_nodes;
   if (limit > 0 && int64_t(graph.size() + 1 + record.outputs.size()) > limit) TraceState::node_limit_error(limit);
-  ir::Attributes attrs;
-  attrs.index = graph.add_cell(&cell);
-  const ir::NodeId call = graph.add(ir::Op::call, arguments, ir::Shape{int32_t(cell.frame_floats), 1}, attrs);
-  s.data.types.push_back(type);
-  ++s.call_nodes;
+  ir::NodeId call = ir::kNoNode;
+  if (cell.operations > 0) {
+    ir::Attributes attrs;
+    attrs.index = graph.add_cell(&cell);
+    call = graph.add(ir::Op::call, arguments, ir::Shape{int32_t(cell.frame_floats), 1}, attrs);
+    s.data.types.push_back(type);
+    ++s.call_nodes;
+  }
+  // The views follow their call directly (memplan's place_call_outputs finds them there), then
+  // the leaves returned.
+  const size_t begin = outputs.size();
   for (size_t k = 0; k < record.outputs.size(); ++k) {
+    if (cell.output_offsets[k] < 0) {
+      outputs.push_back(ir::kNoNode);
+      continue;
+    }
     ir::Attributes rows;
     rows.begin = int32_t(cell.output_offsets[k]);
-    rows.end = rows.begin + record.body.node(record.outputs[k]).shape.rows;
+    rows.end = rows.begin + int32_t(record.body.node(record.outputs[k]).shape.size());
     outputs.push_back(graph.add(ir::Op::slice, std::span(&call, 1), ir::Shape{rows.end - rows.begin, 1}, rows));
     s.data.types.push_back(ir::kCallOutput);
   }
+  // A matrix output: a reshape of its rows of the frame, also a view.
+  for (size_t k = 0; k < record.outputs.size(); ++k) {
+    const ir::Shape shape = record.body.node(record.outputs[k]).shape;
+    if (cell.output_offsets[k] < 0 || shape.cols == 1) continue;
+    ir::Attributes target;
+    target.target = shape;
+    outputs[begin + k] = graph.add(ir::Op::reshape, std::span(&outputs[begin + k], 1), shape, target);
+    s.data.types.push_back(ir::kCallOutput);
+  }
+  for (size_t k = 0; k < record.outputs.size(); ++k) {
+    if (cell.output_offsets[k] >= 0) continue;
+    const ir::NodeId leaf = record.outputs[k];
+    const ir::Node& n = record.body.node(leaf);
+    const auto argument = std::find(record.placeholders.begin(), record.placeholders.end(), leaf);
+    if (argument != record.placeholders.end()) {
+      outputs[begin + k] = arguments[size_t(argument - record.placeholders.begin())];
+    } else if (n.op == ir::Op::parameter) {
+      outputs[begin + k] = s.parameter_node(record.body.parameter(n.attrs.parameter));
+    } else {
+      ir::Attributes attrs = n.attrs;
+      attrs.index = graph.add_constants(std::span<const float>(record.body.leaf_data(leaf), size_t(n.shape.size())));
+      outputs[begin + k] = s.add(ir::Op::input, {}, n.shape, attrs).node_id();
+    }
+  }
 }
+
+namespace {
 
 // The record of the cell whose calls name `cell`.
 const CellRecord& record_of(const detail::EngineState& engine, const ir::CellBody& cell) {
@@ -318,6 +367,10 @@ void detail::TraceState::expand_calls() {
         to[id] = seen->second;
         continue;
       }
+    }
+    if (n.op == ir::Op::reshape && old_types[id] == ir::kCallOutput) {  // a matrix output's view
+      to[id] = to[old.args(n)[0]];
+      continue;
     }
     if (n.op == ir::Op::slice && old.args(n)[0] == call) {
       const auto& offsets = record->call_cell->output_offsets;

@@ -51,6 +51,8 @@ struct ModelState {
 // The model and index of a live parameter or lookup table by uid; {nullptr, 0} once its model is gone.
 std::pair<ModelState*, uint32_t> find_parameter(uint64_t uid);
 
+struct BackwardCell;
+
 // A cell as first called in one engine (trace/cell.cpp): the body it recorded, and what every
 // call copies into its trace.
 struct CellRecord {
@@ -68,11 +70,59 @@ struct CellRecord {
   // argument is, uid 0 for none), so that the calls of one batch read the same parameters there
   // (a compiled cell packs a weight and reads a shared slot once for the whole batch).
   std::vector<std::pair<std::vector<uint64_t>, ir::TypeId>> parameter_call_types;
-  // The body lowered for calls as single nodes (the jit executor's compiled kernel), or null
-  // (why_not says why): then every call copies the body.
+  // The body laid out for calls as single nodes (and, where it lowers, the jit's program; why_not
+  // says why not), or null: every call copies the body (device cuda).
   std::unique_ptr<runtime::CallCell> call_cell;
   std::string why_not_single;
+  // The cell's backward body as a cell of its own (trace/backward.cpp), derived at the first
+  // backward pass through one of its calls; null, with why_no_backward, where it cannot be (that
+  // pass then copies the bodies of its trace's calls).
+  std::unique_ptr<BackwardCell> backward;
+  bool backward_derived = false;
+  std::string why_no_backward;
 };
+
+// A cell's backward body: a call of it takes the forward call's frame, the forward call's
+// arguments and the gradient of each output the frame holds, and returns the gradients of the
+// forward call's arguments and what its parameters' gradients need from the call.
+struct BackwardCell {
+  CellRecord cell;
+  std::vector<int64_t> seed_offsets;  // per gradient argument: where its output lies in the forward frame
+  std::vector<int64_t> seed_floats;
+  // A value of the forward call, as the trace finds it: an argument of the call, rows of its frame,
+  // or a constant.
+  struct Value {
+    enum Kind : uint8_t { argument, frame, constant } kind = argument;
+    int64_t at = 0;  // argument: its index; frame: its first row
+    ir::Shape shape;
+    std::vector<float> values;  // constant
+  };
+  // What output k of a backward call is: the gradient of forward argument `index`, a term of the
+  // gradient of the body's parameter `index`, or the dy of its term dy x^T (x: `x`).
+  struct Output {
+    enum Kind : uint8_t { argument, whole, pair } kind = argument;
+    uint32_t index = 0;
+    Value x;
+  };
+  std::vector<Output> outputs;
+};
+
+struct TraceState;
+// What a cell's calls need from a trace, and how its backward pass is derived (trace/cell.cpp):
+// Plans a recorded body (its operations, fewest-batch schedule, call type and, with single-node
+// calls, its CallCell).
+void plan_cell(struct EngineState& engine, CellRecord& record, const std::string& key, const std::string& printed,
+               const std::string& name);
+// The type of a call of `record` on `arguments`: the cell's, or where arguments are parameters
+// the cell's with which parameter each one is.
+ir::TypeId call_type(EngineState& engine, CellRecord& record, const ir::Graph& graph,
+                     std::span<const ir::NodeId> arguments);
+// Records a call of `record` as one `call` node with its output views; appends its outputs.
+void record_call_node(TraceState& s, CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
+                      std::vector<ir::NodeId>& outputs);
+
+// Derives record.backward (trace/backward.cpp) once; on failure leaves it null with the reason.
+void derive_backward(EngineState& engine, CellRecord& record);
 
 struct EngineState {
   explicit EngineState(const EngineOptions& options);
@@ -83,9 +133,11 @@ struct EngineState {
   static constexpr size_t kMaxCellIds = 4096;
   uint64_t last_cell_id = 0;        // the cell found last in `cells`, and its record
   CellRecord* last_cell = nullptr;
-  // Cell calls may be single `call` nodes: the executor runs them as compiled kernels (jit on the
-  // CPU, no check_finite, a batching policy rather than the sequential baseline).
+  // Cell calls are single `call` nodes (on the CPU; the CUDA executor runs copied bodies).
   bool single_node_calls = false;
+  // Cells are lowered to programs the jit runs as one kernel per batch of calls (the jit executor,
+  // without check_finite, which reads every value); otherwise their frames keep every value.
+  bool lower_cells = false;
   // A backward pass ran on this engine: from then on calls copy their bodies, whose values the
   // backward pass reads (a trace's single-node calls are expanded when it differentiates).
   bool differentiates = false;

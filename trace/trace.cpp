@@ -84,8 +84,8 @@ void TraceState::release_all(EngineState* engine) {
 
 EngineState::EngineState(const EngineOptions& options) : driver(options) {
   const EngineOptions& chosen = driver.options();  // with the device auto resolves to
-  single_node_calls = chosen.cells && chosen.executor == "jit" && chosen.device == "cpu" && !chosen.check_finite &&
-                      chosen.policy != "sequential";
+  single_node_calls = chosen.cells && chosen.device == "cpu" && chosen.policy != "sequential" && !chosen.check_finite;
+  lower_cells = chosen.executor == "jit" && !chosen.check_finite;
 }
 
 ir::NodeId TraceState::parameter_node(const ir::ParameterInfo& info) {

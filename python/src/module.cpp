@@ -224,6 +224,7 @@ py::dict options_dict(const edb::EngineOptions& o) {
   d["max_trace_nodes"] = o.max_trace_nodes;
   d["cells"] = o.cells;
   d["memplan"] = o.memplan;
+  d["cell_gradients"] = o.cell_gradients;
   d["policy_file"] = o.policy_file;
   d["policy_encoding"] = o.policy_encoding;
   d["search_budget_ms"] = o.search_budget_ms;
@@ -259,7 +260,7 @@ const char* const kEngineDoc = R"doc(Evaluates traces: a batching policy, an exe
 
 Engine(*, policy=None, executor=None, device=None, threads=None, verify=None,
        check_finite=None, max_trace_nodes=None, cells=None, memplan=None,
-       policy_file=None, policy_encoding=None, search_budget_ms=None, cache_directory=None)
+       cell_gradients=None, policy_file=None, policy_encoding=None, search_budget_ms=None, cache_directory=None)
 
 Every argument is keyword-only and mirrors edb::EngineOptions; None keeps the C++ default
 (engine.options shows what was chosen). An unknown policy, executor or device is a UsageError
@@ -274,7 +275,8 @@ void bind_engine(py::module_& m) {
       .def(py::init([](std::optional<std::string> policy, std::optional<std::string> executor,
                        std::optional<std::string> device, std::optional<int> threads, std::optional<bool> verify,
                        std::optional<bool> check_finite, std::optional<int64_t> max_trace_nodes,
-                       std::optional<bool> cells, std::optional<bool> memplan, std::optional<py::object> policy_file,
+                       std::optional<bool> cells, std::optional<bool> memplan, std::optional<bool> cell_gradients,
+                       std::optional<py::object> policy_file,
                        std::optional<std::string> policy_encoding, std::optional<int64_t> search_budget_ms,
                        std::optional<py::object> cache_directory) {
              edb::EngineOptions o;
@@ -287,6 +289,7 @@ void bind_engine(py::module_& m) {
              set_if(o.max_trace_nodes, max_trace_nodes);
              set_if(o.cells, cells);
              set_if(o.memplan, memplan);
+             set_if(o.cell_gradients, cell_gradients);
              if (policy_file) o.policy_file = path_from(*policy_file);
              set_if(o.policy_encoding, policy_encoding);
              set_if(o.search_budget_ms, search_budget_ms);
@@ -297,7 +300,8 @@ void bind_engine(py::module_& m) {
            py::kw_only(), py::arg("policy") = py::none(), py::arg("executor") = py::none(),
            py::arg("device") = py::none(), py::arg("threads") = py::none(), py::arg("verify") = py::none(),
            py::arg("check_finite") = py::none(), py::arg("max_trace_nodes") = py::none(),
-           py::arg("cells") = py::none(), py::arg("memplan") = py::none(), py::arg("policy_file") = py::none(),
+           py::arg("cells") = py::none(), py::arg("memplan") = py::none(),
+           py::arg("cell_gradients") = py::none(), py::arg("policy_file") = py::none(),
            py::arg("policy_encoding") = py::none(), py::arg("search_budget_ms") = py::none(),
            py::arg("cache_directory") = py::none())
       .def_property_readonly(

@@ -1,0 +1,112 @@
+// A batch of cell calls expanded over its body, run by any executor (runtime/call_expansion.h).
+#include "runtime/call_expansion.h"
+
+#include <cstring>
+
+#include "edbatch/errors.h"
+#include "memplan/plan.h"
+#include "runtime/cell_kernels.h"
+
+namespace edb::runtime {
+
+// The body of one cell over `calls` calls: its leaves once (parameters and constants), each
+// call's arguments as inputs placed in the arena (copied in before a run), and each batch of the
+// body's schedule over every call, call by call.
+struct CallExpansion::Expanded {
+  ir::Graph graph;
+  scheduler::Schedule schedule;
+  memplan::Plan plan;
+  std::vector<ir::NodeId> at;  // call c's node for body node id: at[c * body size + id]
+};
+
+CallExpansion::CallExpansion() = default;
+CallExpansion::~CallExpansion() = default;
+
+CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t calls) {
+  std::unique_ptr<Expanded>& slot = expanded_[{&cell, calls}];
+  if (slot) return *slot;
+  if (expanded_.size() > kMaxExpansions) {
+    expanded_.clear();
+    return expanded(cell, calls);
+  }
+  slot = std::make_unique<Expanded>();
+  Expanded& e = *slot;
+  const ir::Graph& body = cell.body;
+  const size_t size = body.size();
+  e.at.assign(calls * size, ir::kNoNode);
+  for (const ir::ParameterInfo& info : body.parameters()) e.graph.add_parameter(info);
+  std::vector<uint8_t> is_argument(size, 0);
+  for (ir::NodeId p : cell.placeholders) is_argument[p] = 1;
+  for (ir::NodeId id = 0; id < cell.first; ++id) {
+    if (is_argument[id]) continue;
+    const ir::Node& n = body.node(id);
+    ir::Attributes attrs = n.attrs;
+    if (n.op == ir::Op::input)
+      attrs.index = e.graph.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
+    const ir::NodeId leaf = e.graph.add(n.op, {}, n.shape, attrs);
+    for (size_t c = 0; c < calls; ++c) e.at[c * size + id] = leaf;
+  }
+  // The arguments: inputs whose values the arena holds, each call's side by side.
+  int64_t floats = 0;
+  std::vector<std::pair<ir::NodeId, int64_t>> placed;
+  for (size_t c = 0; c < calls; ++c)
+    for (ir::NodeId p : cell.placeholders) {
+      const ir::Node& n = body.node(p);
+      ir::Attributes attrs = n.attrs;
+      attrs.index = e.graph.add_constants(std::span<const float>(body.leaf_data(p), size_t(n.shape.size())));
+      const ir::NodeId node = e.graph.add(ir::Op::input, {}, n.shape, attrs);
+      e.at[c * size + p] = node;
+      placed.emplace_back(node, floats);
+      floats += n.shape.size();
+    }
+  std::vector<ir::NodeId> members, args;
+  for (size_t b = 0; b < cell.body_batches.size(); ++b) {
+    members.clear();
+    for (size_t c = 0; c < calls; ++c)
+      for (uint32_t o : cell.body_batches[b]) {
+        const ir::NodeId id = cell.first + o;
+        const ir::Node& n = body.node(id);
+        args.clear();
+        for (ir::NodeId arg : body.args(n)) args.push_back(e.at[c * size + arg]);
+        e.at[c * size + id] = e.graph.add(n.op, args, n.shape, n.attrs);
+        members.push_back(e.at[c * size + id]);
+      }
+    e.schedule.add_batch(cell.types[cell.first + cell.body_batches[b][0]], members);
+  }
+  e.plan.offset.assign(e.graph.size(), -1);
+  e.plan.view.assign(e.graph.size(), 0);
+  for (const auto& [node, offset] : placed) e.plan.offset[node] = offset;
+  e.plan.arena_floats = floats;
+  memplan::plan_batch_order(e.graph, e.schedule, e.plan);
+  return e;
+}
+
+void CallExpansion::run(Executor& executor, std::span<const ir::NodeId> calls, const Values& values, Stats& stats) {
+  const ir::Graph& graph = values.graph;
+  const auto& cell = static_cast<const CallCell&>(graph.cell(graph.node(calls[0]).attrs.index));
+  if (cell.operations == 0) return;
+  Expanded& e = expanded(cell, calls.size());
+  if (arena_.size() < size_t(e.plan.arena_floats)) arena_.resize(size_t(e.plan.arena_floats));
+  const Values inner{e.graph, e.plan, arena_.data()};
+  const size_t size = cell.body.size();
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const auto args = graph.args(calls[c]);
+    if (graph.cell(graph.node(calls[c]).attrs.index).key != cell.key)
+      throw InternalError("CallExpansion: a batch holds calls of two cells");
+    for (size_t i = 0; i < cell.placeholders.size(); ++i) {
+      const ir::NodeId node = e.at[c * size + cell.placeholders[i]];
+      std::memcpy(inner.out(node), values.in(args[i]), size_t(e.graph.node(node).shape.size()) * sizeof(float));
+    }
+  }
+  executor.execute(e.schedule, inner, stats);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    float* frame = values.out(calls[c]);
+    for (size_t o = 0; o < cell.frame_at.size(); ++o) {
+      if (cell.frame_at[o] < 0) continue;
+      const ir::NodeId node = e.at[c * size + cell.first + o];
+      std::memcpy(frame + cell.frame_at[o], inner.in(node), size_t(e.graph.node(node).shape.size()) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace edb::runtime

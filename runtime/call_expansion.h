@@ -1,0 +1,42 @@
+// Batches of cell calls (ir::Op::call nodes of one runtime::CallCell) run by any executor: the
+// cell's body is expanded over the batch's calls once (the body's schedule, each of its batches
+// over every call), the executor runs that expansion as it runs a trace, and each call's frame
+// receives what its cell's frame holds. Executors that compile a cell (the jit) run its calls as
+// one kernel instead; this is the path for every other executor, and for cells that do not lower.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "edbatch/stats.h"
+#include "runtime/executor.h"
+
+namespace edb::runtime {
+
+struct CallCell;
+
+class CallExpansion {
+ public:
+  CallExpansion();
+  ~CallExpansion();
+  // Runs the calls (one cell's, in the graph of `values`) on `executor`, which must not be
+  // running this expansion already (bodies do not call cells).
+  void run(Executor& executor, std::span<const ir::NodeId> calls, const Values& values, Stats& stats);
+  size_t cached() const { return expanded_.size(); }
+
+  // Expansions kept, by cell and number of calls; all are dropped when there are more.
+  static constexpr size_t kMaxExpansions = 256;
+
+ private:
+  struct Expanded;
+  Expanded& expanded(const CallCell& cell, size_t calls);
+
+  std::map<std::pair<const CallCell*, size_t>, std::unique_ptr<Expanded>> expanded_;
+  std::vector<float> arena_;
+};
+
+}  // namespace edb::runtime
