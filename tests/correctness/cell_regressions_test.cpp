@@ -111,10 +111,13 @@ void expect_every_engine_agrees(const Model& model, const Program& program, cons
   ASSERT_EQ(want.error, "");
   for (const std::string& executor : runtime::executor_names())
     for (const std::string& policy : scheduler::policy_names())
-      for (bool cells : {true, false}) {
+      for (int variant = 0; variant < 3; ++variant) {  // cells on, off, on with cell_gradients
+        const bool cells = variant != 1;
         EngineOptions options = options_for(policy, executor, cells);
+        options.cell_gradients = variant == 2;
         options.cache_directory = cache;
-        const std::string name = executor + "/" + policy + "/cells " + (cells ? "on" : "off");
+        const std::string name = executor + "/" + policy + "/cells " + (cells ? "on" : "off") +
+                                 (variant == 2 ? "/cell gradients" : "");
         const Result got = run(model, program, options);
         EXPECT_EQ(got.error, "") << name;
         if (!got.error.empty()) continue;

@@ -57,6 +57,7 @@ EngineOptions engine_options(const Combination& c, const std::string& cache_dire
   options.executor = c.executor;
   options.cells = c.cells;
   options.memplan = c.memplan;
+  options.cell_gradients = c.cell_gradients;
   options.threads = c.threads;
   options.verify = true;
   options.search_budget_ms = 20;
