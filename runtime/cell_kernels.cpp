@@ -526,10 +526,11 @@ std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const 
   }
   cell->lowered = lower && count > 0 && lower_into(*cell, to, argument_of, output_offsets, for_backward);
   if (!lower) cell->why_not = "not lowered (every value is kept)";
-  if (!cell->lowered) {
+  if (!cell->lowered) {  // every value for a backward pass to read, or only the outputs
     cell->frame_at.assign(count, -1);
     cell->frame_floats = 0;
     for (uint32_t o = 0; o < count; ++o) {
+      if (!for_backward && std::find(output_offsets.begin(), output_offsets.end(), o) == output_offsets.end()) continue;
       cell->frame_at[o] = cell->frame_floats;
       cell->frame_floats += copy.node(cell->first + o).shape.size();
     }

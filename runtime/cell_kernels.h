@@ -60,8 +60,8 @@ std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Pl
 // copy would lie in a trace (the leaves, then the operations contiguously from `first`). A call's
 // value is its frame, and its outputs are slice views of it. When the body lowers to a cell program
 // (`lowered`), the frame holds every value the program stores, at its slot's offset, and the jit
-// runs a batch of calls as one kernel; otherwise the frame holds every operation's value, in body
-// order. Every executor can run any batch of calls by expanding the body over it
+// runs a batch of calls as one kernel; otherwise the frame holds its outputs or, for a backward
+// pass through the calls, every operation's value, in body order. Every executor can run any batch of calls by expanding the body over it
 // (runtime/call_expansion.h), writing what the frame holds (`frame_at`).
 struct CallCell final : ir::CellBody {
   struct Slot {
@@ -92,7 +92,7 @@ struct CallCell final : ir::CellBody {
 // types; `batches` its schedule over its operations, in order), laid out for calls as single
 // nodes. With `lower`, the body is lowered to a cell program where it can be (why_not says why
 // not), whose frame keeps the outputs and, `for_backward`, what the backward pass's rules read;
-// without, or when it cannot, the frame keeps every operation's value.
+// without, or when it cannot, the frame keeps the outputs and, `for_backward`, every value.
 std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const ir::TypeId> types,
                                          std::span<const ir::NodeId> placeholders, std::span<const ir::NodeId> outputs,
                                          const scheduler::Schedule& batches, const std::string& name, bool lower,

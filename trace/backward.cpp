@@ -754,7 +754,7 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
   result.body = out;
   result.types = state->data.types;
   detail::plan_cell(engine, result, "backward " + record.call_key, "backward of " + record.call_name,
-                    "backward of " + record.schedule.name);
+                    "backward of " + record.schedule.name, false);
   result.call_cell->is_backward = true;
   record.backward = std::move(backward);
 }

@@ -113,7 +113,7 @@ std::string structure_key(const Cell& cell, const CellRecord& record) {
 }  // namespace
 
 void detail::plan_cell(EngineState& engine, CellRecord& cell, const std::string& key, const std::string& printed,
-                       const std::string& name) {
+                       const std::string& name, bool for_backward) {
   CellRecord* record = &cell;
   std::vector<uint32_t> offset_of(record->body.size(), 0);
   for (ir::NodeId id = 0; id < record->body.size(); ++id)
@@ -144,7 +144,7 @@ void detail::plan_cell(EngineState& engine, CellRecord& cell, const std::string&
   if (engine.single_node_calls) {
     record->call_cell = runtime::make_call_cell(record->body, record->types, record->placeholders, record->outputs,
                                                 record->schedule.batches, record->schedule.name, engine.lower_cells,
-                                                engine.driver.options().cell_gradients);
+                                                for_backward);
     record->why_not_single = record->call_cell->why_not;
     record->call_cell->key = key;
     record->call_cell->signature = printed;
@@ -190,7 +190,8 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
   for (size_t i = 0; i < inputs.size(); ++i)
     printed += (i ? ", " : "") + shape_text(inputs[i].first, inputs[i].second);
   printed += ")";
-  detail::plan_cell(engine, *record, std::to_string(cell.id()), printed, cell.name());
+  detail::plan_cell(engine, *record, std::to_string(cell.id()), printed, cell.name(),
+                    engine.driver.options().cell_gradients);
   CellRecord* kept = engine.cell_records.emplace_back(std::move(record)).get();
   engine.cells_by_structure.emplace(std::move(key), kept);
   return kept;

@@ -110,9 +110,9 @@ struct BackwardCell {
 struct TraceState;
 // What a cell's calls need from a trace, and how its backward pass is derived (trace/cell.cpp):
 // Plans a recorded body (its operations, fewest-batch schedule, call type and, with single-node
-// calls, its CallCell).
+// calls, its CallCell, whose frames keep what a backward pass reads when `for_backward`).
 void plan_cell(struct EngineState& engine, CellRecord& record, const std::string& key, const std::string& printed,
-               const std::string& name);
+               const std::string& name, bool for_backward);
 // The type of a call of `record` on `arguments`: the cell's, or where arguments are parameters
 // the cell's with which parameter each one is.
 ir::TypeId call_type(EngineState& engine, CellRecord& record, const ir::Graph& graph,
