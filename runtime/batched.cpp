@@ -27,16 +27,44 @@ namespace edb::runtime {
 
 // The process's cached compiler for the executor's cache directory (shared by every executor with
 // that directory, looked up at the first compile), and per executor the kernels it has used, by a
-// compact key of op, constant and input access modes.
+// compact key of op, constant and input access modes: at most `capacity` (EngineOptions::
+// cache_entries), the least recently used out first (a kernel evicted here stays in the compiler).
 struct JitKernels {
+  struct Used {
+    jit::CompiledKernel kernel;
+    uint64_t used = 0;
+  };
   explicit JitKernels(std::string directory) : cache_directory(std::move(directory)) {}
   jit::CachedCompiler& compiler() {
     if (!shared) shared = &jit::shared_compiler(cache_directory);
     return *shared;
   }
+  // The entry for `key`, made room for; `inserted` when it is new (its kernel still to be set).
+  std::unordered_map<std::string, Used>::iterator find_or_add(const std::string& key, bool& inserted) {
+    ++clock;
+    if (auto it = by_key.find(key); it != by_key.end()) {
+      inserted = false;
+      it->second.used = clock;
+      return it;
+    }
+    while (!by_key.empty() && by_key.size() >= capacity) {
+      auto oldest = by_key.begin();
+      for (auto it = by_key.begin(); it != by_key.end(); ++it)
+        if (it->second.used < oldest->second.used) oldest = it;
+      by_key.erase(oldest);
+      ++evictions;
+    }
+    inserted = true;
+    auto it = by_key.emplace(key, Used{}).first;
+    it->second.used = clock;
+    return it;
+  }
   std::string cache_directory;
   jit::CachedCompiler* shared = nullptr;
-  std::unordered_map<std::string, jit::CompiledKernel> by_key;
+  std::unordered_map<std::string, Used> by_key;
+  size_t capacity = 1024;
+  uint64_t clock = 0;
+  int64_t evictions = 0;
 };
 
 namespace {
@@ -491,23 +519,24 @@ void run_jit_group(std::span<const BatchContext> group) {
     kernel.store(value);
   }
   kernel.name = group.size() == 1 ? std::string(ir::op_name(lead.first.op)) : "fused " + std::to_string(group.size());
-  auto [it, inserted] = lead.jit->by_key.try_emplace(key);
+  bool inserted = false;
+  auto it = lead.jit->find_or_add(key, inserted);
   if (inserted) {
     bool compiled_now = false;
     try {
-      it->second = lead.jit->compiler().get(kernel, compiled_now);
+      it->second.kernel = lead.jit->compiler().get(kernel, compiled_now);
     } catch (...) {
       lead.jit->by_key.erase(it);
       throw;
     }
     if (compiled_now) {
       lead.stats.kernels_compiled += 1;
-      lead.stats.time.compile_ms += it->second.compile_ms;
+      lead.stats.time.compile_ms += it->second.kernel.compile_ms;
     } else {
       lead.stats.cache_hits += 1;
     }
   }
-  const jit::CompiledKernel& compiled = it->second;
+  const jit::CompiledKernel& compiled = it->second.kernel;
   lead.split(n, std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {
     std::vector<jit::KernelInput> inputs(pointers.size());
     for (size_t i = 0; i < pointers.size(); ++i) inputs[i].pointers = pointers[i] + begin;
@@ -686,6 +715,20 @@ float* BatchedExecutor::Scratch::allocate(size_t floats) {
   return blocks_.back().data();
 }
 
+size_t BatchedExecutor::Scratch::bytes() const {
+  size_t total = 0;
+  for (const std::vector<float>& block : blocks_) total += block.capacity() * sizeof(float);
+  return total;
+}
+
+void BatchedExecutor::Scratch::trim(size_t max_bytes) {
+  if (bytes() <= max_bytes) return;
+  blocks_.clear();
+  blocks_.shrink_to_fit();
+  reset();
+  ++trims_;
+}
+
 const float** BatchedExecutor::Scratch::allocate_pointers(size_t count) {
   static_assert(sizeof(float*) % sizeof(float) == 0);
   return reinterpret_cast<const float**>(allocate(count * (sizeof(float*) / sizeof(float))));
@@ -706,6 +749,19 @@ void BatchedExecutor::check_shared_reads() {
 
 void BatchedExecutor::keep_every_value() {
   if (cells_) cells_->keep_every_value();
+}
+
+void BatchedExecutor::set_cache_entries(size_t entries) {
+  if (kernels_) kernels_->capacity = std::max<size_t>(entries, 1);
+}
+
+void BatchedExecutor::cache_sizes(CacheSizes& sizes) const {
+  sizes.scratch = CacheSize{int64_t(scratch_.blocks()), int64_t(scratch_.bytes()), 0, int64_t(Scratch::kMaxBytes),
+                            scratch_.trims()};
+  if (!kernels_) return;
+  sizes.jit_kernels.entries = int64_t(kernels_->by_key.size());
+  sizes.jit_kernels.max_entries = int64_t(kernels_->capacity);
+  sizes.jit_kernels.evictions = kernels_->evictions;
 }
 
 void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
@@ -750,6 +806,7 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
       run_batch(group[0]);
     }
   }
+  scratch_.trim(Scratch::kMaxBytes);
 }
 
 }  // namespace edb::runtime

@@ -31,6 +31,8 @@ class BatchedExecutor final : public Executor {
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
   void keep_every_value() override;
   void check_shared_reads() override;
+  void set_cache_entries(size_t entries) override;
+  void cache_sizes(CacheSizes& sizes) const override;
 
   // Grow-only scratch blocks, reset per batch (pointers stay valid within a batch).
   class Scratch {
@@ -38,10 +40,18 @@ class BatchedExecutor final : public Executor {
     float* allocate(size_t floats);
     const float** allocate_pointers(size_t count);
     void reset() { used_block_ = 0; used_in_block_ = 0; }
+    size_t bytes() const;
+    size_t blocks() const { return blocks_.size(); }
+    // Between executions: frees every block when they hold more than max_bytes (a batch larger
+    // than any before grew them), so the scratch kept stays within kMaxBytes.
+    void trim(size_t max_bytes);
+    int64_t trims() const { return trims_; }
+    static constexpr size_t kMaxBytes = size_t{64} << 20;
 
    private:
     std::vector<std::vector<float>> blocks_;
     size_t used_block_ = 0, used_in_block_ = 0;
+    int64_t trims_ = 0;
   };
 
  private:

@@ -26,6 +26,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The search policy's schedules kept at most (fewer when EngineOptions::cache_entries is smaller):
+// one is as large as its trace.
+constexpr size_t kSearchSchedules = 64;
+
 double elapsed_ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
 }
@@ -240,10 +244,13 @@ Driver::Driver(const EngineOptions& options)
       dump_(DumpFlags::from_environment()) {
   fsm_ = dynamic_cast<scheduler::FsmPolicy*>(policy_.get());
   learned_ = dynamic_cast<scheduler::ImitationPolicy*>(policy_.get());
+  if (options.cache_entries < 1)
+    throw UsageError("edb::Engine: cache_entries must be at least 1, got " + std::to_string(options.cache_entries));
   if ((search_ = dynamic_cast<scheduler::SearchPolicy*>(policy_.get()))) {
     if (options.search_budget_ms < 1)
       throw UsageError("edb::Engine: search_budget_ms must be at least 1, got " + std::to_string(options.search_budget_ms));
     search_->set_budget(std::chrono::milliseconds(options.search_budget_ms));
+    search_->set_capacity(std::min<size_t>(size_t(options.cache_entries), kSearchSchedules));
   }
   if (fsm_) {
     *fsm_ = scheduler::FsmPolicy(scheduler::FsmPolicy::parse_encoding(options.policy_encoding));
@@ -265,6 +272,7 @@ Driver::Driver(const EngineOptions& options)
               << " cores: they take turns, which is slower than " << cores << " threads\n";
   executor_ = make_device_executor(options.device, options.executor, pipelined ? options.threads - 1 : options.threads,
                                    options.cache_directory, options_.device);
+  executor_->set_cache_entries(size_t(options.cache_entries));
   if (options.check_finite) executor_->keep_every_value();
   if (options.verify) executor_->check_shared_reads();
   if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_, options.check_finite);
@@ -286,11 +294,13 @@ const Stats& Driver::stats() {
   if (queue_) stats_ += queue_->take_stats();  // waits for every execution: the caches are still
   CacheSizes& caches = stats_.caches;
   caches = CacheSizes{};
-  caches.signatures = CacheSize{int64_t(signatures.size()), int64_t(signatures.bytes()), 0, 0, signatures.forgotten()};
+  caches.signatures = CacheSize{int64_t(signatures.size()), int64_t(signatures.bytes()), int64_t(max_signatures()), 0,
+                                signatures.forgotten()};
   if (search_)
     caches.search_schedules = CacheSize{int64_t(search_->cached()), 0, int64_t(search_->capacity()), 0, search_->evictions()};
   if (jit::CachedCompiler* compiler = jit::find_shared_compiler(options_.cache_directory))
     jit::compiler_cache_sizes(*compiler, caches.linked_kernels, caches.kernel_memory);
+  executor_->cache_sizes(caches);
   return stats_;
 }
 

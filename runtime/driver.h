@@ -108,6 +108,10 @@ class Driver {
   void save_policy(const std::string& path);
   void reset_stats();
   ir::SignatureTable signatures;
+  // The signature table's bound (16 x EngineOptions::cache_entries types): when it is over, the
+  // caller resets it between evaluations, once no trace and no cell holds its types.
+  bool signatures_over_bound() const { return signatures.size() > max_signatures(); }
+  size_t max_signatures() const { return size_t(options_.cache_entries) * 16; }
   // Forgets every signature, and the search policy's schedules, which name types. Only between
   // evaluations, when no trace and no cell holds a type of the table.
   void reset_signatures();

@@ -57,6 +57,10 @@ class Executor {
   // EngineOptions::verify: before a kernel reads a value once for a whole batch (a packed weight,
   // a shared slot), check that it is the same node for every member; InternalError otherwise.
   virtual void check_shared_reads() {}
+  // EngineOptions::cache_entries: the most entries each of the executor's caches keeps.
+  virtual void set_cache_entries(size_t entries) { (void)entries; }
+  // The sizes of its caches (Stats::caches), between executions.
+  virtual void cache_sizes(CacheSizes& sizes) const { (void)sizes; }
 };
 
 class CallExpansion;  // runtime/call_expansion.h

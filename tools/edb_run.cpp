@@ -155,7 +155,9 @@ nlohmann::json caches_json(const edb::CacheSizes& c) {
   return {{"signatures", one(c.signatures)},
           {"search_schedules", one(c.search_schedules)},
           {"linked_kernels", one(c.linked_kernels)},
-          {"kernel_memory", one(c.kernel_memory)}};
+          {"kernel_memory", one(c.kernel_memory)},
+          {"jit_kernels", one(c.jit_kernels)},
+          {"scratch", one(c.scratch)}};
 }
 
 nlohmann::json to_json(const Report& r) {

@@ -1,4 +1,5 @@
 // Trace scopes, Expr, the op functions (shape-checked at record time) and Engine.
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 
@@ -65,6 +66,14 @@ void TraceState::release() {
   // Under the pool's lock: another engine's release_all() reads every state's active and engine.
   TracePool& p = pool();
   std::lock_guard lock(p.mutex);
+  // Between evaluations, a signature table over its bound starts again once no other trace of the
+  // engine holds its types, and no cell record does (their bodies' types, the compiled cells'
+  // keys); with cells it keeps growing, counted in Stats::caches.
+  if (engine->driver.signatures_over_bound() && engine->cell_records.empty() &&
+      std::none_of(p.all.begin(), p.all.end(), [&](const auto& other) {
+        return other.get() != this && other->active && other->engine == engine;
+      }))
+    engine->driver.reset_signatures();
   ++generation;
   active = false;
   engine = nullptr;

@@ -146,6 +146,11 @@ struct EngineOptions {
                                         // then cached by the trace's structure)
   std::string cache_directory;  // where compiled kernels are kept across processes (executors
                                 // that compile: jit); empty: $EDB_CACHE_DIR, else ~/.cache/edbatch
+  // Entries each of the engine's in-memory caches keeps (Stats::caches): the jit executor's kernels
+  // by batch structure and the search policy's schedules (least recently used out first), and 16
+  // times as many batching signatures (the table starts again, between evaluations, once no trace
+  // holds its types and no cell was recorded). At least 1; docs/edb-run.md lists every cache.
+  int64_t cache_entries = 1024;
 };
 
 // Learning a policy from recorded traces: fsm by tabular n-step Q-learning (docs/design.md); learned by

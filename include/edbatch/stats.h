@@ -27,13 +27,15 @@ struct CacheSize {
 // `-=` leave this Stats' sizes as they are, so `later -= earlier` keeps the later reading; every
 // Engine::stats() reads them afresh. Defaults and knobs: docs/edb-run.md.
 struct CacheSizes {
-  CacheSize signatures;        // the engine's signature table: types
+  CacheSize signatures;        // the engine's signature table: types (16 x EngineOptions::cache_entries)
   CacheSize search_schedules;  // the search policy's schedules by trace structure
   // Process-wide, for the engine's kernel cache directory (jit): kernels linked into the LLVM JIT
   // (jit::LlvmBackendOptions::max_kernels), and the kernel cache's entries kept in memory
   // (jit::KernelCacheOptions::max_memory_bytes).
   CacheSize linked_kernels;
   CacheSize kernel_memory;
+  CacheSize jit_kernels;  // the jit executor's compiled kernels by batch structure
+  CacheSize scratch;      // the batched and jit executors' scratch blocks (bytes, between evaluations)
 };
 
 // nodes, batches and lower_bound describe the schedule, so they are the same for every executor

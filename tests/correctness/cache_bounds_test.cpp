@@ -74,7 +74,8 @@ Outcome run_structures(const EngineOptions& options, int structures, bool check_
     if (!check_each) continue;
     const CacheSizes& c = engine.stats().caches;
     for (const auto& [name, cache] : {std::pair{"signatures", c.signatures}, {"search_schedules", c.search_schedules},
-                                      {"linked_kernels", c.linked_kernels}, {"kernel_memory", c.kernel_memory}}) {
+                                      {"linked_kernels", c.linked_kernels}, {"kernel_memory", c.kernel_memory},
+                                      {"jit_kernels", c.jit_kernels}, {"scratch", c.scratch}}) {
       if (cache.max_entries > 0) EXPECT_LE(cache.entries, cache.max_entries) << name << " after structure " << s;
       if (cache.max_bytes > 0) EXPECT_LE(cache.bytes, cache.max_bytes) << name << " after structure " << s;
     }
@@ -107,20 +108,58 @@ TEST(CacheBounds, EveryCacheStaysWithinItsBoundOverManyStructures) {
       options.policy = policy;
       options.search_budget_ms = 5;
       options.cache_directory = cache.path();
+      options.cache_entries = 2;  // 2 kernels and schedules, 32 signatures
       options.verify = true;
       const std::string what = std::string(executor) + " " + policy;
       const Outcome actual = run_structures(options, kStructures, true);
       expect_same_values(actual, expected, what);
       const CacheSizes& c = actual.stats.caches;
-      EXPECT_GT(c.signatures.entries, 0) << what;
-      if (std::string(policy) == "search") EXPECT_EQ(c.search_schedules.max_entries, 64) << what;
+      EXPECT_EQ(c.signatures.max_entries, 32) << what;
+      EXPECT_GT(c.signatures.evictions, 0) << what;  // 23 dimensions of several types each: it started again
+      EXPECT_EQ(c.scratch.max_bytes, int64_t{64} << 20) << what;
+      if (std::string(policy) == "search") {
+        EXPECT_EQ(c.search_schedules.max_entries, 2) << what;
+        EXPECT_GT(c.search_schedules.evictions, 0) << what;
+      }
       if (std::string(executor) == "jit") {
+        EXPECT_EQ(c.jit_kernels.max_entries, 2) << what;
+        EXPECT_GT(c.jit_kernels.evictions, 0) << what;
         EXPECT_GT(c.linked_kernels.entries, 0) << what;
         EXPECT_EQ(c.linked_kernels.max_entries, 4096) << what;
         EXPECT_EQ(c.kernel_memory.max_bytes, int64_t{64} << 20) << what;
       }
     }
   }
+}
+
+TEST(CacheBounds, DefaultsAreDocumentedNumbers) {
+  EngineOptions options;
+  EXPECT_EQ(options.cache_entries, 1024);
+  options.executor = "batched";
+  Engine engine(options);
+  const CacheSizes& c = engine.stats().caches;
+  EXPECT_EQ(c.signatures.max_entries, 16 * 1024);
+  EXPECT_EQ(c.scratch.max_bytes, int64_t{64} << 20);
+  options.cache_entries = 0;
+  EXPECT_THROW(Engine{options}, UsageError);
+}
+
+// With a cell recorded the table keeps its types (the cell's record holds them), over its bound.
+TEST(CacheBounds, SignaturesAreNotResetWhileACellHoldsTypes) {
+  EngineOptions options;
+  options.executor = "batched";
+  options.cache_entries = 1;  // 16 signatures
+  Engine engine(options);
+  const Cell cell("double", {{2, 1}}, [](Trace&, std::span<const Expr> in) { return std::vector<Expr>{in[0] * 2.0f}; });
+  for (int dim = 2; dim < 30; ++dim) {
+    Trace trace(engine);
+    const Expr x = trace.input(std::vector<float>(static_cast<size_t>(dim), 1.0f));
+    const Expr y = tanh(x) + sigmoid(x);
+    const Expr z = cell(trace, {slice(y, 0, 2)})[0];
+    EXPECT_FLOAT_EQ(z.value()(0), 2.0f * (std::tanh(1.0f) + 1.0f / (1.0f + std::exp(-1.0f))));
+  }
+  EXPECT_EQ(engine.stats().caches.signatures.evictions, 0);
+  EXPECT_GT(engine.stats().caches.signatures.entries, 16);
 }
 
 // More distinct structures than the search policy keeps: the least recently used go.

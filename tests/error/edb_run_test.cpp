@@ -123,8 +123,15 @@ TEST_F(EdbRun, JsonCarriesEveryRunnerField) {
   for (const char* field : {"model", "policy", "executor", "device", "batch", "instances",
                             "instances_per_sec", "batches", "lower_bound", "kernel_calls",
                             "bytes_gathered", "kernels_compiled", "cache_hits", "flops", "loss",
-                            "time_ms"})
+                            "time_ms", "caches"})
     EXPECT_TRUE(j.contains(field)) << field;
+  for (const char* cache : {"signatures", "search_schedules", "jit_kernels", "linked_kernels", "kernel_memory", "scratch"}) {
+    ASSERT_TRUE(j["caches"].contains(cache)) << cache;
+    for (const char* field : {"entries", "bytes", "max_entries", "max_bytes", "evictions"})
+      EXPECT_TRUE(j["caches"][cache].value(field, nlohmann::json()).is_number()) << cache << "." << field;
+  }
+  EXPECT_GT(j["caches"]["signatures"].value("entries", 0), 0);
+  EXPECT_LE(j["caches"]["signatures"].value("entries", 0), j["caches"]["signatures"].value("max_entries", 0));
   ASSERT_TRUE(j.contains("time_ms") && j["time_ms"].is_object());
   for (const char* stage : {"trace", "schedule", "plan", "compile", "execute", "total"}) {
     EXPECT_TRUE(j["time_ms"].contains(stage)) << stage;
