@@ -33,6 +33,19 @@ struct Contribution {
   int32_t next;    // the node's previous contribution, or -1
 };
 
+// A value of `shape` that lies at rows [at, at + its size) of column `source`: a slice of them,
+// reshaped when the value is a matrix.
+NodeId read_rows(detail::TraceState& s, NodeId source, int64_t at, ir::Shape shape) {
+  ir::Attributes rows;
+  rows.begin = int32_t(at);
+  rows.end = rows.begin + int32_t(shape.size());
+  const NodeId read = s.add(Op::slice, std::span(&source, 1), ir::Shape{rows.end - rows.begin, 1}, rows).node_id();
+  if (shape.cols == 1) return read;
+  ir::Attributes target;
+  target.target = shape;
+  return s.add(Op::reshape, std::span(&read, 1), shape, target).node_id();
+}
+
 struct SlicePart {
   int32_t begin, end;
   NodeId gradient;
@@ -119,7 +132,9 @@ class Backward {
     for (NodeId n : mirrored_order(last)) {
       if (!flows[n] || b_.head[n] < 0) continue;
       if (graph_.node(n).op == Op::parameter) {
-        out.parameters.push_back(parameter_terms(n));
+        BodyGradients::Parameter& p = out.parameters.emplace_back();
+        p.node = n;
+        p.whole = combine(n, &p.pairs);
         continue;
       }
       const NodeId gradient = combine(n);
@@ -234,16 +249,13 @@ class Backward {
     return id;
   }
 
-  // The record of the cell a call node names.
+  // The record of the cell a call node names (calls of one cell come in runs).
   detail::CellRecord& record_of(const runtime::CallCell& cell) {
-    if (last_cell_ == &cell) return *last_record_;
-    for (const auto& record : s_.engine->cell_records)
-      if (record->call_cell.get() == &cell) {
-        last_cell_ = &cell;
-        last_record_ = record.get();
-        return *record;
-      }
-    throw InternalError("Trace::backward: a call names a cell its engine does not hold");
+    if (last_cell_ != &cell) {
+      last_cell_ = &cell;
+      last_record_ = &detail::record_of(*s_.engine, cell);
+    }
+    return *last_record_;
   }
 
   // The trace's node for a parameter of a cell's body (made now if only bodies used it).
@@ -265,17 +277,7 @@ class Backward {
     const auto key = std::make_pair(n, value.at);
     if (auto it = frame_reads_.find(key); it != frame_reads_.end() && graph_.node(it->second).shape == value.shape)
       return it->second;
-    ir::Attributes rows;
-    rows.begin = int32_t(value.at);
-    rows.end = rows.begin + int32_t(value.shape.size());
-    NodeId read = emit(Op::slice, {n}, rows);
-    if (value.shape.cols > 1) {
-      ir::Attributes target;
-      target.target = value.shape;
-      read = emit(Op::reshape, {read}, target);
-    }
-    frame_reads_[key] = read;
-    return read;
+    return frame_reads_[key] = read_rows(s_, n, value.at, value.shape);
   }
 
   // A cell call's rule: one call of the cell's backward body (trace/backward.cpp's
@@ -327,28 +329,11 @@ class Backward {
     }
   }
 
-  // What was sent to parameter n in a cell's body: its pairs as they are, the rest summed.
-  BodyGradients::Parameter parameter_terms(NodeId n) {
-    BodyGradients::Parameter p;
-    p.node = n;
-    std::vector<NodeId> terms;
-    std::vector<SlicePart> slices;
-    for (int32_t i = b_.head[n]; i >= 0; i = b_.items[size_t(i)].next) {
-      const Contribution c = b_.items[size_t(i)];
-      if (c.kind == Contribution::kPair) p.pairs.emplace_back(c.a, c.b);
-      else if (c.kind == Contribution::kSlice) slices.push_back({c.begin, c.end, c.a});
-      else terms.push_back(c.a);
-    }
-    std::reverse(p.pairs.begin(), p.pairs.end());
-    std::reverse(terms.begin(), terms.end());
-    if (!slices.empty()) terms.push_back(assemble_slices(n, slices));
-    if (!terms.empty()) p.whole = terms.size() == 1 ? terms[0] : emit(Op::sum, terms);
-    return p;
-  }
-
   // The sum of everything sent to n: its whole terms, its slices put back in place, and one
-  // matmul_nt per shape of pair (a bias's (dy, 1) apart from a weight's (dy, x)).
-  NodeId combine(NodeId n) {
+  // matmul_nt per shape of pair (a bias's (dy, 1) apart from a weight's (dy, x)). With `pairs`
+  // (a parameter in a cell's body), the pairs go there as they are instead, and the rest is
+  // summed: kNoNode when nothing else was sent.
+  NodeId combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs = nullptr) {
     std::vector<int32_t>& list = b_.list;  // n's contributions, oldest first (the links run newest first)
     list.clear();
     for (int32_t i = b_.head[n]; i >= 0; i = b_.items[size_t(i)].next) list.push_back(i);
@@ -364,6 +349,8 @@ class Backward {
         terms.push_back(c.a);
       } else if (c.kind == Contribution::kSlice) {
         slices.push_back({c.begin, c.end, c.a});
+      } else if (pairs) {
+        pairs->emplace_back(c.a, c.b);
       } else {
         auto same_shapes = [&](const std::vector<NodeId>& g) {
           return graph_.node(g[0]).shape == graph_.node(c.a).shape && graph_.node(g[1]).shape == graph_.node(c.b).shape;
@@ -376,6 +363,7 @@ class Backward {
     }
     if (!slices.empty()) terms.push_back(assemble_slices(n, slices));
     for (const std::vector<NodeId>& g : groups) terms.push_back(emit(Op::matmul_nt, g));
+    if (terms.empty()) return ir::kNoNode;  // only pairs, kept apart
     return terms.size() == 1 ? terms[0] : emit(Op::sum, terms);
   }
 
@@ -702,16 +690,7 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
       attrs.index = out.add_constants(value.values);
       return to[id] = state->add(Op::input, {}, n.shape, attrs).node_id();
     }
-    ir::Attributes rows;
-    rows.begin = int32_t(value.at);
-    rows.end = rows.begin + int32_t(n.shape.size());
-    NodeId read = state->add(Op::slice, std::span(&frame, 1), ir::Shape{rows.end - rows.begin, 1}, rows).node_id();
-    if (n.shape.cols > 1) {
-      ir::Attributes target;
-      target.target = n.shape;
-      read = state->add(Op::reshape, std::span(&read, 1), n.shape, target).node_id();
-    }
-    return to[id] = read;
+    return to[id] = read_rows(*state, frame, value.at, n.shape);
   };
   for (NodeId id = last + 1; id < g.size(); ++id) {
     if (to[id] != ir::kNoNode) continue;
@@ -783,15 +762,12 @@ Gradients Trace::backward(const Expr& loss) {
   if (s.call_nodes) {
     bool copy = s.engine->differentiates || !s.engine->driver.options().cell_gradients;
     const ir::Graph& graph = s.data.graph;
-    for (NodeId n = 0; n < graph.size() && !copy; ++n) {
-      if (graph.node(n).op != Op::call) continue;
-      const auto& cell = static_cast<const runtime::CallCell&>(graph.cell(graph.node(n).attrs.index));
+    for (size_t c = 0; c < graph.cell_count() && !copy; ++c) {  // the cells the trace calls
+      const auto& cell = static_cast<const runtime::CallCell&>(graph.cell(int64_t(c)));
       if (cell.is_backward) continue;  // a second derivative: refused by the pass
-      for (const auto& record : s.engine->cell_records) {
-        if (record->call_cell.get() != &cell) continue;
-        if (!record->backward_derived) detail::derive_backward(*s.engine, *record);
-        copy |= !record->backward && !record->why_no_backward.empty();
-      }
+      detail::CellRecord& record = detail::record_of(*s.engine, cell);
+      if (!record.backward_derived) detail::derive_backward(*s.engine, record);
+      copy |= !record.backward && !record.why_no_backward.empty();
     }
     if (copy) {
       s.engine->differentiates = true;

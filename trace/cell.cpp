@@ -112,43 +112,48 @@ std::string structure_key(const Cell& cell, const CellRecord& record) {
 
 }  // namespace
 
-void detail::plan_cell(EngineState& engine, CellRecord& cell, const std::string& key, const std::string& printed,
+CellRecord& detail::record_of(const EngineState& engine, const ir::CellBody& cell) {
+  for (const auto& record : engine.cell_records)
+    if (record->call_cell.get() == &cell) return *record;
+  throw InternalError("edb::Cell: a call node names a cell its engine does not hold");
+}
+
+void detail::plan_cell(EngineState& engine, CellRecord& record, const std::string& key, const std::string& printed,
                        const std::string& name, bool for_backward) {
-  CellRecord* record = &cell;
-  std::vector<uint32_t> offset_of(record->body.size(), 0);
-  for (ir::NodeId id = 0; id < record->body.size(); ++id)
-    if (!ir::has_flag(record->body.node(id).op, ir::kLeaf)) {
-      offset_of[id] = uint32_t(record->operations.size());
-      record->operations.push_back(id);
+  std::vector<uint32_t> offset_of(record.body.size(), 0);
+  for (ir::NodeId id = 0; id < record.body.size(); ++id)
+    if (!ir::has_flag(record.body.node(id).op, ir::kLeaf)) {
+      offset_of[id] = uint32_t(record.operations.size());
+      record.operations.push_back(id);
     }
-  const scheduler::ExactResult planned = scheduler::schedule_fewest_batches({record->body, record->types});
-  record->optimal = planned.optimal;
+  const scheduler::ExactResult planned = scheduler::schedule_fewest_batches({record.body, record.types});
+  record.optimal = planned.optimal;
   std::vector<ir::NodeId> offsets;
   for (size_t b = 0; b < planned.schedule.batch_count(); ++b) {
     offsets.clear();
     for (ir::NodeId id : planned.schedule.batch(b)) offsets.push_back(offset_of[id]);
-    record->schedule.batches.add_batch(planned.schedule.batch_type[b], offsets);
+    record.schedule.batches.add_batch(planned.schedule.batch_type[b], offsets);
   }
-  record->call_key = key;
-  record->call_name = printed;
-  record->call_type = engine.driver.signatures.intern_named(record->call_key, printed);  // no parameter arguments
-  for (ir::NodeId output : record->outputs)
-    if (!ir::has_flag(record->body.node(output).op, ir::kLeaf)) record->schedule.outputs.push_back(offset_of[output]);
+  record.call_key = key;
+  record.call_name = printed;
+  record.call_type = engine.driver.signatures.intern_named(record.call_key, printed);  // no parameter arguments
+  for (ir::NodeId output : record.outputs)
+    if (!ir::has_flag(record.body.node(output).op, ir::kLeaf)) record.schedule.outputs.push_back(offset_of[output]);
   // A call copies the operations contiguously; everything else they read lies outside the copy.
-  for (uint32_t o = 0; o < record->operations.size(); ++o) {
-    const auto args = record->body.args(record->operations[o]);
+  for (uint32_t o = 0; o < record.operations.size(); ++o) {
+    const auto args = record.body.args(record.operations[o]);
     for (uint32_t a = 0; a < args.size(); ++a)
-      if (ir::has_flag(record->body.node(args[a]).op, ir::kLeaf)) record->schedule.outside_arguments.emplace_back(o, a);
+      if (ir::has_flag(record.body.node(args[a]).op, ir::kLeaf)) record.schedule.outside_arguments.emplace_back(o, a);
   }
-  for (char c : name) record->schedule.name += c >= ' ' && c != 127 ? c : '?';
+  for (char c : name) record.schedule.name += c >= ' ' && c != 127 ? c : '?';
   if (engine.single_node_calls) {
-    record->call_cell = runtime::make_call_cell(record->body, record->types, record->placeholders, record->outputs,
-                                                record->schedule.batches, record->schedule.name, engine.lower_cells,
+    record.call_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
+                                                record.schedule.batches, record.schedule.name, engine.lower_cells,
                                                 for_backward);
-    record->why_not_single = record->call_cell->why_not;
-    record->call_cell->key = key;
-    record->call_cell->signature = printed;
-    record->call_cell->batches = int64_t(record->schedule.batches.batch_count());
+    record.why_not_single = record.call_cell->why_not;
+    record.call_cell->key = key;
+    record.call_cell->signature = printed;
+    record.call_cell->batches = int64_t(record.schedule.batches.batch_count());
   }
 }
 
@@ -197,6 +202,16 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
   return kept;
 }
 
+// The caller's node for a parameter or constant of a cell's body: the trace's one node for the
+// parameter, or a copy of the constant.
+ir::NodeId caller_leaf(TraceState& s, const ir::Graph& body, ir::NodeId leaf) {
+  const ir::Node& n = body.node(leaf);
+  if (n.op == ir::Op::parameter) return s.parameter_node(body.parameter(n.attrs.parameter));
+  ir::Attributes attrs = n.attrs;
+  attrs.index = s.data.graph.add_constants(std::span<const float>(body.leaf_data(leaf), size_t(n.shape.size())));
+  return s.add(ir::Op::input, {}, n.shape, attrs).node_id();
+}
+
 // Copies the body of `record` into the trace as one call group on the given argument nodes;
 // the call's outputs are appended to `outputs`.
 void copy_call(TraceState& s, const CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
@@ -212,13 +227,7 @@ void copy_call(TraceState& s, const CellRecord& record, ir::TypeId type, std::sp
   for (ir::NodeId id = 0; id < body.size(); ++id) {
     const ir::Node& n = body.node(id);
     if (to[id] != ir::kNoNode) continue;
-    if (n.op == ir::Op::parameter) {
-      to[id] = s.parameter_node(body.parameter(n.attrs.parameter));
-    } else if (n.op == ir::Op::input) {
-      ir::Attributes attrs = n.attrs;
-      attrs.index = graph.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
-      to[id] = s.add(ir::Op::input, {}, n.shape, attrs).node_id();
-    }
+    if (n.op == ir::Op::parameter || n.op == ir::Op::input) to[id] = caller_leaf(s, body, id);
   }
   if (record.operations.empty()) {
     for (ir::NodeId id : record.outputs) outputs.push_back(to[id]);
@@ -309,28 +318,15 @@ void detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeId type
   for (size_t k = 0; k < record.outputs.size(); ++k) {
     if (cell.output_offsets[k] >= 0) continue;
     const ir::NodeId leaf = record.outputs[k];
-    const ir::Node& n = record.body.node(leaf);
     const auto argument = std::find(record.placeholders.begin(), record.placeholders.end(), leaf);
-    if (argument != record.placeholders.end()) {
-      outputs[begin + k] = arguments[size_t(argument - record.placeholders.begin())];
-    } else if (n.op == ir::Op::parameter) {
-      outputs[begin + k] = s.parameter_node(record.body.parameter(n.attrs.parameter));
-    } else {
-      ir::Attributes attrs = n.attrs;
-      attrs.index = graph.add_constants(std::span<const float>(record.body.leaf_data(leaf), size_t(n.shape.size())));
-      outputs[begin + k] = s.add(ir::Op::input, {}, n.shape, attrs).node_id();
-    }
+    outputs[begin + k] = argument != record.placeholders.end()
+                             ? arguments[size_t(argument - record.placeholders.begin())]
+                             : caller_leaf(s, record.body, leaf);
   }
 }
 
 namespace {
 
-// The record of the cell whose calls name `cell`.
-const CellRecord& record_of(const detail::EngineState& engine, const ir::CellBody& cell) {
-  for (const auto& record : engine.cell_records)
-    if (record->call_cell.get() == &cell) return *record;
-  throw InternalError("edb::Cell: a call node names a cell its engine does not hold");
-}
 
 }  // namespace
 

@@ -121,6 +121,8 @@ ir::TypeId call_type(EngineState& engine, CellRecord& record, const ir::Graph& g
 void record_call_node(TraceState& s, CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
                       std::vector<ir::NodeId>& outputs);
 
+// The record of the cell whose calls name `cell` (an InternalError when the engine has none).
+CellRecord& record_of(const EngineState& engine, const ir::CellBody& cell);
 // Derives record.backward (trace/backward.cpp) once; on failure leaves it null with the reason.
 void derive_backward(EngineState& engine, CellRecord& record);
 
