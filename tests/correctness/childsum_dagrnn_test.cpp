@@ -42,14 +42,19 @@ double summed_loss(samples::SampleModel& model, const EngineOptions& options, in
   return total;
 }
 
+// The loss of the first 8 instances under the sequential reference, the oracle.
+double reference_loss(samples::SampleModel& model) {
+  EngineOptions reference;
+  reference.policy = "sequential";
+  reference.executor = "reference";
+  return summed_loss(model, reference, 8);
+}
+
 class NewSamples : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NewSamples, EveryExecutorPolicyAndCellSettingGivesTheReferenceLoss) {
   auto model = make(GetParam());
-  EngineOptions reference;
-  reference.policy = "sequential";
-  reference.executor = "reference";
-  const double expected = summed_loss(*model, reference, 8);
+  const double expected = reference_loss(*model);
   ASSERT_TRUE(std::isfinite(expected));
   for (const char* policy : {"greedy", "search", "learned"})
     for (const char* executor : {"batched", "jit"})
@@ -70,10 +75,7 @@ TEST_P(NewSamples, EveryExecutorPolicyAndCellSettingGivesTheReferenceLoss) {
 // greedy (fewer on these samples, where greedy is well above the lower bound).
 TEST_P(NewSamples, TrainedLearnedPolicyGivesTheReferenceLossInNoMoreBatchesThanGreedy) {
   auto model = make(GetParam());
-  EngineOptions reference;
-  reference.policy = "sequential";
-  reference.executor = "reference";
-  const double expected = summed_loss(*model, reference, 8);
+  const double expected = reference_loss(*model);
   samples::RunOptions run;
   run.batch = 8;  // the 3 traces it learns from (2 fitted, 1 held out)
   run.repeat = 1;
