@@ -77,6 +77,7 @@ class Engine:
         policy_encoding: Optional[str] = None,
         search_budget_ms: Optional[int] = None,
         cache_directory: Optional[_Path] = None,
+        cache_entries: Optional[int] = None,
     ) -> None: ...
     @property
     def options(self) -> dict[str, Any]: ...

@@ -192,6 +192,27 @@ void bind_model(py::module_& m) {
 
 namespace {
 
+// Stats::caches: each cache's size and bound as read now, by the names edb-run --json gives them.
+py::dict caches_dict(const edb::CacheSizes& c) {
+  auto one = [](const edb::CacheSize& size) {
+    py::dict d;
+    d["entries"] = size.entries;
+    d["bytes"] = size.bytes;
+    d["max_entries"] = size.max_entries;
+    d["max_bytes"] = size.max_bytes;
+    d["evictions"] = size.evictions;
+    return d;
+  };
+  py::dict d;
+  d["signatures"] = one(c.signatures);
+  d["search_schedules"] = one(c.search_schedules);
+  d["linked_kernels"] = one(c.linked_kernels);
+  d["kernel_memory"] = one(c.kernel_memory);
+  d["jit_kernels"] = one(c.jit_kernels);
+  d["scratch"] = one(c.scratch);
+  return d;
+}
+
 py::dict stats_dict(const edb::Stats& s) {
   py::dict time;
   time["schedule_ms"] = s.time.schedule_ms;
@@ -210,6 +231,7 @@ py::dict stats_dict(const edb::Stats& s) {
   d["policy_decisions"] = s.policy_decisions;
   d["policy_unseen"] = s.policy_unseen;
   d["time"] = time;
+  d["caches"] = caches_dict(s.caches);
   return d;
 }
 
@@ -229,6 +251,7 @@ py::dict options_dict(const edb::EngineOptions& o) {
   d["policy_encoding"] = o.policy_encoding;
   d["search_budget_ms"] = o.search_budget_ms;
   d["cache_directory"] = o.cache_directory;
+  d["cache_entries"] = o.cache_entries;
   return d;
 }
 
@@ -260,7 +283,8 @@ const char* const kEngineDoc = R"doc(Evaluates traces: a batching policy, an exe
 
 Engine(*, policy=None, executor=None, device=None, threads=None, verify=None,
        check_finite=None, max_trace_nodes=None, cells=None, memplan=None,
-       cell_gradients=None, policy_file=None, policy_encoding=None, search_budget_ms=None, cache_directory=None)
+       cell_gradients=None, policy_file=None, policy_encoding=None, search_budget_ms=None, cache_directory=None,
+       cache_entries=None)
 
 Every argument is keyword-only and mirrors edb::EngineOptions; None keeps the C++ default
 (engine.options shows what was chosen). An unknown policy, executor or device is a UsageError
@@ -278,7 +302,7 @@ void bind_engine(py::module_& m) {
                        std::optional<bool> cells, std::optional<bool> memplan, std::optional<bool> cell_gradients,
                        std::optional<py::object> policy_file,
                        std::optional<std::string> policy_encoding, std::optional<int64_t> search_budget_ms,
-                       std::optional<py::object> cache_directory) {
+                       std::optional<py::object> cache_directory, std::optional<int64_t> cache_entries) {
              edb::EngineOptions o;
              set_if(o.policy, policy);
              set_if(o.executor, executor);
@@ -294,6 +318,7 @@ void bind_engine(py::module_& m) {
              set_if(o.policy_encoding, policy_encoding);
              set_if(o.search_budget_ms, search_budget_ms);
              if (cache_directory) o.cache_directory = path_from(*cache_directory);
+             set_if(o.cache_entries, cache_entries);
              py::gil_scoped_release release;  // a policy file or a cache directory is read here
              return std::make_shared<EngineBox>(o);
            }),
@@ -303,7 +328,7 @@ void bind_engine(py::module_& m) {
            py::arg("cells") = py::none(), py::arg("memplan") = py::none(),
            py::arg("cell_gradients") = py::none(), py::arg("policy_file") = py::none(),
            py::arg("policy_encoding") = py::none(), py::arg("search_budget_ms") = py::none(),
-           py::arg("cache_directory") = py::none())
+           py::arg("cache_directory") = py::none(), py::arg("cache_entries") = py::none())
       .def_property_readonly(
           "options", [](EngineBox& e) { return options_dict(e.engine.options()); },
           "The engine's options as a dict (every EngineOptions field).")
@@ -315,7 +340,9 @@ void bind_engine(py::module_& m) {
           },
           "Counters and stage times summed over every evaluation since construction or reset_stats(), as a dict:\n"
           "nodes, batches, lower_bound, kernel_calls, bytes_gathered, kernels_compiled, cache_hits, flops,\n"
-          "policy_decisions, policy_unseen and time (schedule_ms, plan_ms, compile_ms, execute_ms).")
+          "policy_decisions, policy_unseen, time (schedule_ms, plan_ms, compile_ms, execute_ms) and caches:\n"
+          "per cache that grows with the structures seen, its entries, bytes, max_entries, max_bytes and\n"
+          "evictions as read now (sizes, not sums; reset_stats() leaves them).")
       .def(
           "reset_stats",
           [](EngineBox& e) {
