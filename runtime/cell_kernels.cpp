@@ -27,6 +27,17 @@ struct Unsupported {
   std::string why;
 };
 
+// The backward pass's (y, dy) activation gradients, built from kernel ops in the program.
+bool is_activation_gradient(ir::Op op) { return op == ir::Op::tanh_grad || op == ir::Op::sigmoid_grad; }
+// An elementwise op of the body: a kernel op, or an activation gradient built from them.
+bool lowers_elementwise(ir::Op op) {
+  jit::KernelOp kernel_op;
+  return jit::kernel_op_for(op, kernel_op) || is_activation_gradient(op);
+}
+// A product W x of a weight parameter W: affine and matmul, or matmul_tn (W^T x, the backward
+// pass's dx = W^T dy, whose weight is packed transposed).
+bool is_product(ir::Op op) { return op == ir::Op::affine || op == ir::Op::matmul || op == ir::Op::matmul_tn; }
+
 class Lowerer {
  public:
   // The body is graph nodes [first, first + body_nodes); `outputs` are offsets into it. With
@@ -100,9 +111,8 @@ class Lowerer {
     int32_t elementwise = 0, linear = 0;
     for (uint32_t o = 0; o < count_; ++o) {
       const ir::Node& n = body_node(o);
-      jit::KernelOp op;
-      if (jit::kernel_op_for(n.op, op)) elementwise = elementwise ? std::min(elementwise, n.shape.rows) : n.shape.rows;
-      if (n.op == ir::Op::affine || n.op == ir::Op::matmul) linear = linear ? std::min(linear, n.shape.rows) : n.shape.rows;
+      if (lowers_elementwise(n.op)) elementwise = elementwise ? std::min(elementwise, n.shape.rows) : n.shape.rows;
+      if (is_product(n.op)) linear = linear ? std::min(linear, n.shape.rows) : n.shape.rows;
     }
     rows_ = elementwise ? elementwise : linear;
     if (rows_ <= 0) throw Unsupported{"no elementwise op or product to build blocks from"};
@@ -139,8 +149,7 @@ class Lowerer {
     f.rows = n.shape.rows;
     if (n.shape.cols != 1) throw Unsupported{std::string(ir::op_name(n.op)) + " of a matrix (cols " + std::to_string(n.shape.cols) + ")"};
     const auto args = graph_.args(n);
-    jit::KernelOp op;
-    if (n.op == ir::Op::affine || n.op == ir::Op::matmul) {
+    if (is_product(n.op)) {
       if (!block_aligned(n.shape.rows)) throw Unsupported{"a product of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
       const size_t products = n.op == ir::Op::affine ? 1 : 0;
       int32_t stage = 1;
@@ -179,7 +188,7 @@ class Lowerer {
       return;
     }
     const bool concat = n.op == ir::Op::concat;
-    if (concat || jit::kernel_op_for(n.op, op)) {
+    if (concat || lowers_elementwise(n.op)) {
       if (!concat && !block_aligned(n.shape.rows))
         throw Unsupported{std::string(ir::op_name(n.op)) + " of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
       std::vector<int32_t> operands;
@@ -280,6 +289,24 @@ class Lowerer {
     stage.body.push_back(in);
     return int32_t(stage.body.size() - 1);
   }
+  int32_t compute(Program::Stage& stage, jit::KernelOp op, int32_t a, int32_t b = -1, float constant = 0) {
+    Program::Instruction in;
+    in.op = op;
+    in.a = a;
+    in.b = b;
+    in.constant = constant;
+    return add(stage, in);
+  }
+  // tanh_grad (y, dy): dy (1 - y^2); sigmoid_grad: dy y (1 - y), as the jit's batches build them.
+  int32_t activation_gradient(Program::Stage& stage, ir::Op op, int32_t y, int32_t dy) {
+    using jit::KernelOp;
+    auto one_minus = [&](int32_t v) {
+      return compute(stage, KernelOp::add_const, compute(stage, KernelOp::scale, v, -1, -1.0f), -1, 1.0f);
+    };
+    const int32_t local = op == ir::Op::tanh_grad ? one_minus(compute(stage, KernelOp::cmult, y, y))
+                                                  : compute(stage, KernelOp::cmult, y, one_minus(y));
+    return compute(stage, KernelOp::cmult, dy, local);
+  }
 
   // A load of rows [row, row + rows_) of memory operand `operand` into stage s (once per stage).
   int32_t load(int32_t s, Program::Operand operand, int32_t row) {
@@ -342,6 +369,7 @@ class Lowerer {
       c.blocks = blocks;
       CellLowering::Weight weight;
       weight.blocks = blocks;
+      weight.transposed = n.op == ir::Op::matmul_tn;
       const auto args = graph_.args(n);
       const size_t products = n.op == ir::Op::affine ? 1 : 0;
       size_t term = 0;
@@ -363,11 +391,13 @@ class Lowerer {
       stage.contractions.push_back(std::move(c));
       form.accumulators.assign(size_t(blocks), -1);
     } else if (form.kind == Form::elementwise) {
-      jit::KernelOp op;
+      jit::KernelOp op = jit::KernelOp::add;
       jit::kernel_op_for(n.op, op);
       for (int32_t g = 0; g < blocks; ++g) {
         int32_t value = block(form.sources[0], g, s);
-        if (n.op == ir::Op::sum) {
+        if (is_activation_gradient(n.op)) {
+          value = activation_gradient(stage, n.op, value, block(form.sources[1], g, s));
+        } else if (n.op == ir::Op::sum) {
           for (size_t i = 1; i < form.sources.size(); ++i) {
             Program::Instruction in;
             in.op = jit::KernelOp::add;
@@ -472,6 +502,13 @@ bool lower_into(CallCell& cell, std::span<const ir::NodeId> to, std::span<const 
       }
     }
     cell.slots.push_back(slot);
+  }
+  // A view lies in its source's place (the program stores the source when the view is read).
+  for (uint32_t o = 0; o < count; ++o) {
+    const ir::Node& n = copy.node(cell.first + o);
+    if (!plan.view[cell.first + o] || frame_of[o] >= 0) continue;
+    const ir::NodeId source = copy.args(n)[0];
+    if (source >= cell.first && frame_of[source - cell.first] >= 0) frame_of[o] = frame_of[source - cell.first] + n.attrs.begin;
   }
   for (uint32_t o : output_offsets)
     if (o != UINT32_MAX && frame_of[o] < 0) {
@@ -607,10 +644,19 @@ void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::Para
     for (size_t p = 0; p < weight.pieces.size(); ++p) {
       const ir::ParameterInfo& info = piece(w, p);
       sources.emplace_back(info.data, info.version ? *info.version : 0);
-      pieces.push_back({info.data, info.shape.cols});
-      k += info.shape.cols;
+      pieces.push_back({info.data, weight.transposed ? info.shape.rows : info.shape.cols});
+      k += pieces.back().cols;
     }
     if (packed && packed->sources == sources) continue;
+    std::vector<float> transpose;  // a transposed weight's column-major copy, packed from
+    if (weight.transposed) {
+      const ir::ParameterInfo& info = piece(w, 0);
+      const int64_t rows = info.shape.rows, cols = info.shape.cols;
+      transpose.resize(size_t(rows * cols));
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = 0; r < rows; ++r) transpose[size_t(c + r * cols)] = info.data[r + c * rows];
+      pieces[0].data = transpose.data();
+    }
     if (!packed) packed = std::make_unique<PackedWeight>();
     const int64_t floats = jit::packed_weight_floats(lowering.program.rows, weight.blocks, k, cell.vector);
     if (floats != packed->floats) {

@@ -38,6 +38,7 @@ struct CellLowering {
   struct Weight {
     int32_t blocks = 1;
     std::vector<Reference> pieces;
+    bool transposed = false;  // matmul_tn: the program's weight is the parameter's transpose (one piece)
   };
   jit::CellProgram program;
   std::vector<Reference> call_slots;    // per call slot
