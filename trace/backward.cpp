@@ -760,7 +760,7 @@ Gradients Trace::backward(const Expr& loss) {
   // has its trace's calls copied as bodies (the forward pass then runs again), and the engine's
   // later calls record their bodies.
   if (s.call_nodes) {
-    bool copy = s.engine->differentiates || !s.engine->driver.options().cell_gradients;
+    bool copy = s.engine->differentiates || !s.engine->cell_gradients;
     const ir::Graph& graph = s.data.graph;
     for (size_t c = 0; c < graph.cell_count() && !copy; ++c) {  // the cells the trace calls
       const auto& cell = static_cast<const runtime::CallCell&>(graph.cell(int64_t(c)));

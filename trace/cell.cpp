@@ -196,7 +196,7 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
     printed += (i ? ", " : "") + shape_text(inputs[i].first, inputs[i].second);
   printed += ")";
   detail::plan_cell(engine, *record, std::to_string(cell.id()), printed, cell.name(),
-                    engine.driver.options().cell_gradients);
+                    engine.cell_gradients);
   CellRecord* kept = engine.cell_records.emplace_back(std::move(record)).get();
   engine.cells_by_structure.emplace(std::move(key), kept);
   return kept;

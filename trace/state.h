@@ -140,6 +140,9 @@ struct EngineState {
   // Cells are lowered to programs the jit runs as one kernel per batch of calls (the jit executor,
   // without check_finite, which reads every value); otherwise their frames keep every value.
   bool lower_cells = false;
+  // Trace::backward keeps calls as nodes and differentiates through the cells' backward bodies
+  // (EngineOptions::cell_gradients, resolved).
+  bool cell_gradients = false;
   // A backward pass ran on this engine: from then on calls copy their bodies, whose values the
   // backward pass reads (a trace's single-node calls are expanded when it differentiates).
   bool differentiates = false;

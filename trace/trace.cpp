@@ -95,6 +95,7 @@ EngineState::EngineState(const EngineOptions& options) : driver(options) {
   const EngineOptions& chosen = driver.options();  // with the device auto resolves to
   single_node_calls = chosen.cells && chosen.device == "cpu" && chosen.policy != "sequential" && !chosen.check_finite;
   lower_cells = chosen.executor == "jit" && !chosen.check_finite;
+  cell_gradients = chosen.cell_gradients.value_or(lower_cells);
 }
 
 ir::NodeId TraceState::parameter_node(const ir::ParameterInfo& info) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -135,9 +136,12 @@ struct EngineOptions {
   bool cells = true;    // false: a Cell call records its body inline, node by node, as if there
                         // were no cell (the baseline cells are measured against)
   // Trace::backward through a cell's calls: true, each call stays one node and its gradient is
-  // one call of the cell's backward body (derived once per cell); false, each call's body is
-  // copied into the trace first. Off by default until that path is as fast as the copies.
-  bool cell_gradients = false;
+  // one call of the cell's backward body (derived once per cell, compiled by the jit); false,
+  // each call's body is copied into the trace first. Unset (the default): true exactly where the
+  // jit compiles the cells (executor jit without check_finite), whose compiled backward bodies
+  // are the faster path; the other executors expand a backward body per batch of calls, slower
+  // than copying.
+  std::optional<bool> cell_gradients;
   bool memplan = false; // true: lay values out with the PQ-tree planner so batched operands sit in
                         // place (memplan/layout.h); false: each batch's outputs in schedule order
   std::string policy_file;              // fsm, learned: a table saved by save_policy(), loaded at start

@@ -246,7 +246,7 @@ py::dict options_dict(const edb::EngineOptions& o) {
   d["max_trace_nodes"] = o.max_trace_nodes;
   d["cells"] = o.cells;
   d["memplan"] = o.memplan;
-  d["cell_gradients"] = o.cell_gradients;
+  d["cell_gradients"] = o.cell_gradients ? py::object(py::bool_(*o.cell_gradients)) : py::object(py::none());
   d["policy_file"] = o.policy_file;
   d["policy_encoding"] = o.policy_encoding;
   d["search_budget_ms"] = o.search_budget_ms;
@@ -313,7 +313,7 @@ void bind_engine(py::module_& m) {
              set_if(o.max_trace_nodes, max_trace_nodes);
              set_if(o.cells, cells);
              set_if(o.memplan, memplan);
-             set_if(o.cell_gradients, cell_gradients);
+             if (cell_gradients) o.cell_gradients = *cell_gradients;
              if (policy_file) o.policy_file = path_from(*policy_file);
              set_if(o.policy_encoding, policy_encoding);
              set_if(o.search_budget_ms, search_budget_ms);

@@ -12,6 +12,9 @@
 #include <edbatch/edbatch.h>
 #include <edbatch/train.h>
 
+#include "runtime/cell_kernels.h"
+#include "trace/inspect.h"
+
 namespace edb {
 namespace {
 
@@ -183,16 +186,16 @@ TEST(CompiledCells, CheckFiniteSeesValuesTheCallsDoNotReturn) {
   }
 }
 
-// The packed weights must follow the parameters: a stale packing gives the old values.
-// The jit records each call as one node; a backward pass reads the values inside the calls, so
-// the trace's calls become their bodies (renumbering its nodes) and the forward pass runs again.
-// Exprs from before keep their values, the gradients are the reference's, and later traces on the
-// engine record bodies from the start.
+// The jit records each call as one node. With cell_gradients off, a backward pass reads the values
+// inside the calls, so the trace's calls become their bodies (renumbering its nodes) and the
+// forward pass runs again. Exprs from before keep their values, the gradients are the reference's,
+// and later traces on the engine record bodies from the start.
 TEST(CompiledCells, BackwardThroughCallsRecordedAsSingleNodes) {
   const Lstm lstm(13, 5);
   EngineOptions jit_options, reference_options;
   jit_options.executor = "jit";
   jit_options.verify = true;
+  jit_options.cell_gradients = false;
   reference_options.executor = "reference";
   Engine jit(jit_options), reference(reference_options);
   auto loss_of = [](const std::vector<Expr>& out) {
@@ -228,6 +231,52 @@ TEST(CompiledCells, BackwardThroughCallsRecordedAsSingleNodes) {
     EXPECT_EQ(out[0].rows(), 13);
     const Tensor doubled = (out[0] * 2.0f).value();
     for (size_t e = 0; e < before.data.size(); ++e) EXPECT_FLOAT_EQ(doubled.data[e], 2 * before.data[e]);
+  }
+}
+
+// By default (cell_gradients unset) the jit differentiates through the cells' compiled backward
+// bodies: calls stay single nodes in every trace, before and after a backward pass, and the
+// gradients are the reference's, also after an update repacks the weights (transposed for dx).
+TEST(CompiledCells, BackwardThroughCompiledBackwardBodiesByDefault) {
+  Lstm lstm(13, 13);  // x as tall as h: dx = W^T dy is whole blocks of the program's 13 rows
+  EngineOptions jit_options, reference_options;
+  jit_options.executor = "jit";
+  jit_options.verify = true;
+  reference_options.executor = "reference";
+  Engine jit(jit_options), reference(reference_options);
+  auto loss_of = [](const std::vector<Expr>& out) {
+    std::vector<Expr> terms;
+    for (size_t i = 0; i < out.size(); ++i) terms.push_back(pick_neg_log_softmax(out[i], int64_t(i % 3)));
+    return sum(terms);
+  };
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("trace " + std::to_string(round + 1) + " on the jit engine");
+    if (round == 2)
+      for (float& v : lstm.u.values()) v *= -0.5f;  // the packed (and transposed) weights follow
+    Trace want_trace(reference);
+    const Gradients want = want_trace.backward(loss_of(lstm.record(want_trace, 4)));
+    Trace trace(jit);
+    const Expr loss = loss_of(lstm.record(trace, 4));
+    const Gradients got = trace.backward(loss);
+    // The forward and the backward cell, each compiled: a batch of calls is one kernel.
+    const detail::EvaluatedTrace evaluated = detail::evaluated_trace(loss);
+    int forward = 0, backward = 0;
+    for (int64_t c = 0; c < evaluated.graph.cell_count(); ++c) {
+      const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(c));
+      EXPECT_TRUE(cell.lowered) << cell.name << ": " << cell.why_not;
+      (cell.is_backward ? backward : forward) += 1;
+    }
+    EXPECT_EQ(forward, 1);
+    EXPECT_EQ(backward, 1);
+    EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
+    for (const Parameter* p : {&lstm.w, &lstm.u, &lstm.b}) {
+      const Tensor* g = got.of(*p);
+      const Tensor* w = want.of(*p);
+      ASSERT_TRUE(g && w) << p->name();
+      ASSERT_EQ(g->data.size(), w->data.size()) << p->name();
+      for (size_t e = 0; e < w->data.size(); ++e)
+        ASSERT_NEAR(g->data[e], w->data[e], 1e-4f * (1 + std::abs(w->data[e]))) << p->name() << " " << e;
+    }
   }
 }
 
