@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "edbatch/errors.h"
@@ -179,7 +180,7 @@ CudaDevice::~CudaDevice() {
   // Nothing here may throw; errors at teardown are ignored.
   driver_->cuCtxSetCurrent(context_);
   driver_->cuStreamSynchronize(stream_);
-  for (CUmodule module : modules_) driver_->cuModuleUnload(module);
+  for (const auto& [module, function] : modules_) driver_->cuModuleUnload(module);
   driver_->cuStreamDestroy(stream_);
   driver_->cuDevicePrimaryCtxRelease(device_);
 }
@@ -225,12 +226,21 @@ CUfunction CudaDevice::load_function(const std::string& image, const std::string
   make_current();
   CUmodule module = nullptr;
   driver_->check(driver_->cuModuleLoadData(&module, image.data()), "cuModuleLoadData");
-  modules_.push_back(module);
   CUfunction function = nullptr;
   const CUresult r = driver_->cuModuleGetFunction(&function, module, symbol.c_str());
+  modules_.emplace_back(module, r == kSuccess ? function : nullptr);
   if (r != kSuccess)
     throw InternalError("CUDA cuModuleGetFunction(" + symbol + ") failed: " + driver_->describe(r));
   return function;
+}
+
+void CudaDevice::unload_function(CUfunction function) {
+  auto it = std::find_if(modules_.begin(), modules_.end(), [&](const auto& loaded) { return loaded.second == function; });
+  if (it == modules_.end()) throw InternalError("CudaDevice::unload_function: a function this device did not load");
+  make_current();
+  driver_->check(driver_->cuStreamSynchronize(stream_), "cuStreamSynchronize");  // a queued launch may still run it
+  driver_->check(driver_->cuModuleUnload(it->first), "cuModuleUnload");
+  modules_.erase(it);
 }
 
 void CudaDevice::launch(CUfunction function, unsigned grid_x, unsigned grid_y, unsigned block_x, unsigned block_y,

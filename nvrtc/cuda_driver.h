@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace edb::nvrtc {
@@ -105,8 +106,10 @@ class CudaDevice {
   void download(void* to, CUdeviceptr from, size_t bytes);        // waits for the stream
   void copy(CUdeviceptr to, CUdeviceptr from, size_t bytes);
   // Loads a cubin or NUL-terminated PTX image and returns its function `symbol`; the module stays
-  // loaded while the device lives.
+  // loaded until unload_function or while the device lives.
   CUfunction load_function(const std::string& image, const std::string& symbol);
+  // Unloads the module of a function load_function returned, once the stream's work is done.
+  void unload_function(CUfunction function);
   void launch(CUfunction function, unsigned grid_x, unsigned grid_y, unsigned block_x, unsigned block_y,
               void** parameters);
   void synchronize();
@@ -118,7 +121,7 @@ class CudaDevice {
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   CUstream stream_ = nullptr;
-  std::vector<CUmodule> modules_;
+  std::vector<std::pair<CUmodule, CUfunction>> modules_;  // each loaded module and its function
 };
 
 }  // namespace edb::nvrtc

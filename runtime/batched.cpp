@@ -753,11 +753,20 @@ void BatchedExecutor::keep_every_value() {
 
 void BatchedExecutor::set_cache_entries(size_t entries) {
   if (kernels_) kernels_->capacity = std::max<size_t>(entries, 1);
+  if (cells_) cells_->set_capacity(entries);
+  calls_->set_capacity(entries);
+}
+
+void BatchedExecutor::forget_cells() {
+  if (cells_) cells_->clear();
+  calls_->clear();
 }
 
 void BatchedExecutor::cache_sizes(CacheSizes& sizes) const {
   sizes.scratch = CacheSize{int64_t(scratch_.blocks()), int64_t(scratch_.bytes()), 0, int64_t(Scratch::kMaxBytes),
                             scratch_.trims()};
+  sizes.call_expansions = calls_->sizes();
+  if (cells_) sizes.cell_kernels = cells_->sizes();
   if (!kernels_) return;
   sizes.jit_kernels.entries = int64_t(kernels_->by_key.size());
   sizes.jit_kernels.max_entries = int64_t(kernels_->capacity);

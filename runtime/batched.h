@@ -33,6 +33,7 @@ class BatchedExecutor final : public Executor {
   void check_shared_reads() override;
   void set_cache_entries(size_t entries) override;
   void cache_sizes(CacheSizes& sizes) const override;
+  void forget_cells() override;
 
   // Grow-only scratch blocks, reset per batch (pointers stay valid within a batch).
   class Scratch {

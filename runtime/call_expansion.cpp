@@ -22,10 +22,21 @@ struct CallExpansion::Expanded {
 CallExpansion::CallExpansion() = default;
 CallExpansion::~CallExpansion() = default;
 
+void CallExpansion::clear() {
+  evictions_ += int64_t(expanded_.size());
+  expanded_.clear();
+}
+
+CacheSize CallExpansion::sizes() const {
+  return CacheSize{int64_t(expanded_.size()), int64_t(arena_.capacity() * sizeof(float)), int64_t(capacity_), 0,
+                   evictions_};
+}
+
 CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t calls) {
   std::unique_ptr<Expanded>& slot = expanded_[{&cell, calls}];
   if (slot) return *slot;
-  if (expanded_.size() > kMaxExpansions) {
+  if (expanded_.size() > capacity_) {
+    evictions_ += int64_t(expanded_.size()) - 1;
     expanded_.clear();
     return expanded(cell, calls);
   }

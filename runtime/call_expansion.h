@@ -5,6 +5,7 @@
 // one kernel instead; this is the path for every other executor, and for cells that do not lower.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -26,16 +27,22 @@ class CallExpansion {
   // Runs the calls (one cell's, in the graph of `values`) on `executor`, which must not be
   // running this expansion already (bodies do not call cells).
   void run(Executor& executor, std::span<const ir::NodeId> calls, const Values& values, Stats& stats);
-  size_t cached() const { return expanded_.size(); }
 
-  // Expansions kept, by cell and number of calls; all are dropped when there are more.
+  // Expansions kept, by cell and number of calls: EngineOptions::cache_entries, at most
+  // kMaxExpansions; all are dropped when there are more.
   static constexpr size_t kMaxExpansions = 256;
+  void set_capacity(size_t entries) { capacity_ = std::clamp<size_t>(entries, 1, kMaxExpansions); }
+  // Forgets every expansion: the engine dropped the cell records their keys point into.
+  void clear();
+  CacheSize sizes() const;  // Stats::caches.call_expansions: entries, and the bytes of its arena
 
  private:
   struct Expanded;
   Expanded& expanded(const CallCell& cell, size_t calls);
 
   std::map<std::pair<const CallCell*, size_t>, std::unique_ptr<Expanded>> expanded_;
+  size_t capacity_ = kMaxExpansions;
+  int64_t evictions_ = 0;  // expansions dropped
   std::vector<float> arena_;
 };
 

@@ -598,10 +598,41 @@ struct CellKernels::Cell {
   int32_t vector = 0;
   std::vector<std::unique_ptr<PackedWeight>> weights;
   std::vector<const float*> weight_pointers;
+  uint64_t last_use = 0;
 };
 
 CellKernels::CellKernels(std::string cache_directory) : cache_directory_(std::move(cache_directory)) {}
 CellKernels::~CellKernels() = default;
+
+std::unique_ptr<CellKernels::Cell>& CellKernels::slot(const void* cell, ir::TypeId type) {
+  ++uses_;
+  auto it = cells_.find({cell, type});
+  if (it != cells_.end()) {
+    if (it->second) it->second->last_use = uses_;
+    return it->second;
+  }
+  if (cells_.size() >= capacity_) {
+    auto last_use = [](const auto& entry) { return entry.second ? entry.second->last_use : 0; };
+    cells_.erase(std::min_element(cells_.begin(), cells_.end(),
+                                  [&](const auto& a, const auto& b) { return last_use(a) < last_use(b); }));
+    ++evictions_;
+  }
+  return cells_[{cell, type}];  // empty: the caller makes it, last used now
+}
+
+void CellKernels::clear() {
+  evictions_ += int64_t(cells_.size());
+  cells_.clear();
+}
+
+CacheSize CellKernels::sizes() const {
+  CacheSize size{int64_t(cells_.size()), 0, int64_t(capacity_), 0, evictions_};
+  for (const auto& [key, cell] : cells_)
+    if (cell)
+      for (const auto& packed : cell->weights)
+        if (packed) size.bytes += packed->floats * int64_t(sizeof(float));
+  return size;
+}
 
 void CellKernels::compile(Cell& cell, Stats& stats) {
   if (!compiler_) compiler_ = &jit::shared_compiler(cache_directory_);
@@ -620,9 +651,10 @@ void CellKernels::compile(Cell& cell, Stats& stats) {
 
 CellKernels::Cell& CellKernels::cell_of(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch,
                                         const Values& values, Stats& stats) {
-  std::unique_ptr<Cell>& slot = cells_[{batch.cell, batch.type}];
+  std::unique_ptr<Cell>& slot = this->slot(batch.cell, batch.type);
   if (slot) return *slot;
   auto cell = std::make_unique<Cell>();
+  cell->last_use = uses_;
   cell->owned = lower_cell(values.graph, values.plan, schedule.call_firsts[batch.calls_begin], *batch.cell,
                            batch.body_nodes, keep_every_value_, cell->why_not);
   if (cell->owned) {
@@ -750,9 +782,10 @@ bool CellKernels::run(const scheduler::Schedule& schedule, const scheduler::Sche
 void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats) {
   const ir::Graph& graph = values.graph;
   const auto& call_cell = static_cast<const CallCell&>(graph.cell(graph.node(calls[0]).attrs.index));
-  std::unique_ptr<Cell>& slot = cells_[{&call_cell, ir::kNoType}];
+  std::unique_ptr<Cell>& slot = this->slot(&call_cell, ir::kNoType);
   if (!slot) {
     slot = std::make_unique<Cell>();
+    slot->last_use = uses_;
     slot->lowering = &call_cell.lowering;
     compile(*slot, stats);
   }

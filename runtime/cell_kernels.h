@@ -5,6 +5,7 @@
 // Precondition: the plan gives every body node of every call its place (memplan's Plan).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -114,6 +115,13 @@ class CellKernels {
   // Runs a batch of `call` nodes of one CallCell as one kernel.
   void run_calls(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats);
 
+  // The most compiled cells kept (EngineOptions::cache_entries), least recently used out; their
+  // kernels stay in the kernel cache, so one evicted is lowered and packed again, not compiled.
+  void set_capacity(size_t entries) { capacity_ = std::max<size_t>(entries, 1); }
+  // Forgets every compiled cell: the engine dropped the cell records their keys point into.
+  void clear();
+  CacheSize sizes() const;  // Stats::caches.cell_kernels: entries, packed weights' bytes
+
  private:
   struct PackedWeight;
   struct Cell;
@@ -132,6 +140,11 @@ class CellKernels {
   // By CellSchedule and the calls' type (which parameters they pass decides the lowering), or by
   // CallCell.
   std::map<std::pair<const void*, ir::TypeId>, std::unique_ptr<Cell>> cells_;
+  size_t capacity_ = 1024;
+  uint64_t uses_ = 0;        // a clock for least recently used
+  int64_t evictions_ = 0;
+  // The entry of `key`, made empty (and the least recently used evicted) when there is none.
+  std::unique_ptr<Cell>& slot(const void* cell, ir::TypeId type);
   std::vector<float*> pointers_;        // the batch's call tables, kept between batches
   std::vector<const float*> shared_;
 };

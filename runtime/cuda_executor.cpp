@@ -72,7 +72,16 @@ struct CudaExecutor::State {
   nvrtc::CudaDevice device;
   nvrtc::CudaCompiler compiler;
   DeviceBuffer arena, leaves, staging;  // staging: per-batch pointer tables and input arrays
-  std::unordered_map<std::string, nvrtc::CUfunction> functions;  // by kernel description
+  // Loaded kernel functions by kernel description, at most `capacity` (EngineOptions::cache_entries),
+  // least recently used unloaded first; the image stays in the kernel cache.
+  struct Loaded {
+    nvrtc::CUfunction function = nullptr;
+    uint64_t last_use = 0;
+  };
+  std::unordered_map<std::string, Loaded> functions;
+  size_t capacity = 1024;
+  uint64_t uses = 0;
+  int64_t evictions = 0;
   nvrtc::CUfunction gemm = nullptr;
 
   // Per execution.
@@ -117,11 +126,24 @@ struct CudaExecutor::State {
 
   nvrtc::CUfunction function_for(const jit::Kernel& kernel) {
     const std::string description = jit::describe(kernel);
+    ++uses;
     auto it = functions.find(description);
-    if (it != functions.end()) return it->second;
+    if (it != functions.end()) {
+      it->second.last_use = uses;
+      return it->second.function;
+    }
     const nvrtc::CudaImage image = compiler.elementwise(kernel);
     count_compile(image);
-    return functions[description] = device.load_function(image.image, image.symbol());
+    if (functions.size() >= capacity) {
+      auto oldest = std::min_element(functions.begin(), functions.end(),
+                                     [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
+      device.unload_function(oldest->second.function);
+      functions.erase(oldest);
+      ++evictions;
+    }
+    const nvrtc::CUfunction function = device.load_function(image.image, image.symbol());
+    functions[description] = Loaded{function, uses};
+    return function;
   }
   void count_compile(const nvrtc::CudaImage& image) {
     if (image.compiled_now) {
@@ -314,6 +336,12 @@ CudaExecutor::CudaExecutor(const std::string& cache_directory, const std::string
     : state_(std::make_unique<State>(cache_directory, library)) {}
 
 CudaExecutor::~CudaExecutor() = default;
+
+void CudaExecutor::set_cache_entries(size_t entries) { state_->capacity = std::max<size_t>(entries, 1); }
+
+void CudaExecutor::cache_sizes(CacheSizes& sizes) const {
+  sizes.device_kernels = CacheSize{int64_t(state_->functions.size()), 0, int64_t(state_->capacity), 0, state_->evictions};
+}
 
 void CudaExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
   State& s = *state_;

@@ -21,6 +21,8 @@ class CudaExecutor final : public Executor {
   ~CudaExecutor() override;
   std::string_view name() const override { return "cuda"; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
+  void set_cache_entries(size_t entries) override;
+  void cache_sizes(CacheSizes& sizes) const override;
 
   struct State;
 

@@ -300,8 +300,14 @@ const Stats& Driver::stats() {
     caches.search_schedules = CacheSize{int64_t(search_->cached()), 0, int64_t(search_->capacity()), 0, search_->evictions()};
   if (jit::CachedCompiler* compiler = jit::find_shared_compiler(options_.cache_directory))
     jit::compiler_cache_sizes(*compiler, caches.linked_kernels, caches.kernel_memory);
+  caches.cell_records = cell_records;
   executor_->cache_sizes(caches);
   return stats_;
+}
+
+void Driver::forget_cells() {
+  if (queue_) stats_ += queue_->take_stats();  // waits for every execution
+  executor_->forget_cells();
 }
 
 void Driver::reset_signatures() {

@@ -115,6 +115,11 @@ class Driver {
   // Forgets every signature, and the search policy's schedules, which name types. Only between
   // evaluations, when no trace and no cell holds a type of the table.
   void reset_signatures();
+  // The engine's cell records (trace/), as Stats::caches.cell_records reports them; trace/ keeps
+  // it current. When the engine drops them, forget_cells() has the executor drop what it keeps
+  // by cell (after every queued execution).
+  CacheSize cell_records;
+  void forget_cells();
 
  private:
   EngineOptions options_;

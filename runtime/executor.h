@@ -61,6 +61,9 @@ class Executor {
   virtual void set_cache_entries(size_t entries) { (void)entries; }
   // The sizes of its caches (Stats::caches), between executions.
   virtual void cache_sizes(CacheSizes& sizes) const { (void)sizes; }
+  // Between executions, when the engine drops its cell records: forgets what it keeps by cell
+  // (compiled cells, expanded bodies), whose keys point into those records.
+  virtual void forget_cells() {}
 };
 
 class CallExpansion;  // runtime/call_expansion.h
@@ -71,6 +74,9 @@ class ReferenceExecutor final : public Executor {
   ~ReferenceExecutor() override;
   std::string_view name() const override { return "reference"; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
+  void set_cache_entries(size_t entries) override;
+  void cache_sizes(CacheSizes& sizes) const override;
+  void forget_cells() override;
 
  private:
   std::unique_ptr<CallExpansion> calls_;  // a cell call: its body, node by node

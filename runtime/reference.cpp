@@ -186,6 +186,10 @@ void evaluate_node(const Values& values, ir::NodeId id) {
 ReferenceExecutor::ReferenceExecutor() : calls_(std::make_unique<CallExpansion>()) {}
 ReferenceExecutor::~ReferenceExecutor() = default;
 
+void ReferenceExecutor::set_cache_entries(size_t entries) { calls_->set_capacity(entries); }
+void ReferenceExecutor::cache_sizes(CacheSizes& sizes) const { sizes.call_expansions = calls_->sizes(); }
+void ReferenceExecutor::forget_cells() { calls_->clear(); }
+
 void ReferenceExecutor::execute(const scheduler::Schedule& schedule, const Values& values,
                                 Stats& stats) {
   // Node by node whatever the batches: one call per node computed (a view computes nothing); a

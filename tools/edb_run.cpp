@@ -149,16 +149,11 @@ nlohmann::json policy_training_json(const Report& r) {
 
 // Stats::caches: each cache's size and bound, as read at the end of the run.
 nlohmann::json caches_json(const edb::CacheSizes& c) {
-  auto one = [](const edb::CacheSize& s) {
-    return nlohmann::json{{"entries", s.entries}, {"bytes", s.bytes}, {"max_entries", s.max_entries},
-                          {"max_bytes", s.max_bytes}, {"evictions", s.evictions}};
-  };
-  return {{"signatures", one(c.signatures)},
-          {"search_schedules", one(c.search_schedules)},
-          {"linked_kernels", one(c.linked_kernels)},
-          {"kernel_memory", one(c.kernel_memory)},
-          {"jit_kernels", one(c.jit_kernels)},
-          {"scratch", one(c.scratch)}};
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, s] : c.named())
+    j[name] = {{"entries", s->entries}, {"bytes", s->bytes}, {"max_entries", s->max_entries},
+               {"max_bytes", s->max_bytes}, {"evictions", s->evictions}};
+  return j;
 }
 
 nlohmann::json to_json(const Report& r) {

@@ -118,6 +118,19 @@ CellRecord& detail::record_of(const EngineState& engine, const ir::CellBody& cel
   throw InternalError("edb::Cell: a call node names a cell its engine does not hold");
 }
 
+void detail::bound_cell_records(EngineState& engine, bool all) {
+  CacheSize& size = engine.driver.cell_records;
+  if (engine.cell_records.empty() || (!all && int64_t(engine.cell_records.size()) <= size.max_entries)) return;
+  engine.driver.forget_cells();  // the executor's compiled cells and expansions point into the records
+  size.evictions += int64_t(engine.cell_records.size());
+  engine.cells.clear();
+  engine.last_cell_id = 0;
+  engine.last_cell = nullptr;
+  engine.cells_by_structure.clear();
+  engine.cell_records.clear();
+  size.entries = 0;
+}
+
 void detail::plan_cell(EngineState& engine, CellRecord& record, const std::string& key, const std::string& printed,
                        const std::string& name, bool for_backward) {
   std::vector<uint32_t> offset_of(record.body.size(), 0);
@@ -199,6 +212,7 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
                     engine.cell_gradients);
   CellRecord* kept = engine.cell_records.emplace_back(std::move(record)).get();
   engine.cells_by_structure.emplace(std::move(key), kept);
+  engine.driver.cell_records.entries = int64_t(engine.cell_records.size());
   return kept;
 }
 

@@ -125,6 +125,11 @@ void record_call_node(TraceState& s, CellRecord& record, ir::TypeId type, std::s
 CellRecord& record_of(const EngineState& engine, const ir::CellBody& cell);
 // Derives record.backward (trace/backward.cpp) once; on failure leaves it null with the reason.
 void derive_backward(EngineState& engine, CellRecord& record);
+// Between evaluations, with no trace of the engine alive: drops every cell record when there are
+// more than EngineOptions::cache_entries, or with `all` (the signature table, whose types they
+// hold, starts again); a cell called again records its body again. The executor forgets what it
+// keeps by cell.
+void bound_cell_records(EngineState& engine, bool all);
 
 struct EngineState {
   explicit EngineState(const EngineOptions& options);

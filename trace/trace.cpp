@@ -66,14 +66,16 @@ void TraceState::release() {
   // Under the pool's lock: another engine's release_all() reads every state's active and engine.
   TracePool& p = pool();
   std::lock_guard lock(p.mutex);
-  // Between evaluations, a signature table over its bound starts again once no other trace of the
-  // engine holds its types, and no cell record does (their bodies' types, the compiled cells'
-  // keys); with cells it keeps growing, counted in Stats::caches.
-  if (engine->driver.signatures_over_bound() && engine->cell_records.empty() &&
-      std::none_of(p.all.begin(), p.all.end(), [&](const auto& other) {
+  // Between evaluations, once no other trace of the engine is alive: cell records over their
+  // bound are dropped, and a signature table over its bound starts again, with the cell records
+  // (their bodies' types, the compiled cells' keys) dropped first.
+  if (std::none_of(p.all.begin(), p.all.end(), [&](const auto& other) {
         return other.get() != this && other->active && other->engine == engine;
-      }))
-    engine->driver.reset_signatures();
+      })) {
+    const bool signatures_over = engine->driver.signatures_over_bound();
+    bound_cell_records(*engine, signatures_over);
+    if (signatures_over) engine->driver.reset_signatures();
+  }
   ++generation;
   active = false;
   engine = nullptr;
@@ -96,6 +98,7 @@ EngineState::EngineState(const EngineOptions& options) : driver(options) {
   single_node_calls = chosen.cells && chosen.device == "cpu" && chosen.policy != "sequential" && !chosen.check_finite;
   lower_cells = chosen.executor == "jit" && !chosen.check_finite;
   cell_gradients = chosen.cell_gradients.value_or(lower_cells);
+  driver.cell_records.max_entries = chosen.cache_entries;
 }
 
 ir::NodeId TraceState::parameter_node(const ir::ParameterInfo& info) {

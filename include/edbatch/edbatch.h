@@ -151,9 +151,10 @@ struct EngineOptions {
   std::string cache_directory;  // where compiled kernels are kept across processes (executors
                                 // that compile: jit); empty: $EDB_CACHE_DIR, else ~/.cache/edbatch
   // Entries each of the engine's in-memory caches keeps (Stats::caches): the jit executor's kernels
-  // by batch structure and the search policy's schedules (least recently used out first), and 16
+  // by batch structure, its compiled cells and the search policy's schedules (least recently used
+  // out first), cell records and bodies expanded over calls (dropped together when over), and 16
   // times as many batching signatures (the table starts again, between evaluations, once no trace
-  // holds its types and no cell was recorded). At least 1; docs/edb-run.md lists every cache.
+  // holds its types, dropping the cell records). At least 1; docs/edb-run.md lists every cache.
   int64_t cache_entries = 1024;
 };
 

@@ -1,7 +1,9 @@
 // Counters and times of evaluation, summed over a run; the runners print them and --json emits them.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <utility>
 
 namespace edb {
 
@@ -36,6 +38,26 @@ struct CacheSizes {
   CacheSize kernel_memory;
   CacheSize jit_kernels;  // the jit executor's compiled kernels by batch structure
   CacheSize scratch;      // the batched and jit executors' scratch blocks (bytes, between evaluations)
+  // The engine's records of distinct cell bodies (each with its backward body once derived):
+  // dropped together when over EngineOptions::cache_entries and no trace of the engine is alive.
+  CacheSize cell_records;
+  CacheSize cell_kernels;     // jit: compiled cells by cell and call type, with their packed weights (bytes)
+  CacheSize call_expansions;  // cell bodies expanded over a batch's number of calls (executors but jit's lowered cells)
+  CacheSize device_kernels;   // cuda: kernel functions loaded on the device by kernel text
+
+  // Every cache above by the name edb-run --json and Python give it, in one list.
+  std::array<std::pair<const char*, const CacheSize*>, 10> named() const {
+    return {{{"signatures", &signatures},
+             {"search_schedules", &search_schedules},
+             {"linked_kernels", &linked_kernels},
+             {"kernel_memory", &kernel_memory},
+             {"jit_kernels", &jit_kernels},
+             {"scratch", &scratch},
+             {"cell_records", &cell_records},
+             {"cell_kernels", &cell_kernels},
+             {"call_expansions", &call_expansions},
+             {"device_kernels", &device_kernels}}};
+  }
 };
 
 // nodes, batches and lower_bound describe the schedule, so they are the same for every executor

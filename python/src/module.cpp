@@ -194,22 +194,16 @@ namespace {
 
 // Stats::caches: each cache's size and bound as read now, by the names edb-run --json gives them.
 py::dict caches_dict(const edb::CacheSizes& c) {
-  auto one = [](const edb::CacheSize& size) {
-    py::dict d;
-    d["entries"] = size.entries;
-    d["bytes"] = size.bytes;
-    d["max_entries"] = size.max_entries;
-    d["max_bytes"] = size.max_bytes;
-    d["evictions"] = size.evictions;
-    return d;
-  };
   py::dict d;
-  d["signatures"] = one(c.signatures);
-  d["search_schedules"] = one(c.search_schedules);
-  d["linked_kernels"] = one(c.linked_kernels);
-  d["kernel_memory"] = one(c.kernel_memory);
-  d["jit_kernels"] = one(c.jit_kernels);
-  d["scratch"] = one(c.scratch);
+  for (const auto& [name, size] : c.named()) {
+    py::dict one;
+    one["entries"] = size->entries;
+    one["bytes"] = size->bytes;
+    one["max_entries"] = size->max_entries;
+    one["max_bytes"] = size->max_bytes;
+    one["evictions"] = size->evictions;
+    d[name] = one;
+  }
   return d;
 }
 

@@ -5,7 +5,8 @@ import pytest
 
 import edbatch
 
-CACHES = {"signatures", "search_schedules", "linked_kernels", "kernel_memory", "jit_kernels", "scratch"}
+CACHES = {"signatures", "search_schedules", "linked_kernels", "kernel_memory", "jit_kernels", "scratch",
+          "cell_records", "cell_kernels", "call_expansions", "device_kernels"}
 FIELDS = {"entries", "bytes", "max_entries", "max_bytes", "evictions"}
 
 

@@ -3,6 +3,7 @@
 // random trees, and the values still equal the reference executor's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -48,6 +49,14 @@ Expr random_tree(Trace& trace, const Parameter& W, testing::Rng& rng, int dim, i
   return matmul(trace.param(W), slice(level[0], 0, 2));
 }
 
+// Every cache within its bound, as read between evaluations.
+void expect_within_bounds(const CacheSizes& caches, const std::string& when) {
+  for (const auto& [name, cache] : caches.named()) {
+    if (cache->max_entries > 0) EXPECT_LE(cache->entries, cache->max_entries) << name << " " << when;
+    if (cache->max_bytes > 0) EXPECT_LE(cache->bytes, cache->max_bytes) << name << " " << when;
+  }
+}
+
 struct Outcome {
   std::vector<std::vector<float>> values;  // per structure, its root's values
   Stats stats;
@@ -72,13 +81,7 @@ Outcome run_structures(const EngineOptions& options, int structures, bool check_
     }
     // Between evaluations, with no trace alive: where every bound holds.
     if (!check_each) continue;
-    const CacheSizes& c = engine.stats().caches;
-    for (const auto& [name, cache] : {std::pair{"signatures", c.signatures}, {"search_schedules", c.search_schedules},
-                                      {"linked_kernels", c.linked_kernels}, {"kernel_memory", c.kernel_memory},
-                                      {"jit_kernels", c.jit_kernels}, {"scratch", c.scratch}}) {
-      if (cache.max_entries > 0) EXPECT_LE(cache.entries, cache.max_entries) << name << " after structure " << s;
-      if (cache.max_bytes > 0) EXPECT_LE(cache.bytes, cache.max_bytes) << name << " after structure " << s;
-    }
+    expect_within_bounds(engine.stats().caches, "after structure " + std::to_string(s));
   }
   outcome.stats = engine.stats();
   return outcome;
@@ -144,22 +147,102 @@ TEST(CacheBounds, DefaultsAreDocumentedNumbers) {
   EXPECT_THROW(Engine{options}, UsageError);
 }
 
-// With a cell recorded the table keeps its types (the cell's record holds them), over its bound.
-TEST(CacheBounds, SignaturesAreNotResetWhileACellHoldsTypes) {
-  EngineOptions options;
-  options.executor = "batched";
-  options.cache_entries = 1;  // 16 signatures
-  Engine engine(options);
-  const Cell cell("double", {{2, 1}}, [](Trace&, std::span<const Expr> in) { return std::vector<Expr>{in[0] * 2.0f}; });
-  for (int dim = 2; dim < 30; ++dim) {
-    Trace trace(engine);
-    const Expr x = trace.input(std::vector<float>(static_cast<size_t>(dim), 1.0f));
-    const Expr y = tanh(x) + sigmoid(x);
-    const Expr z = cell(trace, {slice(y, 0, 2)})[0];
-    EXPECT_FLOAT_EQ(z.value()(0), 2.0f * (std::tanh(1.0f) + 1.0f / (1.0f + std::exp(-1.0f))));
+// A signature table over its bound starts again between evaluations even with a cell recorded:
+// the engine drops its cell records first (a cell called again records its body again).
+TEST(CacheBounds, SignaturesStartAgainWithTheCellRecords) {
+  for (const char* executor : {"batched", "jit"}) {
+    EngineOptions options;
+    options.executor = executor;
+    options.cache_entries = 1;  // 16 signatures, 1 cell record
+    options.verify = true;
+    Engine engine(options);
+    const Cell cell("double", {{2, 1}}, [](Trace&, std::span<const Expr> in) { return std::vector<Expr>{in[0] * 2.0f}; });
+    for (int dim = 2; dim < 30; ++dim) {
+      Trace trace(engine);
+      const Expr x = trace.input(std::vector<float>(static_cast<size_t>(dim), 1.0f));
+      const Expr y = tanh(x) + sigmoid(x);
+      const Expr z = cell(trace, {slice(y, 0, 2)})[0];
+      EXPECT_FLOAT_EQ(z.value()(0), 2.0f * (std::tanh(1.0f) + 1.0f / (1.0f + std::exp(-1.0f)))) << executor << " " << dim;
+    }
+    const CacheSizes& c = engine.stats().caches;
+    EXPECT_LE(c.signatures.entries, 16) << executor;
+    EXPECT_GT(c.signatures.evictions, 0) << executor;
+    EXPECT_EQ(c.cell_records.max_entries, 1) << executor;
+    EXPECT_GT(c.cell_records.evictions, 0) << executor;
   }
-  EXPECT_EQ(engine.stats().caches.signatures.evictions, 0);
-  EXPECT_GT(engine.stats().caches.signatures.entries, 16);
+}
+
+// A cell body of its own per structure (its scale differs), called 3-6 times on inputs of one
+// dimension, and once more on the first call's output; the calls' values per structure.
+Outcome run_cells(const EngineOptions& options, int structures, CacheSizes* largest) {
+  Model model("cell bounds", 5);
+  const Parameter W = model.add_parameter("W", 4, 4);
+  Engine engine(options);
+  testing::Rng rng(29);
+  Outcome outcome;
+  for (int s = 0; s < structures; ++s) {
+    const float scale = 1.0f + 0.125f * float(s);
+    const Cell cell("scaled", {{4, 1}}, [&W, scale](Trace& t, std::span<const Expr> in) {
+      return std::vector<Expr>{tanh(matmul(t.param(W), in[0])) * scale + in[0]};
+    });
+    {
+      Trace trace(engine);
+      std::vector<Expr> outputs;
+      for (int k = 0, calls = 3 + s % 4; k < calls; ++k) {
+        std::vector<float> values(4);
+        for (float& v : values) v = float(rng.unit()) - 0.5f;
+        outputs.push_back(cell(trace, {trace.input(values)})[0]);
+      }
+      outputs.push_back(cell(trace, {outputs[0]})[0]);
+      trace.run();
+      for (const Expr& output : outputs) outcome.values.push_back(output.value().data);
+    }
+    if (!largest) continue;
+    const CacheSizes& c = engine.stats().caches;
+    expect_within_bounds(c, "after structure " + std::to_string(s));
+    largest->cell_records.entries = std::max(largest->cell_records.entries, c.cell_records.entries);
+    largest->cell_kernels.entries = std::max(largest->cell_kernels.entries, c.cell_kernels.entries);
+    largest->cell_kernels.bytes = std::max(largest->cell_kernels.bytes, c.cell_kernels.bytes);
+    largest->call_expansions.entries = std::max(largest->call_expansions.entries, c.call_expansions.entries);
+  }
+  outcome.stats = engine.stats();
+  return outcome;
+}
+
+// More distinct cell bodies than cache_entries: the cell records, the jit's compiled cells and
+// the bodies expanded over calls stay within it, and every value equals the reference's.
+TEST(CacheBounds, CellCachesStayWithinCacheEntries) {
+  testing::TempDir cache;
+  EngineOptions reference;
+  reference.executor = "reference";
+  reference.policy = "sequential";  // calls copy their bodies
+  const Outcome expected = run_cells(reference, 12, nullptr);
+  for (const char* executor : {"reference", "batched", "jit"}) {
+    EngineOptions options;
+    options.executor = executor;
+    options.cache_directory = cache.path();
+    options.cache_entries = 2;
+    options.verify = true;
+    const std::string what = executor;
+    CacheSizes largest;
+    const Outcome actual = run_cells(options, 12, &largest);
+    expect_same_values(actual, expected, what);
+    const CacheSizes& c = actual.stats.caches;
+    EXPECT_EQ(c.cell_records.max_entries, 2) << what;
+    EXPECT_EQ(largest.cell_records.entries, 2) << what;
+    EXPECT_EQ(c.cell_records.evictions, 12) << what;  // 3 at a time, after the 3rd, 6th, 9th and 12th structure
+    if (what == "jit") {
+      EXPECT_EQ(c.cell_kernels.max_entries, 2) << what;
+      EXPECT_EQ(largest.cell_kernels.entries, 2) << what;
+      EXPECT_GT(largest.cell_kernels.bytes, 0) << what;  // the packed W
+      EXPECT_GT(c.cell_kernels.evictions, 0) << what;
+    } else {
+      EXPECT_EQ(c.cell_kernels.max_entries, 0) << what;
+      EXPECT_EQ(c.call_expansions.max_entries, 2) << what;
+      EXPECT_EQ(largest.call_expansions.entries, 2) << what;
+      EXPECT_GT(c.call_expansions.evictions, 0) << what;
+    }
+  }
 }
 
 // More distinct structures than the search policy keeps: the least recently used go.

@@ -125,7 +125,8 @@ TEST_F(EdbRun, JsonCarriesEveryRunnerField) {
                             "bytes_gathered", "kernels_compiled", "cache_hits", "flops", "loss",
                             "time_ms", "caches"})
     EXPECT_TRUE(j.contains(field)) << field;
-  for (const char* cache : {"signatures", "search_schedules", "jit_kernels", "linked_kernels", "kernel_memory", "scratch"}) {
+  for (const char* cache : {"signatures", "search_schedules", "jit_kernels", "linked_kernels", "kernel_memory", "scratch",
+                            "cell_records", "cell_kernels", "call_expansions", "device_kernels"}) {
     ASSERT_TRUE(j["caches"].contains(cache)) << cache;
     for (const char* field : {"entries", "bytes", "max_entries", "max_bytes", "evictions"})
       EXPECT_TRUE(j["caches"][cache].value(field, nlohmann::json()).is_number()) << cache << "." << field;

@@ -269,6 +269,38 @@ TEST(CudaLaunch, EverySampleModelMatchesTheCpu) {
   }
 }
 
+// With room for one kernel function on the device, TreeLSTM's elementwise kernels unload one
+// another (least recently used out), and the loss is still the CPU's.
+TEST(CudaLaunch, DeviceKernelsStayWithinCacheEntries) {
+  REQUIRE_GPU(probe);
+  TempDir cache;
+  samples::ModelConfig config;
+  config.limit = 16;
+  samples::RunOptions run;
+  run.batch = 8;
+  run.repeat = 2;
+  const samples::ModelEntry* treelstm = nullptr;
+  for (const samples::ModelEntry& entry : samples::model_registry())
+    if (entry.name == "treelstm") treelstm = &entry;
+  ASSERT_NE(treelstm, nullptr);
+  double losses[2] = {0, 0};
+  CacheSize device_kernels;
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    EngineOptions options;
+    options.device = gpu ? "cuda" : "cpu";
+    options.cache_directory = cache.path();
+    options.cache_entries = 1;
+    Engine engine(options);
+    const auto model = treelstm->make(config);
+    losses[gpu] = samples::run_inference(*model, engine, run).loss;
+    if (gpu) device_kernels = engine.stats().caches.device_kernels;
+  }
+  EXPECT_TRUE(testing::near_relative(losses[1], losses[0], 1e-4));
+  EXPECT_EQ(device_kernels.max_entries, 1);
+  EXPECT_EQ(device_kernels.entries, 1);
+  EXPECT_GT(device_kernels.evictions, 0);
+}
+
 // Every sample model's backward pass: the GPU executor's gradients against the CPU's.
 TEST(CudaLaunch, EverySampleModelsGradientsMatchTheCpu) {
   REQUIRE_GPU(probe);
