@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 32's batch and cost targets for the learned policy, from the build in build/, in one run:
 #   1. per model, trained on the workload's first 512 instances (batch 64, cells on), batches / LB
-#      of greedy and learned on the 256 after them (never trained on), and what training kept;
+#      of greedy and learned on the 256 after them (never trained on), and what training kept (the
+#      base rule, from the policy file, and the scores);
 #   2. per model where learned and greedy differ, edb-bench-search on 4 untrained traces: the
 #      tight-first rule, the learned table and the search that teaches it against the lower bound,
 #      and the cost per decision beyond greedy's with its heights pass.
@@ -20,8 +21,8 @@ source bench/workloads.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-echo "| model | greedy batches/LB | learned batches/LB | learned vs greedy | greedy fallback | scores kept |"
-echo "|---|---:|---:|---:|---|---:|"
+echo "| model | greedy batches/LB | learned batches/LB | learned vs greedy | greedy fallback | base | scores kept |"
+echo "|---|---:|---:|---:|---|---|---:|"
 for model in "${models[@]}"; do
   # shellcheck disable=SC2046
   "$run" "$model" $(data_of "$model") --limit 512 --policy learned --train-policy "$work/$model.policy" \
@@ -35,7 +36,8 @@ for model in "${models[@]}"; do
   l=$(field "'%.3f' % j['batches_per_lower_bound']" <"$work/l.json")
   fallback=$(field "'yes' if j['training']['greedy_fallback'] else 'no'" <"$work/train.json")
   kept=$(field "j['training']['states']" <"$work/train.json")
-  echo "| $model | $g | $l | $(python3 -c "print('%+.1f%%' % (100 * ($l / $g - 1)))") | $fallback | $kept |"
+  base=$(field "j['content']['base']" <"$work/$model.policy")
+  echo "| $model | $g | $l | $(python3 -c "print('%+.1f%%' % (100 * ($l / $g - 1)))") | $fallback | $base | $kept |"
 done
 
 echo

@@ -59,7 +59,7 @@ double nanoseconds_per_decision(sch::Policy& policy, const sch::ScheduleInput& i
 struct Breakdown {
   double heights_ns = 0, tight_frontier_ns = 0;
 };
-Breakdown learned_breakdown(sch::Policy& policy, const sch::ScheduleInput& input, const sch::Analysis& analysis,
+Breakdown learned_breakdown(sch::ImitationPolicy& policy, const sch::ScheduleInput& input, const sch::Analysis& analysis,
                             int rounds) {
   sch::Schedule schedule;
   policy.schedule(input, schedule);
@@ -74,7 +74,7 @@ Breakdown learned_breakdown(sch::Policy& policy, const sch::ScheduleInput& input
   sch::Schedule replayed;
   for (int r = 0; r < rounds; ++r) {
     auto t = Clock::now();
-    heights.build(input, analysis);
+    heights.build(input, analysis, policy.needs_remaining());
     best_heights = std::min(best_heights, seconds_since(t));
     replayed.clear();
     t = Clock::now();

@@ -126,20 +126,30 @@ uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
       tied_.push_back(t);
     }
   }
-  const bool by_rule = base_ == Base::tight_first;
   if (!known) {
     if (count) ++unseen_;
-    return by_rule ? tight_first_among(frontier, ready) : frontier.greedy_choice();
+    return base_among(frontier, ready);
   }
   if (tied_.size() == 1) return tied_[0];
-  return by_rule ? tight_first_among(frontier, tied_) : frontier.greedy_among(tied_);
+  return base_among(frontier, tied_);
+}
+
+uint32_t ImitationPolicy::base_among(TightFrontier& frontier, const std::vector<uint32_t>& types) const {
+  switch (base_) {
+    case Base::greedy:
+    case Base::tight_then_greedy: return frontier.greedy_among(types);
+    case Base::tight_first: return tight_first_among(frontier, types);
+    case Base::remaining: return remaining_among(frontier, types, 1);
+    case Base::remaining_cheap: return remaining_among(frontier, types, 2);
+  }
+  throw InternalError("ImitationPolicy: unknown base");
 }
 
 int64_t ImitationPolicy::rollout(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights,
                                  Schedule& out, bool count) {
   out.clear();
   map_types(input, analysis, heights);
-  frontier_.reset(input, analysis, heights, base_ != Base::tight_first);
+  frontier_.reset(input, analysis, heights, base_needs_greedy());
   while (!frontier_.done()) frontier_.run(decide(frontier_, count), out);
   return expanded_batch_count(input, out);
 }
@@ -185,102 +195,55 @@ void ImitationPolicy::schedule(const ScheduleInput& input, Schedule& out) {
     greedy_rollout(input, analysis, out, true);
     return;
   }
-  heights_.build(input, analysis);
+  heights_.build(input, analysis, needs_remaining());
   ScheduleInput with = input;
   with.analysis = &analysis;
   rollout(with, analysis, heights_, out, true);
 }
 
-LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, const ImitationTraining& options,
-                                     const std::function<void(int, int)>& progress) {
-  if (graphs.empty()) throw UsageError("edb::Engine::train_policy(): no traces to learn from");
-  if (options.epochs < 1) throw UsageError("edb::Engine::train_policy(): epochs must be at least 1");
-  const size_t count = graphs.size();
-  const size_t heldout = count < 2 || options.heldout_fraction <= 0
-                             ? 0
-                             : std::max<size_t>(1, size_t(double(count) * options.heldout_fraction));
-  const size_t fitted = count - heldout;
-  std::vector<Analysis> analyses(count);
-  std::vector<ChainHeights> heights(count);
-  std::vector<ScheduleInput> inputs(graphs.begin(), graphs.end());
-  LearnedReport report;
-  report.traces = int64_t(fitted);
-  report.heldout_traces = int64_t(heldout);
-  models_.clear();
-  for (size_t g = 0; g < count; ++g) {
-    analyses[g].build(graphs[g]);
-    inputs[g].analysis = &analyses[g];
-    heights[g].build(inputs[g], analyses[g]);
-    for (std::string& m : model_names(graphs[g].graph)) models_.push_back(std::move(m));
+void ImitationPolicy::add_samples(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights,
+                                  const Schedule& taught, std::vector<Sample>& samples) {
+  map_types(input, analysis, heights);
+  std::vector<uint32_t> local_of_global;
+  for (uint32_t t = 0; t < analysis.types.count(); ++t) {
+    const ir::TypeId global = analysis.types.global[t];
+    if (global >= local_of_global.size()) local_of_global.resize(global + 1, kNone);
+    local_of_global[global] = t;
   }
-  std::sort(models_.begin(), models_.end());
-  models_.erase(std::unique(models_.begin(), models_.end()), models_.end());
-  std::vector<uint32_t> weight_scratch;
-  auto node_bound = [&](size_t g) { return weighted_lower_bound(graphs[g], analyses[g], weight_scratch); };
-
-  // The base (what decides without a score): the one needing fewest batches over the fitted
-  // traces among those that never need more than greedy on any of them.
-  scores_.clear();
-  dense_stale_ = true;
-  Schedule scratch;
-  auto evaluate = [&](size_t g) { return rollout(inputs[g], analyses[g], heights[g], scratch, false); };
-  std::vector<int64_t> greedy(count);
-  for (size_t g = 0; g < count; ++g) greedy[g] = greedy_batches(inputs[g], analyses[g]);
-  Base chosen = Base::greedy;
-  int64_t chosen_total = std::accumulate(greedy.begin(), greedy.begin() + long(fitted), int64_t{0});
-  for (Base candidate : {Base::tight_then_greedy, Base::tight_first}) {
-    base_ = candidate;
-    bool never_worse = true;
-    int64_t total = 0;
-    for (size_t g = 0; g < fitted && never_worse; ++g) {
-      const int64_t batches = evaluate(g);
-      never_worse = batches <= greedy[g];
-      total += batches;
-    }
-    if (never_worse && total < chosen_total) chosen = candidate, chosen_total = total;
-  }
-  base_ = chosen;
-
-  // The decisions of the best schedule the search finds, replayed on the tight frontier.
-  std::vector<Sample> samples;
-  for (size_t g = 0; g < fitted; ++g) {
-    const SearchResult found = search_schedule(inputs[g], options.search);
-    report.search_batches += found.batches;
-    report.greedy_batches += greedy[g];
-    report.lower_bound += node_bound(g);
-    if (!found.finished) ++report.searches_cut_short;
-    map_types(inputs[g], analyses[g], heights[g]);
-    std::vector<uint32_t> local_of_global;
-    for (uint32_t t = 0; t < analyses[g].types.count(); ++t) {
-      const ir::TypeId global = analyses[g].types.global[t];
-      if (global >= local_of_global.size()) local_of_global.resize(global + 1, kNone);
-      local_of_global[global] = t;
-    }
-    TightFrontier frontier;
-    frontier.reset(inputs[g], analyses[g], heights[g]);
-    Schedule replay;  // the search's choices: no greedy counts needed
-    for (size_t b = 0; b < found.schedule.batch_count(); ++b) {
-      const uint32_t chosen = local_of_global[found.schedule.batch_type[b]];
-      const auto& ready = frontier.ready_types();
-      if (ready.size() >= 2 && !(base_ != Base::greedy && frontier.any_tight() != kNone)) {
-        Sample& sample = samples.emplace_back();
-        const uint64_t longest = longest_ready(frontier);
-        for (uint32_t t : ready) {
-          if (t == chosen) sample.chosen = uint32_t(sample.keys.size());
-          sample.keys.push_back(index_of_local_[t] * kBuckets + bucket(frontier, t, longest));
-        }
+  TightFrontier frontier;
+  frontier.reset(input, analysis, heights);
+  Schedule replay;  // the search's choices: no greedy counts needed
+  for (size_t b = 0; b < taught.batch_count(); ++b) {
+    const uint32_t chosen = local_of_global[taught.batch_type[b]];
+    const auto& ready = frontier.ready_types();
+    // Where the base runs a tight type without asking the table, there is nothing to learn.
+    if (ready.size() >= 2 && !(base_ != Base::greedy && frontier.any_tight() != kNone)) {
+      Sample& sample = samples.emplace_back();
+      const uint64_t longest = longest_ready(frontier);
+      for (uint32_t t : ready) {
+        if (t == chosen) sample.chosen = uint32_t(sample.keys.size());
+        sample.keys.push_back(index_of_local_[t] * kBuckets + bucket(frontier, t, longest));
       }
-      frontier.run(chosen, replay);
     }
-    if (progress) progress(int(g + 1), int(fitted));
+    frontier.run(chosen, replay);
   }
+}
 
+// The table fitted to `samples` under the current base, then cut: the averaged perceptron, and of
+// the table's best-supported all, half, quarter, ..., none, the cut that never needs more batches
+// than greedy on a fitted trace and needs fewest on the held-out traces (then on the fitted ones):
+// the table that generalises, not the one that fits best. Traces [0, fitted) were fitted on, the
+// rest of `greedy` held out.
+ImitationPolicy::Fitted ImitationPolicy::fit_table(const std::vector<Sample>& samples, int epochs,
+                                                   const std::function<int64_t(size_t)>& evaluate,
+                                                   const std::vector<int64_t>& greedy, size_t fitted) {
+  scores_.clear();
   // Averaged perceptron: scores are the mean of the weights over every step of every epoch.
   std::unordered_map<uint32_t, double> weight, total;
   std::unordered_map<uint32_t, int64_t> support;
   for (const Sample& s : samples) ++support[s.keys[s.chosen]];
   int64_t step = 0;
-  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+  for (int epoch = 0; epoch < epochs; ++epoch) {
     int mistakes = 0;
     for (const Sample& s : samples) {
       ++step;
@@ -317,12 +280,6 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   }
   std::sort(by_support.begin(), by_support.end(), std::greater<>());
 
-  dense_stale_ = true;
-
-  // Candidates: the table cut to its best-supported half, quarter, ... down to none. Each must never
-  // need more batches than greedy on a fitted trace; of those, the one needing fewest batches on the
-  // held-out traces (then on the fitted ones) is kept: the table that generalises, not the one that
-  // fits best.
   const std::unordered_map<uint32_t, float> full = std::move(scores_);
   auto cut_to = [&](size_t kept) {
     scores_.clear();
@@ -342,13 +299,84 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
       on_fitted += batches;
     }
     if (valid) {
-      for (size_t g = fitted; g < count; ++g) on_heldout += evaluate(g);
+      for (size_t g = fitted; g < greedy.size(); ++g) on_heldout += evaluate(g);
       if (!any_valid || on_heldout < best_heldout || (on_heldout == best_heldout && on_fitted < best_fitted))
         any_valid = true, best_kept = kept, best_heldout = on_heldout, best_fitted = on_fitted;
     }
     if (kept == 0) break;
   }
   cut_to(best_kept);
+  return Fitted{std::move(scores_), by_support.size(), best_heldout, best_fitted};
+}
+
+LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, const ImitationTraining& options,
+                                     const std::function<void(int, int)>& progress) {
+  if (graphs.empty()) throw UsageError("edb::Engine::train_policy(): no traces to learn from");
+  if (options.epochs < 1) throw UsageError("edb::Engine::train_policy(): epochs must be at least 1");
+  const size_t count = graphs.size();
+  const size_t heldout = count < 2 || options.heldout_fraction <= 0
+                             ? 0
+                             : std::max<size_t>(1, size_t(double(count) * options.heldout_fraction));
+  const size_t fitted = count - heldout;
+  std::vector<Analysis> analyses(count);
+  std::vector<ChainHeights> heights(count);
+  std::vector<ScheduleInput> inputs(graphs.begin(), graphs.end());
+  LearnedReport report;
+  report.traces = int64_t(fitted);
+  report.heldout_traces = int64_t(heldout);
+  models_.clear();
+  for (size_t g = 0; g < count; ++g) {
+    analyses[g].build(graphs[g]);
+    inputs[g].analysis = &analyses[g];
+    heights[g].build(inputs[g], analyses[g], true);  // every base is tried
+    for (std::string& m : model_names(graphs[g].graph)) models_.push_back(std::move(m));
+  }
+  std::sort(models_.begin(), models_.end());
+  models_.erase(std::unique(models_.begin(), models_.end()), models_.end());
+  std::vector<uint32_t> weight_scratch;
+  auto node_bound = [&](size_t g) { return weighted_lower_bound(graphs[g], analyses[g], weight_scratch); };
+
+  // The search's best schedule of each fitted trace: the teacher, searched once for every base.
+  std::vector<Schedule> taught(fitted);
+  std::vector<int64_t> greedy(count);
+  for (size_t g = 0; g < count; ++g) greedy[g] = greedy_batches(inputs[g], analyses[g]);
+  for (size_t g = 0; g < fitted; ++g) {
+    SearchResult found = search_schedule(inputs[g], options.search);
+    report.search_batches += found.batches;
+    report.greedy_batches += greedy[g];
+    report.lower_bound += node_bound(g);
+    if (!found.finished) ++report.searches_cut_short;
+    taught[g] = std::move(found.schedule);
+    if (progress) progress(int(g + 1), int(fitted));
+  }
+
+  // Each base (what decides without a score) that alone never needs more batches than greedy on a
+  // fitted trace, with the table fitted on top of it and cut on the held-out traces (fit_table): the
+  // pair needing fewest batches over all the traces is kept (the held-out ones alone are few).
+  Schedule scratch;
+  auto evaluate = [&](size_t g) { return rollout(inputs[g], analyses[g], heights[g], scratch, false); };
+  Fitted best;
+  Base best_base = Base::greedy;
+  size_t sample_count = 0;
+  bool any = false;
+  for (Base candidate :
+       {Base::greedy, Base::tight_then_greedy, Base::tight_first, Base::remaining, Base::remaining_cheap}) {
+    base_ = candidate;
+    scores_.clear();
+    dense_stale_ = true;
+    bool never_worse = true;
+    for (size_t g = 0; g < fitted && never_worse; ++g) never_worse = evaluate(g) <= greedy[g];
+    if (!never_worse) continue;
+    std::vector<Sample> samples;
+    for (size_t g = 0; g < fitted; ++g) add_samples(inputs[g], analyses[g], heights[g], taught[g], samples);
+    Fitted table = fit_table(samples, options.epochs, evaluate, greedy, fitted);
+    if (!any || table.heldout + table.fitted < best.heldout + best.fitted)
+      any = true, best = std::move(table), best_base = candidate, sample_count = samples.size();
+  }
+  base_ = best_base;
+  scores_ = std::move(best.scores);
+  dense_stale_ = true;
+  const size_t best_kept = scores_.size();
   // The fallback: greedy exactly when the base alone still loses on a fitted trace, or
   // when the table only ties greedy over them (it would cost more per decision for nothing).
   int64_t with_table = 0, with_greedy = 0;
@@ -366,7 +394,9 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
     base_ = Base::greedy;
   }
   const char* base_names[] = {"", "; tight types run first, greedy where no score",
-                              "; tight types run first, the tight-first rule where no score"};
+                              "; tight types run first, the tight-first rule where no score",
+                              "; tight types run first, the remaining rule where no score",
+                              "; tight types run first, the remaining rule (cheap types first) where no score"};
   const std::string base_said = base_names[int(base_)];
   const int64_t decisions_before = decisions_, unseen_before = unseen_;
   for (size_t g = 0; g < count; ++g) {
@@ -388,14 +418,14 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   report.states = int64_t(scores_.size());
   report.beats_greedy = report.batches < report.greedy_batches;
   report.greedy_fallback = greedy_fallback();
-  std::string why = "fitted " + std::to_string(samples.size()) + " decisions of the search's schedules (" +
+  std::string why = "fitted " + std::to_string(sample_count) + " decisions of the search's schedules (" +
                     std::to_string(report.search_batches) + " batches against greedy's " +
                     std::to_string(report.greedy_batches) + ")";
   if (report.searches_cut_short > 0)
     why += "; the search ran out of its budget on " + std::to_string(report.searches_cut_short) + " of " +
            std::to_string(fitted) + " traces";
-  if (best_kept < by_support.size())
-    why += "; kept the best-supported " + std::to_string(best_kept) + " of " + std::to_string(by_support.size()) +
+  if (best_kept < best.offered)
+    why += "; kept the best-supported " + std::to_string(best_kept) + " of " + std::to_string(best.offered) +
            " scores (never above greedy on a training trace, fewest batches on the held-out ones)";
   why += base_said;
   if (lost) why += "; still more batches than greedy on a training trace with the table emptied";

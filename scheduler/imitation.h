@@ -7,8 +7,8 @@
 // that only feed outputs and losses (one per instance length) share one name. Per trace the chain
 // heights are built once and the buckets kept current as batches run (TightFrontier), so a
 // decision reads counters of the ready types only. Where no ready type has a score, and among
-// ties, the base decides; training picks it: greedy, tight types first and then greedy, or the
-// whole tight-first rule (tight.h; the cheapest: no greedy counts kept).
+// ties, the base decides; training picks it: greedy, tight types first and then greedy, the
+// whole tight-first rule or the remaining rule (tight.h; these two keep no greedy counts).
 // Never worse than greedy on its training traces: the table is cut until no training trace needs
 // more batches than under greedy, and when it still loses on one, or only ties greedy over them,
 // the policy falls back to greedy exactly and says so (greedy_fallback(), the report, Stats).
@@ -67,12 +67,15 @@ class ImitationPolicy final : public Policy {
   const LearnedReport& report() const { return report_; }
   size_t state_count() const { return scores_.size(); }
   // What decides where the table has no score and among ties (chosen in training): greedy; tight
-  // types first, then greedy; or the whole tight-first rule (tight.h).
-  enum class Base { greedy, tight_then_greedy, tight_first };
+  // types first, then greedy; the whole tight-first rule; or the remaining rule, its weights to the
+  // power 1 or 2 (tight.h).
+  enum class Base { greedy, tight_then_greedy, tight_first, remaining, remaining_cheap };
   // Runs greedy exactly: never trained, or training's table lost to or only tied greedy.
   bool greedy_fallback() const { return scores_.empty() && base_ == Base::greedy; }
   bool learned_nothing() const { return greedy_fallback(); }
   Base base() const { return base_; }
+  // The base reads ChainHeights::remaining (built only then: it costs a little more per trace).
+  bool needs_remaining() const { return base_ == Base::remaining || base_ == Base::remaining_cheap; }
   int64_t decisions() const { return decisions_; }
   int64_t unseen() const { return unseen_; }  // decisions the table had no score for
   int64_t greedy_schedules() const { return greedy_schedules_; }  // schedules made by the greedy fallback
@@ -82,14 +85,26 @@ class ImitationPolicy final : public Policy {
     std::vector<uint32_t> keys;  // per ready type: policy type index * kBuckets + bucket
     uint32_t chosen;             // index into keys
   };
+  struct Fitted {
+    std::unordered_map<uint32_t, float> scores;  // the table as cut
+    size_t offered = 0;                          // scores before the cut
+    int64_t heldout = 0, fitted = 0;             // batches with it on the held-out and fitted traces
+  };
+  // The decisions of `taught` (the search's schedule) that the table decides under the current base.
+  void add_samples(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights,
+                   const Schedule& taught, std::vector<Sample>& samples);
+  Fitted fit_table(const std::vector<Sample>& samples, int epochs, const std::function<int64_t(size_t)>& evaluate,
+                   const std::vector<int64_t>& greedy, size_t fitted);
   uint32_t index_of(const std::string& name);
   void map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights);
   // The feature of ready type t: tight, or its ready share of its top height in quarters, times
   // whether its remaining chain (top height x weight) is the longest among the ready types'.
   uint32_t bucket(const TightFrontier& frontier, uint32_t t, uint64_t longest_ready) const;
   static uint64_t longest_ready(const TightFrontier& frontier);
-  // The learned choice, or the tight-first rule's; counts into decisions/unseen when `count`.
+  // The learned choice, or the base's; counts into decisions/unseen when `count`.
   uint32_t decide(TightFrontier& frontier, bool count);
+  uint32_t base_among(TightFrontier& frontier, const std::vector<uint32_t>& types) const;
+  bool base_needs_greedy() const { return base_ == Base::greedy || base_ == Base::tight_then_greedy; }
   int64_t rollout(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, Schedule& out,
                   bool count);
   int64_t greedy_rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count);

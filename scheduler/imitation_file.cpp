@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kFormat = "edbatch-learned-policy";
 constexpr const char* kFsmFormat = "edbatch-fsm-policy";
-constexpr int kVersion = 3;  // 3: the feature says whether the type has the longest chain left
+constexpr int kVersion = 4;  // 3: the feature says whether the type has the longest chain left; 4: the remaining bases
 
 using policy_file::checksum;
 using policy_file::fail;
@@ -25,6 +25,8 @@ const char* base_name(ImitationPolicy::Base base) {
     case ImitationPolicy::Base::greedy: return "greedy";
     case ImitationPolicy::Base::tight_then_greedy: return "tight-greedy";
     case ImitationPolicy::Base::tight_first: return "tight-first";
+    case ImitationPolicy::Base::remaining: return "remaining";
+    case ImitationPolicy::Base::remaining_cheap: return "remaining-cheap";
   }
   return "greedy";
 }
@@ -111,7 +113,10 @@ void ImitationPolicy::load(const std::string& path) {
     Base parsed = Base::greedy;
     if (base == "tight-greedy") parsed = Base::tight_then_greedy;
     else if (base == "tight-first") parsed = Base::tight_first;
-    else if (base != "greedy") fail(path, "unknown base '" + base + "' (expected greedy, tight-greedy or tight-first)");
+    else if (base == "remaining") parsed = Base::remaining;
+    else if (base == "remaining-cheap") parsed = Base::remaining_cheap;
+    else if (base != "greedy")
+      fail(path, "unknown base '" + base + "' (expected greedy, tight-greedy, tight-first, remaining or remaining-cheap)");
     names_ = types;
     index_of_name_.clear();
     for (uint32_t i = 0; i < names_.size(); ++i) index_of_name_.emplace(names_[i], i);

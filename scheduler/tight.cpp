@@ -7,7 +7,7 @@
 
 namespace edb::scheduler {
 
-void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
+void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, bool with_remaining) {
   const LocalTypes& types = analysis.types;
   const Dependencies& d = analysis.dependencies;
   const size_t n = input.graph.size() - input.begin;
@@ -25,6 +25,8 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
   constexpr size_t kLanes = 16;
   const size_t width = std::max<size_t>((lanes + kLanes - 1) / kLanes * kLanes, kLanes);
   height.resize(n);
+  if (with_remaining) remaining.resize(n);
+  else remaining.clear();
   expanded_type_weights(input, types, weight);
   if (rows_.size() < n * width) rows_.resize(n * width);
   flags_.assign(n, kTerminal);
@@ -35,8 +37,11 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
     const uint32_t t = types.of_node[i];
     if (t == LocalTypes::kNone) {
       height[i] = 0;
+      if (with_remaining) remaining[i] = 0;
       continue;
     }
+    const uint32_t cost = d.unbatchable[t] ? 1 : weight[t];
+    uint32_t after = 0;
     const uint32_t lane = lane_of_[t];
     uint8_t all_terminal = kTerminal;
     uint16_t* __restrict row = rows_.data() + i * width;
@@ -46,8 +51,10 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
         const size_t user = d.users[u] - input.begin;
         const uint8_t f = flags_[user];
         all_terminal &= f;
+        if (with_remaining) after = std::max(after, remaining[user]);
         if (lane != kNoLane && (f & kHasRow)) below = std::max<uint32_t>(below, rows_[user * width + lane]);
       }
+      if (with_remaining) remaining[i] = after + cost;
       if (analysis.chains.longest[t] != 1) all_terminal = 0;
       if (!all_terminal) terminal[t] = 0;
       if (below >= 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
@@ -60,6 +67,7 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
       const size_t user = d.users[u] - input.begin;
       const uint8_t f = flags_[user];
       all_terminal &= f;
+      if (with_remaining) after = std::max(after, remaining[user]);
       if (!(f & kHasRow)) continue;
       const uint16_t* __restrict from = rows_.data() + user * width;
       if (!has_row) {
@@ -69,6 +77,7 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis) {
         for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
       }
     }
+    if (with_remaining) remaining[i] = after + cost;
     if (analysis.chains.longest[t] != 1) all_terminal = 0;
     if (!all_terminal) terminal[t] = 0;
     if (lane != kNoLane) {
@@ -95,13 +104,17 @@ void TightFrontier::reset(const ScheduleInput& input, const Analysis& analysis, 
   unexecuted_at_.assign(base_[width], 0);
   ready_at_.assign(base_[width], 0);
   top_.assign(longest.begin(), longest.end());
+  ready_remaining_.assign(width, 0);
+  track_remaining_ = !heights.remaining.empty();
   cost_ = 0;
   unbatchable_left_ = analysis.chains.unbatchable;
   for (size_t i = 0; i < heights.height.size(); ++i)
     if (const uint32_t h = heights.height[i]; h > 0) ++unexecuted_at_[base_[analysis.types.of_node[i]] + h - 1];
-  for (ir::NodeId id : analysis.dependencies.initially_ready)
-    if (const uint32_t h = heights.height[id - input.begin]; h > 0)
-      ++ready_at_[base_[analysis.types.of_node[id - input.begin]] + h - 1];
+  for (ir::NodeId id : analysis.dependencies.initially_ready) {
+    const uint32_t t = analysis.types.of_node[id - input.begin];
+    if (const uint32_t h = heights.height[id - input.begin]; h > 0) ++ready_at_[base_[t] + h - 1];
+    if (track_remaining_) ready_remaining_[t] += heights.remaining[id - input.begin];
+  }
   typewise_.reset(input, analysis, greedy);
 }
 
@@ -119,12 +132,17 @@ uint32_t TightFrontier::any_tight() const {
 void TightFrontier::run(uint32_t t, Schedule& out) {
   const ir::NodeId begin = input_->begin;
   const std::vector<uint32_t>& height = heights_->height;
+  const std::vector<uint32_t>& remaining = heights_->remaining;
   const std::vector<uint32_t>& type_of = analysis_->types.of_node;
   const size_t before = out.nodes.size();
+  // A batchable type runs all its ready nodes: none of them is left to count.
+  if (track_remaining_ && !unbatchable(t)) ready_remaining_[t] = 0;
   typewise_.run(t, out, [&](ir::NodeId id, uint32_t type) {
     if (const uint32_t h = height[id - begin]; h > 0) ++ready_at_[base_[type] + h - 1];
+    if (track_remaining_) ready_remaining_[type] += remaining[id - begin];
   });
   cost_ += unbatchable(t) ? 1 : weight(t);
+  if (track_remaining_ && unbatchable(t)) ready_remaining_[t] -= remaining[out.nodes[before] - begin];
   for (size_t i = before; i < out.nodes.size(); ++i) {
     const uint32_t h = height[out.nodes[i] - begin];
     if (h == 0) {
@@ -169,6 +187,32 @@ uint32_t tight_first_among(const TightFrontier& frontier, std::span<const uint32
     if (better) best = t, best_ready = r, best_top = u;
   }
   if (best == LocalTypes::kNone) throw InternalError("tight_first_choice: nothing ready but nodes remain (cycle?)");
+  return best;
+}
+
+uint32_t remaining_choice(const TightFrontier& frontier, int weight_power) {
+  if (const uint32_t t = frontier.any_tight(); t != LocalTypes::kNone) return t;
+  return remaining_among(frontier, frontier.ready_types(), weight_power);
+}
+
+uint32_t remaining_among(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power) {
+  bool only_terminal = true;
+  for (uint32_t t : types) only_terminal = only_terminal && frontier.terminal(t);
+  uint32_t best = LocalTypes::kNone;
+  double best_score = 0;
+  for (uint32_t t : types) {
+    if (!only_terminal && frontier.terminal(t)) continue;
+    double cost = frontier.weight(t);
+    if (weight_power == 2) cost *= cost;
+    const double score = double(frontier.ready_remaining(t)) / cost;
+    // Ties (equal scores are exact: sums of integers over small integers) to the lighter type, then
+    // the lower one.
+    if (best == LocalTypes::kNone || score > best_score ||
+        (score == best_score && (frontier.weight(t) < frontier.weight(best) ||
+                                 (frontier.weight(t) == frontier.weight(best) && t < best))))
+      best = t, best_score = score;
+  }
+  if (best == LocalTypes::kNone) throw InternalError("remaining_choice: nothing ready but nodes remain (cycle?)");
   return best;
 }
 

@@ -23,7 +23,10 @@ struct ChainHeights {
   // Per local type: single-rank, and every path from its nodes meets only single-rank types (the
   // output layer, losses): running it before it is tight never lets anything else run sooner.
   std::vector<uint8_t> terminal;
-  void build(const ScheduleInput& input, const Analysis& analysis);
+  // Per node in range, when built `with_remaining` (else empty): the most batches (weighted) on any
+  // path that starts at it, itself included: how far its instance still has to go.
+  std::vector<uint32_t> remaining;
+  void build(const ScheduleInput& input, const Analysis& analysis, bool with_remaining = false);
 
  private:
   std::vector<uint16_t> rows_;     // per node, a row of chain-type lanes (nodes x lanes)
@@ -55,6 +58,8 @@ class TightFrontier {
   uint32_t top_ready(uint32_t t) const { return top_[t] ? ready_at_[base_[t] + top_[t] - 1] : 0; }
   uint32_t top_unexecuted(uint32_t t) const { return top_[t] ? unexecuted_at_[base_[t] + top_[t] - 1] : 0; }
   uint32_t top_height(uint32_t t) const { return top_[t]; }
+  // The sum of ChainHeights::remaining over the ready nodes of t (0 when the heights have none).
+  uint64_t ready_remaining(uint32_t t) const { return ready_remaining_[t]; }
   // A tight ready type, or LocalTypes::kNone.
   uint32_t any_tight() const;
 
@@ -68,8 +73,10 @@ class TightFrontier {
   const ChainHeights* heights_ = nullptr;
   TypewiseFrontier typewise_;
   std::vector<uint32_t> base_, unexecuted_at_, ready_at_, top_;
+  std::vector<uint64_t> ready_remaining_;
   int64_t cost_ = 0;
   int64_t unbatchable_left_ = 0;
+  bool track_remaining_ = false;
 };
 
 // The one-pass rule rollouts use and the search starts from: a tight type if any; else the ready
@@ -78,5 +85,12 @@ class TightFrontier {
 uint32_t tight_first_choice(const TightFrontier& frontier);
 // The same rule's non-tight part among some ready `types` (the learned policy's ties).
 uint32_t tight_first_among(const TightFrontier& frontier, std::span<const uint32_t> types);
+
+// The remaining rule, a weighted majority merge: a tight type if any; else the ready type whose
+// ready nodes have the most batches still ahead of them (the sum of their remaining), per batch
+// it costs raised to `weight_power` (1 or 2: 2 favours cheap types more); terminal types only
+// when nothing else is ready. Lagging instances pull their next type forward.
+uint32_t remaining_choice(const TightFrontier& frontier, int weight_power);
+uint32_t remaining_among(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power);
 
 }  // namespace edb::scheduler
