@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -212,6 +213,10 @@ int run(int argc, char** argv) {
   options.directory = flags.get("dir", "");
   if (options.directory.empty() && KernelCache::default_directory().empty())
     throw UsageError("edb-cache: no cache directory: set EDB_CACHE_DIR or HOME, or pass --dir");
+  // A directory that is missing is an empty cache; a file there is a mistake to name, not a cache.
+  const std::string directory = options.directory.empty() ? KernelCache::default_directory() : options.directory;
+  if (std::error_code error; std::filesystem::exists(directory, error) && !std::filesystem::is_directory(directory, error))
+    throw UsageError("edb-cache: the cache directory '" + directory + "' is not a directory");
   KernelCache cache(options);
   const bool json = flags.has("json");
   if (command == "list") return list(cache, json);

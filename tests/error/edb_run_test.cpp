@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "tests/support/test_support.h"
 
@@ -107,6 +108,22 @@ TEST_F(EdbRun, FilesThatAreNotFilesToReadNameThePath) {
             "edb::samples::read_trees(): '" + dir.path() + "' is a directory");
   EXPECT_EQ(one_error_line("treelstm --limit 4 --train --save '" + dir.path() + "'"),
             "edb-run: --save: '" + dir.path() + "' is a directory; give a file name in it");
+}
+
+// More threads than the machine has cores: one line saying so, once per process however many
+// engines it makes (a training run makes more than one), and the run goes on.
+TEST_F(EdbRun, MoreThreadsThanCoresWarnOnce) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores == 0 || cores >= 1024) GTEST_SKIP() << "the machine's cores are unknown or beyond --threads' range";
+  const std::string threads = std::to_string(cores + 1);
+  const std::string line = "edbatch: " + threads + " threads on a machine with " + std::to_string(cores) +
+                           " cores: they take turns, which is slower than " + std::to_string(cores) + " threads\n";
+  for (const std::string args : {"treelstm --limit 8 --repeat 3", "treelstm --limit 8 --train --epochs 2"}) {
+    const Outcome o = run_edb(args + " --threads " + threads);
+    EXPECT_EQ(o.status, 0) << args << ": " << o.err;
+    EXPECT_EQ(o.err, line) << args;
+  }
+  EXPECT_EQ(run_edb("treelstm --limit 8 --repeat 1 --threads " + std::to_string(cores)).err, "");
 }
 
 nlohmann::json run_json(const std::string& args) {

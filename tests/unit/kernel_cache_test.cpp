@@ -543,6 +543,40 @@ TEST(EdbCacheTool, CommandsOnARealDirectory) {
   EXPECT_EQ(run_tool("clear" + d).status, 0);
 }
 
+// A cache directory whose entries cannot be removed (read-only): clear and prune exit 1 naming a
+// file they could not remove, and the entries stay (issue 31: "removed 0 entries", exit 0). Root
+// removes through any mode, so as root the tool runs as nobody (setpriv).
+TEST(EdbCacheTool, ClearAndPruneOnAReadOnlyDirectoryFailNamingAFile) {
+  if (!fs::exists(edb_cache_binary())) GTEST_SKIP() << "edb-cache not built at " << edb_cache_binary();
+  const bool root = ::geteuid() == 0;
+  if (root && !fs::exists("/usr/bin/setpriv")) GTEST_SKIP() << "root, and no setpriv to run the tool as another user";
+  TempDir dir;
+  const KernelEntry a = make_entry(1, 4000), b = make_entry(2, 4000);
+  {
+    KernelCache cache(options_for(dir.path(), nullptr));
+    cache.store(a);
+    cache.store(b);
+  }
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0555), 0);
+  auto run_as_reader = [&](const std::string& args) {
+    const std::string tool = "'" + edb_cache_binary() + "' " + args + " --dir '" + dir.path() + "'";
+    return root ? testing::run_program("/usr/bin/setpriv", "--reuid=65534 --regid=65534 --clear-groups " + tool)
+                : testing::run_program("/bin/sh", "-c \"" + tool + "\"");
+  };
+  for (const char* command : {"clear", "prune --max-size 1K"}) {
+    const Outcome o = run_as_reader(command);
+    EXPECT_EQ(o.status, 1) << command << ": " << o.out << o.err;
+    const std::string first = std::string(command).substr(0, 5);
+    EXPECT_NE(o.err.find("edb-cache " + first + ": could not remove "), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find(dir.path() + "/"), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find(".kernel: Permission denied"), std::string::npos) << o.err;
+  }
+  ::chmod(dir.path().c_str(), 0755);
+  KernelCache cache(options_for(dir.path(), nullptr));
+  EXPECT_TRUE(cache.lookup(a.key));
+  EXPECT_TRUE(cache.lookup(b.key));
+}
+
 TEST(EdbCacheTool, BadInvocationsFailWithOneLine) {
   if (!fs::exists(edb_cache_binary())) GTEST_SKIP() << "edb-cache not built at " << edb_cache_binary();
   TempDir dir;
@@ -558,7 +592,10 @@ TEST(EdbCacheTool, BadInvocationsFailWithOneLine) {
       {"prune --max-size 12Q" + d, "--max-size"},
       {"list --max-size 1" + d, "belongs to prune"},
       {"list extra" + d, "unexpected argument"},
+      {"clear --dir /dev/null", "the cache directory '/dev/null' is not a directory"},
+      {"list --dir '" + dir.file("file") + "'", "the cache directory '" + dir.file("file") + "' is not a directory"},
   };
+  testing::write_file(dir.file("file"), "not a cache\n");
   for (const auto& [args, expected] : cases) {
     const Outcome o = run_tool(args);
     EXPECT_EQ(o.status, 2) << args;
