@@ -249,6 +249,15 @@ void binary(const BatchContext& c, F&& f) {
 }
 
 void run_sum(const BatchContext& c) {
+  if (c.first.shape.size() == 1) {  // sums of scalars (a trace's losses): no operand analysis per slot
+    for (int64_t k = 0; k < c.n(); ++k) {
+      const auto args = c.values.graph.args(c.members[size_t(k)]);
+      float total = *c.values.in(args[0]);
+      for (size_t i = 1; i < args.size(); ++i) total += *c.values.in(args[i]);
+      c.out[k] = total;
+    }
+    return;
+  }
   std::vector<Operand> xs;
   for (size_t slot = 0; slot < c.first.arg_count; ++slot) xs.push_back(c.operand(slot));
   elementwise(c, xs, [&](auto out, auto arg) {

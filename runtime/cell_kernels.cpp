@@ -42,9 +42,13 @@ class Lowerer {
  public:
   // The body is graph nodes [first, first + body_nodes); `outputs` are offsets into it. With
   // `for_backward`, the program also keeps what the backward pass's rules read.
+  // With `padding`, a product whose rows end inside a block (dx = W^T dy of an input narrower or
+  // wider than the gates) is stored in whole blocks, its weight padded with zero rows: only where
+  // the lowering lays the values out itself (a call's frame), not in a plan's places.
   Lowerer(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first, uint32_t body_nodes,
-          const std::string& name, std::span<const uint32_t> outputs, bool keep_every_value, bool for_backward)
-      : graph_(graph), plan_(plan), first_(first), count_(body_nodes), for_backward_(for_backward),
+          const std::string& name, std::span<const uint32_t> outputs, bool keep_every_value, bool for_backward,
+          bool padding = false)
+      : graph_(graph), plan_(plan), first_(first), count_(body_nodes), for_backward_(for_backward), padding_(padding),
         needed_(body_nodes, keep_every_value) {
     out_.program.name = name;
     for (uint32_t o : outputs)
@@ -150,7 +154,8 @@ class Lowerer {
     if (n.shape.cols != 1) throw Unsupported{std::string(ir::op_name(n.op)) + " of a matrix (cols " + std::to_string(n.shape.cols) + ")"};
     const auto args = graph_.args(n);
     if (is_product(n.op)) {
-      if (!block_aligned(n.shape.rows)) throw Unsupported{"a product of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
+      if (!block_aligned(n.shape.rows) && (!padding_ || n.op == ir::Op::affine))
+        throw Unsupported{"a product of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
       const size_t products = n.op == ir::Op::affine ? 1 : 0;
       int32_t stage = 1;
       std::vector<int32_t> x_forms;
@@ -363,13 +368,14 @@ class Lowerer {
     const ir::Node& n = body_node(o);
     const int32_t s = form.stage;
     Program::Stage& stage = out_.program.stages[size_t(s - 1)];
-    const int32_t blocks = form.rows / rows_;
+    const int32_t blocks = (form.rows + rows_ - 1) / rows_;  // a padded product's last block is partly past its rows
     if (form.kind == Form::contraction) {
       Program::Contraction c;
       c.blocks = blocks;
       CellLowering::Weight weight;
       weight.blocks = blocks;
       weight.transposed = n.op == ir::Op::matmul_tn;
+      weight.rows = form.rows;
       const auto args = graph_.args(n);
       const size_t products = n.op == ir::Op::affine ? 1 : 0;
       size_t term = 0;
@@ -427,7 +433,7 @@ class Lowerer {
     if (form.kind == Form::slice && plan_.is_view(first_ + o)) return;
     if (!needed_[o]) return;
     form.memory = {int32_t(out_.call_slots.size()), false};
-    out_.call_slots.push_back({o, -1});
+    out_.call_slots.push_back({o, -1, block_aligned(form.rows) ? 0 : int64_t(blocks) * rows_});
     for (int32_t g = 0; g < blocks; ++g) stage.stores.push_back({block(int32_t(o), g, s), form.memory, g});
   }
 
@@ -436,6 +442,7 @@ class Lowerer {
   ir::NodeId first_;
   uint32_t count_;
   bool for_backward_;
+  bool padding_;
   int32_t rows_ = 0;
   std::vector<Form> forms_;  // body nodes by offset, then external references
   std::vector<uint8_t> needed_;  // per body node: its value must be in the arena after the kernel
@@ -473,7 +480,7 @@ bool lower_into(CallCell& cell, std::span<const ir::NodeId> to, std::span<const 
   for (ir::NodeId id = cell.first; id < copy.size(); ++id)
     plan.view[id] = copy.node(id).op == ir::Op::slice && copy.node(id).shape.cols == 1;
   try {
-    cell.lowering = Lowerer(copy, plan, cell.first, count, cell.name, output_offsets, false, for_backward).lower();
+    cell.lowering = Lowerer(copy, plan, cell.first, count, cell.name, output_offsets, false, for_backward, true).lower();
   } catch (const Unsupported& unsupported) {
     cell.why_not = unsupported.why;
     return false;
@@ -487,7 +494,7 @@ bool lower_into(CallCell& cell, std::span<const ir::NodeId> to, std::span<const 
       slot.kind = CallCell::Slot::frame;
       slot.at = frame;
       frame_of[ref.offset] = slot.at;
-      frame += copy.node(cell.first + ref.offset).shape.size();
+      frame += ref.padded_floats ? ref.padded_floats : copy.node(cell.first + ref.offset).shape.size();
     } else {
       const ir::NodeId arg = copy.args(cell.first + ref.offset)[size_t(ref.argument)];
       // Leaves come first in the copy, in the body's order.
@@ -680,14 +687,21 @@ void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::Para
       k += pieces.back().cols;
     }
     if (packed && packed->sources == sources) continue;
-    std::vector<float> transpose;  // a transposed weight's column-major copy, packed from
-    if (weight.transposed) {
-      const ir::ParameterInfo& info = piece(w, 0);
+    // A transposed or padded weight is packed from a column-major copy of blocks * rows rows
+    // (zeros past the product's rows).
+    const int64_t padded_rows = int64_t(weight.blocks) * lowering.program.rows;
+    std::vector<std::vector<float>> staged(pieces.size());
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      const ir::ParameterInfo& info = piece(w, p);
       const int64_t rows = info.shape.rows, cols = info.shape.cols;
-      transpose.resize(size_t(rows * cols));
+      const int64_t out_rows = weight.transposed ? cols : rows;
+      if (!weight.transposed && out_rows == padded_rows) continue;
+      std::vector<float>& copy = staged[p];
+      copy.assign(size_t(padded_rows * pieces[p].cols), 0.0f);
       for (int64_t c = 0; c < cols; ++c)
-        for (int64_t r = 0; r < rows; ++r) transpose[size_t(c + r * cols)] = info.data[r + c * rows];
-      pieces[0].data = transpose.data();
+        for (int64_t r = 0; r < rows; ++r)
+          copy[size_t(weight.transposed ? c + r * padded_rows : r + c * padded_rows)] = info.data[r + c * rows];
+      pieces[p].data = copy.data();
     }
     if (!packed) packed = std::make_unique<PackedWeight>();
     const int64_t floats = jit::packed_weight_floats(lowering.program.rows, weight.blocks, k, cell.vector);

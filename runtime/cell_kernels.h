@@ -34,12 +34,16 @@ struct CellLowering {
   struct Reference {
     uint32_t offset = 0;
     int32_t argument = -1;
+    // A stored value (argument < 0) whose rows end inside a block: the floats its whole blocks take
+    // (the frame keeps room for them); 0 for a value of whole blocks.
+    int64_t padded_floats = 0;
   };
   // A contraction's weight: parameter pieces side by side (blocks * rows rows each).
   struct Weight {
     int32_t blocks = 1;
     std::vector<Reference> pieces;
     bool transposed = false;  // matmul_tn: the program's weight is the parameter's transpose (one piece)
+    int32_t rows = 0;         // the product's rows; below blocks * the program's rows when padded
   };
   jit::CellProgram program;
   std::vector<Reference> call_slots;    // per call slot

@@ -237,8 +237,12 @@ TEST(CompiledCells, BackwardThroughCallsRecordedAsSingleNodes) {
 // By default (cell_gradients unset) the jit differentiates through the cells' compiled backward
 // bodies: calls stay single nodes in every trace, before and after a backward pass, and the
 // gradients are the reference's, also after an update repacks the weights (transposed for dx).
-TEST(CompiledCells, BackwardThroughCompiledBackwardBodiesByDefault) {
-  Lstm lstm(13, 13);  // x as tall as h: dx = W^T dy is whole blocks of the program's 13 rows
+// The input is as tall as h (dx = W^T dy is one block of the program's 13 rows), shorter and
+// taller (dx ends inside a block: stored in whole blocks, its weight padded with zero rows).
+class CompiledBackward : public testing::TestWithParam<int> {};
+
+TEST_P(CompiledBackward, EqualsTheReferenceByDefault) {
+  Lstm lstm(13, GetParam());
   EngineOptions jit_options, reference_options;
   jit_options.executor = "jit";
   jit_options.verify = true;
@@ -279,6 +283,9 @@ TEST(CompiledCells, BackwardThroughCompiledBackwardBodiesByDefault) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(CompiledCells, CompiledBackward, testing::Values(13, 5, 20),
+                         [](const testing::TestParamInfo<int>& info) { return "input" + std::to_string(info.param); });
 
 TEST(CompiledCells, PackedWeightsFollowEveryChangeOfTheParameters) {
   Lstm lstm(19, 6);
