@@ -164,6 +164,7 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
     e.instances_per_sec = e.total_ms > 0 ? double(train_count) / (e.total_ms / 1000.0) : 0.0;
     e.heldout = heldout();
     e.resident_kb = resident_kb();
+    e.caches = engine.stats().caches;
   }
   return result;
 }

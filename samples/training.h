@@ -74,6 +74,7 @@ struct EpochResult {
   Stats forward_stats;           // what the engine counted while evaluating the losses
   Stats backward_stats;          // and while running Trace::backward
   int64_t resident_kb = 0;       // the process's resident memory after the epoch (0: unknown)
+  CacheSizes caches;             // the engine's caches after the epoch (Stats::caches)
   double backward_over_forward() const { return forward_ms > 0 ? backward_ms / forward_ms : 0.0; }
 };
 

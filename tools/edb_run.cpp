@@ -358,6 +358,7 @@ nlohmann::json training_json(const Report& r, const TrainingReport& t) {
     j["optimizer_ms"] = e.optimizer_ms;
     j["total_ms"] = e.total_ms;
     j["resident_mb"] = double(e.resident_kb) / 1024.0;
+    j["caches"] = caches_json(e.caches);
     j["backward_over_forward"] = e.backward_over_forward();
     j["forward"] = phase_json(e.forward_stats);
     j["backward"] = phase_json(e.backward_stats);

@@ -69,6 +69,14 @@ TEST_F(EdbRunTrain, JsonReportsEveryEpochAndTheLossFalls) {
     EXPECT_GT(epoch.value("forward_ms", 0.0), 0.0);
     EXPECT_GT(epoch.value("backward_ms", 0.0), 0.0);
     EXPECT_GT(epoch.value("backward_over_forward", 0.0), 0.0);
+    // The engine's caches after the epoch, each within its bound; the signatures hold this model's types.
+    ASSERT_TRUE(epoch.contains("caches") && epoch["caches"].is_object());
+    for (const auto& [name, cache] : epoch["caches"].items()) {
+      if (cache.value("max_entries", 0) > 0) EXPECT_LE(cache.value("entries", 0), cache.value("max_entries", 0)) << name;
+      if (cache.value("max_bytes", 0) > 0) EXPECT_LE(cache.value("bytes", 0), cache.value("max_bytes", 0)) << name;
+    }
+    EXPECT_GT(epoch["caches"]["signatures"].value("entries", 0), 0);
+    EXPECT_EQ(epoch["caches"]["cell_records"].value("max_entries", 0), 1024);
   }
   EXPECT_LT(j["epochs"][2].value("train_loss", 1e9), j["epochs"][0].value("train_loss", 0.0));
   EXPECT_LT(j["epochs"][2].value("heldout_loss", 1e9), j["initial"].value("heldout_loss", 0.0));
