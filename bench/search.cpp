@@ -93,14 +93,16 @@ Breakdown learned_breakdown(sch::ImitationPolicy& policy, const sch::ScheduleInp
 
 int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-bench-search",
-                          {"model", "data", "batch", "train-traces", "test-traces", "budget", "cells", "rounds", "json"},
+                          {"model", "data", "batch", "train-traces", "test-traces", "budget", "cells", "rounds", "widen",
+                           "json"},
                           {"help"});
   flags.parse(argc, argv, 1);
   if (flags.has("help")) {
     std::printf(
         "usage: edb-bench-search [--model latticelstm] [--data FILE] [--batch 64] [--train-traces 8]\n"
         "                        [--test-traces 4] [--budget 2000 (ms per searched trace)] [--cells on|off]\n"
-        "                        [--rounds 20] [--json FILE]\n");
+        "                        [--rounds 20] [--widen on|off (the test traces' search as in training)]\n"
+        "                        [--json FILE]\n");
     return 0;
   }
   const std::string name = flags.get("model", "latticelstm");
@@ -111,6 +113,8 @@ int run(int argc, char** argv) {
   const int rounds = int(flags.get_int("rounds", 20, 1, 10000));
   const std::string cells = flags.get("cells", "on");
   if (cells != "on" && cells != "off") throw edb::UsageError("edb-bench-search: --cells takes on or off");
+  const std::string widen = flags.get("widen", "on");
+  if (widen != "on" && widen != "off") throw edb::UsageError("edb-bench-search: --widen takes on or off");
   auto model = edb::samples::make_default_model(name, flags.get("data", ""), "edb-bench-search");
 
   edb::EngineOptions options;
@@ -182,6 +186,7 @@ int run(int argc, char** argv) {
     const int64_t bound = sch::lower_bound(sch::ScheduleInput{data.graph, data.types, 0});
     sch::SearchOptions search_options;
     search_options.budget = std::chrono::milliseconds(budget);
+    search_options.widen = widen == "on";
     start = Clock::now();
     const sch::SearchResult found = sch::search_schedule(input, search_options);
     const double search_s = seconds_since(start);
@@ -195,7 +200,8 @@ int run(int argc, char** argv) {
     totals.heights_ns += parts.heights_ns / test_traces;
     totals.tight_frontier_ns += parts.tight_frontier_ns / test_traces;
     totals.decisions += int64_t(schedule.batch_count());
-    std::fprintf(stderr, "rollouts %lld finished %d\n", (long long)found.rollouts, int(found.finished));
+    std::fprintf(stderr, "rollouts %lld, %d passes to width %d, first finished %d\n", (long long)found.rollouts,
+                 found.passes, found.last_width, int(found.finished));
     std::printf("| %d | %zu | %lld | %lld | %lld | %lld | %lld | %lld | %.2f |\n", t, data.graph.size(), (long long)bound,
                 (long long)found.lower_bound, (long long)found.greedy_batches, (long long)found.rule_batches,
                 (long long)learned_batches, (long long)found.batches, search_s);

@@ -28,7 +28,7 @@
 namespace edb::scheduler {
 
 struct ImitationTraining {
-  SearchOptions search;        // per training trace
+  SearchOptions search{.widen = true};  // per training trace: its whole budget
   int epochs = 20;             // perceptron passes over the decisions
   double heldout_fraction = 0.25;  // traces kept out of fitting to report on (none with one trace or 0)
 };

@@ -1,5 +1,5 @@
 // The beam with rollouts. Each beam step makes one decision that may cost a batch beyond the lower
-// bound; the budget sets the beam's width from the measured cost of a rollout.
+// bound; the budget sets the first pass's width from the measured cost of a rollout.
 #include "scheduler/search.h"
 
 #include <algorithm>
@@ -33,32 +33,57 @@ struct State {
   }
 };
 
+// The rules a rollout may follow (tight.h); the search keeps the one that does best from the root.
+enum class Rule { tight_first, remaining, remaining_cheap };
+constexpr Rule kRules[] = {Rule::tight_first, Rule::remaining, Rule::remaining_cheap};
+
+uint32_t rule_choice(const TightFrontier& f, Rule rule) {
+  switch (rule) {
+    case Rule::tight_first: return tight_first_choice(f);
+    case Rule::remaining: return remaining_choice(f, 1);
+    case Rule::remaining_cheap: return remaining_choice(f, 2);
+  }
+  return tight_first_choice(f);
+}
+
 void run_tight(State& s) {
   for (uint32_t t = s.frontier.any_tight(); t != kNone && !s.frontier.done(); t = s.frontier.any_tight()) s.run(t);
 }
 
-// The tight-first rule from `s` to the end, on a copy; counts the decisions that were not tight.
-int64_t rollout(const State& s, Schedule* complete, int64_t* decisions = nullptr) {
+// `rule` from `s` to the end, on a copy; counts the decisions that were not tight.
+int64_t rollout(const State& s, Rule rule, Schedule* complete, int64_t* decisions = nullptr) {
   State copy = s;
   while (!copy.frontier.done()) {
     if (decisions && copy.frontier.any_tight() == kNone) ++*decisions;
-    copy.frontier.run(tight_first_choice(copy.frontier), copy.prefix);
+    copy.frontier.run(rule_choice(copy.frontier, rule), copy.prefix);
   }
   if (complete) *complete = std::move(copy.prefix);
   return copy.frontier.cost();
 }
 
-// The ready types a state may branch on, best by the rule first: terminal types only when nothing
-// else is ready.
-std::vector<uint32_t> candidates(const TightFrontier& f, int most) {
+// The ready types a state may branch on, best first: tight ones (when they are not run without
+// branching), then by the rule's own score; terminal types only when nothing else is ready.
+std::vector<uint32_t> candidates(const TightFrontier& f, int most, Rule rule) {
   std::vector<uint32_t> out;
   for (uint32_t t : f.ready_types())
     if (!f.terminal(t)) out.push_back(t);
   if (out.empty()) out = f.ready_types();
+  const int power = rule == Rule::remaining_cheap ? 2 : 1;
+  auto score = [&](uint32_t t) {
+    double cost = f.weight(t);
+    if (power == 2) cost *= cost;
+    return double(f.ready_remaining(t)) / cost;
+  };
   std::sort(out.begin(), out.end(), [&](uint32_t a, uint32_t b) {
-    const uint64_t lhs = uint64_t(f.top_ready(a)) * std::max(f.top_unexecuted(b), 1u);
-    const uint64_t rhs = uint64_t(f.top_ready(b)) * std::max(f.top_unexecuted(a), 1u);
-    if (lhs != rhs) return lhs > rhs;
+    if (f.tight(a) != f.tight(b)) return f.tight(a);
+    if (rule != Rule::tight_first) {
+      const double sa = score(a), sb = score(b);
+      if (sa != sb) return sa > sb;
+    } else {
+      const uint64_t lhs = uint64_t(f.top_ready(a)) * std::max(f.top_unexecuted(b), 1u);
+      const uint64_t rhs = uint64_t(f.top_ready(b)) * std::max(f.top_unexecuted(a), 1u);
+      if (lhs != rhs) return lhs > rhs;
+    }
     if (f.weight(a) != f.weight(b)) return f.weight(a) < f.weight(b);
     return a < b;
   });
@@ -89,17 +114,27 @@ SearchResult search_schedule(const ScheduleInput& input, const SearchOptions& op
     result.greedy_batches = expanded_batch_count(input, schedule);
   }
   ChainHeights heights;
-  heights.build(input, analysis);
-  State root;
-  root.frontier.reset(with_analysis, analysis, heights);
-  result.lower_bound = root.frontier.remaining_bound();
+  heights.build(input, analysis, true);
+  State unforced;
+  unforced.frontier.reset(with_analysis, analysis, heights);
+  result.lower_bound = unforced.frontier.remaining_bound();
+  State root = unforced;
   run_tight(root);
+  // The rule the rollouts follow: of those in kRules, the one that does best from the root.
   const Clock::time_point before_rollout = Clock::now();
   int64_t decisions = 0;
-  int64_t best = rollout(root, &result.schedule, &decisions);
+  int64_t best = rollout(root, Rule::tight_first, &result.schedule, &decisions);
   const auto rollout_time = std::max(Clock::now() - before_rollout, Clock::duration(1));
   result.rule_batches = best;
   result.rollouts = 1;
+  Rule rule = Rule::tight_first;
+  Schedule complete;
+  for (Rule other : kRules) {
+    if (other == Rule::tight_first) continue;
+    const int64_t batches = rollout(root, other, &complete);
+    ++result.rollouts;
+    if (batches < best) best = batches, rule = other, result.schedule = complete;
+  }
   // About as many beam steps as the rule made decisions that were not tight, each costing width x
   // candidates rollouts: narrow the beam until the whole search fits the budget.
   size_t ready_types = 0;
@@ -111,46 +146,55 @@ SearchResult search_schedule(const ScheduleInput& input, const SearchOptions& op
   const double per_state = double(std::max<size_t>(1, std::min<size_t>(ready_types, size_t(candidates_wanted))));
   const int width = std::max(1, std::min(options.beam_width, int(affordable / per_state / 2)));
 
-  std::vector<State> beam;
-  beam.push_back(std::move(root));
-  std::vector<Child> children;
-  Schedule complete;
+  // One pass of the beam from the root; false when the deadline cut it short. With `force`, tight
+  // types run at once; without, they are candidates too (first).
   std::unordered_set<uint64_t> seen;
-  bool out_of_time = false;
-  while (!beam.empty() && !out_of_time) {
-    children.clear();
-    for (const State& s : beam) {
-      if (s.frontier.done()) continue;
-      for (uint32_t t : candidates(s.frontier, candidates_wanted)) {
-        if (Clock::now() > deadline) {
-          out_of_time = true;
-          break;
-        }
-        Child child{0, 0, s};
-        child.state.run(t);
-        run_tight(child.state);
-        child.cost = child.state.frontier.cost();
-        child.value = rollout(child.state, &complete);
-        ++result.rollouts;
-        if (child.value < best) {
-          best = child.value;
-          result.schedule = complete;
-        }
-        children.push_back(std::move(child));
-      }
-      if (out_of_time) break;
-    }
-    // The most promising states; among equals, those that spent least (more is still open).
-    std::stable_sort(children.begin(), children.end(), [](const Child& a, const Child& b) {
-      return a.value != b.value ? a.value < b.value : a.cost < b.cost;
-    });
+  std::vector<State> beam;
+  std::vector<Child> children;
+  auto pass = [&](int beam_width, int tried, bool force) {
+    ++result.passes;
+    result.last_width = beam_width;
     beam.clear();
-    seen.clear();
-    for (Child& c : children) {
-      if (int(beam.size()) == width) break;
-      if (c.state.frontier.done() || !seen.insert(c.state.hash).second) continue;
-      beam.push_back(std::move(c.state));
+    beam.push_back(force ? root : unforced);
+    while (!beam.empty()) {
+      children.clear();
+      for (const State& s : beam) {
+        if (s.frontier.done()) continue;
+        for (uint32_t t : candidates(s.frontier, tried, rule)) {
+          if (Clock::now() > deadline) return false;
+          Child child{0, 0, s};
+          child.state.run(t);
+          if (force) run_tight(child.state);
+          child.cost = child.state.frontier.cost();
+          child.value = rollout(child.state, rule, &complete);
+          ++result.rollouts;
+          if (child.value < best) {
+            best = child.value;
+            result.schedule = complete;
+          }
+          children.push_back(std::move(child));
+        }
+      }
+      // The most promising states; among equals, those that spent least (more is still open).
+      std::stable_sort(children.begin(), children.end(), [](const Child& a, const Child& b) {
+        return a.value != b.value ? a.value < b.value : a.cost < b.cost;
+      });
+      beam.clear();
+      seen.clear();
+      for (Child& c : children) {
+        if (int(beam.size()) == beam_width) break;
+        if (c.state.frontier.done() || !seen.insert(c.state.hash).second) continue;
+        beam.push_back(std::move(c.state));
+      }
     }
+    return true;
+  };
+  const bool out_of_time = !pass(width, candidates_wanted, true);
+  if (options.widen && !out_of_time) {
+    // Each step now one decision, tight or not: about as many steps as batches.
+    const int widest = std::max(1, options.beam_width) * 64;
+    for (int w = width; w <= widest; w *= 2)
+      if (!pass(w, options.max_candidates, false)) break;
   }
   result.finished = !out_of_time;
   result.batches = best;

@@ -2,7 +2,7 @@
 // candidate valued by a rollout of the tight-first rule to the end, within a time budget. Tight
 // types run without branching (they cost nothing beyond the lower bound); the best complete
 // schedule any rollout reached is returned, so the search stops at any time with a schedule no
-// worse than the tight-first rule's. Costs count batches once cell calls expand.
+// worse than the tight-first rule's. With `widen`, passes of wider beams follow while time is left. Costs count batches once cell calls expand.
 // Precondition: none beyond ScheduleInput's.
 #pragma once
 
@@ -20,16 +20,24 @@ struct SearchOptions {
   int beam_width = 64;      // states kept per step at most (1: one-step rollouts over the rule); the
                             // budget narrows it
   int max_candidates = 12;  // types tried per state, the rule's favourites first
+  // When the first pass ends with budget left, passes that branch on tight types too (a tight
+  // batch run at once cannot wait for lower nodes of its type that are not ready yet, so forcing it
+  // can miss the best schedule), from the first pass's width doubling up to 64 x beam_width, with
+  // every candidate, until the budget ends; the best schedule of any pass is kept. Off for the
+  // search policy (its budget caps a new shape's latency); on in the learned policy's training.
+  bool widen = false;
 };
 
 struct SearchResult {
   Schedule schedule;           // a policy's schedule: cell calls as one node each
   int64_t batches = 0;         // of `schedule`, once cells expand
-  int64_t rule_batches = 0;    // of the tight-first rule alone
+  int64_t rule_batches = 0;    // of the tight-first rule alone (rollouts follow the best of it and the remaining rules)
   int64_t greedy_batches = 0;  // of the greedy policy
   int64_t lower_bound = 0;     // weighted, over the policy's nodes
   int64_t rollouts = 0;
-  bool finished = false;       // the beam ran to the end within the budget
+  int passes = 0;              // beam passes started (more than one only when widening)
+  int last_width = 0;          // the widest beam a pass used
+  bool finished = false;       // the first pass of the beam ran to the end within the budget
 };
 
 SearchResult search_schedule(const ScheduleInput& input, const SearchOptions& options = {});
