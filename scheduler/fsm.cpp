@@ -28,11 +28,6 @@ size_t FsmPolicy::KeyHash::operator()(const Key& key) const {
   return static_cast<size_t>(h);
 }
 
-uint32_t FsmPolicy::index_of(const std::string& signature) {
-  auto [it, inserted] = index_of_name_.emplace(signature, static_cast<uint32_t>(names_.size()));
-  if (inserted) names_.push_back(signature);
-  return it->second;
-}
 
 void FsmPolicy::Entry::set(uint32_t action, double value) {
   auto it = std::find_if(q.begin(), q.end(), [&](const auto& p) { return p.first == action; });
@@ -74,15 +69,25 @@ std::vector<uint32_t> FsmPolicy::ready_of(const Key& key) const {
   return ready;
 }
 
-void FsmPolicy::map_types(const ScheduleInput& input, const Analysis& analysis) {
+void FsmPolicy::map_types(const ScheduleInput& input, const Analysis& analysis, bool add) {
   // Without the engine's signature table (a bare graph), types are named by their ids: such a
   // table works within the process only.
   index_of_local_.resize(analysis.types.count());
+  uint32_t unseen = 0;
   for (size_t t = 0; t < analysis.types.count(); ++t) {
     const ir::TypeId type = analysis.types.global[t];
-    index_of_local_[t] = index_of(input.signatures ? input.signatures->name(type) : "#" + std::to_string(type));
+    const std::string name = input.signatures ? input.signatures->name(type) : "#" + std::to_string(type);
+    if (const auto it = index_of_name_.find(name); it != index_of_name_.end()) {
+      index_of_local_[t] = it->second;
+    } else if (add) {
+      index_of_local_[t] = uint32_t(names_.size());
+      index_of_name_.emplace(name, index_of_local_[t]);
+      names_.push_back(name);
+    } else {
+      index_of_local_[t] = uint32_t(names_.size()) + unseen++;  // names_ does not grow without `add`
+    }
   }
-  local_of_index_.assign(names_.size(), kNone);
+  local_of_index_.assign(names_.size() + unseen, kNone);
   for (uint32_t t = 0; t < index_of_local_.size(); ++t) local_of_index_[index_of_local_[t]] = t;
 }
 
@@ -130,7 +135,7 @@ size_t FsmPolicy::state_count() const {
 
 int64_t FsmPolicy::rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count) {
   out.clear();
-  map_types(input, analysis);
+  map_types(input, analysis, false);
   frontier_.reset(input, analysis);
   while (!frontier_.done()) {
     uint32_t choice;
@@ -213,7 +218,7 @@ FsmProgress FsmPolicy::train(std::span<const ScheduleInput> graphs, const FsmTra
       break;
     }
     const size_t g = size_t(episode) % graphs.size();
-    map_types(graphs[g], analyses[g]);
+    map_types(graphs[g], analyses[g], true);
     expanded_type_weights(graphs[g], analyses[g].types, weight_);
     frontier_.reset(graphs[g], analyses[g]);
     steps.clear();

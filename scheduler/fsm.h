@@ -87,8 +87,10 @@ class FsmPolicy final : public Policy {
   };
   using Table = std::unordered_map<Key, Entry, KeyHash>;
 
-  uint32_t index_of(const std::string& signature);
-  void map_types(const ScheduleInput& input, const Analysis& analysis);
+  // Policy type indexes of the input's types: a name the table lacks is added while training
+  // (`add`); otherwise it gets an index past every name for this input only, which no state of
+  // the table holds, so scheduling never grows the table however many structures it sees.
+  void map_types(const ScheduleInput& input, const Analysis& analysis, bool add);
   // Whether this step is a decision: two or more types ready, some not single-rank. Fills
   // candidates_ with the ready types that are not single-rank: the state.
   bool needs_decision();

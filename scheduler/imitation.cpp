@@ -40,13 +40,18 @@ std::vector<std::string> model_names(const ir::Graph& graph) {
   return names;
 }
 
-uint32_t ImitationPolicy::index_of(const std::string& name) {
+uint32_t ImitationPolicy::index_of(const std::string& name, bool add) {
+  if (!add) {
+    const auto it = index_of_name_.find(name);
+    return it == index_of_name_.end() ? kUnseen : it->second;
+  }
   auto [it, inserted] = index_of_name_.emplace(name, uint32_t(names_.size()));
   if (inserted) names_.push_back(name);
   return it->second;
 }
 
-void ImitationPolicy::map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights) {
+void ImitationPolicy::map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights,
+                                bool add) {
   const int64_t resets = input.signatures ? input.signatures->resets() : 0;
   if (input.signatures != indexed_for_ || resets != indexed_resets_) {
     index_of_global_.clear();
@@ -71,13 +76,13 @@ void ImitationPolicy::map_types(const ScheduleInput& input, const Analysis& anal
   for (size_t t = 0; t < count; ++t) {
     uint32_t index;
     if (heights.terminal[t]) {
-      if (terminal_index == kNone) terminal_index = index_of(kTerminalName);
+      if (terminal_index == kNone) terminal_index = index_of(kTerminalName, add);
       index = terminal_index;
     } else {
       const ir::TypeId type = analysis.types.global[t];
       if (type >= index_of_global_.size()) index_of_global_.resize(size_t(type) + 1, kNone);
-      if (index_of_global_[type] == kNone)
-        index_of_global_[type] = index_of(input.signatures ? input.signatures->name(type) : "#" + std::to_string(type));
+      if (index_of_global_[type] == kNone || (add && index_of_global_[type] == kUnseen))
+        index_of_global_[type] = index_of(input.signatures ? input.signatures->name(type) : "#" + std::to_string(type), add);
       index = index_of_global_[type];
     }
     index_of_local_[t] = index;
@@ -148,7 +153,7 @@ uint32_t ImitationPolicy::base_among(TightFrontier& frontier, const std::vector<
 int64_t ImitationPolicy::rollout(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights,
                                  Schedule& out, bool count) {
   out.clear();
-  map_types(input, analysis, heights);
+  map_types(input, analysis, heights, false);
   frontier_.reset(input, analysis, heights, base_needs_greedy());
   while (!frontier_.done()) frontier_.run(decide(frontier_, count), out);
   return expanded_batch_count(input, out);
@@ -203,7 +208,7 @@ void ImitationPolicy::schedule(const ScheduleInput& input, Schedule& out) {
 
 void ImitationPolicy::add_samples(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights,
                                   const Schedule& taught, std::vector<Sample>& samples) {
-  map_types(input, analysis, heights);
+  map_types(input, analysis, heights, true);
   std::vector<uint32_t> local_of_global;
   for (uint32_t t = 0; t < analysis.types.count(); ++t) {
     const ir::TypeId global = analysis.types.global[t];

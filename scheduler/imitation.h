@@ -95,8 +95,12 @@ class ImitationPolicy final : public Policy {
                    const Schedule& taught, std::vector<Sample>& samples);
   Fitted fit_table(const std::vector<Sample>& samples, int epochs, const std::function<int64_t(size_t)>& evaluate,
                    const std::vector<int64_t>& greedy, size_t fitted);
-  uint32_t index_of(const std::string& name);
-  void map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights);
+  // A type name's index in the table; a name it lacks is added while training (`add`), and
+  // otherwise is kUnseen, with no score: scheduling never grows the table, however many
+  // structures it sees.
+  static constexpr uint32_t kUnseen = ~0u - 1;
+  uint32_t index_of(const std::string& name, bool add);
+  void map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, bool add);
   // The feature of ready type t: tight, or its ready share of its top height in quarters, times
   // whether its remaining chain (top height x weight) is the longest among the ready types'.
   uint32_t bucket(const TightFrontier& frontier, uint32_t t, uint64_t longest_ready) const;

@@ -92,6 +92,28 @@ TEST(FsmPolicy, UntrainedTableFallsBackToGreedyEveryDecision) {
   EXPECT_EQ(fsm.stats().policy_unseen, fsm.stats().policy_decisions);
 }
 
+// Scheduling traces whose types the table never saw (another hidden size) leaves the table as
+// trained: only training adds type names, so a policy serving many structures keeps its size.
+TEST(FsmPolicy, SchedulingUnseenTypesLeavesTheTableAsTrained) {
+  TempDir dir;
+  auto model = small_treelstm();
+  Engine engine(fsm_options());
+  samples::train_policy(*model, engine, 3, 8, quick());
+  engine.save_policy(dir.file("trained.json"));
+  samples::ModelConfig config;
+  config.limit = 24;
+  config.embed = 8;
+  config.hidden = 12;
+  const int64_t unseen_before = engine.stats().policy_unseen;
+  batches_of(*samples::make_treelstm(config), engine, 8);
+  EXPECT_GT(engine.stats().policy_unseen, unseen_before);  // its states were new to the table
+  engine.save_policy(dir.file("after.json"));
+  EXPECT_EQ(read_file(dir.file("after.json")), read_file(dir.file("trained.json")));
+  // And the trained traces still schedule as the table says.
+  Engine loaded(fsm_options(dir.file("after.json")));
+  EXPECT_EQ(batches_of(*model, loaded, 8), batches_of(*model, engine, 8));
+}
+
 TEST(FsmPolicy, DamagedOrWrongFilesAreClearErrors) {
   TempDir dir;
   auto model = small_treelstm();

@@ -371,6 +371,35 @@ TEST(LearnedPolicy, FileRoundTripSchedulesAlike) {
   }
 }
 
+// Scheduling traces whose types the table never saw leaves the table as trained: only training
+// adds type names, so a policy serving many structures keeps its size.
+TEST(LearnedPolicy, SchedulingUnseenTypesLeavesTheTableAsTrained) {
+  const Traces training = random_traces(10, 6);
+  ImitationPolicy policy;
+  ImitationTraining options;
+  options.search.budget = std::chrono::milliseconds(300);
+  policy.train(training.inputs(), options);
+  ASSERT_FALSE(policy.learned_nothing());
+  testing::TempDir dir;
+  policy.save(dir.file("trained.policy"));
+  Traces unseen;  // inputs of 5 to 44 rows: types of sizes the training traces do not have
+  for (int rows = 5; rows < 45; ++rows) {
+    ir::Graph graph;
+    const NodeId a = input(graph, rows), b = input(graph, rows);
+    op(graph, Op::tanh, {op(graph, Op::add, {a, b})});
+    op(graph, Op::relu, {op(graph, Op::sigmoid, {a})});
+    unseen.graphs.push_back(std::move(graph));
+  }
+  for (const ir::Graph& graph : unseen.graphs) unseen.types.push_back(unseen.table.assign(graph));
+  for (const ScheduleInput& in : unseen.inputs()) {
+    Schedule s;
+    policy.schedule(in, s);
+    EXPECT_EQ(s.nodes.size(), 4u);
+  }
+  policy.save(dir.file("after.policy"));
+  EXPECT_EQ(testing::read_file(dir.file("after.policy")), testing::read_file(dir.file("trained.policy")));
+}
+
 std::string load_error(const std::string& path) {
   try {
     ImitationPolicy policy;
