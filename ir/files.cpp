@@ -28,4 +28,13 @@ std::string unreadable_file_reason(const std::string& path, uint64_t max_bytes) 
   return "";
 }
 
+std::string unreplaceable_file_reason(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);  // through links, as the user means them
+  if (error || !fs::exists(status) || fs::is_regular_file(status)) return "";
+  if (fs::is_directory(status)) return "is a directory; give a file name in it";
+  return "is not a regular file (a device, pipe or socket); give the name of a file to write";
+}
+
 }  // namespace edb::ir

@@ -13,6 +13,7 @@
 #include <edbatch/edbatch.h>
 #include <edbatch/train.h>
 
+#include "ir/files.h"
 #include "jit/host.h"
 #include "runtime/executor.h"
 #include "scheduler/schedule.h"
@@ -262,8 +263,8 @@ void print_table(const Report& r) {
 
 // Writes nothing, but finds out before any work whether `path` can be written.
 void check_writable(const std::string& flag, const std::string& path) {
-  if (std::filesystem::is_directory(path))
-    throw edb::UsageError("edb-run: " + flag + ": '" + path + "' is a directory; give a file name in it");
+  if (const std::string why = edb::ir::unreplaceable_file_reason(path); !why.empty())
+    throw edb::UsageError("edb-run: " + flag + ": '" + path + "' " + why);
   const std::string probe = path + ".tmp";
   std::FILE* file = std::fopen(probe.c_str(), "w");
   if (!file) throw edb::UsageError("edb-run: " + flag + ": cannot write '" + probe + "': " + std::strerror(errno));

@@ -24,8 +24,8 @@ void put_string(std::string& out, const std::string& text) {
 
 std::string write_temporary(const std::string& path, const BinaryFormat& format, const std::string& body,
                             const char* function) {
-  if (std::filesystem::is_directory(path))
-    throw UsageError(std::string(function) + ": '" + path + "' is a directory; give a file name in it");
+  if (const std::string why = ir::unreplaceable_file_reason(path); !why.empty())
+    throw UsageError(std::string(function) + ": '" + path + "' " + why);
   std::string file(format.magic, sizeof format.magic);
   put(file, format.version);
   put(file, static_cast<uint64_t>(body.size()));

@@ -1,6 +1,7 @@
 // Error tests for the edb-run front end: every bad invocation exits non-zero with one clear line
 // on stderr, --help lists the flags, and --json carries every field docs/edb-run.md lists.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,6 +109,15 @@ TEST_F(EdbRun, FilesThatAreNotFilesToReadNameThePath) {
             "edb::samples::read_trees(): '" + dir.path() + "' is a directory");
   EXPECT_EQ(one_error_line("treelstm --limit 4 --train --save '" + dir.path() + "'"),
             "edb-run: --save: '" + dir.path() + "' is a directory; give a file name in it");
+  // A device or pipe is refused before training too: renaming the saved file over it would replace
+  // it (as root, /dev/null). A pipe here, so that a regression replaces nothing that matters.
+  const std::string pipe = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0644), 0);
+  for (const char* flag : {"--train --save", "--policy fsm --train-policy"})
+    EXPECT_EQ(one_error_line("treelstm --limit 4 " + std::string(flag) + " '" + pipe + "'"),
+              "edb-run: " + std::string(flag).substr(std::string(flag).rfind(' ') + 1) + ": '" + pipe +
+                  "' is not a regular file (a device, pipe or socket); give the name of a file to write");
+  EXPECT_TRUE(std::filesystem::is_fifo(pipe));
 }
 
 // More threads than the machine has cores: one line saying so, once per process however many

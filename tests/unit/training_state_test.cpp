@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -133,6 +134,15 @@ TEST(TrainingState, FilesThatAreNotFilesToReadNameThePathAndWhy) {
             "edb::Optimizer::load(): '" + dir.file("none") + "' does not exist");
   EXPECT_EQ(usage_error([&] { save_training(model, optimizer, dir.path()); }),
             "edb::save_training(): '" + dir.path() + "' is a directory; give a file name in it");
+  // A device or pipe is never replaced by the renamed file (as root, /dev/null would be).
+  ASSERT_EQ(::mkfifo(dir.file("pipe").c_str(), 0644), 0);
+  EXPECT_EQ(usage_error([&] { save_training(model, optimizer, dir.file("pipe")); }),
+            "edb::save_training(): '" + dir.file("pipe") +
+                "' is not a regular file (a device, pipe or socket); give the name of a file to write");
+  EXPECT_EQ(usage_error([&] { model.save(dir.file("pipe")); }),
+            "edb::Model::save(): '" + dir.file("pipe") +
+                "' is not a regular file (a device, pipe or socket); give the name of a file to write");
+  EXPECT_TRUE(std::filesystem::is_fifo(dir.file("pipe")));
   EngineOptions options;
   options.policy = "fsm";
   options.policy_file = dir.path();
