@@ -114,8 +114,12 @@ uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
   const auto& ready = frontier.ready_types();
   if (ready.size() == 1) return ready[0];
   if (count) ++decisions_;
-  if (base_ != Base::greedy)
-    if (const uint32_t t = frontier.any_tight(); t != kNone) return t;
+  if (base_ != Base::greedy) {  // tight types first, unasked; the remaining rule picks among them
+    const uint32_t t = base_ == Base::remaining         ? remaining_tight_choice(frontier, 1)
+                       : base_ == Base::remaining_cheap ? remaining_tight_choice(frontier, 2)
+                                                        : frontier.any_tight();
+    if (t != kNone) return t;
+  }
   float best = -INFINITY;
   bool known = false;
   tied_.clear();
@@ -291,6 +295,11 @@ ImitationPolicy::Fitted ImitationPolicy::fit_table(const std::vector<Sample>& sa
     for (size_t k = 0; k < kept; ++k) scores_[by_support[k].second] = full.at(by_support[k].second);
     dense_stale_ = true;
   };
+  // The base alone per trace: a cut must not need more on any held-out trace either (the held-out
+  // traces are few, and a table that wins on their sum but loses on one did worse elsewhere).
+  cut_to(0);
+  std::vector<int64_t> base_alone(greedy.size());
+  for (size_t g = fitted; g < greedy.size(); ++g) base_alone[g] = evaluate(g);
   size_t best_kept = 0;
   int64_t best_heldout = 0, best_fitted = 0;
   bool any_valid = false;
@@ -303,11 +312,13 @@ ImitationPolicy::Fitted ImitationPolicy::fit_table(const std::vector<Sample>& sa
       valid = batches <= greedy[g];
       on_fitted += batches;
     }
-    if (valid) {
-      for (size_t g = fitted; g < greedy.size(); ++g) on_heldout += evaluate(g);
-      if (!any_valid || on_heldout < best_heldout || (on_heldout == best_heldout && on_fitted < best_fitted))
-        any_valid = true, best_kept = kept, best_heldout = on_heldout, best_fitted = on_fitted;
+    for (size_t g = fitted; g < greedy.size() && valid; ++g) {
+      const int64_t batches = evaluate(g);
+      valid = batches <= base_alone[g];
+      on_heldout += batches;
     }
+    if (valid && (!any_valid || on_heldout < best_heldout || (on_heldout == best_heldout && on_fitted < best_fitted)))
+      any_valid = true, best_kept = kept, best_heldout = on_heldout, best_fitted = on_fitted;
     if (kept == 0) break;
   }
   cut_to(best_kept);
@@ -355,30 +366,32 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
     if (progress) progress(int(g + 1), int(fitted));
   }
 
-  // Each base (what decides without a score) that alone never needs more batches than greedy on a
-  // fitted trace, with the table fitted on top of it and cut on the held-out traces (fit_table): the
-  // pair needing fewest batches over all the traces is kept (the held-out ones alone are few).
+  // The base (what decides without a score): of those that alone never need more batches than
+  // greedy on a fitted trace, the one needing fewest over all the traces (nothing is fitted yet,
+  // so the held-out ones count too). Choosing it with a table on top would favour the table that
+  // fits the fitted traces best, not the one that generalises.
   Schedule scratch;
   auto evaluate = [&](size_t g) { return rollout(inputs[g], analyses[g], heights[g], scratch, false); };
-  Fitted best;
-  Base best_base = Base::greedy;
-  size_t sample_count = 0;
-  bool any = false;
-  for (Base candidate :
-       {Base::greedy, Base::tight_then_greedy, Base::tight_first, Base::remaining, Base::remaining_cheap}) {
+  scores_.clear();
+  dense_stale_ = true;
+  Base chosen = Base::greedy;
+  int64_t chosen_total = std::accumulate(greedy.begin(), greedy.end(), int64_t{0});
+  for (Base candidate : {Base::tight_then_greedy, Base::tight_first, Base::remaining, Base::remaining_cheap}) {
     base_ = candidate;
-    scores_.clear();
-    dense_stale_ = true;
     bool never_worse = true;
-    for (size_t g = 0; g < fitted && never_worse; ++g) never_worse = evaluate(g) <= greedy[g];
-    if (!never_worse) continue;
-    std::vector<Sample> samples;
-    for (size_t g = 0; g < fitted; ++g) add_samples(inputs[g], analyses[g], heights[g], taught[g], samples);
-    Fitted table = fit_table(samples, options.epochs, evaluate, greedy, fitted);
-    if (!any || table.heldout + table.fitted < best.heldout + best.fitted)
-      any = true, best = std::move(table), best_base = candidate, sample_count = samples.size();
+    int64_t total = 0;
+    for (size_t g = 0; g < count && never_worse; ++g) {
+      const int64_t batches = evaluate(g);
+      never_worse = g >= fitted || batches <= greedy[g];
+      total += batches;
+    }
+    if (never_worse && total < chosen_total) chosen = candidate, chosen_total = total;
   }
-  base_ = best_base;
+  base_ = chosen;
+  std::vector<Sample> samples;
+  for (size_t g = 0; g < fitted; ++g) add_samples(inputs[g], analyses[g], heights[g], taught[g], samples);
+  const size_t sample_count = samples.size();
+  Fitted best = fit_table(samples, options.epochs, evaluate, greedy, fitted);
   scores_ = std::move(best.scores);
   dense_stale_ = true;
   const size_t best_kept = scores_.size();
@@ -431,7 +444,8 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
            std::to_string(fitted) + " traces";
   if (best_kept < best.offered)
     why += "; kept the best-supported " + std::to_string(best_kept) + " of " + std::to_string(best.offered) +
-           " scores (never above greedy on a training trace, fewest batches on the held-out ones)";
+           " scores (never above greedy on a training trace nor above the base alone on a held-out one, fewest "
+           "batches on the held-out ones)";
   why += base_said;
   if (lost) why += "; still more batches than greedy on a training trace with the table emptied";
   if (tied) why += "; the table only tied greedy on the training traces";

@@ -190,28 +190,45 @@ uint32_t tight_first_among(const TightFrontier& frontier, std::span<const uint32
   return best;
 }
 
-uint32_t remaining_choice(const TightFrontier& frontier, int weight_power) {
-  if (const uint32_t t = frontier.any_tight(); t != LocalTypes::kNone) return t;
-  return remaining_among(frontier, frontier.ready_types(), weight_power);
-}
+namespace {
 
-uint32_t remaining_among(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power) {
-  bool only_terminal = true;
-  for (uint32_t t : types) only_terminal = only_terminal && frontier.terminal(t);
+// Of `types` that `keep`, the one with the most batches ahead per cost^power; terminal types only
+// when all kept ones are; ties (equal scores are exact: sums of integers over small integers) to
+// the lighter type, then the lower one. kNone when none is kept.
+template <typename Keep>
+uint32_t most_remaining(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power, Keep keep) {
+  bool any = false, only_terminal = true;
+  for (uint32_t t : types)
+    if (keep(t)) any = true, only_terminal = only_terminal && frontier.terminal(t);
+  if (!any) return LocalTypes::kNone;
   uint32_t best = LocalTypes::kNone;
   double best_score = 0;
   for (uint32_t t : types) {
-    if (!only_terminal && frontier.terminal(t)) continue;
+    if (!keep(t) || (!only_terminal && frontier.terminal(t))) continue;
     double cost = frontier.weight(t);
     if (weight_power == 2) cost *= cost;
     const double score = double(frontier.ready_remaining(t)) / cost;
-    // Ties (equal scores are exact: sums of integers over small integers) to the lighter type, then
-    // the lower one.
     if (best == LocalTypes::kNone || score > best_score ||
         (score == best_score && (frontier.weight(t) < frontier.weight(best) ||
                                  (frontier.weight(t) == frontier.weight(best) && t < best))))
       best = t, best_score = score;
   }
+  return best;
+}
+
+}  // namespace
+
+uint32_t remaining_tight_choice(const TightFrontier& frontier, int weight_power) {
+  return most_remaining(frontier, frontier.ready_types(), weight_power, [&](uint32_t t) { return frontier.tight(t); });
+}
+
+uint32_t remaining_choice(const TightFrontier& frontier, int weight_power) {
+  if (const uint32_t t = remaining_tight_choice(frontier, weight_power); t != LocalTypes::kNone) return t;
+  return remaining_among(frontier, frontier.ready_types(), weight_power);
+}
+
+uint32_t remaining_among(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power) {
+  const uint32_t best = most_remaining(frontier, types, weight_power, [](uint32_t) { return true; });
   if (best == LocalTypes::kNone) throw InternalError("remaining_choice: nothing ready but nodes remain (cycle?)");
   return best;
 }

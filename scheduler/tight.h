@@ -86,11 +86,13 @@ uint32_t tight_first_choice(const TightFrontier& frontier);
 // The same rule's non-tight part among some ready `types` (the learned policy's ties).
 uint32_t tight_first_among(const TightFrontier& frontier, std::span<const uint32_t> types);
 
-// The remaining rule, a weighted majority merge: a tight type if any; else the ready type whose
-// ready nodes have the most batches still ahead of them (the sum of their remaining), per batch
-// it costs raised to `weight_power` (1 or 2: 2 favours cheap types more); terminal types only
-// when nothing else is ready. Lagging instances pull their next type forward.
+// The remaining rule, a weighted majority merge: of the tight types if any, else of all ready
+// types, the one whose ready nodes have the most batches still ahead of them (the sum of their
+// remaining), per batch it costs raised to `weight_power` (1 or 2: 2 favours cheap types more);
+// terminal types only when nothing else is ready. Lagging instances pull their next type forward.
 uint32_t remaining_choice(const TightFrontier& frontier, int weight_power);
+// Its tight part: the tight type it would run, or LocalTypes::kNone when none is tight.
+uint32_t remaining_tight_choice(const TightFrontier& frontier, int weight_power);
 uint32_t remaining_among(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power);
 
 }  // namespace edb::scheduler

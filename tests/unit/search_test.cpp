@@ -113,7 +113,8 @@ TEST(ChainHeights, MatchTheDefinitionOnRandomGraphs) {
 }
 
 // The tight frontier's sum of remaining batches over each type's ready nodes, against a count
-// from scratch after every batch of random schedules (random ready types, unbatchable ones too).
+// from scratch after every batch of random schedules (random ready types, unbatchable ones too),
+// and the remaining rule's pick among the tight types.
 TEST(TightFrontier, ReadyRemainingIsTheSumOverTheReadyNodes) {
   for (uint64_t seed = 1; seed <= 30; ++seed) {
     const ir::Graph graph = random_dag(seed, 30 + int(seed % 20), 1 + int(seed % 4));
@@ -141,6 +142,21 @@ TEST(TightFrontier, ReadyRemainingIsTheSumOverTheReadyNodes) {
       for (uint32_t t = 0; t < analysis.types.count(); ++t)
         ASSERT_EQ(frontier.ready_remaining(t), expected[t]) << "seed " << seed << ", type " << t;
       const auto& ready = frontier.ready_types();
+      // The remaining rule's tight part: a tight type with the most batches ahead (without cells every
+      // weight is 1), terminal ones only when every tight type is, when any is tight.
+      bool any_tight = false, only_terminal = true;
+      for (uint32_t t : ready)
+        if (frontier.tight(t)) any_tight = true, only_terminal = only_terminal && frontier.terminal(t);
+      uint64_t most = 0;
+      for (uint32_t t : ready)
+        if (frontier.tight(t) && (only_terminal || !frontier.terminal(t))) most = std::max(most, expected[t]);
+      const uint32_t tight = remaining_tight_choice(frontier, 1);
+      EXPECT_EQ(tight != LocalTypes::kNone, any_tight) << "seed " << seed;
+      if (any_tight) {
+        EXPECT_TRUE(frontier.tight(tight));
+        EXPECT_EQ(expected[tight], most);
+        EXPECT_EQ(remaining_choice(frontier, 1), tight);
+      }
       const size_t before = schedule.nodes.size();
       frontier.run(ready[rng() % ready.size()], schedule);
       for (size_t i = before; i < schedule.nodes.size(); ++i) done[schedule.nodes[i]] = 1;
