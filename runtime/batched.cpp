@@ -74,6 +74,7 @@ using Matrix = Eigen::Map<Eigen::MatrixXf>;
 using StridedConst = Eigen::Map<const Eigen::MatrixXf, 0, Eigen::OuterStride<>>;
 
 constexpr int64_t kMinRowsPerTask = 64;           // GEMM row blocks worth a thread hand-off
+constexpr int64_t kFewRows = 16;                  // a GEMM of fewer output rows runs transposed
 constexpr int64_t kMinElementsPerTask = 1 << 15;  // elementwise ranges worth a thread hand-off
 constexpr size_t kMaxJitInputs = 8;               // wider sums run on Eigen
 constexpr size_t kMaxFused = 16;                  // batches in one fused kernel, at most
@@ -293,16 +294,23 @@ void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Opera
   for (size_t i = 0; i < products.size(); ++i)
     for (int64_t k = 0; k < c.n(); k = by_runs[i] ? products[i].second.run_end[k] : c.n()) ++calls;
   // rows: output rows [begin, end) of W (or W^T), whichever expression type that is.
+  // A product of few output rows (a classifier's logits over every node) runs transposed,
+  // out^T += X^T W^T: GEMM kernels block the left factor's rows in panels (Eigen's float panel is
+  // 48 rows on AVX-512), which W's few rows would mostly pad.
+  auto add = [](auto&& out_block, const auto& rows, const auto& x) {
+    if (rows.rows() < kFewRows && x.cols() >= 4 * kFewRows) out_block.transpose().noalias() += x.transpose() * rows.transpose();
+    else out_block.noalias() += rows * x;
+  };
   auto add_products = [&](size_t i, int64_t begin, int64_t end, const auto& rows) {
     if (!by_runs[i]) {
-      out.middleRows(begin, end - begin).noalias() += rows * xs[i];
+      add(out.middleRows(begin, end - begin), rows, xs[i]);
       return;
     }
     const Operand& x = products[i].second;
     const int64_t cols = x.shape.cols;
     for (int64_t k = 0; k < c.n(); k = x.run_end[k]) {
       const int64_t count = int64_t(x.run_end[k]) - k;
-      out.block(begin, k * cols, end - begin, count * cols).noalias() += rows * x.view(k, count);
+      add(out.block(begin, k * cols, end - begin, count * cols), rows, x.view(k, count));
     }
   };
   c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {

@@ -8,6 +8,8 @@
 //     matmul_nt node, sum_i dy_i x_i^T: one GEMM per weight per trace, not one per instance;
 //   - slices: a slice of x sends (rows, dy); slices that tile x become one concat.
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <functional>
 #include <map>
 
@@ -270,6 +272,11 @@ class Backward {
   NodeId call_value(NodeId n, std::span<const NodeId> args, const detail::BackwardCell::Value& value) {
     if (value.kind == detail::BackwardCell::Value::argument) return args[size_t(value.at)];
     if (value.kind == detail::BackwardCell::Value::constant) {
+      // One node per pass for a constant of one value (a bias's ones), not one per call.
+      const auto same = [&](float v) { return std::bit_cast<uint32_t>(v) == std::bit_cast<uint32_t>(value.values[0]); };
+      if (!value.values.empty() && std::all_of(value.values.begin(), value.values.end(), same) &&
+          !std::isnan(value.values[0]) && !(value.values[0] == 0.0f && std::signbit(value.values[0])))
+        return constant(value.shape, value.values[0]);
       ir::Attributes attrs;
       attrs.index = graph_.add_constants(value.values);
       return s_.add(Op::input, {}, value.shape, attrs).node_id();
@@ -759,20 +766,27 @@ Gradients Trace::backward(const Expr& loss) {
   // whose backward body cannot be derived (a lookup in its body; a value its frame does not keep)
   // has its trace's calls copied as bodies (the forward pass then runs again), and the engine's
   // later calls record their bodies.
+  // By default, the engine's first backward pass finds calls laid out for inference (their frames
+  // keep only what they return): that trace's calls are recorded again, and its forward pass runs
+  // again, with the layout the backward bodies read, which the engine's later calls use too (the
+  // same arithmetic: values and gradients do not depend on which trace came first).
   if (s.call_nodes) {
     bool copy = s.engine->differentiates || !s.engine->cell_gradients;
+    bool inference = false;  // a call laid out for inference: copied this once
     const ir::Graph& graph = s.data.graph;
     for (size_t c = 0; c < graph.cell_count() && !copy; ++c) {  // the cells the trace calls
       const auto& cell = static_cast<const runtime::CallCell&>(graph.cell(int64_t(c)));
       if (cell.is_backward) continue;  // a second derivative: refused by the pass
       detail::CellRecord& record = detail::record_of(*s.engine, cell);
+      if (record.inference_cell.get() == &cell) inference = true;
       if (!record.backward_derived) detail::derive_backward(*s.engine, record);
       copy |= !record.backward && !record.why_no_backward.empty();
     }
-    if (copy) {
-      s.engine->differentiates = true;
+    s.engine->trained = true;
+    if (copy || inference) {
+      if (copy) s.engine->differentiates = true;
       s.engine->driver.drain(s.data);
-      s.expand_calls();
+      s.expand_calls(/*relayout=*/!copy);
       generation_ = s.generation;
     }
   }

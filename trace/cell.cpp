@@ -114,7 +114,7 @@ std::string structure_key(const Cell& cell, const CellRecord& record) {
 
 CellRecord& detail::record_of(const EngineState& engine, const ir::CellBody& cell) {
   for (const auto& record : engine.cell_records)
-    if (record->call_cell.get() == &cell) return *record;
+    if (record->call_cell.get() == &cell || record->inference_cell.get() == &cell) return *record;
   throw InternalError("edb::Cell: a call node names a cell its engine does not hold");
 }
 
@@ -163,10 +163,17 @@ void detail::plan_cell(EngineState& engine, CellRecord& record, const std::strin
     record.call_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
                                                 record.schedule.batches, record.schedule.name, engine.lower_cells,
                                                 for_backward);
+    if (for_backward && engine.cell_gradients_by_default)
+      record.inference_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
+                                                      record.schedule.batches, record.schedule.name, engine.lower_cells,
+                                                      false);
     record.why_not_single = record.call_cell->why_not;
-    record.call_cell->key = key;
-    record.call_cell->signature = printed;
-    record.call_cell->batches = int64_t(record.schedule.batches.batch_count());
+    for (runtime::CallCell* cell : {record.call_cell.get(), record.inference_cell.get()}) {
+      if (!cell) continue;
+      cell->key = key;
+      cell->signature = printed;
+      cell->batches = int64_t(record.schedule.batches.batch_count());
+    }
   }
 }
 
@@ -295,7 +302,8 @@ ir::TypeId detail::call_type(detail::EngineState& engine, CellRecord& record, co
 void detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
                       std::vector<ir::NodeId>& outputs) {
   ir::Graph& graph = s.data.graph;
-  const runtime::CallCell& cell = *record.call_cell;
+  const runtime::CallCell& cell =
+      record.inference_cell && !s.engine->trained ? *record.inference_cell : *record.call_cell;
   const int64_t limit = s.engine->driver.options().max_trace_nodes;
   if (limit > 0 && int64_t(graph.size() + 1 + record.outputs.size()) > limit) TraceState::node_limit_error(limit);
   ir::NodeId call = ir::kNoNode;
@@ -344,7 +352,7 @@ namespace {
 
 }  // namespace
 
-void detail::TraceState::expand_calls() {
+void detail::TraceState::expand_calls(bool relayout) {
   if (call_nodes == 0) return;
   ir::Graph old;
   std::swap(old, data.graph);
@@ -357,7 +365,8 @@ void detail::TraceState::expand_calls() {
   std::vector<ir::NodeId> to(old.size(), ir::kNoNode);
   std::vector<ir::NodeId> args, outputs;
   ir::NodeId call = ir::kNoNode;  // the last call node, whose output views follow it
-  const CellRecord* record = nullptr;
+  CellRecord* record = nullptr;
+  if (relayout) call_nodes = 0;  // counted again as they are recorded
   for (ir::NodeId id = 0; id < old.size(); ++id) {
     const ir::Node& n = old.node(id);
     args.clear();
@@ -366,7 +375,8 @@ void detail::TraceState::expand_calls() {
       call = id;
       record = &record_of(*engine, old.cell(n.attrs.index));
       outputs.clear();
-      copy_call(*this, *record, old_types[id], args, outputs);
+      if (relayout) record_call_node(*this, *record, old_types[id], args, outputs);
+      else copy_call(*this, *record, old_types[id], args, outputs);
       continue;
     }
     if (n.op == ir::Op::parameter) {
@@ -384,7 +394,7 @@ void detail::TraceState::expand_calls() {
       continue;
     }
     if (n.op == ir::Op::slice && old.args(n)[0] == call) {
-      const auto& offsets = record->call_cell->output_offsets;
+      const auto& offsets = static_cast<const runtime::CallCell&>(old.cell(old.node(call).attrs.index)).output_offsets;
       const size_t k = size_t(std::find(offsets.begin(), offsets.end(), int64_t(n.attrs.begin)) - offsets.begin());
       if (k == offsets.size()) throw InternalError("TraceState::expand_calls: a view of a call at no output");
       to[id] = outputs[k];
@@ -398,7 +408,7 @@ void detail::TraceState::expand_calls() {
   }
   renumbered = std::move(to);
   renumbered_generation = generation++;
-  call_nodes = 0;
+  if (!relayout) call_nodes = 0;
 }
 
 namespace {

@@ -73,6 +73,10 @@ struct CellRecord {
   // The body laid out for calls as single nodes (and, where it lowers, the jit's program; why_not
   // says why not), or null: every call copies the body (device cuda).
   std::unique_ptr<runtime::CallCell> call_cell;
+  // With cell_gradients unset (on by default): the same layout keeping only what the calls return,
+  // which calls use until the engine's first backward pass (inference pays no stores for a
+  // backward pass that never comes); null otherwise.
+  std::unique_ptr<runtime::CallCell> inference_cell;
   std::string why_not_single;
   // The cell's backward body as a cell of its own (trace/backward.cpp), derived at the first
   // backward pass through one of its calls; null, with why_no_backward, where it cannot be (that
@@ -148,6 +152,10 @@ struct EngineState {
   // Trace::backward keeps calls as nodes and differentiates through the cells' backward bodies
   // (EngineOptions::cell_gradients, resolved).
   bool cell_gradients = false;
+  // cell_gradients by default rather than asked for: calls use their cell's inference layout
+  // (CellRecord::inference_cell) until the first backward pass, which sets `trained`.
+  bool cell_gradients_by_default = false;
+  bool trained = false;
   // A backward pass ran on this engine: from then on calls copy their bodies, whose values the
   // backward pass reads (a trace's single-node calls are expanded when it differentiates).
   bool differentiates = false;
@@ -190,8 +198,10 @@ struct TraceState {
   Expr make(ir::NodeId id) { return Expr(this, generation, id); }
   // Replaces each single-node cell call by a copy of the body (trace/cell.cpp), renumbering every
   // node; the trace evaluates again from its start. Exprs from before stay valid through
-  // `renumbered`; the generation moves on, so the caller's Trace must take the new one.
-  void expand_calls();
+  // `renumbered`; the generation moves on, so the caller's Trace must take the new one. With
+  // `relayout`, calls stay single nodes, each recorded again with its cell's current layout (an
+  // inference layout replaced by the one a backward pass reads).
+  void expand_calls(bool relayout = false);
   [[noreturn]] static void node_limit_error(int64_t limit);
   // A cell body read a value recorded outside it: argument `argument` (from 1) of `function`.
   [[noreturn]] static void captured_value_error(const std::string& cell, const std::string& function, size_t argument);

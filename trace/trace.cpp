@@ -98,6 +98,7 @@ EngineState::EngineState(const EngineOptions& options) : driver(options) {
   single_node_calls = chosen.cells && chosen.device == "cpu" && chosen.policy != "sequential" && !chosen.check_finite;
   lower_cells = chosen.executor == "jit" && !chosen.check_finite;
   cell_gradients = chosen.cell_gradients.value_or(lower_cells);
+  cell_gradients_by_default = cell_gradients && !chosen.cell_gradients.has_value();
   driver.cell_records.max_entries = chosen.cache_entries;
 }
 

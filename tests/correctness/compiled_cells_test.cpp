@@ -235,8 +235,10 @@ TEST(CompiledCells, BackwardThroughCallsRecordedAsSingleNodes) {
 }
 
 // By default (cell_gradients unset) the jit differentiates through the cells' compiled backward
-// bodies: calls stay single nodes in every trace, before and after a backward pass, and the
-// gradients are the reference's, also after an update repacks the weights (transposed for dx).
+// bodies. Calls are laid out for inference until the engine's first backward pass, which records
+// that trace's calls again with the layout the backward bodies read; calls stay single nodes and
+// each batch of backward calls is one compiled kernel. The gradients are the reference's every
+// time, also after an update repacks the weights (transposed for dx).
 // The input is as tall as h (dx = W^T dy is one block of the program's 13 rows), shorter and
 // taller (dx ends inside a block: stored in whole blocks, its weight padded with zero rows).
 class CompiledBackward : public testing::TestWithParam<int> {};
@@ -253,9 +255,9 @@ TEST_P(CompiledBackward, EqualsTheReferenceByDefault) {
     for (size_t i = 0; i < out.size(); ++i) terms.push_back(pick_neg_log_softmax(out[i], int64_t(i % 3)));
     return sum(terms);
   };
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 4; ++round) {
     SCOPED_TRACE("trace " + std::to_string(round + 1) + " on the jit engine");
-    if (round == 2)
+    if (round == 3)
       for (float& v : lstm.u.values()) v *= -0.5f;  // the packed (and transposed) weights follow
     Trace want_trace(reference);
     const Gradients want = want_trace.backward(loss_of(lstm.record(want_trace, 4)));
