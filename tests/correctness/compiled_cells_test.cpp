@@ -267,8 +267,8 @@ TEST_P(CompiledBackward, EqualsTheReferenceByDefault) {
     // The forward and the backward cell, each compiled: a batch of calls is one kernel.
     const detail::EvaluatedTrace evaluated = detail::evaluated_trace(loss);
     int forward = 0, backward = 0;
-    for (int64_t c = 0; c < evaluated.graph.cell_count(); ++c) {
-      const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(c));
+    for (size_t c = 0; c < evaluated.graph.cell_count(); ++c) {
+      const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(int64_t(c)));
       EXPECT_TRUE(cell.lowered) << cell.name << ": " << cell.why_not;
       (cell.is_backward ? backward : forward) += 1;
     }

@@ -72,8 +72,12 @@ TEST_F(EdbRunTrain, JsonReportsEveryEpochAndTheLossFalls) {
     // The engine's caches after the epoch, each within its bound; the signatures hold this model's types.
     ASSERT_TRUE(epoch.contains("caches") && epoch["caches"].is_object());
     for (const auto& [name, cache] : epoch["caches"].items()) {
-      if (cache.value("max_entries", 0) > 0) EXPECT_LE(cache.value("entries", 0), cache.value("max_entries", 0)) << name;
-      if (cache.value("max_bytes", 0) > 0) EXPECT_LE(cache.value("bytes", 0), cache.value("max_bytes", 0)) << name;
+      if (cache.value("max_entries", 0) > 0) {
+        EXPECT_LE(cache.value("entries", 0), cache.value("max_entries", 0)) << name;
+      }
+      if (cache.value("max_bytes", 0) > 0) {
+        EXPECT_LE(cache.value("bytes", 0), cache.value("max_bytes", 0)) << name;
+      }
     }
     EXPECT_GT(epoch["caches"]["signatures"].value("entries", 0), 0);
     EXPECT_EQ(epoch["caches"]["cell_records"].value("max_entries", 0), 1024);
