@@ -303,5 +303,30 @@ TEST(CachedCompiler, TreeLstmKernelsMatchTheGoldenFile) {
   EXPECT_EQ(all, read_file(golden)) << "kernels differ from " << golden << " (EDB_UPDATE_GOLDEN=1 rewrites it)";
 }
 
+// Golden backward cells: the programs of the TreeLSTM's backward bodies (trace/backward.cpp's
+// derive_backward, lowered like forward cells: dx = W^T dy over the weight packed transposed, the
+// activation gradients from kernel ops) as one training epoch compiles them, by canonical text.
+TEST(CachedCompiler, TreeLstmBackwardCellProgramsMatchTheGoldenFile) {
+  if (!fs::exists(edb_run_binary())) GTEST_SKIP() << "edb-run not built at " << edb_run_binary();
+  TempDir dir;
+  const testing::ProgramRun run = testing::run_program(
+      "/usr/bin/env", "EDB_CACHE_DIR='" + dir.path() + "' '" + edb_run_binary() +
+                          "' treelstm --executor jit --limit 16 --batch 8 --embed 8 --hidden 8 --train --epochs 1");
+  ASSERT_EQ(run.status, 0) << run.err;
+  std::vector<std::string> texts;
+  KernelCache cache(KernelCacheOptions{dir.path(), uint64_t{1} << 30, {}});
+  for (const KernelInfo& info : cache.list()) {
+    const std::string text = cache.read(info.key)->description;
+    if (text.rfind("cell backward of ", 0) == 0) texts.push_back(text);
+  }
+  ASSERT_EQ(texts.size(), 2u) << "the leaf's and the internal node's backward cells";
+  std::sort(texts.begin(), texts.end());
+  std::string all;
+  for (const std::string& text : texts) all += text + "\n";
+  const std::string golden = std::string(EDB_SOURCE_DIR) + "/tests/golden/treelstm_backward_cells.txt";
+  if (std::getenv("EDB_UPDATE_GOLDEN")) write_file(golden, all);
+  EXPECT_EQ(all, read_file(golden)) << "programs differ from " << golden << " (EDB_UPDATE_GOLDEN=1 rewrites it)";
+}
+
 }  // namespace
 }  // namespace edb::jit
