@@ -289,6 +289,66 @@ TEST_P(CompiledBackward, EqualsTheReferenceByDefault) {
 INSTANTIATE_TEST_SUITE_P(CompiledCells, CompiledBackward, testing::Values(13, 5, 20),
                          [](const testing::TestParamInfo<int>& info) { return "input" + std::to_string(info.param); });
 
+// The compiled backward cells against central differences of the loss, on small shapes: every
+// weight and bias value of an LSTM step (sigmoid_grad, tanh_grad, cmult, sums and dx = W^T dy,
+// whole blocks and padded), through chains of calls on the default jit engine.
+TEST_P(CompiledBackward, MatchesFiniteDifferences) {
+  Lstm lstm(4, GetParam() == 13 ? 4 : GetParam() == 5 ? 3 : 6);
+  EngineOptions options;
+  options.executor = "jit";
+  options.verify = true;
+  Engine engine(options);
+  auto loss_of = [&](Trace& trace) {
+    std::vector<Expr> terms;
+    const std::vector<Expr> out = lstm.record(trace, 3);
+    for (size_t i = 0; i < out.size(); ++i) terms.push_back(sum_elements(cmult(out[i], trace.input(column(4, float(i) + 0.25f)))));
+    return sum(terms);
+  };
+  Gradients g;
+  {
+    Trace trace(engine);
+    g = trace.backward(loss_of(trace));
+  }
+  {
+    Trace trace(engine);  // the engine's second pass: calls laid out for the backward bodies from the start
+    const Expr loss = loss_of(trace);
+    const Gradients again = trace.backward(loss);
+    const detail::EvaluatedTrace evaluated = detail::evaluated_trace(loss);
+    int backward = 0;
+    for (size_t c = 0; c < evaluated.graph.cell_count(); ++c) {
+      const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(int64_t(c)));
+      EXPECT_TRUE(cell.lowered) << cell.name << ": " << cell.why_not;
+      backward += cell.is_backward;
+    }
+    EXPECT_EQ(backward, 1);
+    for (const Parameter* p : {&lstm.w, &lstm.u, &lstm.b}) EXPECT_EQ(again.of(*p)->data, g.of(*p)->data) << p->name();
+  }
+  const float h = 1e-2f;
+  for (const Parameter* p : {&lstm.w, &lstm.u, &lstm.b}) {
+    Parameter param = *p;
+    const Tensor* analytic = g.of(param);
+    ASSERT_NE(analytic, nullptr) << param.name();
+    // values() moves the parameter's version each time it is asked for: the packed weights follow.
+    for (size_t i = 0; i < param.values().size(); ++i) {
+      const float saved = param.values()[i];
+      param.values()[i] = saved + h;
+      float up = 0, down = 0;
+      {
+        Trace trace(engine);
+        up = loss_of(trace).scalar();
+      }
+      param.values()[i] = saved - h;
+      {
+        Trace trace(engine);
+        down = loss_of(trace).scalar();
+      }
+      param.values()[i] = saved;
+      const double difference = (double(up) - double(down)) / (2.0 * h);
+      EXPECT_NEAR(analytic->data[i], difference, 3e-3 + 2e-2 * std::abs(difference)) << param.name() << "[" << i << "]";
+    }
+  }
+}
+
 TEST(CompiledCells, PackedWeightsFollowEveryChangeOfTheParameters) {
   Lstm lstm(19, 6);
   EngineOptions jit_options, reference_options;
