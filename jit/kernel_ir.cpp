@@ -75,6 +75,7 @@ bool kernel_op_for(ir::Op op, KernelOp& out) {
   }
 }
 int kernel_op_arity(KernelOp op) { return info(op).arity; }
+bool is_activation_gradient(ir::Op op) { return op == ir::Op::tanh_grad || op == ir::Op::sigmoid_grad; }
 bool kernel_op_has_constant(KernelOp op) { return info(op).has_constant; }
 
 std::string_view operand_access_name(OperandAccess access) {

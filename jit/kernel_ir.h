@@ -47,6 +47,22 @@ bool kernel_op_for(ir::Op op, KernelOp& out);
 int kernel_op_arity(KernelOp op);           // value operands: 0, 1 or 2
 bool kernel_op_has_constant(KernelOp op);   // scale, add_const
 
+// The backward pass's tanh_grad and sigmoid_grad (y, dy) have no kernel op: whatever renders a
+// graph into kernel instructions (the jit's batches, the cell programs) builds them from kernel ops
+// with activation_gradient.
+bool is_activation_gradient(ir::Op op);
+// tanh_grad: dy (1 - y y); sigmoid_grad: dy (y (1 - y)), each instruction appended by
+// emit(op, a, b, constant) (b unused by unary ops, constant by the others), which returns its value.
+template <typename Value, typename Emit>
+Value activation_gradient(ir::Op op, Value y, Value dy, Emit&& emit) {
+  auto one_minus = [&](Value v) {
+    return emit(KernelOp::add_const, emit(KernelOp::scale, v, v, -1.0f), v, 1.0f);
+  };
+  const Value local = op == ir::Op::tanh_grad ? one_minus(emit(KernelOp::cmult, y, y, 0.0f))
+                                              : emit(KernelOp::cmult, y, one_minus(y), 0.0f);
+  return emit(KernelOp::cmult, dy, local, 0.0f);
+}
+
 // How one input operand's member k is found; elements of one member are always contiguous.
 enum class OperandAccess : uint8_t {
   shared,    // one pointer for every member (a weight, a bias)

@@ -456,13 +456,10 @@ void run_per_member(const BatchContext& c) {
   c.stats.kernel_calls += 1;
 }
 
-// tanh_grad and sigmoid_grad, which the jit builds from kernel ops (activation_gradient()).
-bool is_activation_gradient(ir::Op op) { return op == ir::Op::tanh_grad || op == ir::Op::sigmoid_grad; }
-
 // The kernel op of an elementwise batch the JIT runs; false for others (and for wide sums, a
 // trace's losses, where each arity would be a kernel of its own).
 bool jit_op_of(const ir::Node& node, jit::KernelOp& op) {
-  if (is_activation_gradient(node.op)) {
+  if (jit::is_activation_gradient(node.op)) {
     op = jit::KernelOp::cmult;  // built from kernel ops by activation_gradient()
     return true;
   }
@@ -471,13 +468,9 @@ bool jit_op_of(const ir::Node& node, jit::KernelOp& op) {
 
 // tanh_grad and sigmoid_grad (y, dy) as kernel instructions, so backward chains fuse like forward ones.
 jit::ValueId activation_gradient(jit::Kernel& kernel, ir::Op op, jit::ValueId y, jit::ValueId dy) {
-  using jit::KernelOp;
-  auto one_minus = [&](jit::ValueId v) {
-    return kernel.with_constant(KernelOp::add_const, kernel.with_constant(KernelOp::scale, v, -1.0f), 1.0f);
-  };
-  const jit::ValueId local = op == ir::Op::tanh_grad ? one_minus(kernel.binary(KernelOp::cmult, y, y))
-                                                     : kernel.binary(KernelOp::cmult, y, one_minus(y));
-  return kernel.binary(KernelOp::cmult, dy, local);
+  return jit::activation_gradient(op, y, dy, [&](jit::KernelOp k, jit::ValueId a, jit::ValueId b, float constant) {
+    return jit::kernel_op_has_constant(k) ? kernel.with_constant(k, a, constant) : kernel.binary(k, a, b);
+  });
 }
 
 // Consecutive elementwise batches (one or more, same members count and output size) as one
@@ -521,7 +514,7 @@ void run_jit_group(std::span<const BatchContext> group) {
       key += "in ";
     }
     jit::ValueId value = args[0];
-    if (is_activation_gradient(c.first.op)) {
+    if (jit::is_activation_gradient(c.first.op)) {
       value = activation_gradient(kernel, c.first.op, args[0], args[1]);
     } else if (jit::kernel_op_has_constant(op)) {
       value = kernel.with_constant(op, value, c.first.attrs.constant);

@@ -27,12 +27,10 @@ struct Unsupported {
   std::string why;
 };
 
-// The backward pass's (y, dy) activation gradients, built from kernel ops in the program.
-bool is_activation_gradient(ir::Op op) { return op == ir::Op::tanh_grad || op == ir::Op::sigmoid_grad; }
 // An elementwise op of the body: a kernel op, or an activation gradient built from them.
 bool lowers_elementwise(ir::Op op) {
   jit::KernelOp kernel_op;
-  return jit::kernel_op_for(op, kernel_op) || is_activation_gradient(op);
+  return jit::kernel_op_for(op, kernel_op) || jit::is_activation_gradient(op);
 }
 // A product W x of a weight parameter W: affine and matmul, or matmul_tn (W^T x, the backward
 // pass's dx = W^T dy, whose weight is packed transposed).
@@ -294,6 +292,7 @@ class Lowerer {
     stage.body.push_back(in);
     return int32_t(stage.body.size() - 1);
   }
+  // A computing instruction (b: -1 for a unary op).
   int32_t compute(Program::Stage& stage, jit::KernelOp op, int32_t a, int32_t b = -1, float constant = 0) {
     Program::Instruction in;
     in.op = op;
@@ -301,16 +300,6 @@ class Lowerer {
     in.b = b;
     in.constant = constant;
     return add(stage, in);
-  }
-  // tanh_grad (y, dy): dy (1 - y^2); sigmoid_grad: dy y (1 - y), as the jit's batches build them.
-  int32_t activation_gradient(Program::Stage& stage, ir::Op op, int32_t y, int32_t dy) {
-    using jit::KernelOp;
-    auto one_minus = [&](int32_t v) {
-      return compute(stage, KernelOp::add_const, compute(stage, KernelOp::scale, v, -1, -1.0f), -1, 1.0f);
-    };
-    const int32_t local = op == ir::Op::tanh_grad ? one_minus(compute(stage, KernelOp::cmult, y, y))
-                                                  : compute(stage, KernelOp::cmult, y, one_minus(y));
-    return compute(stage, KernelOp::cmult, dy, local);
   }
 
   // A load of rows [row, row + rows_) of memory operand `operand` into stage s (once per stage).
@@ -401,29 +390,19 @@ class Lowerer {
       jit::kernel_op_for(n.op, op);
       for (int32_t g = 0; g < blocks; ++g) {
         int32_t value = block(form.sources[0], g, s);
-        if (is_activation_gradient(n.op)) {
-          value = activation_gradient(stage, n.op, value, block(form.sources[1], g, s));
+        if (jit::is_activation_gradient(n.op)) {
+          value = jit::activation_gradient(n.op, value, block(form.sources[1], g, s),
+                                           [&](jit::KernelOp k, int32_t a, int32_t b, float constant) {
+                                             return compute(stage, k, a, jit::kernel_op_arity(k) == 2 ? b : -1, constant);
+                                           });
         } else if (n.op == ir::Op::sum) {
-          for (size_t i = 1; i < form.sources.size(); ++i) {
-            Program::Instruction in;
-            in.op = jit::KernelOp::add;
-            in.a = value;
-            in.b = block(form.sources[i], g, s);
-            value = add(stage, in);
-          }
-          if (form.sources.size() == 1) {  // a sum of one value is that value, kept as its own
-            Program::Instruction in;
-            in.op = jit::KernelOp::add_const;
-            in.a = value;
-            value = add(stage, in);
-          }
+          for (size_t i = 1; i < form.sources.size(); ++i)
+            value = compute(stage, jit::KernelOp::add, value, block(form.sources[i], g, s));
+          // A sum of one value is that value, kept as its own.
+          if (form.sources.size() == 1) value = compute(stage, jit::KernelOp::add_const, value);
         } else {
-          Program::Instruction in;
-          in.op = op;
-          in.a = value;
-          if (jit::kernel_op_arity(op) == 2) in.b = block(form.sources[1], g, s);
-          if (jit::kernel_op_has_constant(op)) in.constant = n.attrs.constant;
-          value = add(stage, in);
+          const int32_t b = jit::kernel_op_arity(op) == 2 ? block(form.sources[1], g, s) : -1;
+          value = compute(stage, op, value, b, jit::kernel_op_has_constant(op) ? n.attrs.constant : 0.0f);
         }
         form.values.push_back(value);
       }
