@@ -186,6 +186,29 @@ TEST(CompiledCells, CheckFiniteSeesValuesTheCallsDoNotReturn) {
   }
 }
 
+// A loss over chains' outputs: each output's -log softmax at class i % 3, summed.
+Expr pick_loss(const std::vector<Expr>& out) {
+  std::vector<Expr> terms;
+  for (size_t i = 0; i < out.size(); ++i) terms.push_back(pick_neg_log_softmax(out[i], int64_t(i % 3)));
+  return sum(terms);
+}
+
+// The cells the trace of `loss` calls, forward and backward, each expected to be lowered (a batch
+// of its calls one compiled kernel).
+struct CellCounts {
+  int forward = 0, backward = 0;
+};
+CellCounts expect_lowered_cells(const Expr& loss) {
+  const detail::EvaluatedTrace evaluated = detail::evaluated_trace(loss);
+  CellCounts counts;
+  for (size_t c = 0; c < evaluated.graph.cell_count(); ++c) {
+    const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(int64_t(c)));
+    EXPECT_TRUE(cell.lowered) << cell.name << ": " << cell.why_not;
+    (cell.is_backward ? counts.backward : counts.forward) += 1;
+  }
+  return counts;
+}
+
 // The jit records each call as one node. With cell_gradients off, a backward pass reads the values
 // inside the calls, so the trace's calls become their bodies (renumbering its nodes) and the
 // forward pass runs again. Exprs from before keep their values, the gradients are the reference's,
@@ -198,23 +221,18 @@ TEST(CompiledCells, BackwardThroughCallsRecordedAsSingleNodes) {
   jit_options.cell_gradients = false;
   reference_options.executor = "reference";
   Engine jit(jit_options), reference(reference_options);
-  auto loss_of = [](const std::vector<Expr>& out) {
-    std::vector<Expr> terms;
-    for (size_t i = 0; i < out.size(); ++i) terms.push_back(pick_neg_log_softmax(out[i], int64_t(i % 3)));
-    return sum(terms);
-  };
   auto gradient_of = [&](const Gradients& g, const Parameter& p) {
     const Tensor* t = g.of(p);
     return t ? t->data : std::vector<float>{};
   };
   Trace want_trace(reference);
-  const Gradients want = want_trace.backward(loss_of(lstm.record(want_trace, 4)));
+  const Gradients want = want_trace.backward(pick_loss(lstm.record(want_trace, 4)));
 
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE("trace " + std::to_string(round + 1) + " on the jit engine");
     Trace trace(jit);
     const std::vector<Expr> out = lstm.record(trace, 4);
-    const Expr loss = loss_of(out);
+    const Expr loss = pick_loss(out);
     const bool calls_as_nodes = trace.dump().find("call(") != std::string::npos;
     EXPECT_EQ(calls_as_nodes, round == 0) << trace.dump();
     const Tensor before = out[0].value();  // evaluated with the calls as nodes in the first round
@@ -250,30 +268,18 @@ TEST_P(CompiledBackward, EqualsTheReferenceByDefault) {
   jit_options.verify = true;
   reference_options.executor = "reference";
   Engine jit(jit_options), reference(reference_options);
-  auto loss_of = [](const std::vector<Expr>& out) {
-    std::vector<Expr> terms;
-    for (size_t i = 0; i < out.size(); ++i) terms.push_back(pick_neg_log_softmax(out[i], int64_t(i % 3)));
-    return sum(terms);
-  };
   for (int round = 0; round < 4; ++round) {
     SCOPED_TRACE("trace " + std::to_string(round + 1) + " on the jit engine");
     if (round == 3)
       for (float& v : lstm.u.values()) v *= -0.5f;  // the packed (and transposed) weights follow
     Trace want_trace(reference);
-    const Gradients want = want_trace.backward(loss_of(lstm.record(want_trace, 4)));
+    const Gradients want = want_trace.backward(pick_loss(lstm.record(want_trace, 4)));
     Trace trace(jit);
-    const Expr loss = loss_of(lstm.record(trace, 4));
+    const Expr loss = pick_loss(lstm.record(trace, 4));
     const Gradients got = trace.backward(loss);
-    // The forward and the backward cell, each compiled: a batch of calls is one kernel.
-    const detail::EvaluatedTrace evaluated = detail::evaluated_trace(loss);
-    int forward = 0, backward = 0;
-    for (size_t c = 0; c < evaluated.graph.cell_count(); ++c) {
-      const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(int64_t(c)));
-      EXPECT_TRUE(cell.lowered) << cell.name << ": " << cell.why_not;
-      (cell.is_backward ? backward : forward) += 1;
-    }
-    EXPECT_EQ(forward, 1);
-    EXPECT_EQ(backward, 1);
+    const CellCounts cells = expect_lowered_cells(loss);
+    EXPECT_EQ(cells.forward, 1);
+    EXPECT_EQ(cells.backward, 1);
     EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
     for (const Parameter* p : {&lstm.w, &lstm.u, &lstm.b}) {
       const Tensor* g = got.of(*p);
@@ -313,14 +319,7 @@ TEST_P(CompiledBackward, MatchesFiniteDifferences) {
     Trace trace(engine);  // the engine's second pass: calls laid out for the backward bodies from the start
     const Expr loss = loss_of(trace);
     const Gradients again = trace.backward(loss);
-    const detail::EvaluatedTrace evaluated = detail::evaluated_trace(loss);
-    int backward = 0;
-    for (size_t c = 0; c < evaluated.graph.cell_count(); ++c) {
-      const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(int64_t(c)));
-      EXPECT_TRUE(cell.lowered) << cell.name << ": " << cell.why_not;
-      backward += cell.is_backward;
-    }
-    EXPECT_EQ(backward, 1);
+    EXPECT_EQ(expect_lowered_cells(loss).backward, 1);
     for (const Parameter* p : {&lstm.w, &lstm.u, &lstm.b}) EXPECT_EQ(again.of(*p)->data, g.of(*p)->data) << p->name();
   }
   const float h = 1e-2f;

@@ -285,22 +285,34 @@ TEST(CachedCompiler, EdbCacheShowRegeneratesIrAndAssembly) {
 // Golden kernels: the fused kernels the jit executor builds for a small TreeLSTM workload, by
 // their canonical text (which holds no hashes). A change in what is fused, or in how operands
 // are read, shows here as a diff; EDB_UPDATE_GOLDEN=1 rewrites the file after a deliberate change.
-TEST(CachedCompiler, TreeLstmKernelsMatchTheGoldenFile) {
-  if (!fs::exists(edb_run_binary())) GTEST_SKIP() << "edb-run not built at " << edb_run_binary();
+// The canonical texts of the kernels `edb-run ARGUMENTS` compiles into an empty cache, sorted.
+std::vector<std::string> compiled_descriptions(const std::string& arguments) {
   TempDir dir;
   const testing::ProgramRun run = testing::run_program(
-      "/usr/bin/env", "EDB_CACHE_DIR='" + dir.path() + "' '" + edb_run_binary() +
-                          "' treelstm --executor jit --limit 16 --batch 8 --repeat 1 --embed 8 --hidden 8");
-  ASSERT_EQ(run.status, 0) << run.err;
+      "/usr/bin/env", "EDB_CACHE_DIR='" + dir.path() + "' '" + edb_run_binary() + "' " + arguments);
+  EXPECT_EQ(run.status, 0) << run.err;
   std::vector<std::string> texts;
   KernelCache cache(KernelCacheOptions{dir.path(), uint64_t{1} << 30, {}});
   for (const KernelInfo& info : cache.list()) texts.push_back(cache.read(info.key)->description);
   std::sort(texts.begin(), texts.end());
+  return texts;
+}
+
+// `texts` against tests/golden/NAME, which EDB_UPDATE_GOLDEN=1 rewrites.
+void expect_golden(const std::vector<std::string>& texts, const std::string& name) {
   std::string all;
   for (const std::string& text : texts) all += text + "\n";
-  const std::string golden = std::string(EDB_SOURCE_DIR) + "/tests/golden/treelstm_jit_kernels.txt";
+  const std::string golden = std::string(EDB_SOURCE_DIR) + "/tests/golden/" + name;
   if (std::getenv("EDB_UPDATE_GOLDEN")) write_file(golden, all);
   EXPECT_EQ(all, read_file(golden)) << "kernels differ from " << golden << " (EDB_UPDATE_GOLDEN=1 rewrites it)";
+}
+
+TEST(CachedCompiler, TreeLstmKernelsMatchTheGoldenFile) {
+  if (!fs::exists(edb_run_binary())) GTEST_SKIP() << "edb-run not built at " << edb_run_binary();
+  const std::vector<std::string> texts =
+      compiled_descriptions("treelstm --executor jit --limit 16 --batch 8 --repeat 1 --embed 8 --hidden 8");
+  ASSERT_FALSE(HasFailure());
+  expect_golden(texts, "treelstm_jit_kernels.txt");
 }
 
 // Golden backward cells: the programs of the TreeLSTM's backward bodies (trace/backward.cpp's
@@ -308,24 +320,12 @@ TEST(CachedCompiler, TreeLstmKernelsMatchTheGoldenFile) {
 // activation gradients from kernel ops) as one training epoch compiles them, by canonical text.
 TEST(CachedCompiler, TreeLstmBackwardCellProgramsMatchTheGoldenFile) {
   if (!fs::exists(edb_run_binary())) GTEST_SKIP() << "edb-run not built at " << edb_run_binary();
-  TempDir dir;
-  const testing::ProgramRun run = testing::run_program(
-      "/usr/bin/env", "EDB_CACHE_DIR='" + dir.path() + "' '" + edb_run_binary() +
-                          "' treelstm --executor jit --limit 16 --batch 8 --embed 8 --hidden 8 --train --epochs 1");
-  ASSERT_EQ(run.status, 0) << run.err;
-  std::vector<std::string> texts;
-  KernelCache cache(KernelCacheOptions{dir.path(), uint64_t{1} << 30, {}});
-  for (const KernelInfo& info : cache.list()) {
-    const std::string text = cache.read(info.key)->description;
-    if (text.rfind("cell backward of ", 0) == 0) texts.push_back(text);
-  }
+  std::vector<std::string> texts =
+      compiled_descriptions("treelstm --executor jit --limit 16 --batch 8 --embed 8 --hidden 8 --train --epochs 1");
+  ASSERT_FALSE(HasFailure());
+  std::erase_if(texts, [](const std::string& text) { return text.rfind("cell backward of ", 0) != 0; });
   ASSERT_EQ(texts.size(), 2u) << "the leaf's and the internal node's backward cells";
-  std::sort(texts.begin(), texts.end());
-  std::string all;
-  for (const std::string& text : texts) all += text + "\n";
-  const std::string golden = std::string(EDB_SOURCE_DIR) + "/tests/golden/treelstm_backward_cells.txt";
-  if (std::getenv("EDB_UPDATE_GOLDEN")) write_file(golden, all);
-  EXPECT_EQ(all, read_file(golden)) << "programs differ from " << golden << " (EDB_UPDATE_GOLDEN=1 rewrites it)";
+  expect_golden(texts, "treelstm_backward_cells.txt");
 }
 
 }  // namespace
