@@ -407,8 +407,8 @@ void Driver::submit(TraceData& trace) {
   // baseline stays one node per batch.
   const bool calls = !trace.calls.empty() && options_.policy != "sequential";
   scheduler::ScheduleInput input{trace.graph, trace.types, begin, &analysis_, &signatures, calls ? &trace.calls : nullptr};
-  // Local types and chain ranks: the policies' shared analysis, and the lower bound's.
-  analysis_.build(input);
+  // Local types and same-type chains, the way the policy reads them: its analysis, and the bound's.
+  analysis_.build(input, policy_->chains());
   auto decisions_so_far = [&] { return fsm_ ? fsm_->decisions() : learned_ ? learned_->decisions() : 0; };
   auto unseen_so_far = [&] { return fsm_ ? fsm_->unseen() : learned_ ? learned_->unseen() : 0; };
   const int64_t decisions = decisions_so_far(), unseen = unseen_so_far();

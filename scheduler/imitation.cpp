@@ -198,7 +198,7 @@ void ImitationPolicy::check_models(const ScheduleInput& input) const {
 
 void ImitationPolicy::schedule(const ScheduleInput& input, Schedule& out) {
   check_models(input);
-  const Analysis& analysis = analysis_for(input, own_);
+  const Analysis& analysis = analysis_for(input, own_, chains());
   if (greedy_fallback()) {
     ++greedy_schedules_;
     greedy_rollout(input, analysis, out, true);

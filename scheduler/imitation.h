@@ -55,6 +55,11 @@ class ImitationPolicy final : public Policy {
 
   std::string_view name() const override { return "learned"; }
   void schedule(const ScheduleInput& input, Schedule& out) override;
+  // Heights, unless it asks greedy (whose counts read ranks): the tight frontier then costs no
+  // chain pass beyond the one greedy's analysis makes.
+  ChainDirection chains() const override {
+    return greedy_fallback() || base_needs_greedy() ? ChainDirection::ranks : ChainDirection::heights;
+  }
 
   // `progress(done, total)` after each trace's search. Deterministic for a fixed input unless a
   // search runs out of its time budget.

@@ -27,9 +27,9 @@ void node_depths(const ScheduleInput& input, const LocalTypes& types, std::vecto
 
 }  // namespace
 
-const Analysis& analysis_for(const ScheduleInput& input, Analysis& own) {
-  if (input.analysis) return *input.analysis;
-  own.build(input);
+const Analysis& analysis_for(const ScheduleInput& input, Analysis& own, ChainDirection direction) {
+  if (input.analysis && input.analysis->chains.direction == direction) return *input.analysis;
+  own.build(input, direction);
   return own;
 }
 

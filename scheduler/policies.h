@@ -23,8 +23,9 @@ class DepthPolicy final : public Policy {
   std::vector<ir::NodeId> sorted_;
 };
 
-// The input's analysis, or `own` built for it.
-const Analysis& analysis_for(const ScheduleInput& input, Analysis& own);
+// The input's analysis when its chains run in `direction`, else `own` built for it.
+const Analysis& analysis_for(const ScheduleInput& input, Analysis& own,
+                             ChainDirection direction = ChainDirection::ranks);
 
 class AgendaPolicy final : public Policy {
  public:

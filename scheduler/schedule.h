@@ -79,11 +79,16 @@ struct CallGroups {
 };
 
 // Which nodes to schedule: [begin, graph.size()). Earlier nodes are already evaluated.
+// Which way the analysis's same-type chain pass runs (type_chains.h): ranks from the sources, or
+// heights towards the sinks. A policy says which it reads (Policy::chains()), so a trace pays for
+// one pass, never both.
+enum class ChainDirection : uint8_t { ranks, heights };
+
 struct ScheduleInput {
   const ir::Graph& graph;
   std::span<const ir::TypeId> types;  // one per node, kNoType for leaves
   ir::NodeId begin = 0;
-  const Analysis* analysis = nullptr;  // local types and chain ranks, when the caller has them
+  const Analysis* analysis = nullptr;  // local types and chains, when the caller has them
   const ir::SignatureTable* signatures = nullptr;  // names of the types (the learned policy needs them)
   const CallGroups* calls = nullptr;  // cell calls, each scheduled as one node (null or empty: none)
 };
@@ -137,6 +142,8 @@ class Policy {
   virtual ~Policy() = default;
   virtual std::string_view name() const = 0;
   virtual void schedule(const ScheduleInput& input, Schedule& out) = 0;
+  // The chains to build the input's Analysis with; given the other way, a policy builds its own.
+  virtual ChainDirection chains() const { return ChainDirection::ranks; }
 };
 
 // One node per batch in recording order: the unbatched baseline.

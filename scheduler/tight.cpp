@@ -7,7 +7,40 @@
 
 namespace edb::scheduler {
 
+void ChainHeights::build_from_analysis(const ScheduleInput& input, const Analysis& analysis, bool with_remaining) {
+  const LocalTypes& types = analysis.types;
+  const Dependencies& d = analysis.dependencies;
+  const size_t n = input.graph.size() - input.begin;
+  height = analysis.chains.height;
+  if (with_remaining) remaining.resize(n);
+  else remaining.clear();
+  expanded_type_weights(input, types, weight);
+  flags_.assign(n, 1);
+  terminal.assign(types.count(), 1);
+  for (size_t i = n; i-- > 0;) {
+    const uint32_t t = types.of_node[i];
+    if (t == LocalTypes::kNone) {
+      if (with_remaining) remaining[i] = 0;
+      continue;
+    }
+    uint32_t after = 0;
+    uint8_t all_terminal = analysis.chains.longest[t] == 1;
+    for (uint32_t u = d.users_begin[i]; u < d.users_begin[i + 1]; ++u) {
+      const size_t user = d.users[u] - input.begin;
+      all_terminal &= flags_[user];
+      if (with_remaining) after = std::max(after, remaining[user]);
+    }
+    if (with_remaining) remaining[i] = after + (d.unbatchable[t] ? 1 : weight[t]);
+    terminal[t] &= all_terminal;
+    flags_[i] = all_terminal;
+  }
+}
+
 void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, bool with_remaining) {
+  if (analysis.chains.direction == ChainDirection::heights) {
+    build_from_analysis(input, analysis, with_remaining);
+    return;
+  }
   const LocalTypes& types = analysis.types;
   const Dependencies& d = analysis.dependencies;
   const size_t n = input.graph.size() - input.begin;
@@ -24,7 +57,8 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, b
   // no row is shared, so none is freed or counted.
   constexpr size_t kLanes = 16;
   const size_t width = std::max<size_t>((lanes + kLanes - 1) / kLanes * kLanes, kLanes);
-  height.resize(n);
+  own_height_.resize(n);
+  height = own_height_;
   if (with_remaining) remaining.resize(n);
   else remaining.clear();
   expanded_type_weights(input, types, weight);
@@ -36,7 +70,7 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, b
   for (size_t i = n; i-- > 0;) {
     const uint32_t t = types.of_node[i];
     if (t == LocalTypes::kNone) {
-      height[i] = 0;
+      own_height_[i] = 0;
       if (with_remaining) remaining[i] = 0;
       continue;
     }
@@ -58,7 +92,7 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, b
       if (analysis.chains.longest[t] != 1) all_terminal = 0;
       if (!all_terminal) terminal[t] = 0;
       if (below >= 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
-      height[i] = lane != kNoLane ? below + 1 : d.unbatchable[t] ? 0 : 1;
+      own_height_[i] = lane != kNoLane ? below + 1 : d.unbatchable[t] ? 0 : 1;
       flags_[i] = all_terminal;
       continue;
     }
@@ -84,9 +118,9 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, b
       if (!has_row) std::fill(row, row + width, uint16_t{0});
       has_row = true;
       if (row[lane] == 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
-      height[i] = ++row[lane];
+      own_height_[i] = ++row[lane];
     } else {
-      height[i] = d.unbatchable[t] ? 0 : 1;
+      own_height_[i] = d.unbatchable[t] ? 0 : 1;
     }
     flags_[i] = uint8_t(all_terminal | (has_row ? kHasRow : 0));
   }
@@ -131,7 +165,7 @@ uint32_t TightFrontier::any_tight() const {
 
 void TightFrontier::run(uint32_t t, Schedule& out) {
   const ir::NodeId begin = input_->begin;
-  const std::vector<uint32_t>& height = heights_->height;
+  const std::span<const uint32_t> height = heights_->height;
   const std::vector<uint32_t>& remaining = heights_->remaining;
   const std::vector<uint32_t>& type_of = analysis_->types.of_node;
   const size_t before = out.nodes.size();

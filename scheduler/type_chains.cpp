@@ -1,4 +1,4 @@
-// The chain-rank pass, with 16-bit counters when no chain can exceed them (halving the table).
+// The chain pass, ranks or heights, with 16-bit counters when no chain can exceed them.
 #include "scheduler/type_chains.h"
 
 #include <algorithm>
@@ -6,7 +6,9 @@
 
 namespace edb::scheduler {
 
-template <typename Count>
+// Ranks visit the nodes first to last and read their arguments' rows; heights last to first and
+// read their users'. A row is freed once every node that reads it has.
+template <bool kHeights, typename Count>
 void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
                       std::vector<Count>& rows) {
   const ir::Graph& graph = input.graph;
@@ -15,12 +17,13 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
   constexpr size_t kLanes = 64 / sizeof(Count);
   const size_t width = (types.count() + kLanes - 1) / kLanes * kLanes;
   const size_t n = graph.size() - begin;
+  std::vector<uint32_t>& out = kHeights ? height : rank;
   row_of_.resize(n);
   unread_.resize(n);
   free_rows_.clear();
   rows.clear();
-  for (size_t i = 0; i < n; ++i) {
-    const ir::NodeId id = begin + static_cast<ir::NodeId>(i);
+  for (size_t step = 0; step < n; ++step) {
+    const size_t i = kHeights ? n - 1 - step : step;
     const uint32_t t = types.of_node[i];
     if (t == LocalTypes::kNone) continue;  // a leaf: no chain passes through it
     uint32_t row_index;
@@ -33,32 +36,46 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
     }
     Count* __restrict row = rows.data() + size_t(row_index) * width;
     std::fill(row, row + width, Count{0});
-    for (uint32_t a = dependencies.arguments_begin[i]; a < dependencies.arguments_begin[i + 1]; ++a) {
-      const uint32_t arg = dependencies.arguments[a];  // scheduled, in range
-      const uint32_t from_index = row_of_[arg];
+    auto read = [&](uint32_t other) {  // scheduled, in range
+      const uint32_t from_index = row_of_[other];
       const Count* __restrict from = rows.data() + size_t(from_index) * width;
       for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
-      if (--unread_[arg] == 0) free_rows_.push_back(from_index);
+      if (--unread_[other] == 0) free_rows_.push_back(from_index);
+    };
+    if constexpr (kHeights) {
+      for (uint32_t u = dependencies.users_begin[i]; u < dependencies.users_begin[i + 1]; ++u)
+        read(dependencies.users[u] - begin);
+    } else {
+      for (uint32_t a = dependencies.arguments_begin[i]; a < dependencies.arguments_begin[i + 1]; ++a)
+        read(dependencies.arguments[a]);
     }
-    if (ir::has_flag(graph.node(id).op, ir::kUnbatchable)) {
+    if (ir::has_flag(graph.node(begin + static_cast<ir::NodeId>(i)).op, ir::kUnbatchable)) {
       ++unbatchable;
     } else {
-      rank[i] = ++row[t];
+      out[i] = ++row[t];
       longest[t] = std::max<uint32_t>(longest[t], row[t]);
     }
     row_of_[i] = row_index;
-    unread_[i] = dependencies.user_count(i);
+    unread_[i] = kHeights ? dependencies.arguments_begin[i + 1] - dependencies.arguments_begin[i]
+                          : dependencies.user_count(i);
     if (unread_[i] == 0) free_rows_.push_back(row_index);
   }
 }
 
-void TypeChains::build(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies) {
+void TypeChains::build(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
+                       ChainDirection chain_direction) {
   const size_t n = input.graph.size() - input.begin;
-  rank.assign(n, 0);
+  direction = chain_direction;
+  const bool heights = direction == ChainDirection::heights;
+  (heights ? height : rank).assign(n, 0);
+  (heights ? rank : height).clear();
   longest.assign(types.count(), 0);
   unbatchable = 0;
-  if (n < std::numeric_limits<uint16_t>::max()) fill(input, types, dependencies, rows16_);
-  else fill(input, types, dependencies, rows32_);
+  const bool narrow = n < std::numeric_limits<uint16_t>::max();
+  if (heights && narrow) fill<true>(input, types, dependencies, rows16_);
+  else if (heights) fill<true>(input, types, dependencies, rows32_);
+  else if (narrow) fill<false>(input, types, dependencies, rows16_);
+  else fill<false>(input, types, dependencies, rows32_);
 }
 
 int64_t TypeChains::lower_bound() const {

@@ -1,7 +1,7 @@
-// Same-type chain ranks: for each scheduled node, the most nodes of its own type on any path that
-// ends at it (1 when it has no ancestor of its type). The lower bound sums, per type, the longest
-// chain; the greedy and learned policies use ranks to count a type's frontier in linear time.
-// Precondition: LocalTypes built for the same input.
+// Same-type chains: for each scheduled node, the most nodes of its own type on any path that ends
+// at it (its rank: the typewise counts of greedy) or that starts at it (its height: the tight
+// frontier of the learned policy and the search); one pass either way, and either gives each type's
+// longest chain, which the lower bound sums. Precondition: LocalTypes built for the same input.
 #pragma once
 
 #include <cstdint>
@@ -13,19 +13,25 @@ namespace edb::scheduler {
 
 class TypeChains {
  public:
-  // One pass in topological order over a row of per-type counts per node (a vector max per
-  // edge), so the cost is nodes x types / vector width. A row lives only until its node's last
-  // consumer has read it, so the rows in use stay few and in cache. Reuses this object's buffers.
-  void build(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies);
+  // One pass in (reverse, for heights) topological order over a row of per-type counts per node (a
+  // vector max per edge), so the cost is nodes x types / vector width. A row lives only until the
+  // last node that reads it has, so the rows in use stay few and in cache. Reuses this object's
+  // buffers.
+  void build(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
+             ChainDirection direction = ChainDirection::ranks);
 
-  std::vector<uint32_t> rank;     // per node in range (index id - begin); 0 for leaves
+  ChainDirection direction = ChainDirection::ranks;
+  // Per node in range (index id - begin), the one `direction` asks for (the other is empty); 0 for
+  // leaves and unbatchable nodes.
+  std::vector<uint32_t> rank;
+  std::vector<uint32_t> height;
   std::vector<uint32_t> longest;  // per local type
   int64_t unbatchable = 0;        // nodes whose op is kUnbatchable (not in any chain)
 
   int64_t lower_bound() const;  // unbatchable + sum of longest
 
  private:
-  template <typename Count>
+  template <bool kHeights, typename Count>
   void fill(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
             std::vector<Count>& rows);
   std::vector<uint16_t> rows16_;
@@ -35,15 +41,16 @@ class TypeChains {
   std::vector<uint32_t> free_rows_;
 };
 
-// The analyses every policy may use, computed once per evaluation by the driver.
+// The analyses every policy may use, computed once per evaluation by the driver, the chains the
+// way the policy reads them.
 struct Analysis {
   LocalTypes types;
   Dependencies dependencies;
   TypeChains chains;
-  void build(const ScheduleInput& input) {
+  void build(const ScheduleInput& input, ChainDirection direction = ChainDirection::ranks) {
     types.build(input);
     dependencies.build(input, types);
-    chains.build(input, types, dependencies);
+    chains.build(input, types, dependencies, direction);
   }
 };
 

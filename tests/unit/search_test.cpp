@@ -109,6 +109,22 @@ TEST(ChainHeights, MatchTheDefinitionOnRandomGraphs) {
       }
     }
     EXPECT_EQ(bound, lower_bound(in)) << "seed " << seed;
+
+    // The analysis built for heights: the same heights, longest chains, bound, terminal types and
+    // remaining batches, read from its reverse chain pass instead of rows of the policy's own.
+    Analysis by_height;
+    by_height.build(in, ChainDirection::heights);
+    EXPECT_TRUE(by_height.chains.rank.empty());
+    EXPECT_EQ(by_height.chains.longest, analysis.chains.longest) << "seed " << seed;
+    EXPECT_EQ(by_height.chains.lower_bound(), analysis.chains.lower_bound()) << "seed " << seed;
+    ChainHeights read;
+    read.build(in, by_height, true);
+    EXPECT_EQ(read.height.data(), by_height.chains.height.data());
+    EXPECT_TRUE(std::equal(read.height.begin(), read.height.end(), heights.height.begin(), heights.height.end()))
+        << "seed " << seed;
+    EXPECT_EQ(read.remaining, heights.remaining) << "seed " << seed;
+    EXPECT_EQ(read.terminal, heights.terminal) << "seed " << seed;
+    EXPECT_EQ(read.weight, heights.weight) << "seed " << seed;
   }
 }
 
@@ -384,6 +400,39 @@ TEST(LearnedPolicy, FileRoundTripSchedulesAlike) {
     trained.schedule(in, a);
     loaded.schedule(in, b);
     EXPECT_EQ(a.nodes, b.nodes);
+  }
+}
+
+// The driver builds the analysis the way the policy asks (Policy::chains()): the learned policy
+// makes the same schedule from an analysis with heights, one with ranks, or none.
+TEST(LearnedPolicy, SchedulesAlikeWhicheverWayTheAnalysisRan) {
+  const Traces training = random_traces(10, 6);
+  const std::vector<ScheduleInput> inputs = training.inputs();
+  ImitationPolicy policy;
+  ImitationTraining options;
+  options.search.budget = std::chrono::milliseconds(300);
+  policy.train(inputs, options);
+  ASSERT_FALSE(policy.learned_nothing());
+  EXPECT_EQ(policy.chains(), policy.needs_remaining() || policy.base() == ImitationPolicy::Base::tight_first
+                                 ? ChainDirection::heights
+                                 : ChainDirection::ranks);
+  EXPECT_EQ(ImitationPolicy().chains(), ChainDirection::ranks);  // greedy exactly reads ranks
+  const Traces other = random_traces(100, 3);
+  for (const ScheduleInput& bare : other.inputs()) {
+    Schedule none, ranks, heights;
+    policy.schedule(bare, none);
+    for (ChainDirection direction : {ChainDirection::ranks, ChainDirection::heights}) {
+      Analysis analysis;
+      analysis.build(bare, direction);
+      ScheduleInput in = bare;
+      in.analysis = &analysis;
+      Schedule& s = direction == ChainDirection::ranks ? ranks : heights;
+      policy.schedule(in, s);
+      verify(in, s);
+    }
+    EXPECT_EQ(none.nodes, ranks.nodes);
+    EXPECT_EQ(none.nodes, heights.nodes);
+    EXPECT_EQ(none.batch_type, heights.batch_type);
   }
 }
 
