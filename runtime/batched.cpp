@@ -9,6 +9,7 @@
 #include "runtime/batched.h"
 #include "runtime/cell_kernels.h"
 #include "runtime/call_expansion.h"
+#include "runtime/outer_products.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -399,6 +400,25 @@ void run_matmul_nt(const BatchContext& c) {
     return ConstMatrix(base, s.rows, s.cols * int64_t(pairs));
   };
   for (int64_t k = 0; k < c.n(); ++k) {
+    const ir::Shape sa = c.values.graph.node(c.arg(size_t(k), 0)).shape;
+    const ir::Shape sb = c.values.graph.node(c.arg(size_t(k), 1)).shape;
+    if (OuterProducts::suits(sa.rows, sb.rows)) {
+      // Each pair's columns read where they lie, through pointers (the pairs are the reduction).
+      const size_t columns = pairs * size_t(sa.cols);
+      const float** a = c.scratch.allocate_pointers(columns);
+      const float** b = c.scratch.allocate_pointers(columns);
+      for (size_t i = 0; i < pairs; ++i)
+        for (int32_t j = 0; j < sa.cols; ++j) {
+          a[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i)) + int64_t(j) * sa.rows;
+          b[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i + 1)) + int64_t(j) * sb.rows;
+        }
+      const OuterProducts products{sa.rows, sb.rows, std::span(a, columns), std::span(b, columns)};
+      float* panels = c.scratch.allocate(size_t(products.scratch_floats()));
+      products.compute(c.output(k).data(), panels, [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
+        c.split(tiles, kMinRowsPerTask / OuterProducts::kCols, body);
+      });
+      continue;
+    }
     const ConstMatrix a = side_by_side(k, 0), b = side_by_side(k, 1);
     Matrix out = c.output(k);
     c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {

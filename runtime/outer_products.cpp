@@ -1,0 +1,111 @@
+// OuterProducts: panels packed from the columns' pointers, and the register-blocked micro-kernel.
+// Written with GCC/Clang vector types, so the build's -march picks the instructions (two zmm
+// registers per tile column on AVX-512, four ymm on AVX2); this file is built with
+// -ffp-contract=fast so that `acc += a * b` is one fused multiply-add.
+#include "runtime/outer_products.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace edb::runtime {
+
+namespace {
+
+constexpr int64_t kRows = OuterProducts::kRows;
+constexpr int64_t kCols = OuterProducts::kCols;
+constexpr int64_t kDepth = OuterProducts::kDepth;
+constexpr int64_t kLanes = 16;
+static_assert(kRows == 2 * kLanes, "the micro-kernel holds a tile column in two vectors");
+
+using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
+
+int64_t tiles(int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; }
+
+// Columns [k0, k0 + depth) of `columns` (each `extent` long) as panels of `tile` rows: panel t
+// holds, per column k, rows [t * tile, (t + 1) * tile), zeros past `extent`.
+// (The tile is a template argument so that a whole tile's copy is a fixed-size, inlined one.)
+template <int64_t tile>
+void pack(std::span<const float* const> columns, int64_t k0, int64_t depth, int64_t extent, float* panels) {
+  const int64_t count = tiles(extent, tile);
+  const int64_t tail = extent - (count - 1) * tile;
+  for (int64_t k = 0; k < depth; ++k) {
+    const float* column = columns[size_t(k0 + k)];
+    for (int64_t t = 0; t < count; ++t) {
+      float* to = panels + (t * depth + k) * tile;
+      if (t + 1 < count) {
+        std::memcpy(to, column + t * tile, sizeof(float) * size_t(tile));
+      } else {
+        std::memcpy(to, column + t * tile, sizeof(float) * size_t(tail));
+        std::fill(to + tail, to + tile, 0.0f);
+      }
+    }
+  }
+}
+
+// out's kRows x kCols tile += (row panel a) (column panel b)^T over `depth` columns; only the
+// first live_rows x live_cols of the tile are stored.
+void tile(const float* __restrict a, const float* __restrict b, int64_t depth, float* out, int64_t ld,
+          int64_t live_rows, int64_t live_cols) {
+  Vec top[kCols] = {}, bottom[kCols] = {};
+  for (int64_t k = 0; k < depth; ++k) {
+    const Vec a0 = load(a + k * kRows), a1 = load(a + k * kRows + kLanes);
+    const float* bk = b + k * kCols;
+#pragma GCC unroll 12
+    for (int64_t j = 0; j < kCols; ++j) {
+      top[j] += a0 * bk[j];
+      bottom[j] += a1 * bk[j];
+    }
+  }
+  if (live_rows == kRows && live_cols == kCols) {
+#pragma GCC unroll 12
+    for (int64_t j = 0; j < kCols; ++j) {
+      float* column = out + j * ld;
+      store(column, load(column) + top[j]);
+      store(column + kLanes, load(column + kLanes) + bottom[j]);
+    }
+    return;
+  }
+  for (int64_t j = 0; j < live_cols; ++j) {
+    float sums[kRows];
+    store(sums, top[j]);
+    store(sums + kLanes, bottom[j]);
+    float* column = out + j * ld;
+    for (int64_t r = 0; r < live_rows; ++r) column[r] += sums[r];
+  }
+}
+
+}  // namespace
+
+int64_t OuterProducts::scratch_floats() const {
+  return (tiles(rows, kRows) * kRows + tiles(cols, kCols) * kCols) * kDepth;
+}
+
+void OuterProducts::compute(float* out, float* panels,
+                            const std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>& split) const {
+  std::fill(out, out + rows * cols, 0.0f);
+  const int64_t row_tiles = tiles(rows, kRows), col_tiles = tiles(cols, kCols);
+  const size_t count = std::min(a.size(), b.size());
+  for (int64_t k0 = 0; k0 < int64_t(count); k0 += kDepth) {
+    const int64_t depth = std::min<int64_t>(kDepth, int64_t(count) - k0);
+    float* a_panels = panels;
+    float* b_panels = panels + row_tiles * kRows * depth;
+    pack<kRows>(a, k0, depth, rows, a_panels);
+    pack<kCols>(b, k0, depth, cols, b_panels);
+    // A column panel stays in L1 while the row panels stream past it.
+    split(col_tiles, [&](int64_t begin, int64_t end) {
+      for (int64_t tj = begin; tj < end; ++tj)
+        for (int64_t ti = 0; ti < row_tiles; ++ti)
+          tile(a_panels + ti * kRows * depth, b_panels + tj * kCols * depth, depth, out + tj * kCols * rows + ti * kRows,
+               rows, std::min(kRows, rows - ti * kRows), std::min(kCols, cols - tj * kCols));
+    });
+  }
+}
+
+}  // namespace edb::runtime

@@ -1,0 +1,74 @@
+// OuterProducts (a weight's gradient over its uses, read through pointers) against sums in double.
+#include "runtime/outer_products.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tests/support/rng.h"
+
+namespace edb::runtime {
+namespace {
+
+struct Case {
+  int64_t rows, cols, count;
+};
+
+// Every edge of the blocking: partial row and column tiles, one column, a panel's depth exactly,
+// one past it and several panels.
+const Case kCases[] = {{16, 6, 1},     {32, 12, 256},  {33, 13, 257}, {70, 30, 600}, {640, 256, 300},
+                       {31, 11, 5},    {128, 128, 512}, {17, 100, 3},  {384, 7, 1000}};
+
+class OuterProductsTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(OuterProductsTest, EqualSumsInDoubleForEveryTileEdge) {
+  const Case c = GetParam();
+  testing::Rng rng(uint64_t(c.rows * 1000003 + c.cols * 1009 + c.count));
+  // Columns scattered in one pool, in no order, as a trace's frames leave them.
+  std::vector<float> pool(size_t((c.rows + c.cols + 3) * c.count));
+  for (float& v : pool) v = float(2 * rng.unit() - 1);
+  std::vector<const float*> a, b;
+  for (int64_t k = 0; k < c.count; ++k) {
+    const int64_t at = (k * 7919) % c.count;  // a permutation: count is no multiple of 7919
+    a.push_back(pool.data() + at * (c.rows + c.cols + 3));
+    b.push_back(pool.data() + at * (c.rows + c.cols + 3) + c.rows + 1);
+  }
+  const OuterProducts products{c.rows, c.cols, a, b};
+  std::vector<float> panels(size_t(products.scratch_floats()));
+  std::vector<float> out(size_t(c.rows * c.cols), 12345.0f);  // overwritten, not added to
+  int64_t pieces = 0;
+  products.compute(out.data(), panels.data(), [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
+    // Uneven pieces, last to first, as threads might take them.
+    for (int64_t end = tiles; end > 0;) {
+      const int64_t begin = std::max<int64_t>(0, end - 1 - (end % 3));
+      body(begin, end);
+      end = begin;
+      ++pieces;
+    }
+  });
+  EXPECT_GE(pieces, 1);
+  for (int64_t j = 0; j < c.cols; ++j)
+    for (int64_t i = 0; i < c.rows; ++i) {
+      double sum = 0, magnitude = 0;
+      for (int64_t k = 0; k < c.count; ++k) {
+        sum += double(a[size_t(k)][i]) * b[size_t(k)][j];
+        magnitude += std::abs(double(a[size_t(k)][i]) * b[size_t(k)][j]);
+      }
+      ASSERT_NEAR(out[size_t(j * c.rows + i)], sum, 1e-5 * magnitude + 1e-6)
+          << "element (" << i << ", " << j << ") of " << c.rows << "x" << c.cols << " over " << c.count;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, OuterProductsTest, ::testing::ValuesIn(kCases), [](const auto& info) {
+  return std::to_string(info.param.rows) + "x" + std::to_string(info.param.cols) + "x" + std::to_string(info.param.count);
+});
+
+TEST(OuterProducts, SuitsOnlyShapesNearATile) {
+  EXPECT_TRUE(OuterProducts::suits(384, 128));
+  EXPECT_FALSE(OuterProducts::suits(384, 1)) << "a bias's (dy, 1) pairs";
+  EXPECT_FALSE(OuterProducts::suits(5, 128)) << "a classifier's few rows";
+}
+
+}  // namespace
+}  // namespace edb::runtime
