@@ -561,7 +561,12 @@ std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const 
   for (size_t k = 0; k < outputs.size(); ++k) {
     const uint32_t o = output_offsets[k];
     cell->output_offsets.push_back(o == UINT32_MAX ? -1 : cell->frame_at[o]);
-    if (o != UINT32_MAX) cell->output_views += body.node(outputs[k]).shape.cols == 1 ? 1 : 2;
+    uint32_t alike = 0;
+    while (alike < k && !(output_offsets[alike] != UINT32_MAX && cell->output_offsets[alike] == cell->output_offsets[k] &&
+                          body.node(outputs[alike]).shape == body.node(outputs[k]).shape))
+      ++alike;
+    cell->first_alike.push_back(o == UINT32_MAX ? uint32_t(k) : alike);
+    if (o != UINT32_MAX && alike == k) cell->output_views += body.node(outputs[k]).shape.cols == 1 ? 1 : 2;
   }
   for (ir::NodeId p : placeholders) cell->arguments.push_back(body.node(p).shape);
   for (ir::NodeId id = cell->first; id < copy.size(); ++id) cell->flops += ir::node_flops(copy, id);

@@ -85,6 +85,9 @@ struct CallCell final : ir::CellBody {
   // Where output k lies in the frame; -1 for an output that is a leaf of the body (the call
   // returns the caller's node for it: an argument, a parameter or a constant).
   std::vector<int64_t> output_offsets;
+  // Per output k: the first output at the same rows of the frame with the same shape (k itself
+  // when none is): such outputs share one view, which the call's views count once.
+  std::vector<uint32_t> first_alike;
   std::vector<ir::NodeId> outputs;  // the body node of output k
   bool lowered = false;  // the program below runs a batch of calls as one kernel (jit)
   bool is_backward = false;  // the backward body of another cell (trace/backward.cpp)

@@ -635,10 +635,8 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
   std::vector<std::pair<NodeId, NodeId>> seeds;
   std::vector<NodeId> seed_inputs;
   for (size_t k = 0; k < cell.outputs.size(); ++k) {
-    if (cell.output_offsets[k] < 0) continue;
-    if (std::find(backward->seed_offsets.begin(), backward->seed_offsets.end(), cell.output_offsets[k]) !=
-        backward->seed_offsets.end())
-      continue;  // the same value returned twice: one gradient, which the trace sums for it
+    if (cell.output_offsets[k] < 0 || cell.first_alike[k] != k)
+      continue;  // a leaf, or the same value returned twice: one view, whose gradient the trace sums
     const ir::Shape shape = body.node(cell.outputs[k]).shape;
     backward->seed_offsets.push_back(cell.output_offsets[k]);
     backward->seed_floats.push_back(shape.size());

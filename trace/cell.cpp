@@ -318,8 +318,8 @@ void detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeId type
   // the leaves returned.
   const size_t begin = outputs.size();
   for (size_t k = 0; k < record.outputs.size(); ++k) {
-    if (cell.output_offsets[k] < 0) {
-      outputs.push_back(ir::kNoNode);
+    if (cell.output_offsets[k] < 0 || cell.first_alike[k] != k) {
+      outputs.push_back(ir::kNoNode);  // a leaf, or the view of an earlier output alike: below
       continue;
     }
     ir::Attributes rows;
@@ -331,12 +331,14 @@ void detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeId type
   // A matrix output: a reshape of its rows of the frame, also a view.
   for (size_t k = 0; k < record.outputs.size(); ++k) {
     const ir::Shape shape = record.body.node(record.outputs[k]).shape;
-    if (cell.output_offsets[k] < 0 || shape.cols == 1) continue;
+    if (cell.output_offsets[k] < 0 || cell.first_alike[k] != k || shape.cols == 1) continue;
     ir::Attributes target;
     target.target = shape;
     outputs[begin + k] = graph.add(ir::Op::reshape, std::span(&outputs[begin + k], 1), shape, target);
     s.data.types.push_back(ir::kCallOutput);
   }
+  for (size_t k = 0; k < record.outputs.size(); ++k)
+    if (cell.output_offsets[k] >= 0 && cell.first_alike[k] != k) outputs[begin + k] = outputs[begin + cell.first_alike[k]];
   for (size_t k = 0; k < record.outputs.size(); ++k) {
     if (cell.output_offsets[k] >= 0) continue;
     const ir::NodeId leaf = record.outputs[k];
@@ -394,9 +396,13 @@ void detail::TraceState::expand_calls(bool relayout) {
       continue;
     }
     if (n.op == ir::Op::slice && old.args(n)[0] == call) {
-      const auto& offsets = static_cast<const runtime::CallCell&>(old.cell(old.node(call).attrs.index)).output_offsets;
-      const size_t k = size_t(std::find(offsets.begin(), offsets.end(), int64_t(n.attrs.begin)) - offsets.begin());
-      if (k == offsets.size()) throw InternalError("TraceState::expand_calls: a view of a call at no output");
+      // The output at these rows of the frame (a view at the same offset may be shorter).
+      const auto& cell = static_cast<const runtime::CallCell&>(old.cell(old.node(call).attrs.index));
+      size_t k = 0;
+      while (k < cell.output_offsets.size() &&
+             !(cell.output_offsets[k] == n.attrs.begin && cell.body.node(cell.outputs[k]).shape.size() == n.shape.size()))
+        ++k;
+      if (k == cell.output_offsets.size()) throw InternalError("TraceState::expand_calls: a view of a call at no output");
       to[id] = outputs[k];
       continue;
     }
