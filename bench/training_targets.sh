@@ -2,7 +2,8 @@
 # Issue 29's training targets, from the build in build/: per model, `batched` against `jit` with the
 # cells' backward bodies off (calls copied back into the trace) and on (--cell-gradients on), in
 # ROUNDS interleaved rounds (default 3) of `edb-run --train --epochs 2`, the second epoch measured;
-# medians. Also the held-out loss of each configuration (the same to 1e-3) and backward/forward.
+# medians. Also the held-out loss of each configuration (the same to 1e-3), backward/forward, the
+# share of the epoch outside schedule, plan and execute, and the first epoch's time over the second's.
 # Usage: bench/training_targets.sh [ROUNDS] [MODEL...]   (numbers vary 10-30% between runs here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,8 +47,13 @@ def epoch(model, executor, gradients, r):
 med = statistics.median
 print(f"second epoch of `edb-run MODEL --train --epochs 2`, medians of {rounds} interleaved rounds "
       "(ratios: median of the rounds' ratios)")
-print("| model | executor | cell gradients | inst/s | / batched | forward ms | backward ms | bwd/fwd | optimizer ms | held-out loss |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+def first(model, executor, gradients, r):
+    return json.load(open(f"{work}/{model}-{executor}-{gradients}-{r}.json"))["epochs"][0]
+def outside(e):  # the share of the epoch outside schedule, plan and execute (recording, the optimizer)
+    timed = sum(e[p]["time_ms"][t] for p in ("forward", "backward") for t in ("schedule", "plan", "execute"))
+    return 1 - timed / e["total_ms"]
+print("| model | executor | cell gradients | inst/s | / batched | forward ms | backward ms | bwd/fwd | optimizer ms | outside | 1st/2nd epoch | held-out loss |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for model in models:
     for executor, gradients in configs:
         runs = [epoch(model, executor, gradients, r) for r in range(rounds)]
@@ -56,5 +62,7 @@ for model in models:
         print(f"| {model} | {executor} | {gradients} | {med([e['instances_per_sec'] for e in runs]):,.0f} | {ratio:.2f} | "
               f"{med([e['forward_ms'] for e in runs]):.0f} | {med([e['backward_ms'] for e in runs]):.0f} | "
               f"{med([e['backward_over_forward'] for e in runs]):.2f} | {med([e['optimizer_ms'] for e in runs]):.0f} | "
+              f"{med([outside(e) for e in runs]):.0%} | "
+              f"{med([first(model, executor, gradients, r)['total_ms'] / epoch(model, executor, gradients, r)['total_ms'] for r in range(rounds)]):.2f} | "
               f"{runs[0]['heldout_loss']:.4f} |")
 PY
