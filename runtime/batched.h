@@ -34,6 +34,7 @@ class BatchedExecutor final : public Executor {
   void set_cache_entries(size_t entries) override;
   void cache_sizes(CacheSizes& sizes) const override;
   void forget_cells() override;
+  ThreadPool* thread_pool() override { return &pool_; }
 
   // Grow-only scratch blocks, reset per batch (pointers stay valid within a batch).
   class Scratch {

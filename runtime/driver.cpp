@@ -17,6 +17,7 @@
 #include "jit/cached_compiler.h"
 #include "memplan/layout.h"
 #include "runtime/cuda_executor.h"
+#include "runtime/thread_pool.h"
 #include "scheduler/lower_bound.h"
 
 
@@ -180,8 +181,8 @@ DumpFlags DumpFlags::from_environment() {
   return flags;
 }
 
-ExecutionQueue::ExecutionQueue(Executor& executor, bool check_finite)
-    : executor_(executor), check_finite_(check_finite), thread_([this] { loop(); }) {}
+ExecutionQueue::ExecutionQueue(Executor& executor, bool check_finite, ThreadPool* pool)
+    : executor_(executor), check_finite_(check_finite), pool_(pool), thread_([this] { loop(); }) {}
 
 ExecutionQueue::~ExecutionQueue() {
   {
@@ -202,6 +203,7 @@ void ExecutionQueue::push(TraceData& trace) {
 }
 
 void ExecutionQueue::wait(TraceData& trace) {
+  if (pool_) pool_->assist([&] { return !trace.pending.load(std::memory_order_acquire); });
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return !trace.pending; });
 }
@@ -235,6 +237,7 @@ void ExecutionQueue::loop() {
     trace.pending = false;
     queue_.pop_front();
     changed_.notify_all();
+    if (pool_) pool_->release();
   }
 }
 
@@ -261,8 +264,9 @@ Driver::Driver(const EngineOptions& options)
     throw UsageError("edb::Engine: a policy file is for the fsm and learned policies, not '" + options.policy + "'");
   }
   // Two or more threads: one executes in the background while the caller records and schedules
-  // the next trace; the executor's own pool gets the rest. The device (cpu, cuda, or auto: cuda
-  // when usable) picks the executor; options().device then says which one runs.
+  // the next trace; the executor's own pool gets the rest, and the caller too while it waits for
+  // an execution. The device (cpu, cuda, or auto: cuda when usable) picks the executor;
+  // options().device then says which one runs.
   const bool pipelined = options.threads >= 2 && options.executor != "reference";
   // More threads than cores only take turns on them: said once per process.
   static std::atomic<bool> warned_threads{false};
@@ -275,7 +279,9 @@ Driver::Driver(const EngineOptions& options)
   executor_->set_cache_entries(size_t(options.cache_entries));
   if (options.check_finite) executor_->keep_every_value();
   if (options.verify) executor_->check_shared_reads();
-  if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_, options.check_finite);
+  ThreadPool* pool = pipelined ? executor_->thread_pool() : nullptr;
+  if (pool) pool->lend(1);
+  if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_, options.check_finite, pool);
 }
 
 Driver::~Driver() = default;

@@ -4,6 +4,7 @@
 // and schedule the next trace meanwhile; reading a value waits for its trace.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -37,7 +38,9 @@ struct TraceData {
   memplan::Plan plan;
   Arena arena;
   ir::NodeId evaluated = 0;  // nodes [0, evaluated) have values (once `pending` clears)
-  bool pending = false;      // an execution is queued or running (guarded by the queue)
+  // An execution is queued or running: set under the queue's lock, read by an assisting waiter
+  // without it.
+  std::atomic<bool> pending{false};
   std::exception_ptr error;  // what an execution threw; every later wait rethrows it
 
   void clear();
@@ -63,10 +66,12 @@ struct DumpFlags {
   static DumpFlags from_environment();
 };
 
-// Executions in submission order on one background thread.
+// Executions in submission order on one background thread. With the executor's pool, a caller
+// waiting for a trace runs pieces of the executing batches meanwhile (ThreadPool::assist), so two
+// threads keep two cores busy both while the caller records and while it waits.
 class ExecutionQueue {
  public:
-  ExecutionQueue(Executor& executor, bool check_finite);
+  ExecutionQueue(Executor& executor, bool check_finite, ThreadPool* pool);
   ~ExecutionQueue();
   void push(TraceData& trace);
   void wait(TraceData& trace);  // until the trace's queued execution is done
@@ -76,6 +81,7 @@ class ExecutionQueue {
   void loop();
   Executor& executor_;
   bool check_finite_;
+  ThreadPool* pool_;  // null: waiters sleep
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<TraceData*> queue_;

@@ -44,6 +44,8 @@ inline StatsWeight stats_weight(const ir::Graph& graph, ir::NodeId member) {
   return {};
 }
 
+class ThreadPool;  // runtime/thread_pool.h
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -64,6 +66,9 @@ class Executor {
   // Between executions, when the engine drops its cell records: forgets what it keeps by cell
   // (compiled cells, expanded bodies), whose keys point into those records.
   virtual void forget_cells() {}
+  // The pool its kernels split across (null: it has none), for the driver to lend it the
+  // pipelined caller while that waits (runtime/driver.h).
+  virtual ThreadPool* thread_pool() { return nullptr; }
 };
 
 class CallExpansion;  // runtime/call_expansion.h

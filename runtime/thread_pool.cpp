@@ -1,5 +1,5 @@
 // The pool's job hand-off: a generation counter announces a job, tasks are claimed with an atomic
-// index, and the caller waits for the finished count.
+// index, and the caller waits for the finished count (spinning briefly, then asleep on it).
 #include "runtime/thread_pool.h"
 
 #include <immintrin.h>
@@ -29,7 +29,10 @@ void ThreadPool::run_tasks(uint64_t job) {
     uint64_t ticket = ticket_.load(std::memory_order_acquire);
     if ((ticket >> 32) != (job & 0xffffffffu)) return;
     const int i = static_cast<int>(ticket & 0xffffffffu);
-    if (i >= count_.load(std::memory_order_acquire)) return;
+    // The job's count: a count of a later job cannot be read here once the claim below succeeds
+    // (that job closes the ticket before it stores its count).
+    const int count = count_.load(std::memory_order_acquire);
+    if (i >= count) return;
     if (!ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel)) continue;
     try {
       (*task_.load(std::memory_order_acquire))(i);
@@ -37,8 +40,34 @@ void ThreadPool::run_tasks(uint64_t job) {
       std::lock_guard lock(error_mutex_);
       if (!error_) error_ = std::current_exception();
     }
-    finished_.fetch_add(1, std::memory_order_release);
+    // The last task wakes a caller asleep on the count.
+    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == count) finished_.notify_all();
   }
+}
+
+void ThreadPool::assist(const std::function<bool()>& done) {
+  assisting_.fetch_add(1, std::memory_order_acq_rel);
+  uint64_t seen = generation_.load(std::memory_order_acquire);
+  run_tasks(seen);  // a job under way
+  while (!done()) {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
+      _mm_pause();
+      if (++spins % 256 == 0 && done()) break;
+    }
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return generation_.load() != seen || done(); });
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    run_tasks(seen);
+  }
+  assisting_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void ThreadPool::release() {
+  { std::lock_guard lock(mutex_); }  // an assistant between its check of done() and its sleep
+  wake_.notify_all();
 }
 
 void ThreadPool::worker_loop() {
@@ -64,7 +93,7 @@ void ThreadPool::worker_loop() {
 
 void ThreadPool::parallel_for(int count, const std::function<void(int)>& task) {
   if (count <= 0) return;
-  if (workers_.empty() || count == 1) {
+  if (count == 1 || (workers_.empty() && assisting_.load(std::memory_order_acquire) == 0)) {
     for (int i = 0; i < count; ++i) task(i);
     return;
   }
@@ -84,7 +113,15 @@ void ThreadPool::parallel_for(int count, const std::function<void(int)>& task) {
   }
   wake_.notify_all();
   run_tasks(generation_.load());
-  while (finished_.load(std::memory_order_acquire) < count) _mm_pause();
+  // Spin while the others finish their last tasks, then sleep: a thread the OS descheduled in the
+  // middle of a task may take a time slice to come back.
+  int spins = 0;
+  for (int finished; (finished = finished_.load(std::memory_order_acquire)) < count;) {
+    if (++spins < kSpinIterations)
+      _mm_pause();
+    else
+      finished_.wait(finished, std::memory_order_acquire);
+  }
   if (error_) std::rethrow_exception(error_);
 }
 

@@ -1,6 +1,13 @@
-// One persistent pool for coarse pieces of work (GEMM column blocks, large elementwise ranges).
-// Idle workers spin briefly for the next job, then sleep on a condition variable: spinning keeps
-// back-to-back batches cheap, sleeping keeps an idle pool from stealing a core.
+// One persistent pool for coarse pieces of work (GEMM column blocks, large elementwise ranges,
+// blocks of a compiled cell's calls). Idle workers spin briefly for the next job, then sleep on a
+// condition variable: spinning keeps back-to-back batches cheap, sleeping keeps an idle pool from
+// stealing a core. Tasks are claimed one at a time, so a worker the OS has not scheduled holds
+// back only the task it started, never the ones it has not claimed.
+//
+// A pool may also be lent threads that have work of their own: a pipelined caller (runtime/driver.h)
+// records the next trace while the pool's owner executes, and takes part through assist() only
+// while it waits for that execution. size() counts them, so work is cut for them too; a job
+// posted while no worker and no assistant is there runs on the caller alone.
 #pragma once
 
 #include <atomic>
@@ -20,16 +27,27 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // The threads a job may be cut for: the caller, the workers and the lent threads.
+  int size() const { return static_cast<int>(workers_.size()) + 1 + lent_; }
   // Runs task(i) for i in [0, count), the caller taking part; returns when all are done.
   // Exceptions in tasks are rethrown here (the first one).
   void parallel_for(int count, const std::function<void(int)>& task);
+
+  // Counts `threads` more threads that will call assist() (before the first parallel_for).
+  void lend(int threads) { lent_ += threads; }
+  // Runs tasks of the jobs posted, on the calling thread, until done() holds: done() is read
+  // between tasks and, while asleep, whenever release() wakes the assistants. done() must be
+  // cheap and thread-safe (an atomic read); whoever makes it true calls release() afterwards.
+  void assist(const std::function<bool()>& done);
+  void release();
 
  private:
   void worker_loop();
   void run_tasks(uint64_t job);
 
   std::vector<std::thread> workers_;
+  int lent_ = 0;
+  std::atomic<int> assisting_{0};  // threads inside assist() now
   std::mutex mutex_;
   std::condition_variable wake_;
   std::atomic<uint64_t> generation_{0};
