@@ -89,6 +89,11 @@ struct CellArgs {
   const float* const* shared = nullptr;   // shared_slots pointers
   const float* const* weights = nullptr;  // per packed weight (pack_weight's layout)
   float* const* pointers = nullptr;       // calls * call_slots, call after call
+  // Row tiles [tile_begin, tile_end) of each block, in every stage (tile_end < 0: to the last):
+  // a batch split by hidden units runs one call per range (jit::cell_tile_step says where a
+  // range may begin). Only for single-stage programs: a later stage reads every row.
+  int64_t tile_begin = 0;
+  int64_t tile_end = -1;
 };
 
 // The packed layout of contraction weight W (blocks * rows x K, column-major, given as column

@@ -53,6 +53,11 @@ std::string llvm_kernel_flags();
 // Floats per vector register in compiled cell programs on this host (16 with AVX-512, 8 with
 // AVX, else 4): the row tile of their packed weights (jit::pack_weight).
 int32_t cell_vector_floats();
+// A cell program's row tiles (rows / cell_vector_floats(), rounded up), and where a tile range
+// (CellArgs::tile_begin) may begin: at a multiple of the step, so that every stage's register
+// blocks of tiles stay whole; a range ends at a multiple of it or at the last tile.
+int64_t cell_tiles(const CellProgram& program);
+int64_t cell_tile_step(const CellProgram& program);
 
 // One JIT per backend object; compiling a kernel it already holds returns the same code.
 // Thread-safe. Throws InternalError (with LLVM's message) when LLVM rejects the module.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <numeric>
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Metadata.h>
@@ -18,7 +19,8 @@
 namespace edb::jit {
 
 static_assert(offsetof(CellArgs, calls) == 0 && offsetof(CellArgs, shared) == 8 && offsetof(CellArgs, weights) == 16 &&
-              offsetof(CellArgs, pointers) == 24);
+              offsetof(CellArgs, pointers) == 24 && offsetof(CellArgs, tile_begin) == 32 &&
+              offsetof(CellArgs, tile_end) == 40);
 
 int32_t cell_vector_floats() {
   const std::string features = host_cpu_features();
@@ -28,6 +30,18 @@ int32_t cell_vector_floats() {
 }
 
 int32_t cell_vector_registers() { return cell_vector_floats() == 16 ? 32 : 16; }
+
+int64_t cell_tiles(const CellProgram& program) { return (program.rows + cell_vector_floats() - 1) / cell_vector_floats(); }
+
+int64_t cell_tile_step(const CellProgram& program) {
+  const int64_t tiles = cell_tiles(program);
+  int64_t step = 1;
+  for (const CellProgram::Stage& stage : program.stages) {
+    const int64_t per_block = std::min<int64_t>(cell_blocking(stage, cell_vector_registers()).tiles, tiles);
+    step = std::lcm(step, per_block);
+  }
+  return step;
+}
 
 CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers) {
   int32_t accumulators = 0, widest = 0;
@@ -63,6 +77,10 @@ class CellRenderer {
     shared_ = load_field(args, offsetof(CellArgs, shared), ptr_);
     weights_ = load_field(args, offsetof(CellArgs, weights), ptr_);
     pointers_ = load_field(args, offsetof(CellArgs, pointers), ptr_);
+    tile_begin_ = load_field(args, offsetof(CellArgs, tile_begin), i64_);
+    llvm::Value* tile_end = load_field(args, offsetof(CellArgs, tile_end), i64_);
+    const int64_t tiles = (program_.rows + vector_ - 1) / vector_;
+    tile_end_ = b_.CreateSelect(b_.CreateICmpSLT(tile_end, b_.getInt64(0)), b_.getInt64(uint64_t(tiles)), tile_end);
     for (size_t s = 0; s < program_.stages.size(); ++s) stage(function, program_.stages[s], int(s));
     b_.CreateRetVoid();
   }
@@ -98,13 +116,18 @@ class CellRenderer {
     const int32_t tiles_per_block = int32_t(std::min<int64_t>(blocking.tiles, tiles));
     const int64_t whole_tiles = tiles / tiles_per_block * tiles_per_block;
     const std::string prefix = "stage" + std::to_string(index);
-    // Register blocks of tiles_per_block row tiles, then single tiles for the rest of the rows.
+    // Register blocks of tiles_per_block row tiles, then single tiles for the rest of the rows;
+    // within [tile_begin, tile_end), which begins at a multiple of tiles_per_block (cell_tile_step).
     struct Variant {
       int32_t tiles;
       llvm::Value *begin, *end;
     };
-    std::vector<Variant> variants = {{tiles_per_block, b_.getInt64(0), b_.getInt64(whole_tiles)}};
-    if (whole_tiles < tiles) variants.push_back({1, b_.getInt64(whole_tiles), b_.getInt64(tiles)});
+    llvm::Value* blocked_end = b_.getInt64(uint64_t(whole_tiles));
+    std::vector<Variant> variants = {
+        {tiles_per_block, tile_begin_, b_.CreateSelect(b_.CreateICmpSLT(tile_end_, blocked_end), tile_end_, blocked_end)}};
+    if (whole_tiles < tiles)
+      variants.push_back(
+          {1, b_.CreateSelect(b_.CreateICmpSGT(tile_begin_, blocked_end), tile_begin_, blocked_end), tile_end_});
     for (const Variant& variant : variants) {
       // Block functions of `calls` calls, and of each power of two below it for the rest (the
       // last calls % calls run as, say, 4 + 2 + 1): few variants keep compiling short.
@@ -314,6 +337,7 @@ class CellRenderer {
   llvm::Type *f32_, *i64_, *ptr_;
   llvm::FixedVectorType* vf_;
   llvm::Value *calls_ = nullptr, *shared_ = nullptr, *weights_ = nullptr, *pointers_ = nullptr;
+  llvm::Value *tile_begin_ = nullptr, *tile_end_ = nullptr;  // the tile range, tile_end resolved
 };
 
 }  // namespace

@@ -20,7 +20,11 @@ namespace {
 
 using Program = jit::CellProgram;
 
-constexpr int64_t kMinCallsPerTask = 16;  // calls worth a thread hand-off
+constexpr int64_t kMinCallsPerTask = 16;  // calls worth a thread hand-off, split by calls
+// Below that, a batch splits by hidden units (row tiles of the packed weights: each thread streams
+// only its part of them) into pieces of at least this much arithmetic, about 10 us on one core:
+// worth waking a sleeping thread for.
+constexpr int64_t kMinFlopsPerPiece = 400'000;
 
 // Not expressible: the reason, for the lowering's caller.
 struct Unsupported {
@@ -593,6 +597,12 @@ struct CellKernels::Cell {
   std::vector<std::unique_ptr<PackedWeight>> weights;
   std::vector<const float*> weight_pointers;
   uint64_t last_use = 0;
+  // How a batch of its calls splits: the contractions' flops per call, the program's row tiles and
+  // where a tile range may begin (jit::cell_tile_step); tile ranges for single-stage programs only.
+  int64_t flops_per_call = 0;
+  int64_t tiles = 1;
+  int64_t tile_step = 1;
+  bool splits_by_tiles = false;
 };
 
 CellKernels::CellKernels(std::string cache_directory) : cache_directory_(std::move(cache_directory)) {}
@@ -639,6 +649,17 @@ void CellKernels::compile(Cell& cell, Stats& stats) {
     stats.cache_hits += 1;
   }
   cell.vector = jit::cell_vector_floats();
+  const Program& program = cell.lowering->program;
+  cell.flops_per_call = 0;
+  for (const Program::Stage& stage : program.stages)
+    for (const Program::Contraction& c : stage.contractions) {
+      int64_t k = 0;
+      for (const Program::Segment& x : c.x) k += x.rows;
+      cell.flops_per_call += 2 * int64_t(c.blocks) * program.rows * k;
+    }
+  cell.tiles = jit::cell_tiles(program);
+  cell.tile_step = jit::cell_tile_step(program);
+  cell.splits_by_tiles = program.stages.size() == 1;
   cell.weights.resize(cell.lowering->weights.size());
   cell.weight_pointers.resize(cell.lowering->weights.size());
 }
@@ -718,15 +739,33 @@ void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::Para
 void CellKernels::launch(Cell& cell, int64_t calls, ThreadPool& pool, Stats& stats) {
   const size_t slots = cell.lowering->call_slots.size();
   const jit::CellFunction function = cell.kernel.cell();
-  auto run_calls = [&](int64_t begin, int64_t end) {
-    const jit::CellArgs args{end - begin, shared_.data(), cell.weight_pointers.data(), pointers_.data() + begin * int64_t(slots)};
+  auto run_calls = [&](int64_t begin, int64_t end, int64_t tile_begin, int64_t tile_end) {
+    const jit::CellArgs args{end - begin, shared_.data(), cell.weight_pointers.data(), pointers_.data() + begin * int64_t(slots),
+                             tile_begin, tile_end};
     function(&args);
   };
-  const int64_t pieces = std::min<int64_t>(pool.size(), std::max<int64_t>(1, calls / kMinCallsPerTask));
+  const int64_t threads = pool.size();
+  int64_t pieces = std::min<int64_t>(threads, std::max<int64_t>(1, calls / kMinCallsPerTask));
+  if (pieces < threads && cell.splits_by_tiles) {
+    // Too few calls to split by calls: by hidden units, when the arithmetic is worth it.
+    const int64_t steps = (cell.tiles + cell.tile_step - 1) / cell.tile_step;
+    const int64_t by_tiles = std::min({threads, steps, calls * cell.flops_per_call / kMinFlopsPerPiece});
+    if (by_tiles > std::max<int64_t>(pieces, 1)) {
+      const std::function<void(int)> task = [&](int i) {
+        const int64_t begin = steps * i / by_tiles * cell.tile_step;
+        const int64_t end = i + 1 == by_tiles ? -1 : steps * (i + 1) / by_tiles * cell.tile_step;
+        run_calls(0, calls, begin, end);
+      };
+      pool.parallel_for(int(by_tiles), task);
+      stats.kernel_calls += by_tiles;
+      return;
+    }
+  }
   if (pieces <= 1) {
-    run_calls(0, calls);
+    run_calls(0, calls, 0, -1);
+    pieces = 1;
   } else {
-    const std::function<void(int)> task = [&](int i) { run_calls(calls * i / pieces, calls * (i + 1) / pieces); };
+    const std::function<void(int)> task = [&](int i) { run_calls(calls * i / pieces, calls * (i + 1) / pieces, 0, -1); };
     pool.parallel_for(int(pieces), task);
   }
   stats.kernel_calls += pieces;

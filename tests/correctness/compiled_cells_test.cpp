@@ -1,6 +1,7 @@
 // Compiled cells (runtime/cell_kernels.h): a batch of cell calls runs as one kernel under the jit
 // executor and gives the reference executor's values, for bodies of one and of several stages,
-// hidden sizes off the vector width, and bodies that do not lower (they run batch by batch);
+// hidden sizes off the vector width, small batches split by hidden units across threads, and bodies
+// that do not lower (they run batch by batch);
 // packed weights follow every change of the parameters (values(), load, an optimizer step).
 #include <gtest/gtest.h>
 
@@ -97,6 +98,22 @@ TEST(CompiledCells, LstmStepsEqualTheReference) {
     const Record record = [&](Trace& t) { return lstm.record(t, 9); };
     const CellRun reference = evaluate("reference", record);
     for (int threads : {1, 2}) expect_same(evaluate("jit", record, threads), reference, "hidden " + std::to_string(hidden));
+  }
+}
+
+// Batches of fewer calls than split by calls, but of enough arithmetic, split by hidden units across
+// the threads (each takes a range of row tiles; the last range ends in a partial tile): more kernel
+// calls than one thread makes, the same values.
+TEST(CompiledCells, SmallBatchesSplitByHiddenUnits) {
+  const Lstm lstm(150, 100);
+  const Record record = [&](Trace& t) { return lstm.record(t, 9); };
+  const CellRun reference = evaluate("reference", record);
+  const CellRun one = evaluate("jit", record, 1);
+  expect_same(one, reference, "1 thread");
+  for (int threads : {2, 3}) {
+    const CellRun split = evaluate("jit", record, threads);
+    expect_same(split, reference, std::to_string(threads) + " threads");
+    EXPECT_GT(split.stats.kernel_calls, one.stats.kernel_calls) << threads << " threads";
   }
 }
 
