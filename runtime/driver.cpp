@@ -2,6 +2,7 @@
 // elsewhere; this file only sequences them, checks between them, times them and dumps them.
 #include "runtime/driver.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -267,14 +268,19 @@ Driver::Driver(const EngineOptions& options)
   // the next trace; the executor's own pool gets the rest, and the caller too while it waits for
   // an execution. The device (cpu, cuda, or auto: cuda when usable) picks the executor;
   // options().device then says which one runs.
-  const bool pipelined = options.threads >= 2 && options.executor != "reference";
+  // threads = 0: every core (the reference executor runs on one thread only); options() says how
+  // many that was.
+  if (options_.threads == 0)
+    options_.threads = options.executor == "reference" ? 1 : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options_.threads;
+  const bool pipelined = threads >= 2 && options.executor != "reference";
   // More threads than cores only take turns on them: said once per process.
   static std::atomic<bool> warned_threads{false};
   if (const unsigned cores = std::thread::hardware_concurrency();
-      cores > 0 && unsigned(options.threads) > cores && !warned_threads.exchange(true))
-    std::cerr << "edbatch: " << options.threads << " threads on a machine with " << cores
+      cores > 0 && threads > 0 && unsigned(threads) > cores && !warned_threads.exchange(true))
+    std::cerr << "edbatch: " << threads << " threads on a machine with " << cores
               << " cores: they take turns, which is slower than " << cores << " threads\n";
-  executor_ = make_device_executor(options.device, options.executor, pipelined ? options.threads - 1 : options.threads,
+  executor_ = make_device_executor(options.device, options.executor, pipelined ? threads - 1 : threads,
                                    options.cache_directory, options_.device);
   executor_->set_cache_entries(size_t(options.cache_entries));
   if (options.check_finite) executor_->keep_every_value();

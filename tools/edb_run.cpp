@@ -57,7 +57,8 @@ void print_help() {
       "  --device NAME      cpu, cuda (a GPU through NVRTC and the CUDA driver; an error naming why\n"
       "                     when there is none) or auto (cuda when usable, else the CPU, saying why)\n"
       "                     (default cpu)\n"
-      "  --threads N        threads (default 1); with 2 or more, execution overlaps recording\n"
+      "  --threads N        threads (default 1; 0: every core); with 2 or more, execution\n"
+      "                     overlaps recording and a batch's kernel splits across them\n"
       "  --repeat N         measured passes over the workload; the median is reported (default 3)\n"
       "  --seed N           seed for parameters, generated data and training shuffles (default 1)\n"
       "  --train-policy FILE  (fsm, learned) learn the policy from --train-traces traces, save it to\n"
@@ -538,7 +539,7 @@ int run(int argc, char** argv) {
   options.policy = flags.get("policy", options.policy);
   options.executor = flags.get("executor", options.executor);
   options.device = flags.get("device", "cpu");
-  options.threads = int(flags.get_int("threads", 1, 1, 1024));
+  options.threads = int(flags.get_int("threads", 1, 0, 1024));
   options.policy_file = flags.get("policy-file", "");
   options.policy_encoding = flags.get("policy-encoding", "base");
   const std::string cells = flags.get("cells", "on");

@@ -127,7 +127,7 @@ struct EngineOptions {
                                  // or reference: the unbatched node-by-node oracle
   std::string device = "cpu";        // cpu, cuda (a UsageError naming why when no GPU is usable),
                                      // or auto (cuda when usable, else cpu, saying why once)
-  int threads = 1;  // 2 or more: execution overlaps recording; the executor's pool gets the rest
+  int threads = 1;  // 0: every core; 2 or more: execution overlaps recording, batches split across them
   bool verify = false;  // check the IR, schedule and plan between stages (tests turn it on)
   bool check_finite = false;  // after each evaluation, look for NaN and infinity in every value
                               // computed; the first one found is a NumericError naming its node

@@ -2,10 +2,12 @@
 // while trace i executes, its losses read afterwards), are the reference executor's under the
 // batched and jit executors at 1, 2 and 3 threads: a pipelined execution with its kernels split
 // across the pool, the waiting caller taking part (runtime/thread_pool.h's assist), computes what
-// one thread computes.
+// one thread computes; threads = 0 is every core.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -72,6 +74,22 @@ TEST(Threads, EverySampleModelMatchesTheReference) {
               << executor << ", " << threads << " threads, instance " << i;
       }
   }
+}
+
+// threads = 0 is every core (one for the reference executor), and options() says how many; the
+// values are one thread's.
+TEST(Threads, ZeroMeansEveryCore) {
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  for (const char* executor : {"reference", "jit"}) {
+    EngineOptions options;
+    options.executor = executor;
+    options.threads = 0;
+    Engine engine(options);
+    EXPECT_EQ(engine.options().threads, std::string(executor) == "reference" ? 1 : cores) << executor;
+  }
+  const std::unique_ptr<samples::SampleModel> sample = samples::model_registry()[0].make(config());
+  const std::vector<float> one = losses(*sample, "jit", 1), all = losses(*sample, "jit", 0);
+  for (size_t i = 0; i < one.size(); ++i) ASSERT_TRUE(near_relative(all[i], one[i], 1e-4)) << "instance " << i;
 }
 
 }  // namespace
