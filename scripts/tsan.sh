@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The kernel cache's concurrency under ThreadSanitizer: the unit tests of the cache, the cached
-# compiler, the per-engine cache directory (two engines in two threads) and the thread pool, in
-# their own build directory (default build-tsan/; EDB_TSAN_BUILD_DIR changes it). Any report fails.
-# Extra arguments go to the test binary (e.g. --gtest_filter=KernelCache.*).
+# The kernel cache's and the executor's concurrency under ThreadSanitizer: the unit tests of the
+# cache, the cached compiler, the per-engine cache directory (two engines in two threads) and the
+# thread pool, then the executor's threaded paths (every sample model pipelined at 2 and 3 threads,
+# kernels split by calls and by hidden units, the waiting caller assisting), in their own build
+# directory (default build-tsan/; EDB_TSAN_BUILD_DIR changes it). Any report fails. Extra arguments
+# go to the unit test binary (e.g. --gtest_filter=KernelCache.*).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,8 +20,8 @@ if [ ! -f "$build_dir/build.ninja" ]; then
     -DEDB_NATIVE=ON -DEDB_PYTHON=OFF >&2
 fi
 start=$(date +%s)
-# The unit tests and the tools they run (edb-run, edb-cache), nothing else.
-cmake --build "$build_dir" -j"$jobs" --target edb_unit_tests edb-run edb-cache >&2
+# The unit tests, the threaded correctness tests and the tools they run (edb-run, edb-cache).
+cmake --build "$build_dir" -j"$jobs" --target edb_unit_tests edb_correctness_tests edb-run edb-cache >&2
 built=$(date +%s)
 echo "tsan: built in $((built - start)) s" >&2
 
@@ -28,5 +30,8 @@ export EDB_CACHE_DIR="$PWD/$build_dir/kernel-cache"
 filter='--gtest_filter=KernelCache.*:CachedCompiler.*:CacheDirectory.*:ThreadPool.*:EdbCacheTool.*'
 status=0
 "$build_dir/tests/edb_unit_tests" "$filter" "$@" || status=$?
+if ((status == 0)); then
+  "$build_dir/tests/edb_correctness_tests" '--gtest_filter=Threads.*:CompiledCells.SmallBatchesSplitByHiddenUnits' || status=$?
+fi
 echo "tsan: tests took $(( $(date +%s) - built )) s (exit $status)" >&2
 exit $status
