@@ -379,50 +379,25 @@ void run_matmul_tn(const BatchContext& c) {
   gemm_rows(c, {{a, c.operand(1)}}, /*transposed=*/true);
 }
 
-// Member k's pairs as two side-by-side matrices [A1 A2 ...] and [B1 B2 ...], read in place when
-// the values already sit one after another, else packed into scratch, then one GEMM A B^T: a
-// weight's gradient over all its uses costs one product, not one per use.
+// sum_i a_i b_i^T per member: a weight's gradient over all its uses, one contraction whose
+// reduction runs over every pair's columns, read where they lie (runtime/outer_products.h).
 void run_matmul_nt(const BatchContext& c) {
   const size_t pairs = c.first.arg_count / 2;
-  auto side_by_side = [&](int64_t k, size_t first_slot) {
-    const ir::Shape s = c.values.graph.node(c.arg(size_t(k), first_slot)).shape;
-    const float* base = c.values.in(c.arg(size_t(k), first_slot));
-    bool in_place = true;
-    for (size_t i = 1; i < pairs && in_place; ++i)
-      in_place = c.values.in(c.arg(size_t(k), first_slot + 2 * i)) == base + int64_t(i) * s.size();
-    if (!in_place) {
-      float* packed = c.scratch.allocate(size_t(s.size()) * pairs);
-      for (size_t i = 0; i < pairs; ++i)
-        std::memcpy(packed + i * size_t(s.size()), c.values.in(c.arg(size_t(k), first_slot + 2 * i)),
-                    sizeof(float) * size_t(s.size()));
-      base = packed;
-    }
-    return ConstMatrix(base, s.rows, s.cols * int64_t(pairs));
-  };
   for (int64_t k = 0; k < c.n(); ++k) {
     const ir::Shape sa = c.values.graph.node(c.arg(size_t(k), 0)).shape;
     const ir::Shape sb = c.values.graph.node(c.arg(size_t(k), 1)).shape;
-    if (OuterProducts::suits(sa.rows, sb.rows)) {
-      // Each pair's columns read where they lie, through pointers (the pairs are the reduction).
-      const size_t columns = pairs * size_t(sa.cols);
-      const float** a = c.scratch.allocate_pointers(columns);
-      const float** b = c.scratch.allocate_pointers(columns);
-      for (size_t i = 0; i < pairs; ++i)
-        for (int32_t j = 0; j < sa.cols; ++j) {
-          a[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i)) + int64_t(j) * sa.rows;
-          b[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i + 1)) + int64_t(j) * sb.rows;
-        }
-      const OuterProducts products{sa.rows, sb.rows, std::span(a, columns), std::span(b, columns)};
-      float* panels = c.scratch.allocate(size_t(products.scratch_floats()));
-      products.compute(c.output(k).data(), panels, [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
-        c.split(tiles, kMinRowsPerTask / OuterProducts::kCols, body);
-      });
-      continue;
-    }
-    const ConstMatrix a = side_by_side(k, 0), b = side_by_side(k, 1);
-    Matrix out = c.output(k);
-    c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {
-      out.middleRows(begin, end - begin).noalias() = a.middleRows(begin, end - begin) * b.transpose();
+    const size_t columns = pairs * size_t(sa.cols);
+    const float** a = c.scratch.allocate_pointers(columns);
+    const float** b = c.scratch.allocate_pointers(columns);
+    for (size_t i = 0; i < pairs; ++i)
+      for (int32_t j = 0; j < sa.cols; ++j) {
+        a[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i)) + int64_t(j) * sa.rows;
+        b[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i + 1)) + int64_t(j) * sb.rows;
+      }
+    const OuterProducts products{sa.rows, sb.rows, std::span(a, columns), std::span(b, columns)};
+    float* panels = c.scratch.allocate(size_t(std::max<int64_t>(1, products.scratch_floats())));
+    products.compute(c.output(k).data(), panels, [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
+      c.split(tiles, kMinRowsPerTask / OuterProducts::kCols, body);
     });
   }
   c.stats.kernel_calls += c.n();

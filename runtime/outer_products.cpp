@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+
+#include "edbatch/errors.h"
 
 namespace edb::runtime {
 
@@ -83,17 +86,54 @@ void tile(const float* __restrict a, const float* __restrict b, int64_t depth, f
   }
 }
 
+// Few columns (a bias's (dy, 1)): out[:, j] += a_k b_k[j], each a_k read once from where it lies.
+void by_columns(const OuterProducts& p, float* out) {
+  for (size_t k = 0; k < p.a.size(); ++k) {
+    const float* __restrict a = p.a[k];
+    for (int64_t j = 0; j < p.cols; ++j) {
+      const float s = p.b[k][j];
+      float* __restrict column = out + j * p.rows;
+      for (int64_t r = 0; r < p.rows; ++r) column[r] += a[r] * s;
+    }
+  }
+}
+
+// Few rows (a classifier's logits): out^T[:, i] += b_k a_k[i] in `transposed` (cols x rows), so
+// that the inner loop runs along the long side, then out = (out^T)^T.
+void by_rows(const OuterProducts& p, float* out, float* transposed) {
+  std::fill(transposed, transposed + p.rows * p.cols, 0.0f);
+  for (size_t k = 0; k < p.a.size(); ++k) {
+    const float* __restrict b = p.b[k];
+    for (int64_t i = 0; i < p.rows; ++i) {
+      const float s = p.a[k][i];
+      float* __restrict column = transposed + i * p.cols;
+      for (int64_t c = 0; c < p.cols; ++c) column[c] += b[c] * s;
+    }
+  }
+  for (int64_t j = 0; j < p.cols; ++j)
+    for (int64_t i = 0; i < p.rows; ++i) out[j * p.rows + i] = transposed[i * p.cols + j];
+}
+
+bool narrow_columns(int64_t cols) { return cols < kCols / 2; }
+bool narrow_rows(int64_t rows) { return rows < kRows / 2; }
+
 }  // namespace
 
 int64_t OuterProducts::scratch_floats() const {
+  if (narrow_columns(cols)) return 0;
+  if (narrow_rows(rows)) return rows * cols;
   return (tiles(rows, kRows) * kRows + tiles(cols, kCols) * kCols) * kDepth;
 }
 
 void OuterProducts::compute(float* out, float* panels,
                             const std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>& split) const {
   std::fill(out, out + rows * cols, 0.0f);
+  if (a.size() != b.size()) throw InternalError("OuterProducts: " + std::to_string(a.size()) + " left columns but " +
+                                                std::to_string(b.size()) + " right ones");
+  if (narrow_columns(cols)) return by_columns(*this, out);
+  if (narrow_rows(rows)) return by_rows(*this, out, panels);
   const int64_t row_tiles = tiles(rows, kRows), col_tiles = tiles(cols, kCols);
-  const size_t count = std::min(a.size(), b.size());
+  const size_t count = a.size();
   for (int64_t k0 = 0; k0 < int64_t(count); k0 += kDepth) {
     const int64_t depth = std::min<int64_t>(kDepth, int64_t(count) - k0);
     float* a_panels = panels;

@@ -3,7 +3,7 @@
 // dimension: one contraction per weight per trace, with no gather of the pairs into matrices
 // first. Columns are packed straight from their pointers into cache-sized panels, and a
 // register-blocked micro-kernel (kRows x kCols accumulators) runs over the panels, as BLIS-style
-// GEMMs do.
+// GEMMs do. Every shape goes through here (matmul_nt under the batched and jit executors).
 #pragma once
 
 #include <cstdint>
@@ -21,12 +21,11 @@ struct OuterProducts {
   int64_t cols = 0;  // each b_k's length, the result's columns
   std::span<const float* const> a, b;  // column k of each factor; the same count
 
-  // Whether the micro-kernel is worth it: products narrower than a tile (a bias's (dy, 1), a
-  // classifier's few rows) would mostly pad it.
-  static bool suits(int64_t rows, int64_t cols) { return rows >= kRows / 2 && cols >= kCols / 2; }
   // The scratch floats compute() needs for its panels.
   int64_t scratch_floats() const;
-  // out (rows x cols, column-major, leading dimension rows) = sum_k a_k b_k^T. `split(count,
+  // out (rows x cols, column-major, leading dimension rows) = sum_k a_k b_k^T. Products narrower
+  // than half a tile, which would mostly pad it, add their terms straight from the pointers
+  // instead: a bias's (dy, 1) pairs column by column, a classifier's few rows as out^T. `split(count,
   // body)` runs body(begin, end) over pieces of [0, count) of the column tiles (on a pool, or as
   // one piece); `panels` holds scratch_floats() floats, 64-byte aligned or not.
   void compute(float* out, float* panels,
