@@ -10,6 +10,7 @@ void LocalTypes::build(const ScheduleInput& input) {
   const size_t n = input.graph.size() - begin;
   of_node.assign(n, kNone);
   global.clear();
+  first.clear();
   std::vector<uint32_t>& local_of_global = local_of_global_;  // dense: TypeIds are dense per engine
   local_of_global.clear();
   for (size_t i = 0; i < n; ++i) {
@@ -20,6 +21,7 @@ void LocalTypes::build(const ScheduleInput& input) {
     if (local == kNone) {
       local = static_cast<uint32_t>(global.size());
       global.push_back(t);
+      first.push_back(ir::NodeId(begin + i));
     }
     of_node[i] = local;
   }
@@ -27,21 +29,19 @@ void LocalTypes::build(const ScheduleInput& input) {
 
 void expanded_type_weights(const ScheduleInput& input, const LocalTypes& types, std::vector<uint32_t>& weights) {
   weights.assign(types.count(), 1);
-  if (input.calls) {
-    // Every call of a type runs the same cell: a run of calls of one type is read once.
-    ir::TypeId last_type = ir::kNoType;
-    for (const CallGroups::Call& call : input.calls->calls)
-      if (call.type != last_type && call.last >= input.begin && call.last < input.graph.size())
-        if (const uint32_t local = types.of_node[call.last - input.begin]; local != LocalTypes::kNone) {
-          weights[local] = uint32_t(call.schedule->batches.batch_count());
-          last_type = call.type;
-        }
+  const bool calls = input.calls && !input.calls->empty(), single_nodes = input.graph.cell_count() > 0;
+  if (!calls && !single_nodes) return;
+  for (size_t t = 0; t < types.count(); ++t) {
+    const ir::NodeId id = types.first[t];
+    if (calls) {
+      // A call group's type sits at the call's last node (scheduled_type).
+      if (const uint32_t c = input.calls->call(id); c != CallGroups::kNone && input.calls->calls[c].last == id)
+        weights[t] = uint32_t(input.calls->calls[c].schedule->batches.batch_count());
+    }
+    if (single_nodes)  // no call recorded as a single node (the jit's) unless the graph holds cells
+      if (const ir::Node& node = input.graph.node(id); node.op == ir::Op::call)
+        weights[t] = uint32_t(input.graph.cell(node.attrs.index).batches);
   }
-  if (input.graph.cell_count() == 0) return;  // no call recorded as a single node (the jit's)
-  for (ir::NodeId id = input.begin; id < input.graph.size(); ++id)
-    if (const ir::Node& node = input.graph.node(id); node.op == ir::Op::call)
-      if (const uint32_t local = types.of_node[id - input.begin]; local != LocalTypes::kNone)
-        weights[local] = uint32_t(input.graph.cell(node.attrs.index).batches);
 }
 
 void Dependencies::build(const ScheduleInput& input, const LocalTypes& types) {

@@ -15,6 +15,7 @@ namespace edb::scheduler {
 struct LocalTypes {
   std::vector<uint32_t> of_node;     // per node in range (index id - begin); kNone for leaves
   std::vector<ir::TypeId> global;    // local -> global TypeId
+  std::vector<ir::NodeId> first;     // local -> its first node (a type's nodes all cost alike)
   static constexpr uint32_t kNone = ~0u;
 
   LocalTypes() = default;
@@ -27,7 +28,8 @@ struct LocalTypes {
 };
 
 // Per local type, the batches one batch of it stands for once cells expand: 1, or a call type's
-// cell batches (a call group's, or a single-node call's cell). By array, as it runs on every trace.
+// cell batches (a call group's, or a single-node call's cell), read at the type's first node: every
+// call of a type runs the same cell. Runs on every trace, in time linear in the types.
 void expanded_type_weights(const ScheduleInput& input, const LocalTypes& types, std::vector<uint32_t>& weights);
 
 // Who consumes whom among the scheduled nodes of the range: built in two passes over the edges,

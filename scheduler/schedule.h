@@ -78,12 +78,12 @@ struct CallGroups {
   }
 };
 
-// Which nodes to schedule: [begin, graph.size()). Earlier nodes are already evaluated.
 // Which way the analysis's same-type chain pass runs (type_chains.h): ranks from the sources, or
 // heights towards the sinks. A policy says which it reads (Policy::chains()), so a trace pays for
 // one pass, never both.
 enum class ChainDirection : uint8_t { ranks, heights };
 
+// Which nodes to schedule: [begin, graph.size()). Earlier nodes are already evaluated.
 struct ScheduleInput {
   const ir::Graph& graph;
   std::span<const ir::TypeId> types;  // one per node, kNoType for leaves

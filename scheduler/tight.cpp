@@ -7,38 +7,12 @@
 
 namespace edb::scheduler {
 
-void ChainHeights::build_from_analysis(const ScheduleInput& input, const Analysis& analysis, bool with_remaining) {
-  const LocalTypes& types = analysis.types;
-  const Dependencies& d = analysis.dependencies;
-  const size_t n = input.graph.size() - input.begin;
-  height = analysis.chains.height;
-  if (with_remaining) remaining.resize(n);
-  else remaining.clear();
-  expanded_type_weights(input, types, weight);
-  flags_.assign(n, 1);
-  terminal.assign(types.count(), 1);
-  for (size_t i = n; i-- > 0;) {
-    const uint32_t t = types.of_node[i];
-    if (t == LocalTypes::kNone) {
-      if (with_remaining) remaining[i] = 0;
-      continue;
-    }
-    uint32_t after = 0;
-    uint8_t all_terminal = analysis.chains.longest[t] == 1;
-    for (uint32_t u = d.users_begin[i]; u < d.users_begin[i + 1]; ++u) {
-      const size_t user = d.users[u] - input.begin;
-      all_terminal &= flags_[user];
-      if (with_remaining) after = std::max(after, remaining[user]);
-    }
-    if (with_remaining) remaining[i] = after + (d.unbatchable[t] ? 1 : weight[t]);
-    terminal[t] &= all_terminal;
-    flags_[i] = all_terminal;
-  }
-}
-
 void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, bool with_remaining) {
   if (analysis.chains.direction == ChainDirection::heights) {
-    build_from_analysis(input, analysis, with_remaining);
+    height = analysis.chains.height;
+    remaining = with_remaining ? std::span<const uint32_t>(analysis.chains.remaining) : std::span<const uint32_t>();
+    weight = analysis.weights;
+    terminal = analysis.chains.terminal;
     return;
   }
   const LocalTypes& types = analysis.types;
@@ -59,9 +33,9 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, b
   const size_t width = std::max<size_t>((lanes + kLanes - 1) / kLanes * kLanes, kLanes);
   own_height_.resize(n);
   height = own_height_;
-  if (with_remaining) remaining.resize(n);
-  else remaining.clear();
-  expanded_type_weights(input, types, weight);
+  own_remaining_.resize(with_remaining ? n : 0);
+  remaining = own_remaining_;
+  weight = analysis.weights;
   if (rows_.size() < n * width) rows_.resize(n * width);
   flags_.assign(n, kTerminal);
   terminal.assign(types.count(), 1);
@@ -71,7 +45,7 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, b
     const uint32_t t = types.of_node[i];
     if (t == LocalTypes::kNone) {
       own_height_[i] = 0;
-      if (with_remaining) remaining[i] = 0;
+      if (with_remaining) own_remaining_[i] = 0;
       continue;
     }
     const uint32_t cost = d.unbatchable[t] ? 1 : weight[t];
@@ -85,10 +59,10 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, b
         const size_t user = d.users[u] - input.begin;
         const uint8_t f = flags_[user];
         all_terminal &= f;
-        if (with_remaining) after = std::max(after, remaining[user]);
+        if (with_remaining) after = std::max(after, own_remaining_[user]);
         if (lane != kNoLane && (f & kHasRow)) below = std::max<uint32_t>(below, rows_[user * width + lane]);
       }
-      if (with_remaining) remaining[i] = after + cost;
+      if (with_remaining) own_remaining_[i] = after + cost;
       if (analysis.chains.longest[t] != 1) all_terminal = 0;
       if (!all_terminal) terminal[t] = 0;
       if (below >= 0xffff) throw InternalError("ChainHeights: a same-type chain longer than 65534 nodes");
@@ -101,7 +75,7 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, b
       const size_t user = d.users[u] - input.begin;
       const uint8_t f = flags_[user];
       all_terminal &= f;
-      if (with_remaining) after = std::max(after, remaining[user]);
+      if (with_remaining) after = std::max(after, own_remaining_[user]);
       if (!(f & kHasRow)) continue;
       const uint16_t* __restrict from = rows_.data() + user * width;
       if (!has_row) {
@@ -111,7 +85,7 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, b
         for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
       }
     }
-    if (with_remaining) remaining[i] = after + cost;
+    if (with_remaining) own_remaining_[i] = after + cost;
     if (analysis.chains.longest[t] != 1) all_terminal = 0;
     if (!all_terminal) terminal[t] = 0;
     if (lane != kNoLane) {
@@ -166,7 +140,7 @@ uint32_t TightFrontier::any_tight() const {
 void TightFrontier::run(uint32_t t, Schedule& out) {
   const ir::NodeId begin = input_->begin;
   const std::span<const uint32_t> height = heights_->height;
-  const std::vector<uint32_t>& remaining = heights_->remaining;
+  const std::span<const uint32_t> remaining = heights_->remaining;
   const std::vector<uint32_t>& type_of = analysis_->types.of_node;
   const size_t before = out.nodes.size();
   // A batchable type runs all its ready nodes: none of them is left to count.

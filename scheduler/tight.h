@@ -15,31 +15,29 @@
 namespace edb::scheduler {
 
 // Per scheduled node, the most nodes of its own type on any path that starts at it (1 when no
-// descendant has its type); 0 for unbatchable nodes and leaves. Read from the analysis when it was
-// built for heights (the learned policy's, at no cost beyond greedy's ranks pass); else one reverse
-// pass of its own over per-type rows, a row per node (2 bytes per chain type). Reuses this object's
-// buffers; `height` may view the analysis's, so it must outlive this object's use.
+// descendant has its type); 0 for unbatchable nodes and leaves. Views of the analysis's when it was
+// built for heights (the learned policy's: no pass beyond the one greedy's ranks cost); else one
+// reverse pass of its own over per-type rows, a row per node (2 bytes per chain type). Reuses this
+// object's buffers; the views must not outlive the analysis.
 struct ChainHeights {
   std::span<const uint32_t> height;  // per node in range (index id - begin)
   std::vector<uint32_t> weight;  // per local type: batches one batch of it costs once cells expand
-  // Per local type: single-rank, and every path from its nodes meets only single-rank types (the
-  // output layer, losses): running it before it is tight never lets anything else run sooner.
+  // Per local type (TypeChains::terminal): single-rank, and every path from its nodes meets only
+  // single-rank types: running it before it is tight never lets anything else run sooner.
   std::vector<uint8_t> terminal;
   // Per node in range, when built `with_remaining` (else empty): the most batches (weighted) on any
   // path that starts at it, itself included: how far its instance still has to go.
-  std::vector<uint32_t> remaining;
+  std::span<const uint32_t> remaining;
   void build(const ScheduleInput& input, const Analysis& analysis, bool with_remaining = false);
 
   ChainHeights() = default;
-  ChainHeights(const ChainHeights&) = delete;  // `height` may view this object's own buffer
+  ChainHeights(const ChainHeights&) = delete;  // the views may be of this object's own buffers
   ChainHeights& operator=(const ChainHeights&) = delete;
   ChainHeights(ChainHeights&&) = default;
   ChainHeights& operator=(ChainHeights&&) = default;
 
  private:
-  // With the analysis's heights: terminal and remaining by one scalar pass over the users.
-  void build_from_analysis(const ScheduleInput& input, const Analysis& analysis, bool with_remaining);
-  std::vector<uint32_t> own_height_;
+  std::vector<uint32_t> own_height_, own_remaining_;
   std::vector<uint16_t> rows_;     // per node, a row of chain-type lanes (nodes x lanes)
   std::vector<uint32_t> lane_of_;
   std::vector<uint8_t> flags_;     // per node: terminal, has a row
