@@ -86,30 +86,25 @@ void tile(const float* __restrict a, const float* __restrict b, int64_t depth, f
   }
 }
 
-// Few columns (a bias's (dy, 1)): out[:, j] += a_k b_k[j], each a_k read once from where it lies.
-void by_columns(const OuterProducts& p, float* out) {
-  for (size_t k = 0; k < p.a.size(); ++k) {
-    const float* __restrict a = p.a[k];
-    for (int64_t j = 0; j < p.cols; ++j) {
-      const float s = p.b[k][j];
-      float* __restrict column = out + j * p.rows;
-      for (int64_t r = 0; r < p.rows; ++r) column[r] += a[r] * s;
+// out += sum_k x_k y_k^T (x_k `rows` long, y_k `cols`), column by column, each x_k read once from
+// where it lies: for few columns (a bias's (dy, 1)).
+void add_by_columns(std::span<const float* const> x, std::span<const float* const> y, int64_t rows, int64_t cols,
+                    float* out) {
+  for (size_t k = 0; k < x.size(); ++k) {
+    const float* __restrict xk = x[k];
+    for (int64_t j = 0; j < cols; ++j) {
+      const float s = y[k][j];
+      float* __restrict column = out + j * rows;
+      for (int64_t r = 0; r < rows; ++r) column[r] += xk[r] * s;
     }
   }
 }
 
-// Few rows (a classifier's logits): out^T[:, i] += b_k a_k[i] in `transposed` (cols x rows), so
+// Few rows (a classifier's logits): out^T = sum_k b_k a_k^T column by column in `transposed`, so
 // that the inner loop runs along the long side, then out = (out^T)^T.
 void by_rows(const OuterProducts& p, float* out, float* transposed) {
   std::fill(transposed, transposed + p.rows * p.cols, 0.0f);
-  for (size_t k = 0; k < p.a.size(); ++k) {
-    const float* __restrict b = p.b[k];
-    for (int64_t i = 0; i < p.rows; ++i) {
-      const float s = p.a[k][i];
-      float* __restrict column = transposed + i * p.cols;
-      for (int64_t c = 0; c < p.cols; ++c) column[c] += b[c] * s;
-    }
-  }
+  add_by_columns(p.b, p.a, p.cols, p.rows, transposed);
   for (int64_t j = 0; j < p.cols; ++j)
     for (int64_t i = 0; i < p.rows; ++i) out[j * p.rows + i] = transposed[i * p.cols + j];
 }
@@ -130,7 +125,7 @@ void OuterProducts::compute(float* out, float* panels,
   std::fill(out, out + rows * cols, 0.0f);
   if (a.size() != b.size()) throw InternalError("OuterProducts: " + std::to_string(a.size()) + " left columns but " +
                                                 std::to_string(b.size()) + " right ones");
-  if (narrow_columns(cols)) return by_columns(*this, out);
+  if (narrow_columns(cols)) return add_by_columns(a, b, rows, cols, out);
   if (narrow_rows(rows)) return by_rows(*this, out, panels);
   const int64_t row_tiles = tiles(rows, kRows), col_tiles = tiles(cols, kCols);
   const size_t count = a.size();
