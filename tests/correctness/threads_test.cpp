@@ -2,7 +2,7 @@
 // while trace i executes, its losses read afterwards), are the reference executor's under the
 // batched and jit executors at 1, 2 and 3 threads: a pipelined execution with its kernels split
 // across the pool, the waiting caller taking part (runtime/thread_pool.h's assist), computes what
-// one thread computes; threads = 0 is every core.
+// one thread computes; so do a batch's gradients; threads = 0 is every core.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,6 +73,36 @@ TEST(Threads, EverySampleModelMatchesTheReference) {
           ASSERT_TRUE(near_relative(actual[i], reference[i], 1e-4))
               << executor << ", " << threads << " threads, instance " << i;
       }
+  }
+}
+
+// The gradients of a batch's summed loss (the training step's backward pass: weight gradients split
+// by output tiles, compiled backward cells) at 2 and 3 threads are one thread's, for every model.
+TEST(Threads, GradientsMatchOneThread) {
+  for (const samples::ModelEntry& entry : samples::model_registry()) {
+    SCOPED_TRACE(entry.name);
+    const std::unique_ptr<samples::SampleModel> sample = entry.make(config());
+    auto gradients = [&](int threads) {
+      EngineOptions options;
+      options.threads = threads;
+      options.verify = true;
+      Engine engine(options);
+      Trace trace(engine);
+      std::vector<Expr> losses;
+      for (size_t i = 0; i < std::min<size_t>(sample->instance_count(), 24); ++i) losses.push_back(sample->record_loss(trace, i));
+      return trace.backward(sum(losses));
+    };
+    const Gradients one = gradients(1);
+    ASSERT_FALSE(one.parameters.empty());
+    for (int threads : {2, 3}) {
+      const Gradients many = gradients(threads);
+      EXPECT_TRUE(near_relative(many.loss, one.loss, 1e-4)) << threads << " threads";
+      for (const Gradients::Dense& d : one.parameters) {
+        const Tensor* other = many.of(d.parameter);
+        ASSERT_NE(other, nullptr) << threads << " threads";
+        EXPECT_TRUE(near_relative(*other, d.gradient, 1e-3)) << threads << " threads";
+      }
+    }
   }
 }
 
