@@ -2,7 +2,7 @@
 // random cells) run under every policy x executor x cells on/off x memplan on/off x threads, each
 // value compared with the reference executor on the sequential policy with cells off.
 // EDB_FUZZ_GRAPHS=N runs N graphs (default 300), EDB_FUZZ_FIRST_SEED=S starts at seed S, and
-// EDB_FUZZ_COMBINATIONS=K runs K of the 100 combinations per graph, rotating with the seed so that
+// EDB_FUZZ_COMBINATIONS=K runs K of the 140 combinations per graph, rotating with the seed so that
 // every one keeps being covered (default: all; the long mode and sanitizer builds take fewer).
 #include <gtest/gtest.h>
 
@@ -126,7 +126,7 @@ std::string compare(const Outcome& actual, const Outcome& expected, const Combin
 struct Fuzzer {
   testing::TempDir cache;  // the jit's kernels, shared by every jit engine here
   testing::RandomGraphModel model;
-  std::vector<Combination> combinations = all_combinations(2);
+  std::vector<Combination> combinations = all_combinations(3);
   std::vector<std::unique_ptr<Engine>> engines;
   Engine reference{engine_options({"sequential", "reference", false, false, 1}, "")};
   std::map<std::string, int64_t> runs;  // per combination, for the coverage check
