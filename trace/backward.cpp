@@ -66,6 +66,11 @@ struct Buffers {
   std::vector<NodeId> order;      // mirrored_order()'s
   std::vector<NodeId> args;       // send()'s
   std::vector<uint32_t> position;
+  // send_call()'s: the backward call's arguments and outputs, each output's gradient terms, and
+  // the frame rows read as right factors (only that call's outputs read its frame).
+  std::vector<NodeId> call_args, call_outputs;
+  std::vector<std::vector<NodeId>> seeds;
+  std::vector<std::pair<std::pair<int64_t, ir::Shape>, NodeId>> frame_reads;
 };
 
 class Backward {
@@ -281,10 +286,11 @@ class Backward {
       attrs.index = graph_.add_constants(value.values);
       return s_.add(Op::input, {}, value.shape, attrs).node_id();
     }
-    const auto key = std::make_pair(n, value.at);
-    if (auto it = frame_reads_.find(key); it != frame_reads_.end() && graph_.node(it->second).shape == value.shape)
-      return it->second;
-    return frame_reads_[key] = read_rows(s_, n, value.at, value.shape);
+    for (const auto& [rows, node] : b_.frame_reads)
+      if (rows.first == value.at && rows.second == value.shape) return node;
+    const NodeId read = read_rows(s_, n, value.at, value.shape);
+    b_.frame_reads.emplace_back(std::make_pair(value.at, value.shape), read);
+    return read;
   }
 
   // A cell call's rule: one call of the cell's backward body (trace/backward.cpp's
@@ -299,29 +305,35 @@ class Backward {
     detail::CellRecord& record = record_of(cell);
     if (!record.backward) return;  // no gradient flows through its body
     detail::BackwardCell& backward = *record.backward;
-    std::vector<NodeId> args{n};
+    std::vector<NodeId>& args = b_.call_args;
+    args.assign(1, n);
     const auto forward_args = graph_.args(n);
     args.insert(args.end(), forward_args.begin(), forward_args.end());
     const size_t arguments = forward_args.size();
+    b_.frame_reads.clear();
     // Each output's gradient: what the views of the output sent, summed.
-    std::vector<std::vector<NodeId>> seeds(backward.seed_offsets.size());
+    const size_t outputs_sent = backward.seed_offsets.size();
+    std::vector<std::vector<NodeId>>& seeds = b_.seeds;  // the first outputs_sent are this call's
+    if (seeds.size() < outputs_sent) seeds.resize(outputs_sent);
+    for (size_t j = 0; j < outputs_sent; ++j) seeds[j].clear();
     for (int32_t i = b_.head[n]; i >= 0; i = b_.items[size_t(i)].next) {
       const Contribution c = b_.items[size_t(i)];
       size_t j = 0;
-      while (j < seeds.size() && !(c.kind == Contribution::kSlice && c.begin == backward.seed_offsets[j] &&
+      while (j < outputs_sent && !(c.kind == Contribution::kSlice && c.begin == backward.seed_offsets[j] &&
                                    c.end - c.begin == backward.seed_floats[j]))
         ++j;
-      if (j == seeds.size())
+      if (j == outputs_sent)
         throw InternalError("Trace::backward: call %" + std::to_string(n) + " was sent a gradient at no output");
       seeds[j].push_back(c.a);
     }
-    for (size_t j = 0; j < seeds.size(); ++j) {
+    for (size_t j = 0; j < outputs_sent; ++j) {
       std::reverse(seeds[j].begin(), seeds[j].end());
       if (seeds[j].empty()) args.push_back(constant(ir::Shape{int32_t(backward.seed_floats[j]), 1}, 0.0f));
       else args.push_back(seeds[j].size() == 1 ? seeds[j][0] : emit(Op::sum, seeds[j]));
     }
     const ir::TypeId type = detail::call_type(*s_.engine, backward.cell, graph_, args);
-    std::vector<NodeId> outputs;
+    std::vector<NodeId>& outputs = b_.call_outputs;
+    outputs.clear();
     detail::record_call_node(s_, backward.cell, type, args, outputs);
     for (size_t k = 0; k < outputs.size(); ++k) {
       const detail::BackwardCell::Output& o = backward.outputs[k];
@@ -558,7 +570,6 @@ class Backward {
   Buffers& b_;
   std::map<std::tuple<int32_t, int32_t, float>, NodeId> constants_;
   std::vector<NodeId> body_parameters_;  // parameter nodes made for cells' bodies
-  std::map<std::pair<NodeId, int64_t>, NodeId> frame_reads_;  // (call, first row) -> its view
   const runtime::CallCell* last_cell_ = nullptr;
   detail::CellRecord* last_record_ = nullptr;
 };
