@@ -38,7 +38,12 @@ template <int64_t tile>
 void pack(std::span<const float* const> columns, int64_t k0, int64_t depth, int64_t extent, float* panels) {
   const int64_t count = tiles(extent, tile);
   const int64_t tail = extent - (count - 1) * tile;
+  constexpr int64_t kAhead = 4;  // columns prefetched ahead: they lie anywhere in the arena
+  const int64_t lines = (extent * int64_t(sizeof(float)) + 63) / 64;
   for (int64_t k = 0; k < depth; ++k) {
+    if (k + kAhead < depth)
+      for (int64_t line = 0; line < lines; ++line)
+        __builtin_prefetch(reinterpret_cast<const char*>(columns[size_t(k0 + k + kAhead)]) + line * 64);
     const float* column = columns[size_t(k0 + k)];
     for (int64_t t = 0; t < count; ++t) {
       float* to = panels + (t * depth + k) * tile;
