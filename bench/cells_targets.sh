@@ -8,11 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 run=build/tools/edb-run
 data=../shared/data
-rounds=${1:-5}
-shift || true
-models=("$@")
-((${#models[@]})) || models=(treelstm bilstm latticelstm treegru latticegru mvrnn childsum dagrnn)
 source bench/workloads.sh
+rounds_and_models 5 "treelstm bilstm latticelstm treegru latticegru mvrnn childsum dagrnn" "$@"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 configs=("batched off" "jit off" "jit on")

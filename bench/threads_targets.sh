@@ -10,11 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 run=build/tools/edb-run
 data=../shared/data
-rounds=${1:-5}
-shift || true
-models=("$@")
-((${#models[@]})) || models=(treelstm bilstm latticelstm treelstm-train treelstm-busy)
 source bench/workloads.sh
+rounds_and_models 5 "treelstm bilstm latticelstm treelstm-train treelstm-busy" "$@"
 work=$(mktemp -d)
 busy=
 cleanup() {

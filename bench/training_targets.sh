@@ -9,10 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 run=build/tools/edb-run
 data=../shared/data
-rounds=${1:-3}
-shift || true
-models=("$@")
-((${#models[@]})) || models=(treelstm bilstm)
+source bench/workloads.sh
+rounds_and_models 3 "treelstm bilstm" "$@"
 train_data() {
   case $1 in
     treelstm) echo "--data $data/sst-learnable.txt" ;;

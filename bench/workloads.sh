@@ -1,5 +1,6 @@
 # Sourced by bench/*_targets.sh and policy_batch_sizes.sh (from the repository root, with $data set
-# to the shared data folder): each sample model's workload flags, and a field of edb-run's JSON.
+# to the shared data folder): each sample model's workload flags, a field of edb-run's JSON, and the
+# scripts' common arguments.
 # shellcheck shell=bash
 data_of() {
   case $1 in
@@ -10,3 +11,13 @@ data_of() {
   esac
 }
 field() { python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
+# A script's arguments [ROUNDS] [MODEL...]: sets `rounds` and the array `models`, each defaulting to
+# the script's own. Usage: rounds_and_models DEFAULT_ROUNDS "DEFAULT MODELS" "$@"
+rounds_and_models() {
+  local default_rounds=$1 default_models=$2
+  shift 2
+  rounds=${1:-$default_rounds}
+  shift || true
+  models=("$@")
+  ((${#models[@]})) || read -ra models <<<"$default_models"
+}
