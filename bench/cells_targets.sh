@@ -6,9 +6,7 @@
 # bench/cells_targets.sh [ROUNDS] [MODEL...]   (numbers vary 10-30% between runs here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-run=build/tools/edb-run
-data=../shared/data
-source bench/workloads.sh
+source bench/workloads.sh  # also $run and $data
 rounds_and_models 5 "treelstm bilstm latticelstm treegru latticegru mvrnn childsum dagrnn" "$@"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -8,9 +8,7 @@
 # bench/threads_targets.sh [ROUNDS] [MODEL...]   (numbers vary 10-30% between runs on shared vCPUs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-run=build/tools/edb-run
-data=../shared/data
-source bench/workloads.sh
+source bench/workloads.sh  # also $run and $data
 rounds_and_models 5 "treelstm bilstm latticelstm treelstm-train treelstm-busy" "$@"
 work=$(mktemp -d)
 busy=

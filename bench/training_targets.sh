@@ -7,9 +7,7 @@
 # Usage: bench/training_targets.sh [ROUNDS] [MODEL...]   (numbers vary 10-30% between runs here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-run=build/tools/edb-run
-data=../shared/data
-source bench/workloads.sh
+source bench/workloads.sh  # also $run and $data
 rounds_and_models 3 "treelstm bilstm" "$@"
 train_data() {
   case $1 in

@@ -2,6 +2,8 @@
 # to the shared data folder): each sample model's workload flags, a field of edb-run's JSON, and the
 # scripts' common arguments.
 # shellcheck shell=bash
+run=${run:-build/tools/edb-run}  # a script may set its own before sourcing this
+data=${data:-../shared/data}
 data_of() {
   case $1 in
     tree* | mvrnn) echo "--data $data/sst-like.txt" ;;
