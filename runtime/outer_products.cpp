@@ -16,7 +16,6 @@ namespace {
 
 constexpr int64_t kRows = OuterProducts::kRows;
 constexpr int64_t kCols = OuterProducts::kCols;
-constexpr int64_t kDepth = OuterProducts::kDepth;
 constexpr int64_t kLanes = 16;
 static_assert(kRows == 2 * kLanes, "the micro-kernel holds a tile column in two vectors");
 
