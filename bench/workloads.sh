@@ -12,6 +12,15 @@ data_of() {
     *) echo "" ;;  # childsum, dagrnn: generated (a --skip part continues the same stream)
   esac
 }
+# The training workloads of issue 29's targets: TreeLSTM on sst-learnable.txt, the BiLSTM tagger on
+# pos-like.txt with embed 128 and hidden 50; other models on their generated data.
+train_data_of() {
+  case $1 in
+    treelstm) echo "--data $data/sst-learnable.txt" ;;
+    bilstm) echo "--data $data/pos-like.txt --embed 128 --hidden 50" ;;
+    *) echo "" ;;
+  esac
+}
 field() { python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
 # A script's arguments [ROUNDS] [MODEL...]: sets `rounds` and the array `models`, each defaulting to
 # the script's own. Usage: rounds_and_models DEFAULT_ROUNDS "DEFAULT MODELS" "$@"
