@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <string>
 
@@ -40,16 +41,6 @@ int64_t resident_kb() {
   return read && page > 0 ? int64_t(resident) * page / 1024 : 0;
 }
 
-// Epoch `epoch`'s order of the training instances [0, count): Fisher-Yates from (seed, epoch).
-std::vector<size_t> shuffled(size_t count, uint64_t seed, int epoch) {
-  std::vector<size_t> order(count);
-  std::iota(order.begin(), order.end(), size_t{0});
-  uint64_t state = seed * 0x2545f4914f6cdd1dull + uint64_t(epoch);
-  next_random(state);
-  for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[next_random(state) % i]);
-  return order;
-}
-
 std::string number(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", value);
@@ -67,6 +58,15 @@ int64_t most_frequent(const std::map<int64_t, int64_t>& counts) {
 }
 
 }  // namespace
+
+std::vector<size_t> epoch_order(size_t count, uint64_t seed, int epoch) {
+  std::vector<size_t> order(count);
+  std::iota(order.begin(), order.end(), size_t{0});
+  uint64_t state = seed * 0x2545f4914f6cdd1dull + uint64_t(epoch);
+  next_random(state);
+  for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[next_random(state) % i]);
+  return order;
+}
 
 Split split_instances(size_t count, double holdout) {
   if (!(holdout >= 0.0 && holdout < 1.0))
@@ -129,23 +129,39 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
     EpochResult& e = result.epochs.emplace_back();
     e.epoch = epoch;
     const auto epoch_start = Clock::now();
-    const std::vector<size_t> order = shuffled(train_count, options.seed, epoch);
+    const std::vector<size_t> order = epoch_order(train_count, options.seed, epoch);
     double loss_sum = 0, norm_sum = 0;
     int64_t steps = 0;
-    for (size_t begin = 0; begin < train_count; begin += size_t(options.batch)) {
-      const size_t end = std::min(train_count, begin + size_t(options.batch));
-      Trace trace(engine);
-      const Stats before_forward = engine.stats();
-      auto start = Clock::now();
+    // Step `begin`'s forward pass, recorded (not run): its trace and mean loss.
+    struct Step {
+      std::unique_ptr<Trace> trace;  // before `loss`, which must not outlive it
+      Expr loss;
+      size_t begin = 0, end = 0;
+    };
+    auto record = [&](size_t begin) {
+      Step step{std::make_unique<Trace>(engine), Expr(), begin, std::min(train_count, begin + size_t(options.batch))};
       std::vector<Expr> losses;
-      for (size_t k = begin; k < end; ++k) losses.push_back(model.record_loss(trace, order[k]));
-      const Expr loss = sum(losses) * (1.0f / float(end - begin));
-      loss_sum += double(loss.scalar()) * double(end - begin);
+      for (size_t k = step.begin; k < step.end; ++k) losses.push_back(model.record_loss(*step.trace, order[k]));
+      step.loss = sum(losses) * (1.0f / float(step.end - step.begin));
+      return step;
+    };
+    auto start = Clock::now();
+    Step step = record(0);
+    e.forward_ms += ms_since(start);
+    for (;;) {
+      const Stats before_forward = engine.stats();  // nothing runs between steps: no wait
+      start = Clock::now();
+      step.trace->run();
+      // The next step's forward pass is recorded while this one executes (with two or more
+      // threads it runs in the background): recording reads no values, and the next trace runs
+      // only after this step's update, when the loop comes round to its run().
+      Step next = step.end < train_count ? record(step.end) : Step{};
+      loss_sum += double(step.loss.scalar()) * double(step.end - step.begin);
       e.forward_ms += ms_since(start);
       const Stats after_forward = engine.stats();
       (e.forward_stats += after_forward) -= before_forward;
       start = Clock::now();
-      const Gradients gradients = trace.backward(loss);
+      const Gradients gradients = step.trace->backward(step.loss);
       e.backward_ms += ms_since(start);
       (e.backward_stats += engine.stats()) -= after_forward;
       start = Clock::now();
@@ -154,9 +170,11 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
       ++steps;
       if (options.progress) {
         const double seconds = ms_since(epoch_start) / 1000.0;
-        options.progress(TrainProgress{epoch, last_epoch, int64_t(end), int64_t(train_count),
-                                       loss_sum / double(end), seconds > 0 ? double(end) / seconds : 0.0});
+        options.progress(TrainProgress{epoch, last_epoch, int64_t(step.end), int64_t(train_count),
+                                       loss_sum / double(step.end), seconds > 0 ? double(step.end) / seconds : 0.0});
       }
+      if (!next.trace) break;
+      step = std::move(next);
     }
     e.total_ms = ms_since(epoch_start);
     e.train_loss = loss_sum / double(train_count);

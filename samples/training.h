@@ -1,6 +1,7 @@
 // The training loop shared by edb-run --train and edb-bench-train: epochs over a seeded shuffle of
-// the training split, one trace per batch (forward, Trace::backward, Optimizer::step, each timed),
-// and after each epoch the held-out split's loss and accuracy against its majority class.
+// the training split, one trace per batch (forward, Trace::backward, Optimizer::step, each timed;
+// the next batch's forward pass is recorded while this one's runs), and after each epoch the
+// held-out split's loss and accuracy against its majority class.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,10 @@ struct Split {
 };
 // UsageError when holdout is outside [0, 1) or leaves no training instance.
 Split split_instances(size_t count, double holdout);
+
+// Epoch `epoch`'s order of the training instances [0, count): a Fisher-Yates shuffle drawn from
+// (seed, epoch) alone, with a portable generator (the same order with every standard library).
+std::vector<size_t> epoch_order(size_t count, uint64_t seed, int epoch);
 
 // Loss and accuracy of a set of instances, forward only. Losses are per instance (the sum over its
 // labelled positions, as record_loss); "counted" positions are the model's accuracy unit (tree
@@ -67,7 +72,7 @@ struct EpochResult {
   Evaluation heldout;            // after the epoch
   double gradient_norm = 0;      // mean over the epoch's steps, before clipping
   double instances_per_sec = 0;  // training instances over the epoch's training time
-  double forward_ms = 0;         // recording the losses and evaluating them
+  double forward_ms = 0;         // recording the losses and evaluating them (the next step is recorded while a step runs)
   double backward_ms = 0;        // Trace::backward
   double optimizer_ms = 0;       // Optimizer::step
   double total_ms = 0;           // the epoch's training time (all of the above and the shuffle)

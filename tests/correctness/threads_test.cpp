@@ -2,7 +2,8 @@
 // while trace i executes, its losses read afterwards), are the reference executor's under the
 // batched and jit executors at 1, 2 and 3 threads: a pipelined execution with its kernels split
 // across the pool, the waiting caller taking part (runtime/thread_pool.h's assist), computes what
-// one thread computes; so do a batch's gradients; threads = 0 is every core.
+// one thread computes; so do a batch's gradients, and the training loop, which records a step's
+// forward pass while the step before runs; threads = 0 is every core.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +13,10 @@
 #include <vector>
 
 #include <edbatch/edbatch.h>
+#include <edbatch/train.h>
 
 #include "samples/models.h"
+#include "samples/training.h"
 #include "tests/support/test_support.h"
 
 namespace edb {
@@ -102,6 +105,70 @@ TEST(Threads, GradientsMatchOneThread) {
         ASSERT_NE(other, nullptr) << threads << " threads";
         EXPECT_TRUE(near_relative(*other, d.gradient, 1e-3)) << threads << " threads";
       }
+    }
+  }
+}
+
+// samples::train records step i+1's forward pass before step i's update (while step i runs, with
+// two or more threads): at 1, 2 and 3 threads it trains as the plain loop does, which records each
+// step after the last update (the same losses per epoch, the same parameters at the end). A trace
+// that took a parameter's values when recorded would train on the values before the update.
+TEST(Threads, TrainingLoopTrainsAsThePlainLoop) {
+  for (const samples::ModelEntry& entry : samples::model_registry()) {
+    SCOPED_TRACE(entry.name);
+    OptimizerOptions adam;
+    adam.kind = "adam";
+    adam.learning_rate = 0.01f;
+    samples::TrainOptions options;
+    options.epochs = 2;
+    options.batch = 8;
+    options.holdout = 0.2;
+    options.seed = 3;
+    auto parameters = [](const Model& model) {
+      std::vector<float> values;
+      for (const Parameter& p : model.parameters()) values.insert(values.end(), p.values().begin(), p.values().end());
+      for (const LookupTable& t : model.lookups()) values.insert(values.end(), t.values().begin(), t.values().end());
+      return values;
+    };
+    // The plain loop, on one thread.
+    const std::unique_ptr<samples::SampleModel> plain = entry.make(config());
+    std::vector<double> plain_losses;
+    {
+      Engine engine;
+      Optimizer optimizer(plain->model(), adam);
+      const size_t train = samples::split_instances(plain->instance_count(), options.holdout).train;
+      for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+        const std::vector<size_t> order = samples::epoch_order(train, options.seed, epoch);
+        double loss_sum = 0;
+        for (size_t begin = 0; begin < train; begin += size_t(options.batch)) {
+          const size_t end = std::min(train, begin + size_t(options.batch));
+          Trace trace(engine);
+          std::vector<Expr> losses;
+          for (size_t k = begin; k < end; ++k) losses.push_back(plain->record_loss(trace, order[k]));
+          const Expr loss = sum(losses) * (1.0f / float(end - begin));
+          loss_sum += double(loss.scalar()) * double(end - begin);
+          optimizer.step(trace.backward(loss));
+        }
+        plain_losses.push_back(loss_sum / double(train));
+      }
+    }
+    const std::vector<float> plain_values = parameters(plain->model());
+    for (int threads : {1, 2, 3}) {
+      const std::unique_ptr<samples::SampleModel> sample = entry.make(config());
+      EngineOptions engine_options;
+      engine_options.threads = threads;
+      Engine engine(engine_options);
+      Optimizer optimizer(sample->model(), adam);
+      const samples::TrainResult result = samples::train(*sample, engine, optimizer, options);
+      ASSERT_EQ(result.epochs.size(), plain_losses.size());
+      for (size_t e = 0; e < plain_losses.size(); ++e)
+        EXPECT_TRUE(near_relative(result.epochs[e].train_loss, plain_losses[e], 1e-4))
+            << threads << " threads, epoch " << e + 1 << ": " << result.epochs[e].train_loss << " against "
+            << plain_losses[e];
+      const std::vector<float> values = parameters(sample->model());
+      ASSERT_EQ(values.size(), plain_values.size());
+      for (size_t i = 0; i < values.size(); ++i)
+        ASSERT_TRUE(near_relative(values[i], plain_values[i], 1e-3)) << threads << " threads, value " << i;
     }
   }
 }
