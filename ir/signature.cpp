@@ -166,6 +166,8 @@ TypeId SignatureTable::add_type(std::string name) {
   }
   const TypeId type = static_cast<TypeId>(names_.size());
   names_.push_back(name);
+  type_bytes_ += key_buffer_.size() + sizeof(TypeId) + 2 * sizeof(void*) +  // the key's entry
+                 2 * name.size() + sizeof(TypeId) + 2 * sizeof(void*) + sizeof(std::string);  // the name's
   by_name_.emplace(std::move(name), type);
   by_key_.emplace(key_buffer_, type);
   return type;
@@ -251,14 +253,10 @@ void SignatureTable::reset() {
   names_.clear();
   recorded_.assign(256, RecordedEntry{});
   recorded_count_ = 0;
+  type_bytes_ = 0;
 }
 
-size_t SignatureTable::bytes() const {
-  size_t total = recorded_.size() * sizeof(RecordedEntry);
-  for (const auto& [key, type] : by_key_) total += key.size() + sizeof(TypeId) + 2 * sizeof(void*);
-  for (const std::string& name : names_) total += 2 * name.size() + sizeof(TypeId) + 2 * sizeof(void*) + sizeof(std::string);
-  return total;
-}
+size_t SignatureTable::bytes() const { return recorded_.size() * sizeof(RecordedEntry) + type_bytes_; }
 
 std::optional<TypeId> SignatureTable::find(std::string_view signature) const {
   if (auto it = by_name_.find(signature); it != by_name_.end()) return it->second;

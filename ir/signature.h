@@ -55,7 +55,8 @@ class SignatureTable {
   void reset();
   int64_t resets() const { return resets_; }
   int64_t forgotten() const { return forgotten_; }  // types forgotten by reset(), summed
-  size_t bytes() const;  // roughly: names, keys and the record-time cache
+  size_t bytes() const;  // roughly: names, keys and the record-time cache (kept as types are added:
+                         // Engine::stats() reads it after every evaluation)
 
  private:
   struct Hash {
@@ -81,6 +82,7 @@ class SignatureTable {
   std::vector<RecordedEntry> recorded_ = std::vector<RecordedEntry>(256);
   size_t recorded_count_ = 0;
   int64_t resets_ = 0, forgotten_ = 0;
+  size_t type_bytes_ = 0;  // bytes()'s share of by_key_, by_name_ and names_
 };
 
 }  // namespace edb::ir

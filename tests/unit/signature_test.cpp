@@ -117,6 +117,25 @@ TEST(Signature, LongRepeatedArgumentListsAreKeyedByTheirGroup) {
   EXPECT_NE(table.intern(g.graph, irregular), table.intern(g.graph, g.op(Op::matmul_nt, pairs(7, x))));
 }
 
+TEST(Signature, BytesGrowWithEachNewTypeAndResetForgetsThem) {
+  Builder b;
+  const NodeId x = b.input({4, 1});
+  const NodeId tanh = b.op(Op::tanh, {x});
+  const NodeId sigmoid = b.op(Op::sigmoid, {x});
+  SignatureTable table;
+  const size_t empty = table.bytes();
+  table.intern(b.graph, tanh);
+  const size_t one = table.bytes();
+  EXPECT_GT(one, empty);
+  table.intern(b.graph, tanh);  // seen: nothing new
+  EXPECT_EQ(table.bytes(), one);
+  table.intern(b.graph, sigmoid);
+  // The second type adds its key and its name, which print longer than nothing.
+  EXPECT_GE(table.bytes() - one, table.name(table.intern(b.graph, sigmoid)).size() * 2);
+  table.reset();
+  EXPECT_EQ(table.bytes(), empty);
+}
+
 TEST(Signature, LeavesHaveNoType) {
   Builder g;
   const NodeId x = g.input({3, 1});
