@@ -383,19 +383,25 @@ void run_matmul_tn(const BatchContext& c) {
 // reduction runs over every pair's columns, read where they lie (runtime/outer_products.h).
 void run_matmul_nt(const BatchContext& c) {
   const size_t pairs = c.first.arg_count / 2;
+  // Members run one after another, so one set of column pointers and panels serves them all (a
+  // batch of thousands of single outer products would otherwise take scratch for each).
+  const ir::Shape first_a = c.values.graph.node(c.arg(0, 0)).shape, first_b = c.values.graph.node(c.arg(0, 1)).shape;
+  const size_t columns = pairs * size_t(first_a.cols);  // a batch's members have one signature: these shapes
+  const float** a = c.scratch.allocate_pointers(columns);
+  const float** b = c.scratch.allocate_pointers(columns);
+  float* panels = c.scratch.allocate(size_t(std::max<int64_t>(
+      1, OuterProducts{first_a.rows, first_b.rows, std::span(a, columns), std::span(b, columns)}.scratch_floats())));
   for (int64_t k = 0; k < c.n(); ++k) {
     const ir::Shape sa = c.values.graph.node(c.arg(size_t(k), 0)).shape;
     const ir::Shape sb = c.values.graph.node(c.arg(size_t(k), 1)).shape;
-    const size_t columns = pairs * size_t(sa.cols);
-    const float** a = c.scratch.allocate_pointers(columns);
-    const float** b = c.scratch.allocate_pointers(columns);
+    if (!(sa == first_a) || !(sb == first_b))
+      throw InternalError("run_matmul_nt: member " + std::to_string(k) + " of a batch has other shapes than the first");
     for (size_t i = 0; i < pairs; ++i)
       for (int32_t j = 0; j < sa.cols; ++j) {
         a[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i)) + int64_t(j) * sa.rows;
         b[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i + 1)) + int64_t(j) * sb.rows;
       }
     const OuterProducts products{sa.rows, sb.rows, std::span(a, columns), std::span(b, columns)};
-    float* panels = c.scratch.allocate(size_t(std::max<int64_t>(1, products.scratch_floats())));
     products.compute(c.output(k).data(), panels, [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
       c.split(tiles, kMinRowsPerTask / OuterProducts::kCols, body);
     });

@@ -57,14 +57,21 @@ CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t ca
     const ir::NodeId leaf = e.graph.add(n.op, {}, n.shape, attrs);
     for (size_t c = 0; c < calls; ++c) e.at[c * size + id] = leaf;
   }
-  // The arguments: inputs whose values the arena holds, each call's side by side.
+  // The arguments: inputs whose values the arena holds, each call's side by side. Their constant
+  // data is never read (run() copies each call's argument in), so the calls share one copy of it:
+  // a backward body's frame argument can be hundreds of thousands of floats.
+  std::vector<int64_t> placeholder_constants;
+  for (ir::NodeId p : cell.placeholders)
+    placeholder_constants.push_back(
+        e.graph.add_constants(std::span<const float>(body.leaf_data(p), size_t(body.node(p).shape.size()))));
   int64_t floats = 0;
   std::vector<std::pair<ir::NodeId, int64_t>> placed;
   for (size_t c = 0; c < calls; ++c)
-    for (ir::NodeId p : cell.placeholders) {
+    for (size_t i = 0; i < cell.placeholders.size(); ++i) {
+      const ir::NodeId p = cell.placeholders[i];
       const ir::Node& n = body.node(p);
       ir::Attributes attrs = n.attrs;
-      attrs.index = e.graph.add_constants(std::span<const float>(body.leaf_data(p), size_t(n.shape.size())));
+      attrs.index = placeholder_constants[i];
       const ir::NodeId node = e.graph.add(ir::Op::input, {}, n.shape, attrs);
       e.at[c * size + p] = node;
       placed.emplace_back(node, floats);

@@ -121,7 +121,10 @@ bool narrow_rows(int64_t rows) { return rows < kRows / 2; }
 int64_t OuterProducts::scratch_floats() const {
   if (narrow_columns(cols)) return 0;
   if (narrow_rows(rows)) return rows * cols;
-  return (tiles(rows, kRows) * kRows + tiles(cols, kCols) * kCols) * kDepth;
+  // Panels as deep as the columns there are, up to kDepth: a single outer product (an MV-RNN
+  // word matrix's gradient, dy x^T) needs one column of each, not kDepth.
+  const int64_t depth = std::clamp<int64_t>(int64_t(a.size()), 1, kDepth);
+  return (tiles(rows, kRows) * kRows + tiles(cols, kCols) * kCols) * depth;
 }
 
 void OuterProducts::compute(float* out, float* panels,

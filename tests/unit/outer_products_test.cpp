@@ -64,5 +64,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OuterProductsTest, ::testing::ValuesIn(kCases),
   return std::to_string(info.param.rows) + "x" + std::to_string(info.param.cols) + "x" + std::to_string(info.param.count);
 });
 
+// Panels are as deep as the columns a product has: one outer product (an MV-RNN word matrix's
+// gradient, batched by the thousand) takes one column of each panel, not OuterProducts::kDepth.
+TEST(OuterProducts, ScratchIsAsDeepAsTheColumns) {
+  std::vector<float> column(128, 1.0f);
+  const float* one[] = {column.data()};
+  const int64_t panel_rows = 4 * OuterProducts::kRows + 11 * OuterProducts::kCols;  // 128 rows, 128 cols
+  EXPECT_EQ((OuterProducts{128, 128, std::span(one, 1), std::span(one, 1)}.scratch_floats()), panel_rows);
+  std::vector<const float*> many(1000, column.data());
+  EXPECT_EQ((OuterProducts{128, 128, many, many}.scratch_floats()), panel_rows * OuterProducts::kDepth);
+}
+
 }  // namespace
 }  // namespace edb::runtime
