@@ -79,6 +79,13 @@ constexpr int64_t kFewRows = 16;                  // a GEMM of fewer output rows
 constexpr int64_t kMinElementsPerTask = 1 << 15;  // elementwise ranges worth a thread hand-off
 constexpr size_t kMaxJitInputs = 8;               // wider sums run on Eigen
 constexpr size_t kMaxFused = 16;                  // batches in one fused kernel, at most
+// With two or more threads, a weight's gradient over many uses is cut by uses: each piece packs and
+// multiplies its own uses into its own partial sum, so no piece waits for panels another packs
+// (cut by output columns, every panel's packing ran on one thread while the others waited, and
+// each panel was a hand-off), and the partial sums are added in piece order. More pieces than two
+// threads: a thread the OS has not scheduled leaves the pieces it has not started to the others.
+constexpr int64_t kMinUsesPerPiece = OuterProducts::kDepth;
+constexpr int64_t kMaxUsePieces = 4;
 
 struct Operand {
   enum Kind { kShared, kStrided, kGathered };
@@ -389,8 +396,21 @@ void run_matmul_nt(const BatchContext& c) {
   const size_t columns = pairs * size_t(first_a.cols);  // a batch's members have one signature: these shapes
   const float** a = c.scratch.allocate_pointers(columns);
   const float** b = c.scratch.allocate_pointers(columns);
-  float* panels = c.scratch.allocate(size_t(std::max<int64_t>(
-      1, OuterProducts{first_a.rows, first_b.rows, std::span(a, columns), std::span(b, columns)}.scratch_floats())));
+  // Cut by uses with two or more threads (kMaxUsePieces): piece 0 sums into the output, the others
+  // into partial sums of their own; each packs its own panels.
+  const int64_t pieces =
+      c.pool.size() == 1 ? 1 : std::clamp<int64_t>(int64_t(columns) / kMinUsesPerPiece, 1, kMaxUsePieces);
+  auto piece_of = [&](int64_t i) {
+    const size_t begin = columns * size_t(i) / size_t(pieces), end = columns * size_t(i + 1) / size_t(pieces);
+    return OuterProducts{first_a.rows, first_b.rows, std::span(a + begin, end - begin), std::span(b + begin, end - begin)};
+  };
+  const int64_t size = first_a.rows * first_b.rows;
+  float* panels[kMaxUsePieces];
+  float* sums[kMaxUsePieces] = {};
+  for (int64_t i = 0; i < pieces; ++i) {
+    panels[i] = c.scratch.allocate(size_t(std::max<int64_t>(1, piece_of(i).scratch_floats())));
+    if (i > 0) sums[i] = c.scratch.allocate(size_t(size));
+  }
   for (int64_t k = 0; k < c.n(); ++k) {
     const ir::Shape sa = c.values.graph.node(c.arg(size_t(k), 0)).shape;
     const ir::Shape sb = c.values.graph.node(c.arg(size_t(k), 1)).shape;
@@ -401,9 +421,20 @@ void run_matmul_nt(const BatchContext& c) {
         a[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i)) + int64_t(j) * sa.rows;
         b[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i + 1)) + int64_t(j) * sb.rows;
       }
-    const OuterProducts products{sa.rows, sb.rows, std::span(a, columns), std::span(b, columns)};
-    products.compute(c.output(k).data(), panels, [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
-      c.split(tiles, kMinRowsPerTask / OuterProducts::kCols, body);
+    if (pieces == 1) {
+      piece_of(0).compute(c.output(k).data(), panels[0], [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
+        c.split(tiles, kMinRowsPerTask / OuterProducts::kCols, body);
+      });
+      continue;
+    }
+    sums[0] = c.output(k).data();
+    const std::function<void(int)> piece = [&](int i) {
+      piece_of(i).compute(sums[i], panels[i], [](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) { body(0, tiles); });
+    };
+    c.pool.parallel_for(int(pieces), piece);
+    c.split(size, kMinElementsPerTask, [&](int64_t begin, int64_t end) {
+      for (int64_t i = 1; i < pieces; ++i)
+        for (int64_t e = begin; e < end; ++e) sums[0][e] += sums[i][e];
     });
   }
   c.stats.kernel_calls += c.n();

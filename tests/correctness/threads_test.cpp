@@ -109,6 +109,37 @@ TEST(Threads, GradientsMatchOneThread) {
   }
 }
 
+// A weight's gradient over 1,100 uses is cut by uses into pieces with partial sums of their own
+// (runtime/batched.cpp's matmul_nt): the reference executor's gradient under batched and jit at
+// 1, 2 and 3 threads. 40 x 24: partial tiles both ways; 1,100 uses: four uneven pieces.
+TEST(Threads, WeightGradientOverManyUsesIsCutByUses) {
+  constexpr int kUses = 1100, kRows = 40, kCols = 24;
+  auto gradient = [&](const std::string& executor, int threads) {
+    Model model("uses", 7);
+    const Parameter w = model.add_parameter("W", kRows, kCols);
+    EngineOptions options;
+    options.executor = executor;
+    options.threads = threads;
+    options.verify = true;
+    Engine engine(options);
+    Trace trace(engine);
+    std::vector<Expr> losses;
+    std::vector<float> x(kCols);
+    for (int k = 0; k < kUses; ++k) {
+      for (int i = 0; i < kCols; ++i) x[size_t(i)] = float((k * 31 + i * 17) % 23) / 23.0f - 0.5f;
+      losses.push_back(pick_neg_log_softmax(tanh(matmul(trace.param(w), trace.input(x))), k % kRows));
+    }
+    const Gradients gradients = trace.backward(sum(losses));
+    const Tensor* g = gradients.of(w);
+    return g ? *g : Tensor{};
+  };
+  const Tensor reference = gradient("reference", 1);
+  ASSERT_EQ(reference.data.size(), size_t(kRows * kCols));
+  for (const char* executor : {"batched", "jit"})
+    for (int threads : {1, 2, 3})
+      EXPECT_TRUE(near_relative(gradient(executor, threads), reference, 1e-4)) << executor << ", " << threads << " threads";
+}
+
 // samples::train records step i+1's forward pass before step i's update (while step i runs, with
 // two or more threads): at 1, 2 and 3 threads it trains as the plain loop does, which records each
 // step after the last update (the same losses per epoch, the same parameters at the end). A trace
