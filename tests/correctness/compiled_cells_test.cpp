@@ -269,6 +269,47 @@ TEST(CompiledCells, BackwardThroughCallsRecordedAsSingleNodes) {
   }
 }
 
+// By default, a cell the jit does not compile (a per-call matrix: matvec) trains through copied
+// bodies, as with cell_gradients off: as single nodes its batches would run expanded, copying every
+// argument in and every value out. Gradients are the reference's; later traces record bodies.
+TEST(CompiledCells, ACellThatDoesNotCompileTrainsThroughCopiedBodiesByDefault) {
+  Model model("odd", 3);
+  const Parameter w = model.add_parameter("w", 4, 4);
+  const Cell odd("odd", {{4, 1}, {4, 4}}, [](Trace&, std::span<const Expr> in) {
+    return std::vector<Expr>{tanh(matvec(in[1], in[0]) + in[0])};
+  });
+  auto loss_of = [&](Trace& t) {
+    std::vector<Expr> outputs;
+    Expr h = t.input(column(4, 0.5f));
+    for (int k = 0; k < 4; ++k) {
+      std::vector<float> m(16);
+      for (int i = 0; i < 16; ++i) m[size_t(i)] = 0.1f * float(i - k);
+      h = odd(t, {h, tanh(t.param(w)) + t.input(4, 4, m)})[0];
+      outputs.push_back(h);
+    }
+    return pick_loss(outputs);
+  };
+  EngineOptions jit_options, reference_options;
+  jit_options.executor = "jit";
+  reference_options.executor = "reference";
+  Engine jit(jit_options), reference(reference_options);
+  Trace want_trace(reference);
+  const Gradients want = want_trace.backward(loss_of(want_trace));
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("trace " + std::to_string(round + 1) + " on the jit engine");
+    Trace trace(jit);
+    const Expr loss = loss_of(trace);
+    EXPECT_EQ(trace.dump().find("call(") != std::string::npos, round == 0) << trace.dump();
+    const Gradients got = trace.backward(loss);
+    EXPECT_EQ(trace.dump().find("call("), std::string::npos) << "calls stayed nodes: their backward bodies ran expanded";
+    EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
+    const Tensor* g = got.of(w);
+    const Tensor* r = want.of(w);
+    ASSERT_TRUE(g && r);
+    for (size_t e = 0; e < r->data.size(); ++e) ASSERT_NEAR(g->data[e], r->data[e], 1e-4f * (1 + std::abs(r->data[e]))) << e;
+  }
+}
+
 // By default (cell_gradients unset) the jit differentiates through the cells' compiled backward
 // bodies. Calls are laid out for inference until the engine's first backward pass, which records
 // that trace's calls again with the layout the backward bodies read; calls stay single nodes and
