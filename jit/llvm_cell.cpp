@@ -1,11 +1,13 @@
 // CellProgram -> LLVM IR: per stage, a loop over row tiles (one vector of each block) and, inside,
 // over register blocks of calls. A block keeps every contraction's accumulators (blocks x calls
 // vectors) in registers while it streams the tile's packed weights and broadcasts each call's x
-// element (read through the call's pointer), then runs the stage body on them and stores.
+// element (read through the call's pointer), then leaves them in a stack buffer for the stage's
+// one epilogue, which runs the stage body call by call and stores.
 #include "jit/llvm_cell.h"
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
 #include <numeric>
 
 #include <llvm/IR/IRBuilder.h>
@@ -177,25 +179,112 @@ class CellRenderer {
                 calls, tiles, {}, {}, {}};
     // Per tile: its first row inside a block, and the lanes whose row is inside it (the last tile
     // may be partial).
-    std::vector<llvm::Constant*> lanes;
-    for (int32_t l = 0; l < vector_; ++l) lanes.push_back(b_.getInt64(uint64_t(l)));
-    for (int32_t u = 0; u < tiles; ++u) {
-      llvm::Value* row = b_.CreateMul(b_.CreateAdd(block.tile, b_.getInt64(uint64_t(u))), b_.getInt64(uint64_t(vector_)));
-      llvm::Value* rows = b_.CreateAdd(b_.CreateVectorSplat(unsigned(vector_), row), llvm::ConstantVector::get(lanes));
-      block.row.push_back(row);
-      block.mask.push_back(b_.CreateICmpSLT(rows, b_.CreateVectorSplat(unsigned(vector_), b_.getInt64(uint64_t(program_.rows)))));
-    }
+    tile_rows(block);
     for (int32_t j = 0; j < calls; ++j)
-      block.call_table.push_back(b_.CreateInBoundsGEP(
-          ptr_, block.pointers, b_.CreateMul(b_.CreateAdd(block.first_call, b_.getInt64(uint64_t(j))),
-                                            b_.getInt64(uint64_t(program_.call_slots)))));
+      block.call_table.push_back(call_table(block.pointers, b_.CreateAdd(block.first_call, b_.getInt64(uint64_t(j)))));
     std::vector<Accumulators> accumulators;  // per contraction
     for (const CellProgram::Contraction& c : stage.contractions) accumulators.push_back(contract(function, block, c));
-    epilogue(block, stage, accumulators);
+    // The accumulators go to a stack buffer, [contraction block][tile][call], and one epilogue per
+    // stage and tile count runs the stage body call by call from there: one copy of the body's
+    // code instead of one per (tile, call) of every block width, which was most of a cell kernel's
+    // code and of its compile time.
+    int32_t accumulator_blocks = 0;
+    for (const CellProgram::Contraction& c : stage.contractions) accumulator_blocks += c.blocks;
+    llvm::Value* buffer = llvm::ConstantPointerNull::get(llvm::PointerType::get(context(), 0));
+    if (accumulator_blocks > 0) {
+      llvm::IRBuilderBase::InsertPointGuard guard(b_);
+      llvm::BasicBlock& entry = function->getEntryBlock();
+      b_.SetInsertPoint(&entry, entry.getFirstInsertionPt());
+      auto* alloca = b_.CreateAlloca(llvm::ArrayType::get(vf_, uint64_t(accumulator_blocks) * uint64_t(block.pairs())));
+      alloca->setAlignment(llvm::Align(size_t(vector_) * 4));
+      buffer = alloca;
+    }
+    int32_t base = 0;
+    for (size_t c = 0; c < stage.contractions.size(); ++c) {
+      for (int32_t g = 0; g < stage.contractions[c].blocks; ++g)
+        for (int32_t q = 0; q < block.pairs(); ++q)
+          b_.CreateAlignedStore(accumulators[c][size_t(g)][size_t(q)],
+                                b_.CreateConstInBoundsGEP1_64(vf_, buffer, uint64_t((base + g) * block.pairs() + q)),
+                                llvm::Align(size_t(vector_) * 4));
+      base += stage.contractions[c].blocks;
+    }
+    b_.CreateCall(epilogue_function(stage, index, tiles),
+                  {block.shared, block.pointers, block.tile, block.first_call, b_.getInt64(uint64_t(calls)), buffer});
     b_.CreateRetVoid();
     b_.restoreIP(saved);
     return function;
   }
+
+  // The table of pointers of call `call` (an i64).
+  llvm::Value* call_table(llvm::Value* pointers, llvm::Value* call) {
+    return b_.CreateInBoundsGEP(ptr_, pointers, b_.CreateMul(call, b_.getInt64(uint64_t(program_.call_slots))));
+  }
+
+  // void epilogue(ptr shared, ptr pointers, i64 tile, i64 first_call, i64 calls, ptr accumulators):
+  // the stage body over `tiles` row tiles (from `tile` on) of calls [first_call, first_call +
+  // calls), reading contraction c's block g for tile u and call j at accumulators[(B_c + g) *
+  // tiles * calls + u * calls + j] (B_c: the blocks of the contractions before c), and storing.
+  llvm::Function* epilogue_function(const CellProgram::Stage& stage, int index, int32_t tiles) {
+    llvm::Function*& cached = epilogues_[{index, tiles}];
+    if (cached) return cached;
+    auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, i64_, i64_, i64_, ptr_}, false);
+    auto* function = llvm::Function::Create(type, llvm::Function::InternalLinkage,
+                                            "stage" + std::to_string(index) + "_epilogue_t" + std::to_string(tiles), module_);
+    function->addFnAttr(llvm::Attribute::NoUnwind);
+    function->addFnAttr(llvm::Attribute::NoInline);  // shared by every block width
+    MathEmitter::allow_reciprocal_estimates(*function);
+    cached = function;
+    const llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+    b_.SetInsertPoint(llvm::BasicBlock::Create(context(), "entry", function));
+    Block block{function->getArg(0), nullptr, function->getArg(1), function->getArg(2), function->getArg(3),
+                1, tiles, {}, {}, {}};
+    llvm::Value* calls = function->getArg(4);
+    llvm::Value* buffer = function->getArg(5);
+    tile_rows(block);
+    llvm::Value* pairs = b_.CreateMul(calls, b_.getInt64(uint64_t(tiles)));
+    counted_loop(function, b_.getInt64(0), calls, 1, "call", [&](llvm::Value* j) {
+      block.call_table = {call_table(block.pointers, b_.CreateAdd(block.first_call, j))};
+      MathEmitter math(b_, vf_);
+      for (int32_t u = 0; u < tiles; ++u) {
+        llvm::Value* q = b_.CreateAdd(b_.CreateMul(b_.getInt64(uint64_t(u)), calls), j);
+        std::vector<llvm::Value*> values(stage.body.size());
+        std::vector<int32_t> first_block;  // per contraction: B_c
+        int32_t blocks = 0;
+        for (const CellProgram::Contraction& c : stage.contractions) {
+          first_block.push_back(blocks);
+          blocks += c.blocks;
+        }
+        for (size_t i = 0; i < stage.body.size(); ++i) {
+          const CellProgram::Instruction& in = stage.body[i];
+          switch (in.kind) {
+            case CellProgram::Instruction::load:
+              values[i] = load_tile(block, u, operand_pointer(block, in.operand, 0), int64_t(in.block) * program_.rows);
+              break;
+            case CellProgram::Instruction::accumulator: {
+              llvm::Value* at = b_.CreateAdd(
+                  b_.CreateMul(b_.getInt64(uint64_t(first_block[size_t(in.contraction)] + in.block)), pairs), q);
+              values[i] = b_.CreateAlignedLoad(vf_, b_.CreateInBoundsGEP(vf_, buffer, at), llvm::Align(size_t(vector_) * 4));
+              break;
+            }
+            case CellProgram::Instruction::compute:
+              values[i] = math.op(in.op, values[size_t(in.a)], in.b >= 0 ? values[size_t(in.b)] : nullptr, in.constant);
+              break;
+          }
+        }
+        for (const CellProgram::Store& store : stage.stores) {
+          llvm::Value* base = operand_pointer(block, store.operand, 0);
+          llvm::Value* at = b_.CreateInBoundsGEP(
+              f32_, base, b_.CreateAdd(block.row[size_t(u)], b_.getInt64(uint64_t(int64_t(store.block) * program_.rows))));
+          b_.CreateMaskedStore(values[size_t(store.value)], at, llvm::Align(4), block.mask[size_t(u)]);
+        }
+      }
+    });
+    b_.CreateRetVoid();
+    b_.restoreIP(saved);
+    return function;
+  }
+
+
 
   struct Block {
     llvm::Value *shared, *weights, *pointers, *tile, *first_call;
@@ -209,6 +298,17 @@ class CellRenderer {
   // [block of the contraction][tile * calls + call]
   using Accumulators = std::vector<std::vector<llvm::Value*>>;
 
+  // Per tile of the block: its first row, and the lanes whose row is inside the block.
+  void tile_rows(Block& block) {
+    std::vector<llvm::Constant*> lanes;
+    for (int32_t l = 0; l < vector_; ++l) lanes.push_back(b_.getInt64(uint64_t(l)));
+    for (int32_t u = 0; u < block.tiles; ++u) {
+      llvm::Value* row = b_.CreateMul(b_.CreateAdd(block.tile, b_.getInt64(uint64_t(u))), b_.getInt64(uint64_t(vector_)));
+      llvm::Value* rows = b_.CreateAdd(b_.CreateVectorSplat(unsigned(vector_), row), llvm::ConstantVector::get(lanes));
+      block.row.push_back(row);
+      block.mask.push_back(b_.CreateICmpSLT(rows, b_.CreateVectorSplat(unsigned(vector_), b_.getInt64(uint64_t(program_.rows)))));
+    }
+  }
   // The float pointer of an operand for call j.
   llvm::Value* operand_pointer(const Block& block, const CellProgram::Operand& operand, int32_t j) {
     llvm::Value* table = operand.shared ? block.shared : block.call_table[size_t(j)];
@@ -301,35 +401,6 @@ class CellRenderer {
     return acc;
   }
 
-  void epilogue(const Block& block, const CellProgram::Stage& stage, const std::vector<Accumulators>& accumulators) {
-    MathEmitter math(b_, vf_);
-    for (int32_t u = 0; u < block.tiles; ++u)
-      for (int32_t j = 0; j < block.calls; ++j) {
-        const size_t q = size_t(u * block.calls + j);
-        std::vector<llvm::Value*> values(stage.body.size());
-        for (size_t i = 0; i < stage.body.size(); ++i) {
-          const CellProgram::Instruction& in = stage.body[i];
-          switch (in.kind) {
-            case CellProgram::Instruction::load:
-              values[i] = load_tile(block, u, operand_pointer(block, in.operand, j), int64_t(in.block) * program_.rows);
-              break;
-            case CellProgram::Instruction::accumulator:
-              values[i] = accumulators[size_t(in.contraction)][size_t(in.block)][q];
-              break;
-            case CellProgram::Instruction::compute:
-              values[i] = math.op(in.op, values[size_t(in.a)], in.b >= 0 ? values[size_t(in.b)] : nullptr, in.constant);
-              break;
-          }
-        }
-        for (const CellProgram::Store& store : stage.stores) {
-          llvm::Value* base = operand_pointer(block, store.operand, j);
-          llvm::Value* at = b_.CreateInBoundsGEP(
-              f32_, base, b_.CreateAdd(block.row[size_t(u)], b_.getInt64(uint64_t(int64_t(store.block) * program_.rows))));
-          b_.CreateMaskedStore(values[size_t(store.value)], at, llvm::Align(4), block.mask[size_t(u)]);
-        }
-      }
-  }
-
   llvm::Module& module_;
   const CellProgram& program_;
   llvm::IRBuilder<> b_;
@@ -338,6 +409,7 @@ class CellRenderer {
   llvm::FixedVectorType* vf_;
   llvm::Value *calls_ = nullptr, *shared_ = nullptr, *weights_ = nullptr, *pointers_ = nullptr;
   llvm::Value *tile_begin_ = nullptr, *tile_end_ = nullptr;  // the tile range, tile_end resolved
+  std::map<std::pair<int, int32_t>, llvm::Function*> epilogues_;  // by (stage, tiles)
 };
 
 }  // namespace
