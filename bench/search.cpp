@@ -62,16 +62,18 @@ struct Cost {
 };
 Cost all_told_per_decision(sch::Policy& policy, const sch::ScheduleInput& without_analysis, int rounds) {
   sch::Schedule schedule;
-  sch::Analysis analysis;
+  // One analysis each, as each engine's driver keeps one (built the same way every trace).
+  sch::Analysis analysis, greedy_own;
   sch::GreedyPolicy greedy;
-  sch::ScheduleInput input = without_analysis;
+  sch::ScheduleInput input = without_analysis, greedy_input = without_analysis;
   input.analysis = &analysis;
+  greedy_input.analysis = &greedy_own;
   double best_policy = 1e30, best_greedy = 1e30, policy_analysis = 1e30, greedy_analysis = 1e30;
   for (int r = 0; r < rounds; ++r) {
     auto t = Clock::now();
-    analysis.build(input, greedy.chains());
+    greedy_own.build(greedy_input, greedy.chains());
     greedy_analysis = std::min(greedy_analysis, seconds_since(t));
-    greedy.schedule(input, schedule);
+    greedy.schedule(greedy_input, schedule);
     best_greedy = std::min(best_greedy, seconds_since(t));
     t = Clock::now();
     analysis.build(input, policy.chains());

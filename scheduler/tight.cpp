@@ -139,30 +139,39 @@ uint32_t TightFrontier::any_tight() const {
 
 void TightFrontier::run(uint32_t t, Schedule& out) {
   const ir::NodeId begin = input_->begin;
-  const std::span<const uint32_t> height = heights_->height;
-  const std::span<const uint32_t> remaining = heights_->remaining;
-  const std::vector<uint32_t>& type_of = analysis_->types.of_node;
+  // Raw pointers: the counters' stores would otherwise make the compiler reload the vectors.
+  const uint32_t* __restrict height = heights_->height.data();
+  const uint32_t* __restrict remaining = heights_->remaining.data();
+  const uint32_t* __restrict base = base_.data();
+  uint32_t* __restrict ready_at = ready_at_.data();
+  uint64_t* __restrict ready_remaining = ready_remaining_.data();
+  const bool track = track_remaining_;
   const size_t before = out.nodes.size();
+  const bool alone = unbatchable(t);
   // A batchable type runs all its ready nodes: none of them is left to count.
-  if (track_remaining_ && !unbatchable(t)) ready_remaining_[t] = 0;
+  if (track && !alone) ready_remaining[t] = 0;
   typewise_.run(t, out, [&](ir::NodeId id, uint32_t type) {
-    if (const uint32_t h = height[id - begin]; h > 0) ++ready_at_[base_[type] + h - 1];
-    if (track_remaining_) ready_remaining_[type] += remaining[id - begin];
+    if (const uint32_t h = height[id - begin]; h > 0) ++ready_at[base[type] + h - 1];
+    if (track) ready_remaining[type] += remaining[id - begin];
   });
-  cost_ += unbatchable(t) ? 1 : weight(t);
-  if (track_remaining_ && unbatchable(t)) ready_remaining_[t] -= remaining[out.nodes[before] - begin];
-  for (size_t i = before; i < out.nodes.size(); ++i) {
-    const uint32_t h = height[out.nodes[i] - begin];
-    if (h == 0) {
-      --unbatchable_left_;
-      continue;
-    }
-    const uint32_t at = base_[type_of[out.nodes[i] - begin]] + h - 1;
-    --unexecuted_at_[at];
-    --ready_at_[at];
+  if (alone) {  // one node, no chain height
+    cost_ += 1;
+    --unbatchable_left_;
+    if (track) ready_remaining[t] -= remaining[out.nodes[before] - begin];
+    return;
+  }
+  cost_ += weight(t);
+  // Every node of the batch has type t and a height of at least 1.
+  uint32_t* __restrict unexecuted = unexecuted_at_.data() + base[t];  // t's heights from 1 at [0]
+  uint32_t* __restrict ready_of_t = ready_at + base[t];
+  const ir::NodeId* nodes = out.nodes.data();
+  for (size_t i = before, end = out.nodes.size(); i < end; ++i) {
+    const uint32_t h = height[nodes[i] - begin];
+    --unexecuted[h - 1];
+    --ready_of_t[h - 1];
   }
   uint32_t& top = top_[t];
-  while (top > 0 && unexecuted_at_[base_[t] + top - 1] == 0) --top;
+  while (top > 0 && unexecuted[top - 1] == 0) --top;
 }
 
 int64_t TightFrontier::remaining_bound() const {

@@ -48,9 +48,10 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
     Count* __restrict row = rows.data() + size_t(row_index) * width;
     std::fill(row, row + width, Count{0});
     uint64_t* __restrict met = kHeights ? met_.data() + size_t(row_index) * words : nullptr;
+    // With one word of types (64 or fewer), the node's set is kept in a register and stored once.
+    uint64_t met_word = 0;
     if constexpr (kHeights) {
-      if (words == 1) met[0] = 0;
-      else std::fill(met, met + words, uint64_t{0});
+      if (words != 1) std::fill(met, met + words, uint64_t{0});
     }
     auto read = [&](uint32_t other) {  // scheduled, in range
       const uint32_t from_index = row_of_[other];
@@ -58,7 +59,7 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
       for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
       if constexpr (kHeights) {
         const uint64_t* from_met = met_.data() + size_t(from_index) * words;
-        if (words == 1) met[0] |= from_met[0];
+        if (words == 1) met_word |= from_met[0];
         else for (size_t w = 0; w < words; ++w) met[w] |= from_met[w];
       }
       if (--unread_[other] == 0) free_rows_.push_back(from_index);
@@ -83,9 +84,14 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
       longest_at[t] = std::max<uint32_t>(longest_at[t], row[t]);
     }
     if constexpr (kHeights) {
-      met[t / 64] |= uint64_t{1} << (t % 64);
-      if (words == 1) met_of_type[t] |= met[0];
-      else for (size_t w = 0; w < words; ++w) met_of_type[size_t(t) * words + w] |= met[w];
+      if (words == 1) {
+        met_word |= uint64_t{1} << t;
+        met[0] = met_word;
+        met_of_type[t] |= met_word;
+      } else {
+        met[t / 64] |= uint64_t{1} << (t % 64);
+        for (size_t w = 0; w < words; ++w) met_of_type[size_t(t) * words + w] |= met[w];
+      }
     }
     row_of_[i] = row_index;
     unread_[i] = kHeights ? dependencies.arguments_begin[i + 1] - dependencies.arguments_begin[i]
@@ -95,11 +101,14 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
   if constexpr (kHeights) {
     // A type is terminal when it is single-rank and so is every type met on a path from its nodes
     // (an unbatchable type, longest 0, never is).
+    // One AND per word of a type's set against the types that are not single-rank.
+    not_single_.assign(words, 0);
+    for (size_t u = 0; u < types.count(); ++u)
+      if (longest[u] != 1) not_single_[u / 64] |= uint64_t{1} << (u % 64);
     terminal.assign(types.count(), 0);
     for (size_t t = 0; t < types.count(); ++t) {
       bool only_single = longest[t] == 1;
-      for (size_t u = 0; u < types.count() && only_single; ++u)
-        if (met_by_type_[t * words + u / 64] >> (u % 64) & 1) only_single = longest[u] == 1;
+      for (size_t w = 0; w < words && only_single; ++w) only_single = (met_by_type_[t * words + w] & not_single_[w]) == 0;
       terminal[t] = only_single;
     }
   }

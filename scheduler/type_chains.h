@@ -48,6 +48,7 @@ class TypeChains {
   std::vector<uint32_t> rows32_;
   // Heights: per row, and per type over its nodes' rows, a bit per type met on a path from there.
   std::vector<uint64_t> met_, met_by_type_;
+  std::vector<uint64_t> not_single_;  // heights: the types that are not single-rank, as bits
   std::vector<uint32_t> row_of_;      // per node: its row while live
   std::vector<uint32_t> unread_;      // per node: consumers that have not read its row yet
   std::vector<uint32_t> free_rows_;
