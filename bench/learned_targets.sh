@@ -47,7 +47,7 @@ echo "|---|---:|---:|---:|---:|---:|---:|"
 for model in "${models[@]}"; do
   case $model in treelstm | bilstm) continue ;; esac  # greedy meets LB there: learned is greedy
   # shellcheck disable=SC2046
-  "$search" --model "$model" $(data_of "$model") --train-traces 8 --test-traces 4 --rounds 20 \
+  "$search" --model "$model" $(data_of "$model") --train-traces 8 --test-traces 4 --rounds 100 \
     --json "$work/search.json" >/dev/null 2>&1
   row=$(python3 - "$work/search.json" <<'EOF'
 import json, sys
