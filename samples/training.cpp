@@ -125,6 +125,7 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
   auto heldout = [&] { return evaluate(model, engine, train_count, count, options.batch); };
   result.initial = heldout();
   const int last_epoch = options.epochs_done + options.epochs;
+  Gradients gradients;  // one for every step: its storage is reused, not allocated again each step
   for (int epoch = options.epochs_done + 1; epoch <= last_epoch; ++epoch) {
     EpochResult& e = result.epochs.emplace_back();
     e.epoch = epoch;
@@ -161,7 +162,7 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
       const Stats after_forward = engine.stats();
       (e.forward_stats += after_forward) -= before_forward;
       start = Clock::now();
-      const Gradients gradients = step.trace->backward(step.loss);
+      step.trace->backward(step.loss, gradients);
       e.backward_ms += ms_since(start);
       (e.backward_stats += engine.stats()) -= after_forward;
       start = Clock::now();

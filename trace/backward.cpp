@@ -756,15 +756,24 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
 
 namespace {
 
-Tensor tensor_of(const runtime::Values& values, const ir::Graph& graph, NodeId id) {
+// Node id's value into `tensor`, whose storage is reused.
+void copy_into(Tensor& tensor, const runtime::Values& values, const ir::Graph& graph, NodeId id) {
   const ir::Shape shape = graph.node(id).shape;
   const float* v = values.in(id);
-  return Tensor{shape.rows, shape.cols, std::vector<float>(v, v + shape.size())};
+  tensor.rows = shape.rows;
+  tensor.cols = shape.cols;
+  tensor.data.assign(v, v + shape.size());
 }
 
 }  // namespace
 
 Gradients Trace::backward(const Expr& loss) {
+  Gradients gradients;
+  backward(loss, gradients);
+  return gradients;
+}
+
+void Trace::backward(const Expr& loss, Gradients& out) {
   detail::TraceState& s = detail::TraceState::of(loss, "edb::Trace::backward()");
   if (&s != state_ || s.generation != generation_)
     throw UsageError("edb::Trace::backward(): the loss belongs to another trace");
@@ -816,8 +825,12 @@ Gradients Trace::backward(const Expr& loss) {
   const runtime::Values values = s.data.values();
   const ir::Graph& graph = s.data.graph;
 
-  Gradients out;
   out.loss = values.in(s.id(loss))[0];
+  // The previous gradients' storage, taken over by the same parameter's or table's new gradient.
+  std::vector<Gradients::Dense> old_parameters = std::move(out.parameters);
+  std::vector<Gradients::Rows> old_tables = std::move(out.tables);
+  out.parameters.clear();
+  out.tables.clear();
   // Lookups of one entry (a word read twice) add up; entries come out ascending per table.
   struct Read {
     uint32_t table;  // the graph's parameter index
@@ -834,12 +847,19 @@ Gradients Trace::backward(const Expr& loss) {
     const auto [model, index] = detail::find_parameter(graph.parameter(node.attrs.parameter).uid);
     if (!model) throw UsageError("edb::Trace::backward(): a parameter's Model was destroyed during the trace");
     // A trace holds one node per parameter; were there two, their gradients add up all the same.
-    Tensor g = tensor_of(values, graph, gradient);
-    if (Tensor* seen = const_cast<Tensor*>(out.of(Parameter(model, index)))) {
-      for (size_t k = 0; k < g.data.size(); ++k) seen->data[k] += g.data[k];
+    const Parameter parameter(model, index);
+    if (Tensor* seen = const_cast<Tensor*>(out.of(parameter))) {
+      const float* g = values.in(gradient);
+      for (size_t k = 0; k < seen->data.size(); ++k) seen->data[k] += g[k];
       continue;
     }
-    out.parameters.push_back({Parameter(model, index), std::move(g)});
+    Gradients::Dense& dense = out.parameters.emplace_back(Gradients::Dense{parameter, {}});
+    for (Gradients::Dense& old : old_parameters)
+      if (old.parameter == parameter) {
+        dense.gradient = std::move(old.gradient);
+        break;
+      }
+    copy_into(dense.gradient, values, graph, gradient);
   }
   std::sort(reads.begin(), reads.end(), [](const Read& x, const Read& y) {
     return std::tie(x.table, x.entry, x.gradient) < std::tie(y.table, y.entry, y.gradient);
@@ -848,6 +868,14 @@ Gradients Trace::backward(const Expr& loss) {
     const auto [model, index] = detail::find_parameter(graph.parameter(reads[i].table).uid);
     if (!model) throw UsageError("edb::Trace::backward(): a lookup table's Model was destroyed during the trace");
     Gradients::Rows& r = out.tables.emplace_back(Gradients::Rows{LookupTable(model, index), {}, {}});
+    for (Gradients::Rows& old : old_tables)
+      if (old.table == r.table) {
+        r.entries = std::move(old.entries);
+        r.gradients = std::move(old.gradients);
+        r.entries.clear();
+        r.gradients.clear();
+        break;
+      }
     const size_t dim = size_t(graph.parameter(reads[i].table).shape.rows);
     for (const uint32_t table = reads[i].table; i < reads.size() && reads[i].table == table; ++i) {
       const float* g = values.in(reads[i].gradient);
@@ -860,7 +888,6 @@ Gradients Trace::backward(const Expr& loss) {
       r.gradients.insert(r.gradients.end(), g, g + dim);
     }
   }
-  return out;
 }
 
 const Tensor* Gradients::of(const Parameter& parameter) const {

@@ -275,6 +275,9 @@ class Trace {
   // and each weight's gradient over all its uses is one matrix product. Differentiates the ops of
   // the op list; gradients flow to parameters and lookup tables (inputs are constants).
   Gradients backward(const Expr& loss);
+  // The same, into `gradients`, whose storage is reused: a training loop that keeps one Gradients
+  // across its steps allocates (and faults in) its gradients' memory once, not every step.
+  void backward(const Expr& loss, Gradients& gradients);
   void finish();   // ends the trace; its Exprs become invalid
   bool active() const;         // not finished, and its Engine still lives
   size_t node_count() const;   // 0 once finished

@@ -319,6 +319,7 @@ def train(sample, engine, args):
               "optimizer": optimizer.options, "holdout": args.holdout,
               "train_instances": train_count, "heldout_instances": heldout,
               "initial": evaluate(sample, engine, train_count, count, args.batch), "epochs": []}
+    gradients = None  # the first step's Gradients, filled again by every later step
     for epoch in range(1, args.epochs + 1):
         start = time.perf_counter()
         order = shuffled(train_count, args.seed, epoch)
@@ -330,7 +331,8 @@ def train(sample, engine, args):
                 losses = [sample.record_loss(t, order[k]) for k in range(begin, end)]
                 loss = edbatch.sum(losses) * (1.0 / (end - begin))
                 loss_sum += loss.scalar() * (end - begin)
-                norm_sum += optimizer.step(t.backward(loss))
+                gradients = t.backward(loss, into=gradients)  # reuses the last step's storage
+                norm_sum += optimizer.step(gradients)
             steps += 1
             progress.update(end - begin, f"loss {loss_sum / end:.4f}")
         progress.close()

@@ -152,17 +152,31 @@ void bind_trace(py::module_& m) {
           "Starts evaluating everything recorded since the last run (in the background with threads >= 2).")
       .def(
           "backward",
-          [](const PyTrace& t, const PyExpr& loss) {
+          [](const PyTrace& t, const PyExpr& loss, py::object into) -> py::object {
             edb::Trace& trace = t.live("edb::Trace::backward()");
-            PyGradients g;
-            g.gradients = without_gil(*t.engine, [&] { return trace.backward(loss.expr); });
+            if (into.is_none()) {
+              PyGradients g;
+              g.gradients = without_gil(*t.engine, [&] { return trace.backward(loss.expr); });
+              EngineLock lock(*t.engine);
+              g.models = t.engine->models;
+              return py::cast(std::move(g));
+            }
+            if (!py::isinstance<PyGradients>(into))
+              throw py::type_error("Trace.backward(): into must be the Gradients of an earlier backward(), not " +
+                                   std::string(py::str(py::type::of(into).attr("__name__"))));
+            PyGradients& g = into.cast<PyGradients&>();
+            without_gil(*t.engine, [&] {
+              trace.backward(loss.expr, g.gradients);
+              return 0;
+            });
             EngineLock lock(*t.engine);
             g.models = t.engine->models;
-            return g;
+            return into;
           },
-          py::arg("loss"),
+          py::arg("loss"), py::arg("into") = py::none(),
           "Records the backward pass of a 1x1 loss into this trace, evaluates it (batched like the\n"
-          "forward pass) and returns the Gradients.")
+          "forward pass) and returns the Gradients. With into=, a Gradients from an earlier step,\n"
+          "fills that one and returns it: its storage is reused rather than allocated each step.")
       .def("finish", &PyTrace::finish, "Ends the trace; its Exprs become invalid.")
       .def_property_readonly(
           "active",

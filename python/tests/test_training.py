@@ -58,6 +58,25 @@ def test_gradients_against_numpy():
     assert g.of(unused) is None
 
 
+def test_backward_into_fills_the_gradients_of_an_earlier_step():
+    model, W, b, E = softmax_loss_model()
+    engine = edbatch.Engine()
+    with edbatch.Trace(engine) as t:
+        kept = t.backward(record(t, W, b, E, WORDS))
+    with edbatch.Trace(engine) as t:
+        again = t.backward(record(t, W, b, E, [3]), into=kept)
+    assert again is kept
+    loss, gw, gb, ge = numpy_gradients(W, b, E, [3])
+    assert kept.loss == pytest.approx(loss, rel=1e-5)
+    np.testing.assert_allclose(kept.of(W), gw, rtol=1e-4, atol=1e-6)
+    entries, rows = kept.of(E)
+    assert entries.tolist() == [3]
+    np.testing.assert_allclose(rows, ge[entries], rtol=1e-4, atol=1e-6)
+    with pytest.raises(TypeError, match="into must be the Gradients of an earlier backward"):
+        with edbatch.Trace(engine) as t:
+            t.backward(record(t, W, b, E, [1]), into="not gradients")
+
+
 def test_gradients_add():
     model, W, b, E = softmax_loss_model()
     engine = edbatch.Engine()

@@ -243,6 +243,46 @@ TEST(Gradients, BackwardTwiceInOneTraceGivesEachLossItsOwnGradients) {
   EXPECT_FLOAT_EQ(second.loss, second_alone.loss);
 }
 
+// backward(loss, gradients) fills a Gradients kept across steps: the same values as backward(loss),
+// in its storage (a parameter's tensor keeps its memory); what the new loss does not depend on is
+// gone, not left over from the step before.
+TEST(Gradients, BackwardIntoReusesTheStorageOfTheGradientsBefore) {
+  Model& model = op_model();
+  const Parameter W = model.parameter("W"), V = model.parameter("V");
+  const LookupTable E = model.lookup("E");
+  Engine engine;
+  Gradients kept;
+  auto both = [&](bool with_v, int entry) {
+    Trace trace(engine);
+    Expr h = tanh(trace.param(W)) + matmul(trace.input(4, 1, std::vector<float>(4, 0.5f)), transpose(trace.lookup(E, entry)));
+    if (with_v) h = h + cmult(trace.param(V), trace.param(V));
+    const Expr loss = weighted_sum(trace, h);
+    trace.backward(loss, kept);
+    Trace fresh_trace(engine);
+    Expr f = tanh(fresh_trace.param(W)) +
+             matmul(fresh_trace.input(4, 1, std::vector<float>(4, 0.5f)), transpose(fresh_trace.lookup(E, entry)));
+    if (with_v) f = f + cmult(fresh_trace.param(V), fresh_trace.param(V));
+    return fresh_trace.backward(weighted_sum(fresh_trace, f));
+  };
+  const Gradients first = both(true, 2);
+  ASSERT_NE(kept.of(W), nullptr);
+  const float* w_storage = kept.of(W)->data.data();
+  EXPECT_EQ(kept.of(W)->data, first.of(W)->data);
+  EXPECT_EQ(kept.of(V)->data, first.of(V)->data);
+  EXPECT_EQ(kept.of(E)->entries, std::vector<int64_t>{2});
+  EXPECT_FLOAT_EQ(kept.loss, first.loss);
+  const Gradients second = both(false, 5);
+  EXPECT_EQ(kept.of(W)->data.data(), w_storage);  // W's tensor kept its memory
+  EXPECT_EQ(kept.of(W)->data, second.of(W)->data);
+  EXPECT_EQ(kept.of(W)->rows, 4);
+  EXPECT_EQ(kept.of(W)->cols, 3);
+  EXPECT_EQ(kept.of(V), nullptr);  // the second loss does not read V
+  EXPECT_EQ(kept.of(E)->entries, std::vector<int64_t>{5});
+  EXPECT_EQ(kept.of(E)->gradients, second.of(E)->gradients);
+  EXPECT_EQ(kept.parameters.size(), second.parameters.size());
+  EXPECT_FLOAT_EQ(kept.loss, second.loss);
+}
+
 TEST(Gradients, AddSumsDenseAndSparseGradients) {
   Model& model = op_model();
   Engine engine;
