@@ -13,6 +13,7 @@ namespace edb::runtime {
 // call's arguments as inputs placed in the arena (copied in before a run), and each batch of the
 // body's schedule over every call, call by call.
 struct CallExpansion::Expanded {
+  uint64_t last_use = 0;  // CallExpansion::uses_ when it last ran
   ir::Graph graph;
   scheduler::Schedule schedule;
   memplan::Plan plan;
@@ -33,15 +34,25 @@ CacheSize CallExpansion::sizes() const {
 }
 
 CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t calls) {
-  std::unique_ptr<Expanded>& slot = expanded_[{&cell, calls}];
-  if (slot) return *slot;
-  if (expanded_.size() > capacity_) {
-    evictions_ += int64_t(expanded_.size()) - 1;
-    expanded_.clear();
-    return expanded(cell, calls);
+  ++uses_;
+  const auto key = std::make_pair(&cell, calls);
+  if (auto found = expanded_.find(key); found != expanded_.end()) {
+    found->second->last_use = uses_;
+    return *found->second;
   }
+  // Full: the least recently used expansion goes (a workload of many batch sizes keeps the ones
+  // it runs most, rather than all of them going at once).
+  if (expanded_.size() >= capacity_) {
+    auto oldest = expanded_.begin();
+    for (auto it = expanded_.begin(); it != expanded_.end(); ++it)
+      if (it->second->last_use < oldest->second->last_use) oldest = it;
+    expanded_.erase(oldest);
+    ++evictions_;
+  }
+  std::unique_ptr<Expanded>& slot = expanded_[key];
   slot = std::make_unique<Expanded>();
   Expanded& e = *slot;
+  e.last_use = uses_;
   const ir::Graph& body = cell.body;
   const size_t size = body.size();
   e.at.assign(calls * size, ir::kNoNode);

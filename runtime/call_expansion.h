@@ -29,7 +29,7 @@ class CallExpansion {
   void run(Executor& executor, std::span<const ir::NodeId> calls, const Values& values, Stats& stats);
 
   // Expansions kept, by cell and number of calls: EngineOptions::cache_entries, at most
-  // kMaxExpansions; all are dropped when there are more.
+  // kMaxExpansions; the least recently used goes when a new one would exceed them.
   static constexpr size_t kMaxExpansions = 256;
   void set_capacity(size_t entries) { capacity_ = std::clamp<size_t>(entries, 1, kMaxExpansions); }
   // Forgets every expansion: the engine dropped the cell records their keys point into.
@@ -43,6 +43,7 @@ class CallExpansion {
   std::map<std::pair<const CallCell*, size_t>, std::unique_ptr<Expanded>> expanded_;
   size_t capacity_ = kMaxExpansions;
   int64_t evictions_ = 0;  // expansions dropped
+  uint64_t uses_ = 0;      // a clock for least recently used
   std::vector<float> arena_;
 };
 
