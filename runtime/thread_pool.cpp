@@ -4,15 +4,49 @@
 
 #include <immintrin.h>
 
+#include <chrono>
+
 namespace edb::runtime {
 
 namespace {
-// Pause instructions before sleeping: about 20 us on znver5 (a pause is about 19 ns there), more
-// on CPUs with longer pauses. No yield in between: on a loaded machine a yield gives the core to
-// another process for a whole time slice.
-constexpr int kSpinIterations = 1000;
+// Pause instructions a waiting thread spins before it sleeps: about 200 us on znver5 (a pause is
+// about 19 ns there), more on CPUs with longer pauses. A thread asleep takes tens of microseconds to
+// wake on a virtual machine (its idle vCPU halts), most of a small batch's piece, and the threads
+// that wait here (a caller assisting until its trace is done, a poster waiting for its job's last
+// pieces, a worker between batches) have nothing else to run meanwhile. No yield in between: on a
+// loaded machine a yield gives the core to another process for a whole time slice.
+constexpr int kSpinIterations = 10000;
+// Unless the machine is short of cores: a spinning thread that finds itself descheduled (more than
+// kPreemptedNs between two looks at the clock, 64 pauses apart) sleeps at once, and every spin of
+// the pool for the next kShortSpinsForNs is kShortSpinIterations (about 20 us), so that threads
+// waiting for work do not take turns on a core with the ones doing it (a busy loop holding a core).
+constexpr int kShortSpinIterations = 1000;
+constexpr int64_t kPreemptedNs = 100'000;
+constexpr int64_t kShortSpinsForNs = 50'000'000;
 
-void spin_once(int) { _mm_pause(); }
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+template <typename Ready>
+bool ThreadPool::spin(Ready ready) {
+  int64_t last = now_ns();
+  const int limit = last < short_spins_until_.load(std::memory_order_relaxed) ? kShortSpinIterations : kSpinIterations;
+  for (int spins = 1; spins <= limit; ++spins) {
+    if (ready()) return true;
+    _mm_pause();
+    if (spins % 64 == 0) {
+      const int64_t now = now_ns();
+      if (now - last > kPreemptedNs) {
+        short_spins_until_.store(now + kShortSpinsForNs, std::memory_order_relaxed);
+        return ready();
+      }
+      last = now;
+    }
+  }
+  return ready();
 }
 
 ThreadPool::ThreadPool(int threads) {
@@ -55,11 +89,8 @@ void ThreadPool::assist(const std::function<bool()>& done) {
   uint64_t seen = generation_.load(std::memory_order_acquire);
   run_tasks(seen);  // a job under way
   while (!done()) {
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
-      spin_once(spins);
-      if (++spins % 64 == 0 && done()) break;
-    }
+    int looks = 0;
+    spin([&] { return generation_.load(std::memory_order_acquire) != seen || (++looks % 64 == 0 && done()); });
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return generation_.load() != seen || done(); });
@@ -78,8 +109,7 @@ void ThreadPool::release() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) spin_once(spins++);
+    spin([&] { return generation_.load(std::memory_order_acquire) != seen; });
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return generation_.load() != seen; });
@@ -117,13 +147,9 @@ void ThreadPool::parallel_for(int count, const std::function<void(int)>& task) {
   run_tasks(generation_.load());
   // Spin while the others finish their last tasks, then sleep: a thread the OS descheduled in the
   // middle of a task may take a time slice to come back.
-  int spins = 0;
-  for (int finished; (finished = finished_.load(std::memory_order_acquire)) < count;) {
-    if (spins < kSpinIterations)
-      spin_once(spins++);
-    else
-      finished_.wait(finished, std::memory_order_acquire);
-  }
+  spin([&] { return finished_.load(std::memory_order_acquire) >= count; });
+  for (int finished; (finished = finished_.load(std::memory_order_acquire)) < count;)
+    finished_.wait(finished, std::memory_order_acquire);
   if (error_) std::rethrow_exception(error_);
 }
 
