@@ -921,19 +921,48 @@ void Gradients::add(const Gradients& other) {
       continue;
     }
     const size_t dim = size_t(r.table.dim());
-    std::map<int64_t, std::vector<float>> merged;
     for (const Rows* source : {static_cast<const Rows*>(mine), &r})
-      for (size_t i = 0; i < source->entries.size(); ++i) {
-        std::vector<float>& sum = merged[source->entries[i]];
-        sum.resize(dim, 0.0f);
-        for (size_t e = 0; e < dim; ++e) sum[e] += source->gradients[i * dim + e];
+      if (source->gradients.size() != source->entries.size() * dim)
+        throw UsageError("edb::Gradients::add(): the rows of '" + r.table.name() + "' hold " +
+                         std::to_string(source->gradients.size()) + " floats for " + std::to_string(source->entries.size()) +
+                         " entries of " + std::to_string(dim));
+    auto ascending = [](const std::vector<int64_t>& entries) {
+      return std::adjacent_find(entries.begin(), entries.end(), std::greater_equal<int64_t>()) == entries.end();
+    };
+    std::vector<int64_t> entries;
+    std::vector<float> gradients;
+    if (ascending(mine->entries) && ascending(r.entries)) {
+      // As Trace::backward leaves them: one pass over both, adding the rows they share.
+      entries.reserve(mine->entries.size() + r.entries.size());
+      gradients.reserve(mine->gradients.size() + r.gradients.size());
+      size_t a = 0, b = 0;
+      while (a < mine->entries.size() || b < r.entries.size()) {
+        const bool take_a = b == r.entries.size() || (a < mine->entries.size() && mine->entries[a] <= r.entries[b]);
+        const bool both = take_a && b < r.entries.size() && mine->entries[a] == r.entries[b];
+        const int64_t entry = take_a ? mine->entries[a] : r.entries[b];
+        const float* from = take_a ? mine->gradients.data() + a * dim : r.gradients.data() + b * dim;
+        entries.push_back(entry);
+        gradients.insert(gradients.end(), from, from + dim);
+        if (both)
+          for (size_t e = 0; e < dim; ++e) gradients[gradients.size() - dim + e] += r.gradients[b * dim + e];
+        if (take_a) ++a;
+        if (!take_a || both) ++b;
       }
-    mine->entries.clear();
-    mine->gradients.clear();
-    for (const auto& [entry, g] : merged) {
-      mine->entries.push_back(entry);
-      mine->gradients.insert(mine->gradients.end(), g.begin(), g.end());
+    } else {
+      std::map<int64_t, std::vector<float>> merged;  // rows a caller filled in another order
+      for (const Rows* source : {static_cast<const Rows*>(mine), &r})
+        for (size_t i = 0; i < source->entries.size(); ++i) {
+          std::vector<float>& sum = merged[source->entries[i]];
+          sum.resize(dim, 0.0f);
+          for (size_t e = 0; e < dim; ++e) sum[e] += source->gradients[i * dim + e];
+        }
+      for (const auto& [entry, g] : merged) {
+        entries.push_back(entry);
+        gradients.insert(gradients.end(), g.begin(), g.end());
+      }
     }
+    mine->entries = std::move(entries);
+    mine->gradients = std::move(gradients);
   }
 }
 

@@ -305,6 +305,29 @@ TEST(Gradients, AddSumsDenseAndSparseGradients) {
                   2 * c.of(model.parameter("Wt"))->data[0] + b.of(model.parameter("Wt"))->data[0]);
 }
 
+// Rows a caller filled itself: in any order they add up by entry; rows that do not hold
+// entries x dim floats are a UsageError naming the table, not a read past their end.
+TEST(Gradients, AddTakesRowsInAnyOrderAndRefusesRowsOfTheWrongSize) {
+  Model& model = op_model();
+  const LookupTable E = model.lookup("E");  // 6 x 3
+  Gradients a, b;
+  a.tables.push_back({E, {4, 0}, {4, 4, 4, 1, 1, 1}});
+  b.tables.push_back({E, {0, 2}, {1, 2, 3, 5, 5, 5}});
+  a.add(b);
+  EXPECT_EQ(a.of(E)->entries, (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(a.of(E)->gradients, (std::vector<float>{2, 3, 4, 5, 5, 5, 4, 4, 4}));
+  Gradients sorted, other;
+  sorted.tables.push_back({E, {1, 3, 5}, std::vector<float>(9, 1.0f)});
+  other.tables.push_back({E, {0, 3, 4}, std::vector<float>(9, 2.0f)});
+  sorted.add(other);
+  EXPECT_EQ(sorted.of(E)->entries, (std::vector<int64_t>{0, 1, 3, 4, 5}));
+  EXPECT_EQ(sorted.of(E)->gradients, (std::vector<float>{2, 2, 2, 1, 1, 1, 3, 3, 3, 2, 2, 2, 1, 1, 1}));
+  Gradients bad;
+  bad.tables.push_back({E, {1}, {1, 2}});
+  EXPECT_NE(testing::usage_error([&] { sorted.add(bad); }).find("the rows of 'E' hold 2 floats for 1 entries of 3"),
+            std::string::npos);
+}
+
 // ---- sample models: every combination against the reference ----
 
 struct Combination {
