@@ -146,6 +146,10 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
       step.loss = sum(losses) * (1.0f / float(step.end - step.begin));
       return step;
     };
+    // Recording ahead overlaps execution only when the engine executes in the background (two
+    // or more threads); with one thread it would only keep two traces' memory alive (a TreeLSTM
+    // epoch's resident memory 115 -> 157 MiB), so the next step is recorded after this one.
+    const bool ahead = engine.options().threads >= 2;
     auto start = Clock::now();
     Step step = record(0);
     e.forward_ms += ms_since(start);
@@ -156,7 +160,7 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
       // The next step's forward pass is recorded while this one executes (with two or more
       // threads it runs in the background): recording reads no values, and the next trace runs
       // only after this step's update, when the loop comes round to its run().
-      Step next = step.end < train_count ? record(step.end) : Step{};
+      Step next = ahead && step.end < train_count ? record(step.end) : Step{};
       loss_sum += double(step.loss.scalar()) * double(step.end - step.begin);
       e.forward_ms += ms_since(start);
       const Stats after_forward = engine.stats();
@@ -174,7 +178,14 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
         options.progress(TrainProgress{epoch, last_epoch, int64_t(step.end), int64_t(train_count),
                                        loss_sum / double(step.end), seconds > 0 ? double(step.end) / seconds : 0.0});
       }
-      if (!next.trace) break;
+      if (step.end == train_count) break;
+      if (!ahead) {
+        const size_t next_begin = step.end;
+        step = Step{};  // this step's trace ends first: the next one takes its place
+        start = Clock::now();
+        next = record(next_begin);
+        e.forward_ms += ms_since(start);
+      }
       step = std::move(next);
     }
     e.total_ms = ms_since(epoch_start);
