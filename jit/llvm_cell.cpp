@@ -188,8 +188,8 @@ class CellRenderer {
     // stage and tile count runs the stage body call by call from there: one copy of the body's
     // code instead of one per (tile, call) of every block width, which was most of a cell kernel's
     // code and of its compile time.
-    int32_t accumulator_blocks = 0;
-    for (const CellProgram::Contraction& c : stage.contractions) accumulator_blocks += c.blocks;
+    const std::vector<int32_t> first = first_blocks(stage);
+    const int32_t accumulator_blocks = first.back();
     llvm::Value* buffer = llvm::ConstantPointerNull::get(llvm::PointerType::get(context(), 0));
     if (accumulator_blocks > 0) {
       llvm::IRBuilderBase::InsertPointGuard guard(b_);
@@ -199,20 +199,24 @@ class CellRenderer {
       alloca->setAlignment(llvm::Align(size_t(vector_) * 4));
       buffer = alloca;
     }
-    int32_t base = 0;
-    for (size_t c = 0; c < stage.contractions.size(); ++c) {
+    for (size_t c = 0; c < stage.contractions.size(); ++c)
       for (int32_t g = 0; g < stage.contractions[c].blocks; ++g)
         for (int32_t q = 0; q < block.pairs(); ++q)
           b_.CreateAlignedStore(accumulators[c][size_t(g)][size_t(q)],
-                                b_.CreateConstInBoundsGEP1_64(vf_, buffer, uint64_t((base + g) * block.pairs() + q)),
+                                b_.CreateConstInBoundsGEP1_64(vf_, buffer, uint64_t((first[c] + g) * block.pairs() + q)),
                                 llvm::Align(size_t(vector_) * 4));
-      base += stage.contractions[c].blocks;
-    }
     b_.CreateCall(epilogue_function(stage, index, tiles),
                   {block.shared, block.pointers, block.tile, block.first_call, b_.getInt64(uint64_t(calls)), buffer});
     b_.CreateRetVoid();
     b_.restoreIP(saved);
     return function;
+  }
+
+  // Per contraction c, B_c: the accumulator blocks of the contractions before it; last, all of them.
+  static std::vector<int32_t> first_blocks(const CellProgram::Stage& stage) {
+    std::vector<int32_t> first{0};
+    for (const CellProgram::Contraction& c : stage.contractions) first.push_back(first.back() + c.blocks);
+    return first;
   }
 
   // The table of pointers of call `call` (an i64).
@@ -242,18 +246,13 @@ class CellRenderer {
     llvm::Value* buffer = function->getArg(5);
     tile_rows(block);
     llvm::Value* pairs = b_.CreateMul(calls, b_.getInt64(uint64_t(tiles)));
+    const std::vector<int32_t> first_block = first_blocks(stage);
     counted_loop(function, b_.getInt64(0), calls, 1, "call", [&](llvm::Value* j) {
       block.call_table = {call_table(block.pointers, b_.CreateAdd(block.first_call, j))};
       MathEmitter math(b_, vf_);
       for (int32_t u = 0; u < tiles; ++u) {
         llvm::Value* q = b_.CreateAdd(b_.CreateMul(b_.getInt64(uint64_t(u)), calls), j);
         std::vector<llvm::Value*> values(stage.body.size());
-        std::vector<int32_t> first_block;  // per contraction: B_c
-        int32_t blocks = 0;
-        for (const CellProgram::Contraction& c : stage.contractions) {
-          first_block.push_back(blocks);
-          blocks += c.blocks;
-        }
         for (size_t i = 0; i < stage.body.size(); ++i) {
           const CellProgram::Instruction& in = stage.body[i];
           switch (in.kind) {
@@ -284,8 +283,6 @@ class CellRenderer {
     return function;
   }
 
-
-
   struct Block {
     llvm::Value *shared, *weights, *pointers, *tile, *first_call;
     int32_t calls, tiles;
@@ -309,6 +306,7 @@ class CellRenderer {
       block.mask.push_back(b_.CreateICmpSLT(rows, b_.CreateVectorSplat(unsigned(vector_), b_.getInt64(uint64_t(program_.rows)))));
     }
   }
+
   // The float pointer of an operand for call j.
   llvm::Value* operand_pointer(const Block& block, const CellProgram::Operand& operand, int32_t j) {
     llvm::Value* table = operand.shared ? block.shared : block.call_table[size_t(j)];
