@@ -157,9 +157,9 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
       const Stats before_forward = engine.stats();  // nothing runs between steps: no wait
       start = Clock::now();
       step.trace->run();
-      // The next step's forward pass is recorded while this one executes (with two or more
-      // threads it runs in the background): recording reads no values, and the next trace runs
-      // only after this step's update, when the loop comes round to its run().
+      // Ahead, the next step's forward pass is recorded while this one executes in the
+      // background: recording reads no values, and the next trace runs only after this step's
+      // update, when the loop comes round to its run().
       Step next = ahead && step.end < train_count ? record(step.end) : Step{};
       loss_sum += double(step.loss.scalar()) * double(step.end - step.begin);
       e.forward_ms += ms_since(start);

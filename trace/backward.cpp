@@ -756,6 +756,18 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
 
 namespace {
 
+// Row `g` (dim floats) of `entry`, after rows in ascending order of entry: added to the last row
+// when it is the same entry, else appended.
+void add_row(std::vector<int64_t>& entries, std::vector<float>& gradients, int64_t entry, const float* g, size_t dim) {
+  if (!entries.empty() && entries.back() == entry) {
+    float* sum = gradients.data() + gradients.size() - dim;
+    for (size_t k = 0; k < dim; ++k) sum[k] += g[k];
+    return;
+  }
+  entries.push_back(entry);
+  gradients.insert(gradients.end(), g, g + dim);
+}
+
 // Node id's value into `tensor`, whose storage is reused.
 void copy_into(Tensor& tensor, const runtime::Values& values, const ir::Graph& graph, NodeId id) {
   const ir::Shape shape = graph.node(id).shape;
@@ -877,16 +889,8 @@ void Trace::backward(const Expr& loss, Gradients& out) {
         break;
       }
     const size_t dim = size_t(graph.parameter(reads[i].table).shape.rows);
-    for (const uint32_t table = reads[i].table; i < reads.size() && reads[i].table == table; ++i) {
-      const float* g = values.in(reads[i].gradient);
-      if (!r.entries.empty() && r.entries.back() == reads[i].entry) {
-        float* sum = r.gradients.data() + r.gradients.size() - dim;
-        for (size_t k = 0; k < dim; ++k) sum[k] += g[k];
-        continue;
-      }
-      r.entries.push_back(reads[i].entry);
-      r.gradients.insert(r.gradients.end(), g, g + dim);
-    }
+    for (const uint32_t table = reads[i].table; i < reads.size() && reads[i].table == table; ++i)
+      add_row(r.entries, r.gradients, reads[i].entry, values.in(reads[i].gradient), dim);
   }
 }
 
@@ -926,41 +930,18 @@ void Gradients::add(const Gradients& other) {
         throw UsageError("edb::Gradients::add(): the rows of '" + r.table.name() + "' hold " +
                          std::to_string(source->gradients.size()) + " floats for " + std::to_string(source->entries.size()) +
                          " entries of " + std::to_string(dim));
-    auto ascending = [](const std::vector<int64_t>& entries) {
-      return std::adjacent_find(entries.begin(), entries.end(), std::greater_equal<int64_t>()) == entries.end();
-    };
+    // Both sides' rows sorted by entry (stably: this side's before the other's, each side's in its
+    // own order), then summed per entry; rows a caller filled in any order add up the same way.
+    std::vector<std::pair<int64_t, const float*>> rows;
+    rows.reserve(mine->entries.size() + r.entries.size());
+    for (const Rows* source : {static_cast<const Rows*>(mine), &r})
+      for (size_t i = 0; i < source->entries.size(); ++i)
+        rows.emplace_back(source->entries[i], source->gradients.data() + i * dim);
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     std::vector<int64_t> entries;
     std::vector<float> gradients;
-    if (ascending(mine->entries) && ascending(r.entries)) {
-      // As Trace::backward leaves them: one pass over both, adding the rows they share.
-      entries.reserve(mine->entries.size() + r.entries.size());
-      gradients.reserve(mine->gradients.size() + r.gradients.size());
-      size_t a = 0, b = 0;
-      while (a < mine->entries.size() || b < r.entries.size()) {
-        const bool take_a = b == r.entries.size() || (a < mine->entries.size() && mine->entries[a] <= r.entries[b]);
-        const bool both = take_a && b < r.entries.size() && mine->entries[a] == r.entries[b];
-        const int64_t entry = take_a ? mine->entries[a] : r.entries[b];
-        const float* from = take_a ? mine->gradients.data() + a * dim : r.gradients.data() + b * dim;
-        entries.push_back(entry);
-        gradients.insert(gradients.end(), from, from + dim);
-        if (both)
-          for (size_t e = 0; e < dim; ++e) gradients[gradients.size() - dim + e] += r.gradients[b * dim + e];
-        if (take_a) ++a;
-        if (!take_a || both) ++b;
-      }
-    } else {
-      std::map<int64_t, std::vector<float>> merged;  // rows a caller filled in another order
-      for (const Rows* source : {static_cast<const Rows*>(mine), &r})
-        for (size_t i = 0; i < source->entries.size(); ++i) {
-          std::vector<float>& sum = merged[source->entries[i]];
-          sum.resize(dim, 0.0f);
-          for (size_t e = 0; e < dim; ++e) sum[e] += source->gradients[i * dim + e];
-        }
-      for (const auto& [entry, g] : merged) {
-        entries.push_back(entry);
-        gradients.insert(gradients.end(), g.begin(), g.end());
-      }
-    }
+    gradients.reserve(rows.size() * dim);
+    for (const auto& [entry, g] : rows) add_row(entries, gradients, entry, g, dim);
     mine->entries = std::move(entries);
     mine->gradients = std::move(gradients);
   }
