@@ -7,9 +7,14 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
+
+#include <unistd.h>
 
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/Core.h>
@@ -19,6 +24,7 @@
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/Object/ELFObjectFile.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
@@ -256,7 +262,67 @@ KernelFunction link(llvm::orc::LLJIT& jit, const std::string& object, const std:
   return address->toPtr<KernelFunction>();
 }
 
+// Appends the functions of a linked kernel to perf's map of JIT code, /tmp/perf-PID.map ("START
+// SIZE NAME" in hex): the entry named by its symbol and its program's first line (the cell), the
+// functions beside it (a stage's epilogue) by the same with their own names. They lie in the
+// entry's section, which the linker places whole, so each one's address is the entry's plus its
+// distance in the object. The map only grows: a kernel removed from the JIT keeps its lines, and a
+// later kernel at the same address adds its own.
+void write_perf_map(const std::string& object, const std::string& symbol, const std::string& description,
+                    KernelFunction entry) {
+  static std::mutex mutex;
+  llvm::Expected<std::unique_ptr<llvm::object::ObjectFile>> file =
+      llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(object, symbol));
+  if (!file) {  // the kernel linked, so this does not happen; a map without it only costs perf names
+    llvm::consumeError(file.takeError());
+    return;
+  }
+  struct Function {
+    std::string name;
+    uint64_t at, size;
+    llvm::object::section_iterator section;
+  };
+  std::vector<Function> functions;
+  llvm::object::section_iterator entry_section = (*file)->section_end();  // none: nothing is written
+  uint64_t entry_at = 0;
+  for (const llvm::object::ELFSymbolRef defined : llvm::cast<llvm::object::ELFObjectFileBase>(**file).symbols()) {
+    llvm::Expected<llvm::object::SymbolRef::Type> type = defined.getType();
+    llvm::Expected<llvm::StringRef> name = defined.getName();
+    llvm::Expected<uint64_t> at = defined.getValue();
+    llvm::Expected<llvm::object::section_iterator> section = defined.getSection();
+    if (!type || !name || !at || !section || *type != llvm::object::SymbolRef::ST_Function) {
+      llvm::consumeError(type.takeError());
+      llvm::consumeError(name.takeError());
+      llvm::consumeError(at.takeError());
+      llvm::consumeError(section.takeError());
+      continue;
+    }
+    if (*name == symbol) {
+      entry_section = *section;
+      entry_at = *at;
+    }
+    functions.push_back({name->str(), *at, defined.getSize(), *section});
+  }
+  const std::string label = " " + description.substr(0, description.find('\n'));
+  std::string lines;
+  for (const Function& function : functions) {
+    if (function.section != entry_section) continue;
+    char head[64];
+    std::snprintf(head, sizeof head, "%llx %llx ",
+                  static_cast<unsigned long long>(reinterpret_cast<uint64_t>(entry) + function.at - entry_at),
+                  static_cast<unsigned long long>(function.size));
+    lines += head + (function.name == symbol ? symbol : symbol + "." + function.name) + label + "\n";
+  }
+  std::lock_guard lock(mutex);
+  if (FILE* map = std::fopen(perf_map_path().c_str(), "a")) {
+    std::fwrite(lines.data(), 1, lines.size(), map);
+    std::fclose(map);
+  }
+}
+
 }  // namespace
+
+std::string perf_map_path() { return "/tmp/perf-" + std::to_string(::getpid()) + ".map"; }
 
 std::string llvm_kernel_flags() { return std::string(kCodeVersion) + " O3 " + host_cpu_features(); }
 
@@ -336,6 +402,8 @@ LlvmBackend::LlvmBackend(LlvmBackendOptions options) : options_(options), state_
   state_->jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(host_machine()).create(), "cannot create the JIT");
   state_->target = host_cpu_name();
   state_->flags = llvm_kernel_flags();
+  const char* requested = std::getenv("EDB_PERF_MAP");
+  if (requested && *requested && std::strcmp(requested, "0") != 0) options_.perf_map = true;
 }
 
 LlvmBackend::~LlvmBackend() = default;
@@ -383,6 +451,7 @@ CompiledKernel LlvmBackend::compile_described(std::string description, Render&& 
   state_->make_room(dropped);
   llvm::orc::ResourceTrackerSP tracker;
   result.function = link(*state_->jit, result.object, symbol, "LlvmBackend::compile", tracker);
+  if (options_.perf_map) write_perf_map(result.object, symbol, result.description, result.function);
   result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return state_->add(state_, std::move(result), std::move(tracker));
 }
@@ -422,6 +491,7 @@ CompiledKernel LlvmBackend::load(const KernelEntry& entry) {
   state_->make_room(dropped);
   llvm::orc::ResourceTrackerSP tracker;
   result.function = link(*state_->jit, result.object, symbol, "LlvmBackend::load", tracker);
+  if (options_.perf_map) write_perf_map(result.object, symbol, result.description, result.function);
   return state_->add(state_, std::move(result), std::move(tracker));
 }
 

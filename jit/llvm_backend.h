@@ -44,7 +44,15 @@ struct LlvmBackendOptions {
   // Kernels the backend keeps linked for a later compile or load of the same key, least recently
   // used out first past this; a kernel's code leaves the JIT once no CompiledKernel holds it.
   size_t max_kernels = 4096;
+  // Append each kernel's functions to perf's map of JIT code (perf_map_path()) as it is linked, so
+  // `perf report` names samples in compiled kernels ("edb_kernel_HEX cell NAME", a stage's
+  // epilogue as "edb_kernel_HEX.stage0_epilogue_t1 cell NAME"). Also on when the environment
+  // variable EDB_PERF_MAP is set to anything but "" or "0" when the backend is made.
+  bool perf_map = false;
 };
+
+// /tmp/perf-PID.map of this process: where perf looks for the names of JIT code.
+std::string perf_map_path();
 
 // What goes into a key besides the text and the CPU: this backend's code version, the
 // optimisation level and the host features (bump the version when emitted code changes).

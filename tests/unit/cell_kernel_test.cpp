@@ -6,8 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
+#include <fstream>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "edbatch/errors.h"
@@ -209,6 +213,38 @@ TEST(CellKernel, TextReadsBackToTheSameProgram) {
   std::string broken = text;
   broken.replace(broken.find("c1[0+3]"), 7, "c9[0+3]");
   EXPECT_THROW(parse_cell_program(broken), UsageError);
+}
+
+// LlvmBackendOptions::perf_map: each linked kernel's entry gets a line "START SIZE NAME" in
+// /tmp/perf-PID.map, named by its symbol and its cell, at the address the kernel runs from.
+TEST(CellKernel, PerfMapNamesTheLinkedKernelByItsCell) {
+  LlvmBackendOptions options;
+  options.perf_map = true;
+  LlvmBackend backend(options);
+  Program program = contraction(24, 3, {20}, true, KernelOp::sigmoid);
+  program.name = "perf map test cell";
+  const CompiledKernel kernel = backend.compile(program);
+  std::ifstream map(perf_map_path());
+  ASSERT_TRUE(map) << perf_map_path();
+  const std::string name = kernel.symbol() + " cell perf map test cell";
+  bool entry = false, epilogue = false;
+  for (std::string line; std::getline(map, line);) {
+    std::istringstream fields(line);
+    std::string start, size, rest;
+    fields >> start >> size;
+    std::getline(fields >> std::ws, rest);
+    const uint64_t address = std::stoull(start, nullptr, 16), bytes = std::stoull(size, nullptr, 16);
+    if (rest == name) {
+      entry = true;
+      EXPECT_EQ(address, reinterpret_cast<uint64_t>(kernel.function)) << line;
+      EXPECT_GT(bytes, 0u) << line;
+    }
+    if (rest == kernel.symbol() + ".stage0_epilogue_t1 cell perf map test cell") epilogue = true;
+  }
+  EXPECT_TRUE(entry) << "no line for " << name << " in " << perf_map_path();
+  EXPECT_TRUE(epilogue) << "no line for the stage's epilogue in " << perf_map_path();
+  map.close();
+  std::remove(perf_map_path().c_str());
 }
 
 }  // namespace
