@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Metadata.h>
 #include <llvm/IR/Module.h>
 
@@ -182,6 +183,7 @@ class CellRenderer {
     tile_rows(block);
     for (int32_t j = 0; j < calls; ++j)
       block.call_table.push_back(call_table(block.pointers, b_.CreateAdd(block.first_call, b_.getInt64(uint64_t(j)))));
+    if (!stage.contractions.empty()) prefetch_epilogue(stage, block);  // else nothing would hide the wait
     std::vector<Accumulators> accumulators;  // per contraction
     for (const CellProgram::Contraction& c : stage.contractions) accumulators.push_back(contract(function, block, c));
     // The accumulators go to a stack buffer, [contraction block][tile][call], and one epilogue per
@@ -294,6 +296,29 @@ class CellRenderer {
   };
   // [block of the contraction][tile * calls + call]
   using Accumulators = std::vector<std::vector<llvm::Value*>>;
+
+  // Prefetches the lines the block's epilogue reads (its per-call loads) and writes (its stores),
+  // for every call and tile of the block, so that they arrive while the contractions run: in a
+  // training forward pass the frames hold many values, written to lines no cache holds, and the
+  // epilogue waited for each (in treelstm_internal, the loads of the children's cells and the
+  // stores' reads for ownership took most of the epilogue's samples).
+  void prefetch_epilogue(const CellProgram::Stage& stage, const Block& block) {
+    llvm::Function* prefetch = llvm::Intrinsic::getDeclaration(&module_, llvm::Intrinsic::prefetch, {ptr_});
+    auto line = [&](const CellProgram::Operand& operand, int32_t j, int32_t u, int64_t row0, bool write) {
+      llvm::Value* base = operand_pointer(block, operand, j);
+      llvm::Value* at =
+          b_.CreateInBoundsGEP(f32_, base, b_.CreateAdd(block.row[size_t(u)], b_.getInt64(uint64_t(row0))));
+      b_.CreateCall(prefetch, {at, b_.getInt32(write ? 1 : 0), b_.getInt32(3), b_.getInt32(1)});
+    };
+    for (int32_t j = 0; j < block.calls; ++j)
+      for (int32_t u = 0; u < block.tiles; ++u) {
+        for (const CellProgram::Instruction& in : stage.body)
+          if (in.kind == CellProgram::Instruction::load && !in.operand.shared)
+            line(in.operand, j, u, int64_t(in.block) * program_.rows, false);
+        for (const CellProgram::Store& store : stage.stores)
+          line(store.operand, j, u, int64_t(store.block) * program_.rows, true);
+      }
+  }
 
   // Per tile of the block: its first row, and the lanes whose row is inside the block.
   void tile_rows(Block& block) {
