@@ -24,15 +24,28 @@ using ir::NodeId;
 using ir::Op;
 
 // What a consumer sends to a node's gradient, in one flat list per backward pass (a node's
-// contributions are linked through `next`): no allocation per node.
+// contributions are linked through `next`): no allocation per node. A parameter's (dy, x) pairs
+// are kept apart (ParameterPairs).
 struct Contribution {
-  enum Kind : uint8_t { kWhole, kPair, kSlice };
+  enum Kind : uint8_t { kWhole, kSlice };
   Kind kind;
-  NodeId a;        // whole: the gradient term; pair: dy; slice: the slice's gradient
-  NodeId b;        // pair: x (the term is a b^T)
+  NodeId a;        // whole: the gradient term; slice: the slice's gradient
   int32_t begin;   // slice: its rows
   int32_t end;
   int32_t next;    // the node's previous contribution, or -1
+};
+
+// The (dy, x) pairs sent to one parameter, a term dy x^T each, in the order sent. A weight
+// gathers one per use (thousands a pass), so they lie in an array of their own, read in order by
+// combine(), not linked through the pass's list; their shapes are read as they are sent, while
+// the nodes are in cache.
+struct ParameterPairs {
+  struct Term {
+    NodeId dy, x;
+    ir::Shape dy_shape, x_shape;
+  };
+  NodeId parameter = ir::kNoNode;
+  std::vector<Term> terms;
 };
 
 // A value of `shape` that lies at rows [at, at + its size) of column `source`: a slice of them,
@@ -63,6 +76,9 @@ struct Buffers {
   std::vector<int32_t> list;      // combine()'s
   std::vector<NodeId> terms;
   std::vector<SlicePart> slices;
+  std::vector<ParameterPairs> pairs;  // the first `pairs_used` are this pass's
+  size_t pairs_used = 0;
+  std::vector<std::vector<NodeId>> groups;  // combine()'s: per shape of pair, a1, b1, a2, b2, ...
   std::vector<NodeId> order;      // mirrored_order()'s
   std::vector<NodeId> args;       // send()'s
   std::vector<uint32_t> position;
@@ -77,17 +93,18 @@ class Backward {
  public:
   explicit Backward(detail::TraceState& s) : s_(s), graph_(s.data.graph), b_(buffers()) {
     b_.items.clear();
+    b_.pairs_used = 0;
   }
 
   // Records the gradient nodes of `loss`; returns per parameter or lookup node its gradient node.
   std::vector<std::pair<NodeId, NodeId>> record(NodeId loss) {
     const std::vector<uint8_t>& flows = gradient_flows(loss);
     b_.head.assign(loss + 1, -1);
-    push(loss, {Contribution::kWhole, constant(ir::Shape{1, 1}, 1.0f), 0, 0, 0, -1});
+    whole(loss, constant(ir::Shape{1, 1}, 1.0f));
     std::vector<std::pair<NodeId, NodeId>> leaves;
     std::vector<NodeId> parameters;
     for (NodeId n : mirrored_order(loss)) {
-      if (b_.head[n] < 0) continue;
+      if (!sent(n)) continue;
       const Op op = graph_.node(n).op;  // a copy: combine() may grow the node array
       // A parameter may be sent terms by a cell call whatever the trace's own path to it.
       if (!flows[n] && op != Op::parameter) continue;
@@ -137,7 +154,7 @@ class Backward {
     BodyGradients out;
     out.arguments.assign(arguments.size(), ir::kNoNode);
     for (NodeId n : mirrored_order(last)) {
-      if (!flows[n] || b_.head[n] < 0) continue;
+      if (!flows[n] || !sent(n)) continue;
       if (graph_.node(n).op == Op::parameter) {
         BodyGradients::Parameter& p = out.parameters.emplace_back();
         p.node = n;
@@ -200,14 +217,39 @@ class Backward {
     return order;
   }
 
-  void push(NodeId to, Contribution c) {
+  void push(NodeId to, Contribution::Kind kind, NodeId a, int32_t begin = 0, int32_t end = 0) {
     if (to >= b_.head.size()) b_.head.resize(size_t(to) + 1, -1);  // a parameter node a call's rule made
+    // Built in place: a Contribution built on the stack and copied in stalled on the copy's loads.
+    Contribution& c = b_.items.emplace_back();
+    c.kind = kind;
+    c.a = a;
+    c.begin = begin;
+    c.end = end;
     c.next = b_.head[to];
-    b_.head[to] = int32_t(b_.items.size());
-    b_.items.push_back(c);
+    b_.head[to] = int32_t(b_.items.size() - 1);
   }
-  void whole(NodeId to, NodeId gradient) { push(to, {Contribution::kWhole, gradient, 0, 0, 0, -1}); }
-  void pair(NodeId to, NodeId dy, NodeId x) { push(to, {Contribution::kPair, dy, x, 0, 0, -1}); }
+  void whole(NodeId to, NodeId gradient) { push(to, Contribution::kWhole, gradient); }
+
+  // The pairs sent to parameter node p so far (null: none), or a new empty list for it.
+  ParameterPairs* pairs_of(NodeId p, bool make) {
+    // A pass sends pairs to a handful of parameters, a call's rule to several in turn.
+    for (size_t i = 0; i < b_.pairs_used; ++i)
+      if (b_.pairs[i].parameter == p) return &b_.pairs[i];
+    if (!make) return nullptr;
+    if (b_.pairs_used == b_.pairs.size()) b_.pairs.emplace_back();
+    ParameterPairs& pairs = b_.pairs[b_.pairs_used++];
+    pairs.parameter = p;
+    pairs.terms.clear();
+    if (p >= b_.head.size()) b_.head.resize(size_t(p) + 1, -1);  // a parameter node a call's rule made
+    return &pairs;
+  }
+  // Whether anything was sent to n.
+  bool sent(NodeId n) {
+    return b_.head[n] >= 0 || (graph_.node(n).op == Op::parameter && pairs_of(n, false));
+  }
+  void pair(NodeId to, NodeId dy, NodeId x) {
+    pairs_of(to, true)->terms.push_back({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
+  }
 
   // Which nodes a gradient flows through: on the loss's path and depending on a parameter or lookup
   // (or, for a cell's body, on one of `sources`, its arguments). `seeds` are reached besides the loss.
@@ -361,27 +403,49 @@ class Backward {
     std::vector<SlicePart>& slices = b_.slices;
     terms.clear();
     slices.clear();
-    std::vector<std::vector<NodeId>> groups;  // each: a1, b1, a2, b2, ...
     for (int32_t i : list) {
       const Contribution c = b_.items[size_t(i)];
-      if (c.kind == Contribution::kWhole) {
-        terms.push_back(c.a);
-      } else if (c.kind == Contribution::kSlice) {
-        slices.push_back({c.begin, c.end, c.a});
-      } else if (pairs) {
-        pairs->emplace_back(c.a, c.b);
-      } else {
-        auto same_shapes = [&](const std::vector<NodeId>& g) {
-          return graph_.node(g[0]).shape == graph_.node(c.a).shape && graph_.node(g[1]).shape == graph_.node(c.b).shape;
-        };
-        auto group = std::find_if(groups.begin(), groups.end(), same_shapes);
-        if (group == groups.end()) group = groups.insert(groups.end(), std::vector<NodeId>{});
-        group->push_back(c.a);
-        group->push_back(c.b);
-      }
+      if (c.kind == Contribution::kWhole) terms.push_back(c.a);
+      else slices.push_back({c.begin, c.end, c.a});
     }
     if (!slices.empty()) terms.push_back(assemble_slices(n, slices));
-    for (const std::vector<NodeId>& g : groups) terms.push_back(emit(Op::matmul_nt, g));
+    if (const ParameterPairs* sent_pairs = graph_.node(n).op == Op::parameter ? pairs_of(n, false) : nullptr) {
+      if (pairs) {
+        for (const ParameterPairs::Term& t : sent_pairs->terms) pairs->emplace_back(t.dy, t.x);
+      } else {
+        // Pairs of one shape, in the order sent, one argument list each: a1, b1, a2, b2, ...
+        std::vector<std::vector<NodeId>>& groups = b_.groups;
+        size_t used = 0;
+        const ParameterPairs::Term* firsts[8];  // each group's first pair (its shapes)
+        std::vector<const ParameterPairs::Term*> more_firsts;  // past eight shapes (never seen)
+        auto first_of = [&](size_t g) { return g < 8 ? firsts[g] : more_firsts[g - 8]; };
+        size_t last = 0;  // the group of the previous pair: pairs of one shape come in runs
+        for (const ParameterPairs::Term& t : sent_pairs->terms) {
+          auto same = [&](size_t g) {
+            const ParameterPairs::Term& f = *first_of(g);
+            return f.dy_shape == t.dy_shape && f.x_shape == t.x_shape;
+          };
+          size_t g = last < used && same(last) ? last : 0;
+          while (g < used && !same(g)) ++g;
+          if (g == used) {
+            if (used == groups.size()) groups.emplace_back();
+            groups[used].clear();
+            if (used < 8) firsts[used] = &t;
+            else more_firsts.push_back(&t);
+            ++used;
+          }
+          groups[g].push_back(t.dy);
+          groups[g].push_back(t.x);
+          last = g;
+        }
+        // One matmul_nt per shape; its shape from the first pair (all of a group's are alike).
+        for (size_t g = 0; g < used; ++g) {
+          const ParameterPairs::Term& f = *first_of(g);
+          const ir::Shape shapes[] = {f.dy_shape, f.x_shape};
+          terms.push_back(s_.add(Op::matmul_nt, groups[g], ir::infer_shape(Op::matmul_nt, shapes, {}), {}).node_id());
+        }
+      }
+    }
     if (terms.empty()) return ir::kNoNode;  // only pairs, kept apart
     return terms.size() == 1 ? terms[0] : emit(Op::sum, terms);
   }
@@ -535,7 +599,7 @@ class Backward {
         return;
       }
       case Op::slice:
-        push(args[0], {Contribution::kSlice, dy, 0, node.attrs.begin, node.attrs.end, -1});
+        push(args[0], Contribution::kSlice, dy, node.attrs.begin, node.attrs.end);
         return;
       case Op::reshape:
         attrs.target = graph_.node(args[0]).shape;
