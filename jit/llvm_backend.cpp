@@ -44,7 +44,7 @@ namespace edb::jit {
 namespace {
 
 // Bump when the emitted code changes, so cached kernels of the old code miss.
-constexpr const char* kCodeVersion = "llvm-kernel-6";
+constexpr const char* kCodeVersion = "llvm-kernel-7";
 
 // The compiled code reads KernelArgs and KernelInput by these byte offsets.
 static_assert(offsetof(KernelArgs, members) == 0 && offsetof(KernelArgs, elements) == 8 &&

@@ -46,11 +46,33 @@ int64_t cell_tile_step(const CellProgram& program) {
   return step;
 }
 
+std::vector<CellPass> cell_passes(const CellProgram::Stage& stage) {
+  std::vector<CellPass> passes;
+  for (size_t c = 0; c < stage.contractions.size(); ++c) {
+    int64_t k_begin = 0;
+    size_t after = 0;  // a contraction's segments go to passes in their order: its sums add k in order
+    for (const CellProgram::Segment& x : stage.contractions[c].x) {
+      auto same = [&](const CellPass& pass) {
+        return pass.x.operand.slot == x.operand.slot && pass.x.operand.shared == x.operand.shared && pass.x.row == x.row &&
+               pass.x.rows == x.rows;
+      };
+      auto pass = std::find_if(passes.begin() + std::ptrdiff_t(after), passes.end(), same);
+      if (pass == passes.end()) pass = passes.insert(passes.end(), CellPass{x, {}});
+      pass->members.push_back({int32_t(c), k_begin});
+      after = size_t(pass - passes.begin()) + 1;
+      k_begin += x.rows;
+    }
+  }
+  return passes;
+}
+
 CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers) {
   int32_t accumulators = 0, widest = 0;
-  for (const CellProgram::Contraction& c : stage.contractions) {
-    accumulators += c.blocks;
-    widest = std::max(widest, c.blocks);
+  for (const CellProgram::Contraction& c : stage.contractions) accumulators += c.blocks;
+  for (const CellPass& pass : cell_passes(stage)) {
+    int32_t blocks = 0;  // the weight vectors of one k step of the pass
+    for (const CellPass::Member& member : pass.members) blocks += stage.contractions[size_t(member.contraction)].blocks;
+    widest = std::max(widest, blocks);
   }
   if (accumulators == 0) return {4, 1};
   // Few gate blocks: several row tiles per register block, so that each broadcast x element feeds
@@ -184,8 +206,7 @@ class CellRenderer {
     for (int32_t j = 0; j < calls; ++j)
       block.call_table.push_back(call_table(block.pointers, b_.CreateAdd(block.first_call, b_.getInt64(uint64_t(j)))));
     if (!stage.contractions.empty()) prefetch_epilogue(stage, block);  // else nothing would hide the wait
-    std::vector<Accumulators> accumulators;  // per contraction
-    for (const CellProgram::Contraction& c : stage.contractions) accumulators.push_back(contract(function, block, c));
+    const std::vector<Accumulators> accumulators = contract(function, block, stage);  // per contraction
     // The accumulators go to a stack buffer, [contraction block][tile][call], and one epilogue per
     // stage and tile count runs the stage body call by call from there: one copy of the body's
     // code instead of one per (tile, call) of every block width, which was most of a cell kernel's
@@ -352,29 +373,42 @@ class CellRenderer {
     return self;
   }
 
-  // acc = bias + W x over the block's tiles, each packed tile streamed once for all its calls.
-  Accumulators contract(llvm::Function* function, const Block& block, const CellProgram::Contraction& c) {
-    const int32_t blocks = c.blocks, pairs = block.pairs();
-    Accumulators acc(static_cast<size_t>(blocks), std::vector<llvm::Value*>(static_cast<size_t>(pairs)));
-    for (int32_t j = 0; j < block.calls; ++j) {
-      llvm::Value* bias = c.has_bias ? operand_pointer(block, c.bias.operand, j) : nullptr;
-      for (int32_t u = 0; u < block.tiles; ++u)
-        for (int32_t g = 0; g < blocks; ++g)
-          acc[size_t(g)][size_t(u * block.calls + j)] =
-              bias ? load_tile(block, u, bias, c.bias.row + int64_t(g) * program_.rows) : llvm::Constant::getNullValue(vf_);
+  // acc_c = bias_c + W_c x_c for every contraction c of the stage over the block's tiles, each
+  // packed tile streamed once for all its calls, in one k loop per pass (jit::cell_passes): the
+  // contractions that read the same x segment share its broadcasts, so a one-block contraction
+  // beside a wider one (TreeLSTM's forget gates) is no longer a loop that loads as often as it
+  // multiplies. Each accumulator sums its k in the same order as a loop per contraction would.
+  std::vector<Accumulators> contract(llvm::Function* function, const Block& block, const CellProgram::Stage& stage) {
+    const int32_t pairs = block.pairs();
+    std::vector<Accumulators> acc;
+    std::vector<llvm::Value*> packed;    // per contraction: its packed weight at the block's tile
+    std::vector<uint64_t> tile_floats;   // per contraction: floats of one packed row tile
+    for (const CellProgram::Contraction& c : stage.contractions) {
+      acc.emplace_back(size_t(c.blocks), std::vector<llvm::Value*>(size_t(pairs)));
+      for (int32_t j = 0; j < block.calls; ++j) {
+        llvm::Value* bias = c.has_bias ? operand_pointer(block, c.bias.operand, j) : nullptr;
+        for (int32_t u = 0; u < block.tiles; ++u)
+          for (int32_t g = 0; g < c.blocks; ++g)
+            acc.back()[size_t(g)][size_t(u * block.calls + j)] =
+                bias ? load_tile(block, u, bias, c.bias.row + int64_t(g) * program_.rows) : llvm::Constant::getNullValue(vf_);
+      }
+      int64_t k_total = 0;
+      for (const CellProgram::Segment& x : c.x) k_total += x.rows;
+      tile_floats.push_back(uint64_t(k_total * c.blocks * vector_));
+      llvm::Value* weight = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, block.weights, uint64_t(c.weight)));
+      packed.push_back(b_.CreateInBoundsGEP(f32_, weight, b_.CreateMul(block.tile, b_.getInt64(tile_floats.back()))));
     }
-    int64_t k_total = 0;
-    for (const CellProgram::Segment& x : c.x) k_total += x.rows;
-    llvm::Value* packed = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, block.weights, uint64_t(c.weight)));
-    const uint64_t tile_floats = uint64_t(k_total * blocks * vector_);
-    packed = b_.CreateInBoundsGEP(f32_, packed, b_.CreateMul(block.tile, b_.getInt64(tile_floats)));
-    int64_t k_begin = 0;
-    for (const CellProgram::Segment& x : c.x) {
+    for (const CellPass& pass : cell_passes(stage)) {
       std::vector<llvm::Value*> xs;
       for (int32_t j = 0; j < block.calls; ++j)
-        xs.push_back(b_.CreateConstInBoundsGEP1_64(f32_, operand_pointer(block, x.operand, j), uint64_t(x.row)));
-      llvm::Value* w_segment = b_.CreateConstInBoundsGEP1_64(f32_, packed, uint64_t(k_begin * blocks * vector_));
-      // The k loop carries the accumulators in phis.
+        xs.push_back(b_.CreateConstInBoundsGEP1_64(f32_, operand_pointer(block, pass.x.operand, j), uint64_t(pass.x.row)));
+      std::vector<llvm::Value*> w_segment;  // per member
+      for (const CellPass::Member& m : pass.members) {
+        const int32_t blocks = stage.contractions[size_t(m.contraction)].blocks;
+        w_segment.push_back(
+            b_.CreateConstInBoundsGEP1_64(f32_, packed[size_t(m.contraction)], uint64_t(m.k_begin * blocks * vector_)));
+      }
+      // The k loop carries the members' accumulators in phis.
       llvm::BasicBlock* before = b_.GetInsertBlock();
       auto* loop = llvm::BasicBlock::Create(context(), "k", function);
       auto* exit = llvm::BasicBlock::Create(context(), "k.exit", function);
@@ -382,44 +416,61 @@ class CellRenderer {
       b_.SetInsertPoint(loop);
       llvm::PHINode* k = b_.CreatePHI(i64_, 2, "k");
       k->addIncoming(b_.getInt64(0), before);
-      std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(blocks));
-      for (int32_t g = 0; g < blocks; ++g)
-        for (int32_t q = 0; q < pairs; ++q) {
-          llvm::PHINode* phi = b_.CreatePHI(vf_, 2);
-          phi->addIncoming(acc[size_t(g)][size_t(q)], before);
-          phis[size_t(g)].push_back(phi);
-        }
-      llvm::Value* w_row = b_.CreateInBoundsGEP(f32_, w_segment, b_.CreateMul(k, b_.getInt64(uint64_t(blocks * vector_))));
-      std::vector<std::vector<llvm::Value*>> ws(static_cast<size_t>(block.tiles));  // [tile][block]
-      for (int32_t u = 0; u < block.tiles; ++u)
-        for (int32_t g = 0; g < blocks; ++g)
-          ws[size_t(u)].push_back(b_.CreateAlignedLoad(
-              vf_, b_.CreateConstInBoundsGEP1_64(f32_, w_row, uint64_t(u) * tile_floats + uint64_t(g * vector_)),
-              llvm::Align(size_t(vector_) * 4)));
+      std::vector<std::vector<std::vector<llvm::PHINode*>>> phis;  // [member][block][pair]
+      for (const CellPass::Member& m : pass.members) {
+        Accumulators& a = acc[size_t(m.contraction)];
+        phis.emplace_back(a.size());
+        for (size_t g = 0; g < a.size(); ++g)
+          for (int32_t q = 0; q < pairs; ++q) {
+            llvm::PHINode* phi = b_.CreatePHI(vf_, 2);
+            phi->addIncoming(a[g][size_t(q)], before);
+            phis.back()[g].push_back(phi);
+          }
+      }
+      std::vector<std::vector<std::vector<llvm::Value*>>> ws;  // [member][tile][block]
+      for (size_t i = 0; i < pass.members.size(); ++i) {
+        const int32_t blocks = stage.contractions[size_t(pass.members[i].contraction)].blocks;
+        llvm::Value* w_row = b_.CreateInBoundsGEP(f32_, w_segment[i], b_.CreateMul(k, b_.getInt64(uint64_t(blocks * vector_))));
+        ws.emplace_back(size_t(block.tiles));
+        for (int32_t u = 0; u < block.tiles; ++u)
+          for (int32_t g = 0; g < blocks; ++g)
+            ws.back()[size_t(u)].push_back(b_.CreateAlignedLoad(
+                vf_,
+                b_.CreateConstInBoundsGEP1_64(f32_, w_row, uint64_t(u) * tile_floats[size_t(pass.members[i].contraction)] +
+                                                                uint64_t(g * vector_)),
+                llvm::Align(size_t(vector_) * 4)));
+      }
       for (int32_t j = 0; j < block.calls; ++j) {
         llvm::Value* element = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, xs[size_t(j)], k));
         llvm::Value* broadcast = b_.CreateVectorSplat(unsigned(vector_), element);
-        for (int32_t u = 0; u < block.tiles; ++u)
-          for (int32_t g = 0; g < blocks; ++g) {
-            const size_t q = size_t(u * block.calls + j);
-            acc[size_t(g)][q] =
-                b_.CreateIntrinsic(llvm::Intrinsic::fma, {vf_}, {ws[size_t(u)][size_t(g)], broadcast, phis[size_t(g)][q]});
-          }
+        for (size_t i = 0; i < pass.members.size(); ++i) {
+          Accumulators& a = acc[size_t(pass.members[i].contraction)];
+          for (int32_t u = 0; u < block.tiles; ++u)
+            for (size_t g = 0; g < a.size(); ++g) {
+              const size_t q = size_t(u * block.calls + j);
+              a[g][q] = b_.CreateIntrinsic(llvm::Intrinsic::fma, {vf_}, {ws[i][size_t(u)][g], broadcast, phis[i][g][q]});
+            }
+        }
       }
       llvm::Value* next = b_.CreateNSWAdd(k, b_.getInt64(1));
       k->addIncoming(next, loop);
-      for (int32_t g = 0; g < blocks; ++g)
-        for (int32_t q = 0; q < pairs; ++q) phis[size_t(g)][size_t(q)]->addIncoming(acc[size_t(g)][size_t(q)], loop);
-      llvm::BranchInst* back = b_.CreateCondBr(b_.CreateICmpSLT(next, b_.getInt64(uint64_t(x.rows))), loop, exit);
+      for (size_t i = 0; i < pass.members.size(); ++i) {
+        Accumulators& a = acc[size_t(pass.members[i].contraction)];
+        for (size_t g = 0; g < a.size(); ++g)
+          for (int32_t q = 0; q < pairs; ++q) phis[i][g][size_t(q)]->addIncoming(a[g][size_t(q)], loop);
+      }
+      llvm::BranchInst* back = b_.CreateCondBr(b_.CreateICmpSLT(next, b_.getInt64(uint64_t(pass.x.rows))), loop, exit);
       back->setMetadata(llvm::LLVMContext::MD_loop, no_unrolling());
       b_.SetInsertPoint(exit);
-      for (int32_t g = 0; g < blocks; ++g)
-        for (int32_t q = 0; q < pairs; ++q) {
-          llvm::PHINode* out = b_.CreatePHI(vf_, 1);
-          out->addIncoming(acc[size_t(g)][size_t(q)], loop);
-          acc[size_t(g)][size_t(q)] = out;
-        }
-      k_begin += x.rows;
+      for (const CellPass::Member& m : pass.members) {
+        Accumulators& a = acc[size_t(m.contraction)];
+        for (size_t g = 0; g < a.size(); ++g)
+          for (int32_t q = 0; q < pairs; ++q) {
+            llvm::PHINode* out = b_.CreatePHI(vf_, 1);
+            out->addIncoming(a[g][size_t(q)], loop);
+            a[g][size_t(q)] = out;
+          }
+      }
     }
     return acc;
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "jit/cell_program.h"
 
@@ -12,6 +13,20 @@ class Module;
 }
 
 namespace edb::jit {
+
+// The k loops of a stage's contractions: one per distinct x segment, which every contraction
+// reading it (`members`, at its k offset `k_begin` in that contraction) accumulates in, sharing
+// the segment's broadcasts. In the order of first use; each contraction's segments lie in passes
+// in their own order (a segment read again after another starts a pass of its own).
+struct CellPass {
+  struct Member {
+    int32_t contraction = 0;
+    int64_t k_begin = 0;
+  };
+  CellProgram::Segment x;
+  std::vector<Member> members;
+};
+std::vector<CellPass> cell_passes(const CellProgram::Stage& stage);
 
 // Vector registers of the host's vector width, and how many calls and row tiles one register
 // block of `stage` holds (its accumulators, the weight vectors of a k step and a broadcast fit).

@@ -17,6 +17,7 @@
 #include "edbatch/errors.h"
 #include "jit/cell_program.h"
 #include "jit/llvm_backend.h"
+#include "jit/llvm_cell.h"
 
 namespace edb::jit {
 namespace {
@@ -245,6 +246,100 @@ TEST(CellKernel, PerfMapNamesTheLinkedKernelByItsCell) {
   EXPECT_TRUE(epilogue) << "no line for the stage's epilogue in " << perf_map_path();
   map.close();
   std::remove(perf_map_path().c_str());
+}
+
+// Contractions that read the same x segment share one k loop (jit::cell_passes), each keeping the
+// order of its own segments; the values equal a plain product. A: [x0; x1] (2 blocks), B: x0,
+// C: [x1; x0] (x0 after x1: a pass of its own), D: [x0; x0].
+TEST(CellKernel, ContractionsSharingASegmentShareItsLoopAndKeepTheirValues) {
+  const int rows = 20, k0 = 12, k1 = 7, calls = 11;
+  Program p;
+  p.name = "shared segments";
+  p.rows = rows;
+  Program::Stage stage;
+  const Program::Segment x0{{0, false}, 0, k0}, x1{{1, false}, 0, k1};
+  const std::vector<std::vector<Program::Segment>> xs = {{x0, x1}, {x0}, {x1, x0}, {x0, x0}};
+  const std::vector<int> blocks = {2, 1, 1, 1};
+  int32_t slot = 2;
+  for (size_t c = 0; c < xs.size(); ++c) {
+    Program::Contraction contraction;
+    contraction.blocks = blocks[c];
+    contraction.x = xs[c];
+    contraction.weight = int32_t(c);
+    stage.contractions.push_back(contraction);
+    for (int g = 0; g < blocks[c]; ++g) {
+      Program::Instruction in;
+      in.kind = Program::Instruction::accumulator;
+      in.contraction = int32_t(c);
+      in.block = g;
+      stage.body.push_back(in);
+      stage.stores.push_back({int32_t(stage.body.size() - 1), {slot++, false}, 0});
+    }
+  }
+  p.stages.push_back(stage);
+  p.call_slots = slot;
+
+  const std::vector<CellPass> passes = cell_passes(p.stages[0]);
+  ASSERT_EQ(passes.size(), 3u);
+  EXPECT_EQ(passes[0].x.operand.slot, 0);  // x0: A at 0, B at 0, C's x0 waits, D's first x0 at 0
+  ASSERT_EQ(passes[0].members.size(), 3u);
+  EXPECT_EQ(passes[0].members[2].contraction, 3);
+  EXPECT_EQ(passes[1].x.operand.slot, 1);  // x1: A at k0, C at 0
+  ASSERT_EQ(passes[1].members.size(), 2u);
+  EXPECT_EQ(passes[1].members[0].k_begin, k0);
+  EXPECT_EQ(passes[2].x.operand.slot, 0);  // x0 again: C at k1, D's second x0 at k0
+  ASSERT_EQ(passes[2].members.size(), 2u);
+  EXPECT_EQ(passes[2].members[0].k_begin, k1);
+  EXPECT_EQ(passes[2].members[1].k_begin, k0);
+
+  LlvmBackend backend;
+  const CompiledKernel kernel = backend.compile(p);
+  const int vector = cell_vector_floats();
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<std::vector<float>> weights, packed;  // per contraction: column-major, packed
+  for (size_t c = 0; c < xs.size(); ++c) {
+    int64_t k = 0;
+    for (const Program::Segment& x : xs[c]) k += x.rows;
+    weights.emplace_back(size_t(blocks[c] * rows * k));
+    for (float& v : weights.back()) v = uniform(random);
+    packed.emplace_back(size_t(packed_weight_floats(rows, blocks[c], k, vector)) + size_t(vector));
+    float* at = packed.back().data();
+    while (reinterpret_cast<uintptr_t>(at) % (size_t(vector) * 4) != 0) ++at;
+    pack_weight(rows, blocks[c], {{weights.back().data(), k}}, vector, at);
+  }
+  std::vector<const float*> weight_pointers;
+  for (std::vector<float>& w : packed) {
+    float* at = w.data();
+    while (reinterpret_cast<uintptr_t>(at) % (size_t(vector) * 4) != 0) ++at;
+    weight_pointers.push_back(at);
+  }
+  const int64_t stride = 2 * rows + 5;
+  std::vector<float> memory(size_t(stride * slot * calls), 0.0f);
+  for (float& v : memory) v = uniform(random);
+  std::vector<float*> pointers(size_t(slot * calls));
+  for (size_t i = 0; i < pointers.size(); ++i) pointers[i] = memory.data() + 1 + int64_t(i) * stride;
+  const CellArgs args{calls, nullptr, weight_pointers.data(), pointers.data()};
+  kernel.cell()(&args);
+
+  for (int j = 0; j < calls; ++j) {
+    int32_t out_slot = 2;
+    for (size_t c = 0; c < xs.size(); ++c) {
+      int64_t k_total = 0;
+      for (const Program::Segment& x : xs[c]) k_total += x.rows;
+      for (int g = 0; g < blocks[c]; ++g, ++out_slot)
+        for (int r = 0; r < rows; ++r) {
+          double expected = 0;
+          int64_t k = 0;
+          for (const Program::Segment& x : xs[c])
+            for (int i = 0; i < x.rows; ++i, ++k)
+              expected += double(weights[c][size_t(k * blocks[c] * rows + g * rows + r)]) *
+                          pointers[size_t(j * slot + x.operand.slot)][i];
+          ASSERT_NEAR(pointers[size_t(j * slot + out_slot)][r], expected, 1e-4 * (1 + std::abs(expected)))
+              << "contraction " << c << " block " << g << " call " << j << " row " << r;
+        }
+    }
+  }
 }
 
 }  // namespace
