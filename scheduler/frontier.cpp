@@ -54,16 +54,22 @@ void Dependencies::build(const ScheduleInput& input, const LocalTypes& types) {
   arguments.clear();
   initially_ready.clear();
   unbatchable.assign(types.count(), 0);
+  type_words_ = (types.count() + 63) / 64;
+  type_users.assign(types.count() * type_words_, 0);
   scheduled = 0;
-  auto is_scheduled = [&](ir::NodeId id) { return id >= begin && types.of_node[id - begin] != LocalTypes::kNone; };
   for (ir::NodeId id = begin; id < graph.size(); ++id) {
     const size_t i = id - begin;
-    if (types.of_node[i] != LocalTypes::kNone) {
+    if (const uint32_t t = types.of_node[i]; t != LocalTypes::kNone) {
       ++scheduled;
       const ir::Node& node = graph.node(id);
-      if (ir::has_flag(node.op, ir::kUnbatchable)) unbatchable[types.of_node[i]] = 1;
+      if (ir::has_flag(node.op, ir::kUnbatchable)) unbatchable[t] = 1;
+      uint64_t* users_of_type = type_users.data() + t / 64;
+      const uint64_t bit = uint64_t{1} << (t % 64);
       for_each_argument(input, id, [&](ir::NodeId arg) {
-        if (!is_scheduled(arg)) return;
+        if (arg < begin) return;
+        const uint32_t arg_type = types.of_node[arg - begin];
+        if (arg_type == LocalTypes::kNone) return;
+        users_of_type[size_t(arg_type) * type_words_] |= bit;
         arguments.push_back(arg - begin);
         ++users_begin[arg - begin + 1];
       });

@@ -44,13 +44,19 @@ struct Dependencies {
   std::vector<ir::NodeId> users;
   std::vector<ir::NodeId> initially_ready;
   std::vector<uint8_t> unbatchable;   // per local type
+  // The type graph: per local type, a bit per type that consumes one of its nodes (type_words()
+  // words a type). Only a type on a cycle of it can have a same-type chain longer than 1.
+  std::vector<uint64_t> type_users;
   size_t scheduled = 0;               // nodes to schedule
+
+  size_t type_words() const { return type_words_; }
 
   void build(const ScheduleInput& input, const LocalTypes& types);  // reuses buffers
   uint32_t user_count(size_t index) const { return users_begin[index + 1] - users_begin[index]; }
 
  private:
   std::vector<uint32_t> fill_;
+  size_t type_words_ = 0;
 };
 
 class Frontier {

@@ -1,4 +1,5 @@
-// The chain pass, ranks or heights, with 16-bit counters when no chain can exceed them.
+// The chain pass, ranks or heights, with 16-bit counters when no chain can exceed them and a lane
+// per type that can form a chain.
 #include "scheduler/type_chains.h"
 
 #include <algorithm>
@@ -9,109 +10,159 @@
 namespace edb::scheduler {
 
 // Ranks visit the nodes first to last and read their arguments' rows; heights last to first and
-// read their users'. A row is freed once every node that reads it has.
-template <bool kHeights, typename Count>
+// read their users'. A row holds a count per lane (chain_lanes), `kWidth` lanes (or width_ when 0);
+// a node gets one only when some node reads it and a lane's type lies at or before it (on the way
+// it is read), so the outputs and losses of a heights pass and the inputs of a ranks pass carry none.
+// A row is freed once every node that reads it has, or taken over by its last reader.
+template <bool kHeights, typename Count, size_t kWidth>
 void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
                       std::span<const uint32_t> weights, std::vector<Count>& rows) {
-  const ir::Graph& graph = input.graph;
+  const size_t width = kWidth ? kWidth : width_;
+  const size_t n = input.graph.size() - input.begin;
   const ir::NodeId begin = input.begin;
-  // Rows padded to a whole vector register so the max loop runs without a remainder.
-  constexpr size_t kLanes = 64 / sizeof(Count);
-  const size_t width = (types.count() + kLanes - 1) / kLanes * kLanes;
-  const size_t n = graph.size() - begin;
   row_of_.resize(n);
   unread_.resize(n);
   free_rows_.clear();
   rows.clear();
-  // Heights: beside each row, the set of types met on paths from its node (for terminal types).
-  const size_t words = (types.count() + 63) / 64;
-  if constexpr (kHeights) met_by_type_.assign(types.count() * words, 0);
+  // Heights: beside each row, and per type over its nodes, a bit per lane whose type is met on a
+  // path from there (for terminal types; a node without a row meets none).
+  const size_t words = (lanes_ + 63) / 64;
+  if constexpr (kHeights) met_by_type_.assign(types.count() * words, 0), met_.clear();
   // Raw pointers: stores through the vectors' data would make the compiler reload the others.
   uint32_t* __restrict out_at = (kHeights ? height : rank).data();
   uint32_t* __restrict remaining_at = remaining.data();
-  uint64_t* __restrict met_of_type = met_by_type_.data();
   uint32_t* __restrict longest_at = longest.data();
+  uint32_t* __restrict row_of = row_of_.data();
+  uint32_t* __restrict unread = unread_.data();
   const uint32_t* __restrict type_of = types.of_node.data();
+  const uint32_t* __restrict lane_of = lane_of_.data();
+  const uint8_t* __restrict unbatchable_type = dependencies.unbatchable.data();
+  const uint32_t* __restrict sources = kHeights ? nullptr : dependencies.arguments.data();
+  const ir::NodeId* __restrict users = dependencies.users.data();
+  const uint32_t* __restrict sources_begin = (kHeights ? dependencies.users_begin : dependencies.arguments_begin).data();
+  const uint32_t* __restrict readers_begin = (kHeights ? dependencies.arguments_begin : dependencies.users_begin).data();
+  auto new_row = [&] {
+    if (!free_rows_.empty()) {
+      const uint32_t index = free_rows_.back();
+      free_rows_.pop_back();
+      return index;
+    }
+    const auto index = static_cast<uint32_t>(rows.size() / width);
+    rows.resize(rows.size() + width);
+    if constexpr (kHeights) met_.resize(met_.size() + words);
+    return index;
+  };
+  uint64_t met_word = 0;  // with one word of lanes (64 or fewer), the node's set, kept in a register
+  std::vector<uint64_t>& met_words = met_scratch_;
+  met_words.assign(words, 0);
   for (size_t step = 0; step < n; ++step) {
     const size_t i = kHeights ? n - 1 - step : step;
     const uint32_t t = type_of[i];
     if (t == LocalTypes::kNone) continue;  // a leaf: no chain passes through it
-    uint32_t row_index;
-    if (free_rows_.empty()) {
-      row_index = static_cast<uint32_t>(rows.size() / width);
-      rows.resize(rows.size() + width);
-      if constexpr (kHeights) met_.resize(rows.size() / width * words);
-    } else {
-      row_index = free_rows_.back();
-      free_rows_.pop_back();
-    }
-    Count* __restrict row = rows.data() + size_t(row_index) * width;
-    std::fill(row, row + width, Count{0});
-    uint64_t* __restrict met = kHeights ? met_.data() + size_t(row_index) * words : nullptr;
-    // With one word of types (64 or fewer), the node's set is kept in a register and stored once.
-    uint64_t met_word = 0;
+    const uint32_t lane = lane_of[t];
+    const uint32_t readers = readers_begin[i + 1] - readers_begin[i];
+    uint32_t row_index = kNoRow, below = 0, after = 0;
     if constexpr (kHeights) {
-      if (words != 1) std::fill(met, met + words, uint64_t{0});
+      if (words == 1) met_word = 0;
+      else std::fill(met_words.begin(), met_words.end(), uint64_t{0});
     }
-    auto read = [&](uint32_t other) {  // scheduled, in range
-      const uint32_t from_index = row_of_[other];
-      const Count* __restrict from = rows.data() + size_t(from_index) * width;
-      for (size_t k = 0; k < width; ++k) row[k] = row[k] > from[k] ? row[k] : from[k];
+    for (uint32_t k = sources_begin[i]; k < sources_begin[i + 1]; ++k) {
+      const uint32_t source = kHeights ? users[k] - begin : sources[k];
+      if constexpr (kHeights) after = std::max(after, remaining_at[source]);
+      const uint32_t from_index = row_of[source];
+      if (from_index == kNoRow) continue;
       if constexpr (kHeights) {
         const uint64_t* from_met = met_.data() + size_t(from_index) * words;
         if (words == 1) met_word |= from_met[0];
-        else for (size_t w = 0; w < words; ++w) met[w] |= from_met[w];
+        else for (size_t w = 0; w < words; ++w) met_words[w] |= from_met[w];
       }
-      if (--unread_[other] == 0) free_rows_.push_back(from_index);
-    };
-    const bool unbatchable_node = ir::has_flag(graph.node(begin + static_cast<ir::NodeId>(i)).op, ir::kUnbatchable);
-    if constexpr (kHeights) {
-      uint32_t after = 0;
-      for (uint32_t u = dependencies.users_begin[i]; u < dependencies.users_begin[i + 1]; ++u) {
-        const uint32_t user = dependencies.users[u] - begin;
-        read(user);
-        after = std::max(after, remaining_at[user]);
-      }
-      remaining_at[i] = after + (unbatchable_node ? 1 : weights[t]);
-    } else {
-      for (uint32_t a = dependencies.arguments_begin[i]; a < dependencies.arguments_begin[i + 1]; ++a)
-        read(dependencies.arguments[a]);
-    }
-    if (unbatchable_node) {
-      ++unbatchable;
-    } else {
-      out_at[i] = ++row[t];
-      longest_at[t] = std::max<uint32_t>(longest_at[t], row[t]);
-    }
-    if constexpr (kHeights) {
-      if (words == 1) {
-        met_word |= uint64_t{1} << t;
-        met[0] = met_word;
-        met_of_type[t] |= met_word;
+      if (readers == 0) {  // nobody reads this node's row: only its own lane counts
+        if (lane != kNoLane) below = std::max<uint32_t>(below, rows[size_t(from_index) * width + lane]);
+      } else if (row_index == kNoRow) {
+        if (unread[source] == 1) {  // the last reader takes the row over
+          row_index = from_index;
+          unread[source] = 0;
+          continue;
+        }
+        row_index = new_row();
+        const Count* from = rows.data() + size_t(from_index) * width;
+        std::copy(from, from + width, rows.data() + size_t(row_index) * width);
       } else {
-        met[t / 64] |= uint64_t{1} << (t % 64);
-        for (size_t w = 0; w < words; ++w) met_of_type[size_t(t) * words + w] |= met[w];
+        Count* __restrict row = rows.data() + size_t(row_index) * width;
+        const Count* __restrict from = rows.data() + size_t(from_index) * width;
+        for (size_t w = 0; w < width; ++w) row[w] = row[w] > from[w] ? row[w] : from[w];
+      }
+      if (--unread[source] == 0) free_rows_.push_back(from_index);
+    }
+    // A lane of its own (a chain type's, or in heights an unbatchable type's) needs a row.
+    if (readers > 0 && lane != kNoLane && row_index == kNoRow) {
+      row_index = new_row();
+      std::fill(rows.data() + size_t(row_index) * width, rows.data() + size_t(row_index + 1) * width, Count{0});
+    }
+    Count* row = row_index == kNoRow ? nullptr : rows.data() + size_t(row_index) * width;
+    const bool alone = unbatchable_type[t] != 0;
+    if constexpr (kHeights) remaining_at[i] = after + (alone ? 1 : weights[t]);
+    if (alone) {
+      ++unbatchable;
+      if (row && lane != kNoLane && row[lane] == 0) row[lane] = 1;  // met, never counted
+    } else if (lane != kNoLane) {
+      const uint32_t count = (row ? uint32_t(row[lane]) : below) + 1;
+      if (row) row[lane] = Count(count);
+      out_at[i] = count;
+      longest_at[t] = std::max(longest_at[t], count);
+    } else {  // no path leads from a node of t to another
+      out_at[i] = 1;
+      longest_at[t] = 1;
+    }
+    if constexpr (kHeights) {
+      uint64_t* type_met = met_by_type_.data() + size_t(t) * words;
+      if (words == 1) {
+        if (lane != kNoLane) met_word |= uint64_t{1} << lane;
+        type_met[0] |= met_word;
+        if (row) met_[row_index] = met_word;
+      } else if (words > 1) {
+        if (lane != kNoLane) met_words[lane / 64] |= uint64_t{1} << (lane % 64);
+        for (size_t w = 0; w < words; ++w) type_met[w] |= met_words[w];
+        if (row) std::copy(met_words.begin(), met_words.end(), met_.begin() + ptrdiff_t(row_index) * ptrdiff_t(words));
       }
     }
-    row_of_[i] = row_index;
-    unread_[i] = kHeights ? dependencies.arguments_begin[i + 1] - dependencies.arguments_begin[i]
-                          : dependencies.user_count(i);
-    if (unread_[i] == 0) free_rows_.push_back(row_index);
+    row_of[i] = row_index;
+    if (row) unread[i] = readers;
   }
   if constexpr (kHeights) {
     // A type is terminal when it is single-rank and so is every type met on a path from its nodes
-    // (an unbatchable type, longest 0, never is).
-    // One AND per word of a type's set against the types that are not single-rank.
-    not_single_.assign(words, 0);
+    // (an unbatchable type, longest 0, never is): one AND per word of its lanes against the lanes
+    // of the types that are not single-rank. Types without a lane are single-rank.
+    std::vector<uint64_t>& not_single = not_single_;
+    not_single.assign(words, 0);
     for (size_t u = 0; u < types.count(); ++u)
-      if (longest[u] != 1) not_single_[u / 64] |= uint64_t{1} << (u % 64);
+      if (lane_of_[u] != kNoLane && longest[u] != 1) not_single[lane_of_[u] / 64] |= uint64_t{1} << (lane_of_[u] % 64);
     terminal.assign(types.count(), 0);
-    for (size_t t = 0; t < types.count(); ++t) {
-      bool only_single = longest[t] == 1;
-      for (size_t w = 0; w < words && only_single; ++w) only_single = (met_by_type_[t * words + w] & not_single_[w]) == 0;
-      terminal[t] = only_single;
+    for (size_t u = 0; u < types.count(); ++u) {
+      bool only_single = longest[u] == 1;
+      for (size_t w = 0; w < words && only_single; ++w) only_single = (met_by_type_[u * words + w] & not_single[w]) == 0;
+      terminal[u] = only_single;
     }
   }
+}
+
+void TypeChains::chain_lanes(const LocalTypes& types, const Dependencies& dependencies, bool with_unbatchable) {
+  // The types on a cycle of the type graph: its transitive closure (Warshall's, a word at a time).
+  const size_t count = types.count(), words = dependencies.type_words();
+  reach_.assign(dependencies.type_users.begin(), dependencies.type_users.end());
+  for (size_t k = 0; k < count; ++k) {
+    const uint64_t* through = reach_.data() + k * words;
+    for (size_t t = 0; t < count; ++t) {
+      uint64_t* from = reach_.data() + t * words;
+      if (from[k / 64] >> (k % 64) & 1)
+        for (size_t w = 0; w < words; ++w) from[w] |= through[w];
+    }
+  }
+  lane_of_.assign(count, kNoLane);
+  lanes_ = 0;
+  for (size_t t = 0; t < count; ++t)
+    if ((reach_[t * words + t / 64] >> (t % 64) & 1) || (with_unbatchable && dependencies.unbatchable[t]))
+      lane_of_[t] = lanes_++;
 }
 
 void TypeChains::build(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
@@ -121,17 +172,34 @@ void TypeChains::build(const ScheduleInput& input, const LocalTypes& types, cons
   const bool heights = direction == ChainDirection::heights;
   if (heights && weights.size() != types.count())
     throw InternalError("TypeChains: heights need a weight per type (expanded_type_weights)");
+  if (dependencies.type_users.size() != types.count() * dependencies.type_words())
+    throw InternalError("TypeChains: Dependencies built for other types");
   (heights ? height : rank).assign(n, 0);
   (heights ? rank : height).clear();
   if (heights) remaining.assign(n, 0);
   else remaining.clear(), terminal.clear();
   longest.assign(types.count(), 0);
   unbatchable = 0;
-  const bool narrow = n < std::numeric_limits<uint16_t>::max();
-  if (heights && narrow) fill<true>(input, types, dependencies, weights, rows16_);
-  else if (heights) fill<true>(input, types, dependencies, weights, rows32_);
-  else if (narrow) fill<false>(input, types, dependencies, weights, rows16_);
-  else fill<false>(input, types, dependencies, weights, rows32_);
+  // Heights also give unbatchable types a lane: terminal types are told by what is met below.
+  chain_lanes(types, dependencies, heights);
+  // Rows of one 16-byte or 64-byte vector when the lanes fit (usually a few for dozens of types),
+  // else padded to whole 64-byte vectors.
+  auto run = [&]<typename Count>(std::vector<Count>& rows) {
+    constexpr size_t kSmall = 16 / sizeof(Count), kLarge = 64 / sizeof(Count);
+    if (lanes_ <= kSmall) {
+      heights ? fill<true, Count, kSmall>(input, types, dependencies, weights, rows)
+              : fill<false, Count, kSmall>(input, types, dependencies, weights, rows);
+    } else if (lanes_ <= kLarge) {
+      heights ? fill<true, Count, kLarge>(input, types, dependencies, weights, rows)
+              : fill<false, Count, kLarge>(input, types, dependencies, weights, rows);
+    } else {
+      width_ = (lanes_ + kLarge - 1) / kLarge * kLarge;
+      heights ? fill<true, Count, 0>(input, types, dependencies, weights, rows)
+              : fill<false, Count, 0>(input, types, dependencies, weights, rows);
+    }
+  };
+  if (n < std::numeric_limits<uint16_t>::max()) run(rows16_);
+  else run(rows32_);
 }
 
 int64_t TypeChains::lower_bound() const {

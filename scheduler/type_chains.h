@@ -16,10 +16,11 @@ namespace edb::scheduler {
 
 class TypeChains {
  public:
-  // One pass in (reverse, for heights) topological order over a row of per-type counts per node (a
-  // vector max per edge), so the cost is nodes x types / vector width. A row lives only until the
-  // last node that reads it has, so the rows in use stay few and in cache. Reuses this object's
-  // buffers.
+  // One pass in (reverse, for heights) topological order over a row of counts per node (a vector
+  // max per edge), a count per type that can form a chain (on a cycle of the type graph,
+  // Dependencies::type_users); a node no one reads, or with no such type before it, keeps no row. A
+  // row lives only until the last node that reads it has, so the rows in use stay few and in
+  // cache. Reuses this object's buffers.
   // `weights` (per local type, expanded_type_weights) are read for heights only.
   void build(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
              ChainDirection direction = ChainDirection::ranks, std::span<const uint32_t> weights = {});
@@ -41,15 +42,24 @@ class TypeChains {
   int64_t lower_bound() const;  // unbatchable + sum of longest
 
  private:
-  template <bool kHeights, typename Count>
+  static constexpr uint32_t kNoLane = ~0u, kNoRow = ~0u;
+  // A lane of the rows per type on a cycle of the type graph (the only ones whose chains can be
+  // longer than 1; the others get rank and height 1 without one), and per unbatchable type when
+  // `with_unbatchable`.
+  void chain_lanes(const LocalTypes& types, const Dependencies& dependencies, bool with_unbatchable);
+  template <bool kHeights, typename Count, size_t kWidth>
   void fill(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
             std::span<const uint32_t> weights, std::vector<Count>& rows);
   std::vector<uint16_t> rows16_;
   std::vector<uint32_t> rows32_;
-  // Heights: per row, and per type over its nodes' rows, a bit per type met on a path from there.
-  std::vector<uint64_t> met_, met_by_type_;
-  std::vector<uint64_t> not_single_;  // heights: the types that are not single-rank, as bits
-  std::vector<uint32_t> row_of_;      // per node: its row while live
+  std::vector<uint64_t> reach_;     // the type graph's transitive closure, as Dependencies::type_users
+  std::vector<uint32_t> lane_of_;   // per type: its lane, or kNoLane
+  uint32_t lanes_ = 0;
+  size_t width_ = 0;                // lanes per row when fill's kWidth is 0
+  // Heights: per row, and per type over its nodes, a bit per lane whose type is met on a path from there.
+  std::vector<uint64_t> met_, met_by_type_, met_scratch_;
+  std::vector<uint64_t> not_single_;  // heights: the lanes of types that are not single-rank
+  std::vector<uint32_t> row_of_;      // per node: its row while live, or kNoRow
   std::vector<uint32_t> unread_;      // per node: consumers that have not read its row yet
   std::vector<uint32_t> free_rows_;
 };

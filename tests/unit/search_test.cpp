@@ -130,6 +130,70 @@ TEST(ChainHeights, MatchTheDefinitionOnRandomGraphs) {
   }
 }
 
+// Random DAGs over inputs of `sizes` row counts, so types number about four per size: the chain
+// pass's rows of one small vector (a few chain types), one large one, and several (and more than
+// 64 lanes of types met, for terminal types).
+ir::Graph random_dag_of_sizes(uint64_t seed, int ops, int sizes) {
+  ir::Graph graph;
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<NodeId>> by_rows(static_cast<size_t>(sizes));
+  for (int k = 0; k < sizes; ++k) by_rows[size_t(k)].push_back(input(graph, 2 + k));
+  const Op unary[] = {Op::tanh, Op::sigmoid, Op::relu};
+  for (int i = 0; i < ops; ++i) {
+    std::vector<NodeId>& pool = by_rows[rng() % by_rows.size()];
+    auto pick = [&] { return pool[pool.size() - 1 - rng() % std::min<size_t>(pool.size(), 4)]; };
+    pool.push_back(rng() % 3 == 0 ? op(graph, Op::add, {pick(), pick()}) : op(graph, unary[rng() % 3], {pick()}));
+  }
+  return graph;
+}
+
+// Ranks and heights from the analysis's chain pass against their definition by a dense table per
+// node and type (the most nodes of a node's own type on a path that ends, or starts, at it), the
+// longest chains, and terminal types (single-rank, and no path from one of their nodes meets a
+// type that is not): with few and with many types.
+TEST(TypeChains, RanksHeightsAndTerminalTypesMatchTheDefinitionWithManyTypes) {
+  for (int sizes : {1, 3, 10, 25, 60}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      SCOPED_TRACE("sizes " + std::to_string(sizes) + ", seed " + std::to_string(seed));
+      const ir::Graph graph = random_dag_of_sizes(seed, 40 * sizes, sizes);
+      ir::SignatureTable table;
+      const std::vector<ir::TypeId> types = table.assign(graph);
+      const ScheduleInput in{graph, types};
+      Analysis by_rank, by_height;
+      by_rank.build(in);
+      by_height.build(in, ChainDirection::heights);
+      const size_t n = graph.size(), width = by_rank.types.count();
+      const std::vector<uint32_t>& of = by_rank.types.of_node;
+      std::vector<std::vector<NodeId>> users(n);
+      for (NodeId id = 0; id < n; ++id)
+        for (NodeId arg : graph.args(id)) users[arg].push_back(id);
+      std::vector<uint32_t> up(n * width, 0), down(n * width, 0), longest(width, 0);
+      for (size_t i = 0; i < n; ++i) {
+        if (of[i] == LocalTypes::kNone) continue;
+        for (NodeId a : graph.args(NodeId(i)))
+          for (size_t k = 0; k < width; ++k) up[i * width + k] = std::max(up[i * width + k], up[a * width + k]);
+        ++up[i * width + of[i]];
+        ASSERT_EQ(by_rank.chains.rank[i], up[i * width + of[i]]) << "node " << i;
+        longest[of[i]] = std::max(longest[of[i]], up[i * width + of[i]]);
+      }
+      std::vector<uint8_t> reaches_chain(width, 0);  // a path from one of its nodes meets a chain type
+      for (size_t i = n; i-- > 0;) {
+        if (of[i] == LocalTypes::kNone) continue;
+        for (NodeId u : users[i])
+          for (size_t k = 0; k < width; ++k) down[i * width + k] = std::max(down[i * width + k], down[u * width + k]);
+        ++down[i * width + of[i]];
+        ASSERT_EQ(by_height.chains.height[i], down[i * width + of[i]]) << "node " << i;
+        for (size_t k = 0; k < width; ++k)
+          if (down[i * width + k] > 0 && longest[k] > 1) reaches_chain[of[i]] = 1;
+      }
+      EXPECT_EQ(by_rank.chains.longest, longest);
+      EXPECT_EQ(by_height.chains.longest, longest);
+      for (size_t t = 0; t < width; ++t)
+        EXPECT_EQ(by_height.chains.terminal[t], longest[t] == 1 && !reaches_chain[t]) << "type " << t;
+    }
+  }
+}
+
 // The tight frontier's sum of remaining batches over each type's ready nodes, against a count
 // from scratch after every batch of random schedules (random ready types, unbatchable ones too),
 // and the remaining rule's pick among the tight types.
