@@ -421,7 +421,23 @@ void KernelCache::store(const KernelEntry& entry) {
 #endif
   if (!write_atomically(entry_path(entry.key), bytes)) return;
   record_use(&entry.key, /*hit=*/false, /*stored=*/true);
-  if (disk_writable() && stats().total_bytes > max_bytes_) prune(max_bytes_);
+  if (disk_writable() && over_max_bytes_after(bytes.size())) prune(max_bytes_);
+}
+
+bool KernelCache::over_max_bytes_after(uint64_t stored_bytes) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (disk_bytes_ >= 0 && ++stores_since_count_ < kStoresPerCount) {
+      disk_bytes_ += int64_t(stored_bytes);  // an entry stored again is counted twice: a count comes sooner
+      return uint64_t(disk_bytes_) > max_bytes_;
+    }
+  }
+  uint64_t total = 0;
+  for (const DiskFile& f : scan(directory_, ".kernel")) total += f.bytes;
+  std::lock_guard<std::mutex> guard(mutex_);
+  disk_bytes_ = int64_t(total);
+  stores_since_count_ = 0;
+  return total > max_bytes_;
 }
 
 std::optional<KernelEntry> KernelCache::read(const KernelKey& key, std::string* problem) const {
@@ -533,7 +549,11 @@ KernelCacheCounters KernelCache::counters() const {
 PruneResult KernelCache::prune(uint64_t max_bytes) {
   if (directory_.empty() || !fs::is_directory(directory_)) return {};
   DirectoryLock lock(directory_);
-  return prune_locked(max_bytes);
+  const PruneResult result = prune_locked(max_bytes);
+  std::lock_guard<std::mutex> guard(mutex_);
+  disk_bytes_ = int64_t(result.bytes_left);  // counted now
+  stores_since_count_ = 0;
+  return result;
 }
 
 PruneResult KernelCache::prune_locked(uint64_t max_bytes) {
@@ -580,6 +600,7 @@ PruneResult KernelCache::clear() {
     memory_.clear();
     memory_order_.clear();
     counters_.memory_entries = counters_.memory_bytes = 0;
+    disk_bytes_ = -1;
   }
   PruneResult result;
   if (directory_.empty() || !fs::is_directory(directory_)) return result;

@@ -112,9 +112,13 @@ class KernelCache {
 
   // Memory, then disk. A disk hit is kept in memory and counted in the entry's metadata.
   std::optional<KernelEntry> lookup(const KernelKey& key);
-  // Keeps the entry in memory and writes it to disk, then prunes to max_bytes.
+  // Keeps the entry in memory and writes it to disk, then prunes to max_bytes. The directory's
+  // total is counted by a scan on the first store and every kStoresPerCount stores after (other
+  // processes write there too), and in between by adding what this object stored: a scan stats
+  // every entry file, milliseconds for a directory of thousands.
   // Throws UsageError when entry.key is not the key of its fields.
   void store(const KernelEntry& entry);
+  static constexpr int kStoresPerCount = 32;
 
   // For tools: the disk entry without counting a use; on failure `problem` says why ("" = absent).
   std::optional<KernelEntry> read(const KernelKey& key, std::string* problem = nullptr) const;
@@ -134,6 +138,7 @@ class KernelCache {
   void record_use(const KernelKey* key, bool hit, bool stored);  // metadata, under the dir lock
   PruneResult prune_locked(uint64_t max_bytes);
   void keep_in_memory_locked(const KernelEntry& entry);  // under mutex_
+  bool over_max_bytes_after(uint64_t stored_bytes);  // store()'s count of the directory
 
   std::string directory_;
   uint64_t max_bytes_;
@@ -143,6 +148,10 @@ class KernelCache {
   std::deque<KernelKey> memory_order_;  // keys as stored in memory_, oldest first
   uint64_t max_memory_bytes_;
   KernelCacheCounters counters_;
+  // The entry files' bytes as last counted plus this object's stores since (-1: not counted yet),
+  // and the stores since that count; under mutex_.
+  int64_t disk_bytes_ = -1;
+  int stores_since_count_ = 0;
   mutable std::atomic<bool> disk_failed_{false};  // set by the first failed write; later writes skip disk
 };
 

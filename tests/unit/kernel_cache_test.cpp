@@ -472,6 +472,27 @@ TEST(KernelCache, StoresKeepTheDirectoryUnderTheCap) {
   for (const KernelEntry& e : entries) EXPECT_TRUE(cache.lookup(e.key));  // memory keeps all of them
 }
 
+// A store counts the directory only every kStoresPerCount stores; what another writer adds in
+// between is pruned at the next count.
+TEST(KernelCache, EntriesAnotherWriterAddsArePrunedWithinACountsStores) {
+  TempDir dir;
+  const uint64_t file_bytes = [&] {
+    TempDir probe;
+    const KernelEntry e = make_entry(0, 4000);
+    KernelCache(options_for(probe.path(), nullptr)).store(e);
+    return fs::file_size(probe.file(e.key.hex() + ".kernel"));
+  }();
+  const uint64_t cap = file_bytes * 10;
+  KernelCache cache(options_for(dir.path(), nullptr, cap));
+  cache.store(make_entry(0, 4000));  // counts the directory: one entry
+  KernelCache other(options_for(dir.path(), nullptr));  // no cap of its own
+  for (int id = 1; id <= 20; ++id) other.store(make_entry(id, 4000));
+  EXPECT_GT(cache.stats().total_bytes, cap);
+  // This object's own stores alone stay under the cap until its next count sees the rest.
+  for (int id = 100; id < 100 + KernelCache::kStoresPerCount; ++id) cache.store(make_entry(id, 10));
+  EXPECT_LE(cache.stats().total_bytes, cap);
+}
+
 TEST(KernelCache, ClearRemovesEverything) {
   TempDir dir;
   KernelCache cache(options_for(dir.path(), nullptr));
