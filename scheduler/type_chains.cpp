@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "edbatch/errors.h"
 
@@ -24,10 +25,21 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
   unread_.resize(n);
   free_rows_.clear();
   rows.clear();
-  // Heights: beside each row, and per type over its nodes, a bit per lane whose type is met on a
-  // path from there (for terminal types; a node without a row meets none).
-  const size_t words = (lanes_ + 63) / 64;
-  if constexpr (kHeights) met_by_type_.assign(types.count() * words, 0), met_.clear();
+  // Heights, for terminal types: per type, whether one of its nodes has or reads a row, so meets a
+  // lane's type on a path from it (a node that keeps no row meets none). That is a type that is not
+  // single-rank unless some lane's type is single-rank; then (exact_met_) which lanes, by the OR of
+  // its nodes' rows and of what those without one read.
+  std::vector<Count>& met = [&]() -> std::vector<Count>& {
+    if constexpr (std::is_same_v<Count, uint16_t>) return met16_;
+    else return met32_;
+  }();
+  const bool exact_met = exact_met_;
+  uint8_t* __restrict meets_row = meets_row_.data();
+  if constexpr (kHeights) {
+    meets_row_.assign(types.count(), 0);
+    meets_row = meets_row_.data();
+    if (exact_met) met.assign(types.count() * width, 0);
+  }
   // Raw pointers: stores through the vectors' data would make the compiler reload the others.
   uint32_t* __restrict out_at = (kHeights ? height : rank).data();
   uint32_t* __restrict remaining_at = remaining.data();
@@ -49,12 +61,8 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
     }
     const auto index = static_cast<uint32_t>(rows.size() / width);
     rows.resize(rows.size() + width);
-    if constexpr (kHeights) met_.resize(met_.size() + words);
     return index;
   };
-  uint64_t met_word = 0;  // with one word of lanes (64 or fewer), the node's set, kept in a register
-  std::vector<uint64_t>& met_words = met_scratch_;
-  met_words.assign(words, 0);
   for (size_t step = 0; step < n; ++step) {
     const size_t i = kHeights ? n - 1 - step : step;
     const uint32_t t = type_of[i];
@@ -62,22 +70,22 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
     const uint32_t lane = lane_of[t];
     const uint32_t readers = readers_begin[i + 1] - readers_begin[i];
     uint32_t row_index = kNoRow, below = 0, after = 0;
-    if constexpr (kHeights) {
-      if (words == 1) met_word = 0;
-      else std::fill(met_words.begin(), met_words.end(), uint64_t{0});
-    }
+    bool read_row = false;
     for (uint32_t k = sources_begin[i]; k < sources_begin[i + 1]; ++k) {
       const uint32_t source = kHeights ? users[k] - begin : sources[k];
       if constexpr (kHeights) after = std::max(after, remaining_at[source]);
       const uint32_t from_index = row_of[source];
       if (from_index == kNoRow) continue;
-      if constexpr (kHeights) {
-        const uint64_t* from_met = met_.data() + size_t(from_index) * words;
-        if (words == 1) met_word |= from_met[0];
-        else for (size_t w = 0; w < words; ++w) met_words[w] |= from_met[w];
-      }
+      read_row = true;
       if (readers == 0) {  // nobody reads this node's row: only its own lane counts
-        if (lane != kNoLane) below = std::max<uint32_t>(below, rows[size_t(from_index) * width + lane]);
+        const Count* __restrict from = rows.data() + size_t(from_index) * width;
+        if (lane != kNoLane) below = std::max<uint32_t>(below, from[lane]);
+        if constexpr (kHeights) {
+          if (exact_met) {
+            Count* __restrict type_met = met.data() + size_t(t) * width;
+            for (size_t w = 0; w < width; ++w) type_met[w] |= from[w];
+          }
+        }
       } else if (row_index == kNoRow) {
         if (unread[source] == 1) {  // the last reader takes the row over
           row_index = from_index;
@@ -115,15 +123,10 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
       longest_at[t] = 1;
     }
     if constexpr (kHeights) {
-      uint64_t* type_met = met_by_type_.data() + size_t(t) * words;
-      if (words == 1) {
-        if (lane != kNoLane) met_word |= uint64_t{1} << lane;
-        type_met[0] |= met_word;
-        if (row) met_[row_index] = met_word;
-      } else if (words > 1) {
-        if (lane != kNoLane) met_words[lane / 64] |= uint64_t{1} << (lane % 64);
-        for (size_t w = 0; w < words; ++w) type_met[w] |= met_words[w];
-        if (row) std::copy(met_words.begin(), met_words.end(), met_.begin() + ptrdiff_t(row_index) * ptrdiff_t(words));
+      if (read_row || row) meets_row[t] = 1;
+      if (exact_met && row) {
+        Count* __restrict type_met = met.data() + size_t(t) * width;
+        for (size_t w = 0; w < width; ++w) type_met[w] |= row[w];
       }
     }
     row_of[i] = row_index;
@@ -131,16 +134,25 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
   }
   if constexpr (kHeights) {
     // A type is terminal when it is single-rank and so is every type met on a path from its nodes
-    // (an unbatchable type, longest 0, never is): one AND per word of its lanes against the lanes
-    // of the types that are not single-rank. Types without a lane are single-rank.
-    std::vector<uint64_t>& not_single = not_single_;
-    not_single.assign(words, 0);
-    for (size_t u = 0; u < types.count(); ++u)
-      if (lane_of_[u] != kNoLane && longest[u] != 1) not_single[lane_of_[u] / 64] |= uint64_t{1} << (lane_of_[u] % 64);
+    // (an unbatchable type, longest 0, never is; a type without a lane is single-rank). Its own
+    // lane is met too, but only a type that is not single-rank has one set by its own nodes.
+    not_single_lanes_.clear();
+    bool single_lane = false;
+    for (size_t u = 0; u < types.count(); ++u) {
+      if (lane_of_[u] == kNoLane) continue;
+      if (longest[u] != 1) not_single_lanes_.push_back(lane_of_[u]);
+      else single_lane = true;
+    }
+    if (single_lane && !exact_met) {
+      needs_exact_met_ = true;  // build() runs the pass again with the lanes met
+      return;
+    }
     terminal.assign(types.count(), 0);
     for (size_t u = 0; u < types.count(); ++u) {
       bool only_single = longest[u] == 1;
-      for (size_t w = 0; w < words && only_single; ++w) only_single = (met_by_type_[u * words + w] & not_single[w]) == 0;
+      if (!exact_met) only_single = only_single && !meets_row[u];
+      for (size_t k = 0; k < not_single_lanes_.size() && only_single && exact_met; ++k)
+        only_single = met[u * width + not_single_lanes_[k]] == 0;
       terminal[u] = only_single;
     }
   }
@@ -198,8 +210,17 @@ void TypeChains::build(const ScheduleInput& input, const LocalTypes& types, cons
               : fill<false, Count, 0>(input, types, dependencies, weights, rows);
     }
   };
+  exact_met_ = needs_exact_met_ = false;
   if (n < std::numeric_limits<uint16_t>::max()) run(rows16_);
   else run(rows32_);
+  if (needs_exact_met_) {  // a lane's type is single-rank (on a cycle of types, not of nodes): rare
+    exact_met_ = true;
+    longest.assign(types.count(), 0);
+    unbatchable = 0;
+    if (n < std::numeric_limits<uint16_t>::max()) run(rows16_);
+    else run(rows32_);
+    exact_met_ = false;
+  }
 }
 
 int64_t TypeChains::lower_bound() const {

@@ -56,9 +56,13 @@ class TypeChains {
   std::vector<uint32_t> lane_of_;   // per type: its lane, or kNoLane
   uint32_t lanes_ = 0;
   size_t width_ = 0;                // lanes per row when fill's kWidth is 0
-  // Heights: per row, and per type over its nodes, a bit per lane whose type is met on a path from there.
-  std::vector<uint64_t> met_, met_by_type_, met_scratch_;
-  std::vector<uint64_t> not_single_;  // heights: the lanes of types that are not single-rank
+  // Heights: per type, whether a node of it has or reads a row; and when exact_met_, the OR of its
+  // nodes' rows (16- or 32-bit counts, as the rows).
+  std::vector<uint8_t> meets_row_;
+  std::vector<uint16_t> met16_;
+  std::vector<uint32_t> met32_;
+  bool exact_met_ = false, needs_exact_met_ = false;
+  std::vector<uint32_t> not_single_lanes_;  // heights: the lanes of types that are not single-rank
   std::vector<uint32_t> row_of_;      // per node: its row while live, or kNoRow
   std::vector<uint32_t> unread_;      // per node: consumers that have not read its row yet
   std::vector<uint32_t> free_rows_;

@@ -194,6 +194,34 @@ TEST(TypeChains, RanksHeightsAndTerminalTypesMatchTheDefinitionWithManyTypes) {
   }
 }
 
+// Two types that feed each other in different instances form a cycle of types but no chain: both
+// single-rank, so both terminal, unless a path from them meets a chain (the chain pass's exact
+// count of the types met, beside its cheap one that is exact only when no such cycle exists).
+TEST(TypeChains, ACycleOfTypesWithoutAChainIsTerminal) {
+  for (const bool with_chain : {false, true}) {
+    SCOPED_TRACE(with_chain ? "with a relu chain after the first sigmoid" : "no chain");
+    ir::Graph graph;
+    const NodeId s1 = op(graph, Op::sigmoid, {op(graph, Op::tanh, {input(graph, 2)})});
+    op(graph, Op::tanh, {op(graph, Op::sigmoid, {input(graph, 2)})});
+    if (with_chain) op(graph, Op::relu, {op(graph, Op::relu, {s1})});
+    ir::SignatureTable table;
+    const std::vector<ir::TypeId> types = table.assign(graph);
+    const ScheduleInput in{graph, types};
+    Analysis by_height, by_rank;
+    by_height.build(in, ChainDirection::heights);
+    by_rank.build(in);
+    ChainHeights own;  // the policy's own pass over the ranks analysis: node by node
+    own.build(in, by_rank);
+    for (uint32_t t = 0; t < by_height.types.count(); ++t) {
+      const Op kind = graph.node(by_height.types.first[t]).op;
+      const bool chain = kind == Op::relu && with_chain;
+      EXPECT_EQ(by_height.chains.longest[t], chain ? 2u : 1u) << ir::op_name(kind);
+      EXPECT_EQ(by_height.chains.terminal[t] != 0, !with_chain) << ir::op_name(kind);
+    }
+    EXPECT_EQ(by_height.chains.terminal, own.terminal);
+  }
+}
+
 // The tight frontier's sum of remaining batches over each type's ready nodes, against a count
 // from scratch after every batch of random schedules (random ready types, unbatchable ones too),
 // and the remaining rule's pick among the tight types.
