@@ -18,14 +18,15 @@ NodeId Graph::add(Op op, std::span<const NodeId> args, Shape shape, const Attrib
     throw UsageError("edb: a trace holds at most " + std::to_string(kMaxNodes) + " nodes and " +
                      std::to_string(kMaxArguments) + " argument references; this one is full (" +
                      std::to_string(nodes_.size()) + " nodes): evaluate and start a new trace");
-  Node node;
+  // Filled in place: a node built on the stack and copied in stalls on reloading what was just
+  // stored piecewise.
+  Node& node = nodes_.emplace_back();
   node.op = op;
   node.args_begin = static_cast<uint32_t>(arg_pool_.size());
   node.arg_count = static_cast<uint32_t>(args.size());
   node.shape = shape;
   node.attrs = attrs;
   arg_pool_.insert(arg_pool_.end(), args.begin(), args.end());
-  nodes_.push_back(node);
   // A pooled graph appends into capacity written a trace ago, long out of cache: the lines a few
   // nodes ahead are fetched for writing now, so that the appends do not wait for them.
   constexpr size_t kNodesAhead = 8, kArgsAhead = 64;
