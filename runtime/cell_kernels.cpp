@@ -218,10 +218,24 @@ class Lowerer {
     throw Unsupported{std::string("op ") + std::string(ir::op_name(n.op))};
   }
 
+  // A concat that is stored anyway (an output: a backward cell's gate gradients, which the
+  // weight's gradient reads) of values the body computes: a reader in a later stage reads its
+  // place rather than each part's, so the parts need no stores of their own (they were written
+  // twice: TreeLSTM's backward cells stored 3 of their 6 and 10 blocks twice).
+  bool read_in_place(int32_t f) const {
+    const Form& form = forms_[size_t(f)];
+    if (form.kind != Form::concat || f >= int32_t(count_) || !needed_[size_t(f)]) return false;
+    for (int32_t part : form.sources) {
+      const Form::Kind kind = forms_[size_t(part)].kind;
+      if (kind != Form::elementwise && kind != Form::contraction) return false;
+    }
+    return true;
+  }
+
   // Form f's values are read from memory: every body value they come from must be stored.
   void need_in_memory(int32_t f) {
     const Form& form = forms_[size_t(f)];
-    if (form.kind == Form::external) return;
+    if (form.kind == Form::external || read_in_place(f)) return;
     if (form.kind == Form::slice || form.kind == Form::concat) {
       for (int32_t source : form.sources) need_in_memory(source);
       return;
@@ -267,7 +281,7 @@ class Lowerer {
       case Form::external: return 0;
       case Form::slice: return memory_stage(form.sources[0]);
       case Form::concat: {
-        int32_t stage = 0;
+        int32_t stage = 0;  // read_in_place: its own stage, which is its parts' last
         for (int32_t part : form.sources) stage = std::max(stage, memory_stage(part));
         return stage;
       }
@@ -279,7 +293,7 @@ class Lowerer {
   void segments(int32_t f, int32_t row, int32_t rows, std::vector<Program::Segment>& out) {
     const Form& form = forms_[size_t(f)];
     if (form.kind == Form::slice) return segments(form.sources[0], form.begin + row, rows, out);
-    if (form.kind == Form::concat) {
+    if (form.kind == Form::concat && !read_in_place(f)) {
       int32_t at = 0;
       for (int32_t part : form.sources) {
         const int32_t part_rows = forms_[size_t(part)].rows;
@@ -332,6 +346,7 @@ class Lowerer {
           throw Unsupported{"a slice from row " + std::to_string(form.begin) + " read in blocks of " + std::to_string(rows_) + " rows"};
         return block(form.sources[0], form.begin / rows_ + g, s);
       case Form::concat: {
+        if (form.stage != s && read_in_place(f)) return load(s, form.memory, g * rows_);
         for (int32_t part : form.sources) {
           const int32_t blocks = forms_[size_t(part)].rows / rows_;
           if (g < blocks) return block(part, g, s);
