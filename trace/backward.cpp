@@ -99,7 +99,7 @@ class Backward {
   // Records the gradient nodes of `loss`; returns per parameter or lookup node its gradient node.
   std::vector<std::pair<NodeId, NodeId>> record(NodeId loss) {
     const std::vector<uint8_t>& flows = gradient_flows(loss);
-    b_.head.assign(loss + 1, -1);
+    b_.head.assign(loss + 1, kNothingSent);
     whole(loss, constant(ir::Shape{1, 1}, 1.0f));
     std::vector<std::pair<NodeId, NodeId>> leaves;
     std::vector<NodeId> parameters;
@@ -148,7 +148,7 @@ class Backward {
     std::vector<NodeId> seed_nodes;
     for (const auto& [output, gradient] : seeds) seed_nodes.push_back(output);
     const std::vector<uint8_t>& flows = gradient_flows(last, seed_nodes, arguments);
-    b_.head.assign(last + 1, -1);
+    b_.head.assign(last + 1, kNothingSent);
     for (const auto& [output, gradient] : seeds)
       if (flows[output]) whole(output, gradient);
     BodyGradients out;
@@ -217,8 +217,11 @@ class Backward {
     return order;
   }
 
+  // A node's head: its newest contribution, or one of these (a list ends at any negative link).
+  static constexpr int32_t kNothingSent = -1, kOnlyPairs = -2;
+
   void push(NodeId to, Contribution::Kind kind, NodeId a, int32_t begin = 0, int32_t end = 0) {
-    if (to >= b_.head.size()) b_.head.resize(size_t(to) + 1, -1);  // a parameter node a call's rule made
+    if (to >= b_.head.size()) b_.head.resize(size_t(to) + 1, kNothingSent);  // a parameter node a call's rule made
     // Built in place: a Contribution built on the stack and copied in stalled on the copy's loads.
     Contribution& c = b_.items.emplace_back();
     c.kind = kind;
@@ -240,13 +243,13 @@ class Backward {
     ParameterPairs& pairs = b_.pairs[b_.pairs_used++];
     pairs.parameter = p;
     pairs.terms.clear();
-    if (p >= b_.head.size()) b_.head.resize(size_t(p) + 1, -1);  // a parameter node a call's rule made
+    if (p >= b_.head.size()) b_.head.resize(size_t(p) + 1, kNothingSent);  // a parameter node a call's rule made
+    if (b_.head[p] == kNothingSent) b_.head[p] = kOnlyPairs;
     return &pairs;
   }
-  // Whether anything was sent to n.
-  bool sent(NodeId n) {
-    return b_.head[n] >= 0 || (graph_.node(n).op == Op::parameter && pairs_of(n, false));
-  }
+  // Whether anything was sent to n: read from head alone, as the pass asks it of every node and
+  // the nodes' own array lies out of cache.
+  bool sent(NodeId n) const { return b_.head[n] != kNothingSent; }
   void pair(NodeId to, NodeId dy, NodeId x) {
     pairs_of(to, true)->terms.push_back({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
   }
