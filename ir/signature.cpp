@@ -57,7 +57,8 @@ size_t repeated_group(const Graph& graph, std::span<const NodeId> args) {
   return 0;
 }
 
-void build_key(const Graph& graph, NodeId id, std::string& key) {
+// Node id's key into `key`; returns its arguments' repeated group (repeated_group()).
+size_t build_key(const Graph& graph, NodeId id, std::string& key) {
   const Node& n = graph.node(id);
   key.clear();
   append_word(key, uint64_t(n.op) | (uint64_t{n.arg_count} << 8));
@@ -75,18 +76,17 @@ void build_key(const Graph& graph, NodeId id, std::string& key) {
   if (has_flag(n.op, kConstant)) append_word(key, std::bit_cast<uint32_t>(n.attrs.constant));
   if (has_flag(n.op, kRange))
     append_word(key, (uint64_t{uint32_t(n.attrs.begin)} << 32) | uint32_t(n.attrs.end));
+  return group;
 }
 
 char hex_digit(unsigned v) { return "0123456789abcdef"[v & 15]; }
 
-}  // namespace
-
-std::string signature(const Graph& graph, NodeId id) {
+// signature() with its arguments' repeated group known (a scan of thousands of arguments).
+std::string signature_of_group(const Graph& graph, NodeId id, size_t group) {
   const Node& n = graph.node(id);
   std::string s(op_name(n.op));
   s += '(';
   const auto args = graph.args(id);
-  const size_t group = repeated_group(graph, args);
   if (group) s += std::to_string(args.size() / group) + " x (";
   bool first = true;
   for (NodeId arg : args.first(group ? group : args.size())) {
@@ -114,6 +114,12 @@ std::string signature(const Graph& graph, NodeId id) {
   return s;
 }
 
+}  // namespace
+
+std::string signature(const Graph& graph, NodeId id) {
+  return signature_of_group(graph, id, repeated_group(graph, graph.args(id)));
+}
+
 size_t SignatureTable::Hash::operator()(std::string_view s) const {
   // FNV-1a over 8-byte words; keys are short and word-aligned in length.
   uint64_t h = 1469598103934665603ull;
@@ -134,9 +140,9 @@ TypeId SignatureTable::intern(const Graph& graph, NodeId id) {
     const CellBody& cell = graph.cell(graph.node(id).attrs.index);
     return intern_call(graph, cell.key, cell.signature, graph.args(id));
   }
-  build_key(graph, id, key_buffer_);
+  const size_t group = build_key(graph, id, key_buffer_);
   if (auto it = by_key_.find(std::string_view(key_buffer_)); it != by_key_.end()) return it->second;
-  return add_type(signature(graph, id));
+  return add_type(signature_of_group(graph, id, group));
 }
 
 TypeId SignatureTable::intern_named(std::string_view key, const std::string& name) {
