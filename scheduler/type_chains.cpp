@@ -34,7 +34,7 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
     else return met32_;
   }();
   const bool exact_met = exact_met_;
-  uint8_t* __restrict meets_row = meets_row_.data();
+  uint8_t* __restrict meets_row = nullptr;
   if constexpr (kHeights) {
     meets_row_.assign(types.count(), 0);
     meets_row = meets_row_.data();
