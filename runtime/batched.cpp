@@ -787,8 +787,9 @@ void BatchedExecutor::Scratch::trim(size_t max_bytes) {
 }
 
 const float** BatchedExecutor::Scratch::allocate_pointers(size_t count) {
-  static_assert(sizeof(float*) % sizeof(float) == 0);
-  return reinterpret_cast<const float**>(allocate(count * (sizeof(float*) / sizeof(float))));
+  constexpr size_t kFloatsPerPointer = sizeof(uintptr_t) / sizeof(float);
+  static_assert(sizeof(uintptr_t) == sizeof(float*) && sizeof(uintptr_t) % sizeof(float) == 0);
+  return reinterpret_cast<const float**>(allocate(count * kFloatsPerPointer));
 }
 
 BatchedExecutor::BatchedExecutor(int threads, bool jit, std::string cache_directory)

@@ -30,6 +30,16 @@ inline void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
 
 int64_t tiles(int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; }
 
+// Columns are read this many ahead of their use: they lie anywhere in the arena, written long
+// before (a weight gradient runs at the end of the backward pass).
+constexpr int64_t kAhead = 4;
+
+// The cache lines of a column of `floats` floats, fetched for reading.
+void prefetch_column(const float* column, int64_t floats) {
+  const int64_t lines = (floats * int64_t(sizeof(float)) + 63) / 64;
+  for (int64_t line = 0; line < lines; ++line) __builtin_prefetch(reinterpret_cast<const char*>(column) + line * 64);
+}
+
 // Columns [k0, k0 + depth) of `columns` (each `extent` long) as panels of `tile` rows: panel t
 // holds, per column k, rows [t * tile, (t + 1) * tile), zeros past `extent`.
 // (The tile is a template argument so that a whole tile's copy is a fixed-size, inlined one.)
@@ -37,12 +47,8 @@ template <int64_t tile>
 void pack(std::span<const float* const> columns, int64_t k0, int64_t depth, int64_t extent, float* panels) {
   const int64_t count = tiles(extent, tile);
   const int64_t tail = extent - (count - 1) * tile;
-  constexpr int64_t kAhead = 4;  // columns prefetched ahead: they lie anywhere in the arena
-  const int64_t lines = (extent * int64_t(sizeof(float)) + 63) / 64;
   for (int64_t k = 0; k < depth; ++k) {
-    if (k + kAhead < depth)
-      for (int64_t line = 0; line < lines; ++line)
-        __builtin_prefetch(reinterpret_cast<const char*>(columns[size_t(k0 + k + kAhead)]) + line * 64);
+    if (k + kAhead < depth) prefetch_column(columns[size_t(k0 + k + kAhead)], extent);
     const float* column = columns[size_t(k0 + k)];
     for (int64_t t = 0; t < count; ++t) {
       float* to = panels + (t * depth + k) * tile;
@@ -95,6 +101,10 @@ void tile(const float* __restrict a, const float* __restrict b, int64_t depth, f
 void add_by_columns(std::span<const float* const> x, std::span<const float* const> y, int64_t rows, int64_t cols,
                     float* out) {
   for (size_t k = 0; k < x.size(); ++k) {
+    if (k + kAhead < x.size()) {
+      prefetch_column(x[k + kAhead], rows);
+      prefetch_column(y[k + kAhead], cols);
+    }
     const float* __restrict xk = x[k];
     for (int64_t j = 0; j < cols; ++j) {
       const float s = y[k][j];
@@ -121,10 +131,14 @@ bool narrow_rows(int64_t rows) { return rows < kRows / 2; }
 int64_t OuterProducts::scratch_floats() const {
   if (narrow_columns(cols)) return 0;
   if (narrow_rows(rows)) return rows * cols;
-  // Panels as deep as the columns there are, up to kDepth: a single outer product (an MV-RNN
-  // word matrix's gradient, dy x^T) needs one column of each, not kDepth.
-  const int64_t depth = std::clamp<int64_t>(int64_t(a.size()), 1, kDepth);
-  return (tiles(rows, kRows) * kRows + tiles(cols, kCols) * kCols) * depth;
+  return (tiles(rows, kRows) * kRows + tiles(cols, kCols) * kCols) * depth();
+}
+
+int64_t OuterProducts::depth() const {
+  // As deep as the columns there are: a single outer product (an MV-RNN word matrix's gradient,
+  // dy x^T) needs one column of each, not kDepth.
+  const int64_t column_bytes = (tiles(rows, kRows) * kRows + tiles(cols, kCols) * kCols) * int64_t(sizeof(float));
+  return std::clamp<int64_t>(std::min<int64_t>(int64_t(a.size()), kPanelBytes / column_bytes), 1, kDepth);
 }
 
 void OuterProducts::compute(float* out, float* panels,
@@ -136,8 +150,9 @@ void OuterProducts::compute(float* out, float* panels,
   if (narrow_rows(rows)) return by_rows(*this, out, panels);
   const int64_t row_tiles = tiles(rows, kRows), col_tiles = tiles(cols, kCols);
   const size_t count = a.size();
-  for (int64_t k0 = 0; k0 < int64_t(count); k0 += kDepth) {
-    const int64_t depth = std::min<int64_t>(kDepth, int64_t(count) - k0);
+  const int64_t panel_depth = this->depth();
+  for (int64_t k0 = 0; k0 < int64_t(count); k0 += panel_depth) {
+    const int64_t depth = std::min<int64_t>(panel_depth, int64_t(count) - k0);
     float* a_panels = panels;
     float* b_panels = panels + row_tiles * kRows * depth;
     pack<kRows>(a, k0, depth, rows, a_panels);

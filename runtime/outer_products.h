@@ -15,7 +15,10 @@ namespace edb::runtime {
 struct OuterProducts {
   static constexpr int64_t kRows = 32;   // micro-tile rows: two 16-float vectors
   static constexpr int64_t kCols = 12;   // micro-tile columns: 24 accumulators in all
-  static constexpr int64_t kDepth = 256; // columns per panel: a row panel and a column panel fit L1 and L2
+  static constexpr int64_t kDepth = 256; // columns per panel at most: a row panel and a column panel fit L1 and L2
+  // The panels of both factors, at most (fewer columns per panel for wide products): with the
+  // output beside them they stay in L2 while the tiles run.
+  static constexpr int64_t kPanelBytes = 512 * 1024;
 
   int64_t rows = 0;  // each a_k's length, the result's rows
   int64_t cols = 0;  // each b_k's length, the result's columns
@@ -23,6 +26,8 @@ struct OuterProducts {
 
   // The scratch floats compute() needs for its panels.
   int64_t scratch_floats() const;
+  // Columns per panel: as many as there are, up to kDepth and kPanelBytes.
+  int64_t depth() const;
   // out (rows x cols, column-major, leading dimension rows) = sum_k a_k b_k^T. Products narrower
   // than half a tile, which would mostly pad it, add their terms straight from the pointers
   // instead: a bias's (dy, 1) pairs column by column, a classifier's few rows as out^T. `split(count,

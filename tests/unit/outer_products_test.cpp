@@ -75,5 +75,17 @@ TEST(OuterProducts, ScratchIsAsDeepAsTheColumns) {
   EXPECT_EQ((OuterProducts{128, 128, many, many}.scratch_floats()), panel_rows * OuterProducts::kDepth);
 }
 
+// A wide product's panels hold fewer columns, so that both stay within kPanelBytes.
+TEST(OuterProducts, WidePanelsStayWithinTheirBytes) {
+  std::vector<float> column(640, 1.0f);
+  std::vector<const float*> many(1000, column.data());
+  const OuterProducts wide{640, 256, many, many};
+  const int64_t column_bytes = (20 * OuterProducts::kRows + 22 * OuterProducts::kCols) * int64_t(sizeof(float));
+  EXPECT_LT(wide.depth(), OuterProducts::kDepth);
+  EXPECT_LE(wide.depth() * column_bytes, OuterProducts::kPanelBytes);
+  EXPECT_GT((wide.depth() + 1) * column_bytes, OuterProducts::kPanelBytes);
+  EXPECT_EQ(wide.scratch_floats() * int64_t(sizeof(float)), wide.depth() * column_bytes);
+}
+
 }  // namespace
 }  // namespace edb::runtime
