@@ -6,7 +6,8 @@
 #   2. per model where learned and greedy differ, edb-bench-search on 4 untrained traces: the
 #      tight-first rule, the learned table and the search that teaches it against the lower bound,
 #      and the cost per decision beyond greedy's all told (the analysis it reads and its schedule
-#      against greedy's), with the analysis's part.
+#      against greedy's), with the analysis's part, and the analysis's chain pass alone each way
+#      (greedy's ranks, the learned policy's heights).
 # Wall clock is bench/policy_batch_sizes.sh's. Usage: bench/learned_targets.sh [MODEL...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,8 +43,8 @@ for model in "${models[@]}"; do
 done
 
 echo
-echo "| model (batches / LB) | greedy | tight-first | learned | search | learned ns/decision | of which its analysis |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
+echo "| model (batches / LB) | greedy | tight-first | learned | search | learned ns/decision | of which its analysis | chain pass ns/decision, ranks / heights |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for model in "${models[@]}"; do
   case $model in treelstm | bilstm) continue ;; esac  # greedy meets LB there: learned is greedy
   # shellcheck disable=SC2046
@@ -54,7 +55,8 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 lb = max(j["weighted_lower_bound"], 1)
 cells = ["%.3f" % (j[k] / lb) for k in ("greedy", "tight_first", "learned", "search")]
-print(" | ".join(cells) + " | %.0f | %.0f" % (j["learned_ns_per_decision"], j["analysis_ns_per_decision"]))
+print(" | ".join(cells) + " | %.0f | %.0f | %.0f / %.0f" % (j["learned_ns_per_decision"], j["analysis_ns_per_decision"],
+                                                    j["ranks_pass_ns_per_decision"], j["heights_pass_ns_per_decision"]))
 EOF
 )
   echo "| $model | $row |"
