@@ -3,7 +3,10 @@
 # cells' backward bodies off (calls copied back into the trace) and on (--cell-gradients on), in
 # ROUNDS interleaved rounds (default 3) of `edb-run --train --epochs 2`, the second epoch measured;
 # medians. Also the held-out loss of each configuration (the same to 1e-3), backward/forward, the
-# share of the epoch outside schedule, plan and execute, and the first epoch's time over the second's.
+# share of the epoch outside schedule, plan and execute, the first epoch's time over the second's, and
+# the model's GFLOP/s (both passes' flops over the epoch's time) against the one-thread FMA peak
+# that build/bench/edb-bench-cells measures at the start of the same round (on these 2-vCPU
+# machines a busy sibling thread halves it, so the fraction holds only for a quiet machine).
 # With EDB_OTHER_RUN set to another build's edb-run (say a worktree of an earlier commit built with
 # `ninja edb-run`; it must take --cell-gradients), that build runs `jit` with cell gradients on in
 # the same rounds, and the per-round ratio of this build over it is printed.
@@ -24,7 +27,10 @@ configs=("this batched off" "this jit off" "this jit on")  # build, executor, ce
 [ -n "$other" ] && configs+=("other jit on")
 total=$((rounds * ${#models[@]} * ${#configs[@]}))
 done_runs=0
+cells_bench=build/bench/edb-bench-cells
+[ -x "$cells_bench" ] || { echo "bench/training_targets.sh: $cells_bench is not built (ninja -C build edb-bench-cells)" >&2; exit 2; }
 for ((r = 0; r < rounds; ++r)); do
+  "$cells_bench" --calls 1 --json 2>/dev/null >"$work/peak-$r.json"
   for model in "${models[@]}"; do
     for config in "${configs[@]}"; do
       read -r build executor gradients <<<"$config"
@@ -50,11 +56,15 @@ def epoch(model, config, r, which=-1):
 med = statistics.median
 print(f"second epoch of `edb-run MODEL --train --epochs 2`, medians of {rounds} interleaved rounds "
       "(ratios: median of the rounds' ratios)")
+peaks = [json.load(open(f"{work}/peak-{r}.json"))["fma_peak_gflops"]["threads_1"] for r in range(rounds)]
+def gflops(e):  # the model's arithmetic over the epoch's time
+    return (e["forward"]["flops"] + e["backward"]["flops"]) / e["total_ms"] / 1e6
+print(f"one-thread FMA peak per round (edb-bench-cells): {', '.join(f'{p:.0f}' for p in peaks)} GFLOP/s")
 def outside(e):  # the share of the epoch outside schedule, plan and execute (recording, the optimizer)
     timed = sum(e[p]["time_ms"][t] for p in ("forward", "backward") for t in ("schedule", "plan", "execute"))
     return 1 - timed / e["total_ms"]
-print("| model | executor | cell gradients | inst/s | / batched | forward ms | backward ms | bwd/fwd | optimizer ms | outside | 1st/2nd epoch | held-out loss |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| model | executor | cell gradients | inst/s | / batched | forward ms | backward ms | bwd/fwd | optimizer ms | outside | GFLOP/s | of peak | 1st/2nd epoch | held-out loss |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 baseline = ("this", "batched", "off")
 for model in models:
     for config in configs:
@@ -66,7 +76,8 @@ for model in models:
         print(f"| {model} | {name} | {gradients} | {med([e['instances_per_sec'] for e in runs]):,.0f} | {ratio:.2f} | "
               f"{med([e['forward_ms'] for e in runs]):.0f} | {med([e['backward_ms'] for e in runs]):.0f} | "
               f"{med([e['backward_over_forward'] for e in runs]):.2f} | {med([e['optimizer_ms'] for e in runs]):.0f} | "
-              f"{med([outside(e) for e in runs]):.0%} | "
+              f"{med([outside(e) for e in runs]):.0%} | {med([gflops(e) for e in runs]):.0f} | "
+              f"{med([gflops(e) / peaks[r] for r, e in enumerate(runs)]):.0%} | "
               f"{med([epoch(model, config, r, 0)['total_ms'] / epoch(model, config, r)['total_ms'] for r in range(rounds)]):.2f} | "
               f"{runs[0]['heldout_loss']:.4f} |")
 if ("other", "jit", "on") in configs:
