@@ -448,14 +448,17 @@ TEST(KernelCache, PruneRemovesTheLeastRecentlyUsedFirst) {
   EXPECT_EQ(cache.stats().entries, 0u);
 }
 
+// The size of the entry file that make_entry(0, object_bytes) makes.
+uint64_t entry_file_bytes(size_t object_bytes) {
+  TempDir probe;
+  const KernelEntry e = make_entry(0, object_bytes);
+  KernelCache(options_for(probe.path(), nullptr)).store(e);
+  return fs::file_size(probe.file(e.key.hex() + ".kernel"));
+}
+
 TEST(KernelCache, StoresKeepTheDirectoryUnderTheCap) {
   TempDir dir;
-  const uint64_t file_bytes = [&] {
-    TempDir probe;
-    const KernelEntry e = make_entry(0, 4000);
-    KernelCache(options_for(probe.path(), nullptr)).store(e);
-    return fs::file_size(probe.file(e.key.hex() + ".kernel"));
-  }();
+  const uint64_t file_bytes = entry_file_bytes(4000);
   const uint64_t cap = file_bytes * 5 / 2;  // room for two entries
   KernelCache cache(options_for(dir.path(), nullptr, cap));
   std::vector<KernelEntry> entries;
@@ -476,12 +479,7 @@ TEST(KernelCache, StoresKeepTheDirectoryUnderTheCap) {
 // between is pruned at the next count.
 TEST(KernelCache, EntriesAnotherWriterAddsArePrunedWithinACountsStores) {
   TempDir dir;
-  const uint64_t file_bytes = [&] {
-    TempDir probe;
-    const KernelEntry e = make_entry(0, 4000);
-    KernelCache(options_for(probe.path(), nullptr)).store(e);
-    return fs::file_size(probe.file(e.key.hex() + ".kernel"));
-  }();
+  const uint64_t file_bytes = entry_file_bytes(4000);
   const uint64_t cap = file_bytes * 10;
   KernelCache cache(options_for(dir.path(), nullptr, cap));
   cache.store(make_entry(0, 4000));  // counts the directory: one entry
