@@ -109,6 +109,18 @@ def test_sh_block(block, tmp_path):
             usage = help_text.stdout + help_text.stderr
             for flag in (w.split("=", 1)[0] for w in words[1:] if w.startswith("--")):
                 assert flag in usage, f"{program} --help does not list {flag}"
+        elif program == "perf":
+            # A profile of one of our programs: perf may be missing, so the program is not run, but
+            # it must be built and take the flags given; `perf report` reads only perf's own data.
+            profiled = [i for i, w in enumerate(words) if w == "edb-run" or w.startswith("build/")]
+            assert words[1] == "report" or profiled, f"perf profiles none of our programs: {' '.join(words)}"
+            if profiled:
+                name = words[profiled[0]]
+                path = build_dir() / ("tools/edb-run" if name == "edb-run" else name.removeprefix("build/"))
+                assert path.exists(), f"{name} is not built in {build_dir()}"
+                usage = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=60)
+                for flag in (w.split("=", 1)[0] for w in words[profiled[0] + 1:] if w.startswith("--")):
+                    assert flag in usage.stdout + usage.stderr, f"{name} --help does not list {flag}"
         elif program == "cmake":
             known = cmake_variables()
             for option in (w for w in words if w.startswith("-D")):
