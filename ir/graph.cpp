@@ -18,15 +18,16 @@ NodeId Graph::add(Op op, std::span<const NodeId> args, Shape shape, const Attrib
     throw UsageError("edb: a trace holds at most " + std::to_string(kMaxNodes) + " nodes and " +
                      std::to_string(kMaxArguments) + " argument references; this one is full (" +
                      std::to_string(nodes_.size()) + " nodes): evaluate and start a new trace");
-  // Filled in place: a node built on the stack and copied in stalls on reloading what was just
-  // stored piecewise.
-  Node& node = nodes_.emplace_back();
+  // Built before it is appended: `attrs` may lie in this graph's own node array, which the
+  // append may move.
+  Node node;
   node.op = op;
   node.args_begin = static_cast<uint32_t>(arg_pool_.size());
   node.arg_count = static_cast<uint32_t>(args.size());
   node.shape = shape;
   node.attrs = attrs;
-  arg_pool_.insert(arg_pool_.end(), args.begin(), args.end());
+  for (NodeId arg : args) arg_pool_.push_back(arg);
+  nodes_.push_back(node);
   // A pooled graph appends into capacity written a trace ago, long out of cache: the lines a few
   // nodes ahead are fetched for writing now, so that the appends do not wait for them.
   constexpr size_t kNodesAhead = 8, kArgsAhead = 64;
