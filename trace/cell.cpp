@@ -456,6 +456,7 @@ void Cell::record(Trace& trace, std::span<const Expr> arguments, std::vector<Exp
   auto who = [&] { return "edb::Cell: cell '" + name_ + "'"; };
   if (!trace.active()) throw UsageError(who() + ": the trace has finished (or its Engine was destroyed)");
   TraceState& s = *trace.state_;
+  s.settle();
   if (arguments.size() != inputs_.size())
     throw UsageError(who() + " takes " + std::to_string(inputs_.size()) + " arguments, got " +
                      std::to_string(arguments.size()));

@@ -196,6 +196,13 @@ struct TraceState {
   // The node behind an Expr of this trace (checked by `of`), renumbered if it predates expand_calls.
   ir::NodeId id(const Expr& e) const { return e.generation_ == generation ? e.id_ : renumbered[e.id_]; }
   Expr make(ir::NodeId id) { return Expr(this, generation, id); }
+  // Before the trace changes: an execution of it still running in the background (run() with two
+  // or more threads) reads the graph's arrays, which recording appends to and may move, so it
+  // finishes first. Every recording entry point calls this (live() and of() in trace.cpp,
+  // Cell::record); another trace's execution goes on.
+  void settle() {
+    if (data.pending.load(std::memory_order_acquire)) engine->driver.drain(data);
+  }
   // Replaces each single-node cell call by a copy of the body (trace/cell.cpp), renumbering every
   // node; the trace evaluates again from its start. Exprs from before stay valid through
   // `renumbered`; the generation moves on, so the caller's Trace must take the new one. With

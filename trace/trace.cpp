@@ -119,6 +119,7 @@ TraceState& TraceState::of(const Expr& e, const char* function) {
                        (e.generation_ == s.renumbered_generation && e.id_ < s.renumbered.size());
   if (!current || !s.active)
     throw UsageError(std::string(function) + ": the expression belongs to a trace that has finished");
+  e.state_->settle();
   return *e.state_;
 }
 
@@ -173,6 +174,7 @@ namespace {
 TraceState& live(TraceState* state, uint32_t generation, const char* function) {
   if (!state || state->generation != generation || !state->active)
     throw UsageError(std::string(function) + ": the trace has finished (or its Engine was destroyed)");
+  state->settle();
   return *state;
 }
 
