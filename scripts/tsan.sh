@@ -2,7 +2,9 @@
 # The kernel cache's and the executor's concurrency under ThreadSanitizer: the unit tests of the
 # cache, the cached compiler, the per-engine cache directory (two engines in two threads) and the
 # thread pool, then the executor's threaded paths (every sample model pipelined at 2 and 3 threads,
-# kernels split by calls and by hidden units, the waiting caller assisting), in their own build
+# kernels split by calls and by hidden units, the waiting caller assisting) and the random-cell
+# differential test (EDB_TSAN_CELL_PROGRAMS programs, default 100: 1-3 threads, recording into a
+# trace while it executes), in their own build
 # directory (default build-tsan/; EDB_TSAN_BUILD_DIR changes it). Any report fails. Extra arguments
 # go to the unit test binary (e.g. --gtest_filter=KernelCache.*).
 set -euo pipefail
@@ -32,6 +34,10 @@ status=0
 "$build_dir/tests/edb_unit_tests" "$filter" "$@" || status=$?
 if ((status == 0)); then
   "$build_dir/tests/edb_correctness_tests" '--gtest_filter=Threads.*:CompiledCells.SmallBatchesSplitByHiddenUnits' || status=$?
+fi
+if ((status == 0)); then
+  EDB_FUZZ_CELL_PROGRAMS=${EDB_TSAN_CELL_PROGRAMS:-100} "$build_dir/tests/edb_correctness_tests" \
+    '--gtest_filter=DifferentialCells.RandomCellProgramsEqualReference' || status=$?
 fi
 echo "tsan: tests took $(( $(date +%s) - built )) s (exit $status)" >&2
 exit $status
