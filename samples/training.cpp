@@ -150,12 +150,16 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
     // or more threads); with one thread it would only keep two traces' memory alive (a TreeLSTM
     // epoch's resident memory 115 -> 157 MiB), so the next step is recorded after this one.
     const bool ahead = engine.options().threads >= 2;
-    auto start = Clock::now();
-    Step step = record(0);
-    e.forward_ms += ms_since(start);
+    auto recorded = [&](size_t begin) {  // record(), its time counted in the forward pass
+      const auto start = Clock::now();
+      Step step = record(begin);
+      e.forward_ms += ms_since(start);
+      return step;
+    };
+    Step step = recorded(0);
     for (;;) {
       const Stats before_forward = engine.stats();  // nothing runs between steps: no wait
-      start = Clock::now();
+      auto start = Clock::now();
       step.trace->run();
       // Ahead, the next step's forward pass is recorded while this one executes in the
       // background: recording reads no values, and the next trace runs only after this step's
@@ -182,9 +186,7 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
       if (!ahead) {
         const size_t next_begin = step.end;
         step = Step{};  // this step's trace ends first: the next one takes its place
-        start = Clock::now();
-        next = record(next_begin);
-        e.forward_ms += ms_since(start);
+        next = recorded(next_begin);
       }
       step = std::move(next);
     }

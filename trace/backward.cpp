@@ -78,7 +78,9 @@ struct Buffers {
   std::vector<SlicePart> slices;
   std::vector<ParameterPairs> pairs;  // the first `pairs_used` are this pass's
   size_t pairs_used = 0;
-  std::vector<std::vector<NodeId>> groups;  // combine()'s: per shape of pair, a1, b1, a2, b2, ...
+  // combine()'s: per shape of pair, its shapes and its arguments a1, b1, a2, b2, ...
+  std::vector<std::pair<ir::Shape, ir::Shape>> group_shapes;
+  std::vector<std::vector<NodeId>> groups;
   std::vector<NodeId> order;      // mirrored_order()'s
   std::vector<NodeId> args;       // send()'s
   std::vector<uint32_t> position;
@@ -220,8 +222,13 @@ class Backward {
   // A node's head: its newest contribution, or one of these (a list ends at any negative link).
   static constexpr int32_t kNothingSent = -1, kOnlyPairs = -2;
 
+  // Room in head for node n: a parameter node a call's rule made lies past the pass's nodes.
+  void grow_head(NodeId n) {
+    if (n >= b_.head.size()) b_.head.resize(size_t(n) + 1, kNothingSent);
+  }
+
   void push(NodeId to, Contribution::Kind kind, NodeId a, int32_t begin = 0, int32_t end = 0) {
-    if (to >= b_.head.size()) b_.head.resize(size_t(to) + 1, kNothingSent);  // a parameter node a call's rule made
+    grow_head(to);
     // Built in place: a Contribution built on the stack and copied in stalled on the copy's loads.
     Contribution& c = b_.items.emplace_back();
     c.kind = kind;
@@ -243,7 +250,7 @@ class Backward {
     ParameterPairs& pairs = b_.pairs[b_.pairs_used++];
     pairs.parameter = p;
     pairs.terms.clear();
-    if (p >= b_.head.size()) b_.head.resize(size_t(p) + 1, kNothingSent);  // a parameter node a call's rule made
+    grow_head(p);
     if (b_.head[p] == kNothingSent) b_.head[p] = kOnlyPairs;
     return &pairs;
   }
@@ -417,35 +424,27 @@ class Backward {
         for (const ParameterPairs::Term& t : sent_pairs->terms) pairs->emplace_back(t.dy, t.x);
       } else {
         // Pairs of one shape, in the order sent, one argument list each: a1, b1, a2, b2, ...
+        std::vector<std::pair<ir::Shape, ir::Shape>>& shapes = b_.group_shapes;
         std::vector<std::vector<NodeId>>& groups = b_.groups;
-        size_t used = 0;
-        const ParameterPairs::Term* firsts[8];  // each group's first pair (its shapes)
-        std::vector<const ParameterPairs::Term*> more_firsts;  // past eight shapes (never seen)
-        auto first_of = [&](size_t g) { return g < 8 ? firsts[g] : more_firsts[g - 8]; };
+        shapes.clear();
         size_t last = 0;  // the group of the previous pair: pairs of one shape come in runs
         for (const ParameterPairs::Term& t : sent_pairs->terms) {
-          auto same = [&](size_t g) {
-            const ParameterPairs::Term& f = *first_of(g);
-            return f.dy_shape == t.dy_shape && f.x_shape == t.x_shape;
-          };
-          size_t g = last < used && same(last) ? last : 0;
-          while (g < used && !same(g)) ++g;
-          if (g == used) {
-            if (used == groups.size()) groups.emplace_back();
-            groups[used].clear();
-            if (used < 8) firsts[used] = &t;
-            else more_firsts.push_back(&t);
-            ++used;
+          const std::pair<ir::Shape, ir::Shape> shape{t.dy_shape, t.x_shape};
+          size_t g = last < shapes.size() && shapes[last] == shape ? last : 0;
+          while (g < shapes.size() && shapes[g] != shape) ++g;
+          if (g == shapes.size()) {
+            shapes.push_back(shape);
+            if (groups.size() < shapes.size()) groups.emplace_back();
+            groups[g].clear();
           }
           groups[g].push_back(t.dy);
           groups[g].push_back(t.x);
           last = g;
         }
-        // One matmul_nt per shape; its shape from the first pair (all of a group's are alike).
-        for (size_t g = 0; g < used; ++g) {
-          const ParameterPairs::Term& f = *first_of(g);
-          const ir::Shape shapes[] = {f.dy_shape, f.x_shape};
-          terms.push_back(s_.add(Op::matmul_nt, groups[g], ir::infer_shape(Op::matmul_nt, shapes, {}), {}).node_id());
+        // One matmul_nt per shape (all of a group's pairs are alike).
+        for (size_t g = 0; g < shapes.size(); ++g) {
+          const ir::Shape pair[] = {shapes[g].first, shapes[g].second};
+          terms.push_back(s_.add(Op::matmul_nt, groups[g], ir::infer_shape(Op::matmul_nt, pair, {}), {}).node_id());
         }
       }
     }
