@@ -3,12 +3,55 @@
 #include "scheduler/type_chains.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
 #include "edbatch/errors.h"
 
 namespace edb::scheduler {
+
+namespace {
+
+// A row of the chain pass in one 16-byte vector register, per count width.
+template <typename Count>
+struct VectorOf;
+template <>
+struct VectorOf<uint16_t> {
+  using type = uint16_t __attribute__((vector_size(16)));
+};
+template <>
+struct VectorOf<uint32_t> {
+  using type = uint32_t __attribute__((vector_size(16)));
+};
+
+}  // namespace
+
+template <typename Count>
+void TypeChains::find_terminal(const LocalTypes& types, const std::vector<Count>& met, size_t width, bool exact_met) {
+  // A type is terminal when it is single-rank and so is every type met on a path from its nodes
+  // (an unbatchable type, longest 0, never is; a type without a lane is single-rank). Its own
+  // lane is met too, but only a type that is not single-rank has one set by its own nodes.
+  not_single_lanes_.clear();
+  bool single_lane = false;
+  for (size_t u = 0; u < types.count(); ++u) {
+    if (lane_of_[u] == kNoLane) continue;
+    if (longest[u] != 1) not_single_lanes_.push_back(lane_of_[u]);
+    else single_lane = true;
+  }
+  if (single_lane && !exact_met) {
+    needs_exact_met_ = true;  // build() runs the pass again with the lanes met
+    return;
+  }
+  terminal.assign(types.count(), 0);
+  for (size_t u = 0; u < types.count(); ++u) {
+    bool only_single = longest[u] == 1;
+    if (!exact_met) only_single = only_single && !meets_row_[u];
+    for (size_t k = 0; k < not_single_lanes_.size() && only_single && exact_met; ++k)
+      only_single = met[u * width + not_single_lanes_[k]] == 0;
+    terminal[u] = only_single;
+  }
+}
 
 // Ranks visit the nodes first to last and read their arguments' rows; heights last to first and
 // read their users'. A row holds a count per lane (chain_lanes), `kWidth` lanes (or width_ when 0);
@@ -132,30 +175,88 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
     row_of[i] = row_index;
     if (row) unread[i] = readers;
   }
-  if constexpr (kHeights) {
-    // A type is terminal when it is single-rank and so is every type met on a path from its nodes
-    // (an unbatchable type, longest 0, never is; a type without a lane is single-rank). Its own
-    // lane is met too, but only a type that is not single-rank has one set by its own nodes.
-    not_single_lanes_.clear();
-    bool single_lane = false;
-    for (size_t u = 0; u < types.count(); ++u) {
-      if (lane_of_[u] == kNoLane) continue;
-      if (longest[u] != 1) not_single_lanes_.push_back(lane_of_[u]);
-      else single_lane = true;
+  if constexpr (kHeights) find_terminal(types, met, width, exact_met);
+}
+
+// The same pass when a row is one 16-byte vector (up to 8 lanes, the usual case): a row per node,
+// none shared, so no row is allocated, taken over or freed; a node's row is the max of its
+// sources' (zero when it has none) with its own lane counted, in one vector register (a lane's
+// count is read back from the stored row: writing one lane of a register through memory stalls the
+// wide loads after it). Heights also OR each node's row into its type's, which gives the lanes met
+// below each type exactly, so terminal types need no flag per node and no second pass.
+template <bool kHeights, typename Count, size_t kWidth>
+void TypeChains::fill_dense(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
+                            std::span<const uint32_t> weights, std::vector<Count>& rows) {
+  static_assert(kWidth * sizeof(Count) == 16);
+  using Row = typename VectorOf<Count>::type;
+  const auto load = [](const Count* at) {
+    Row row;
+    std::memcpy(&row, at, sizeof(Row));
+    return row;
+  };
+  const auto max = [](Row a, Row b) { return a > b ? a : b; };
+  const size_t n = input.graph.size() - input.begin;
+  const ir::NodeId begin = input.begin;
+  if (rows.size() < n * kWidth) rows.resize(n * kWidth);
+  // Each lane's index: `lane_index == lane` is all ones in that lane only, so counting a node in
+  // its lane is one subtraction.
+  Row lane_index;
+  for (size_t w = 0; w < kWidth; ++w) lane_index[w] = Count(w);
+  std::vector<Count>& met = [&]() -> std::vector<Count>& {
+    if constexpr (std::is_same_v<Count, uint16_t>) return met16_;
+    else return met32_;
+  }();
+  // Heights: per type, the OR of its nodes' rows: the lanes met on a path from its nodes, exactly
+  // (so no second pass for terminal types).
+  if constexpr (kHeights) met.assign(types.count() * kWidth, 0);
+  Count* __restrict met_at = met.data();
+  Count* __restrict row_at = rows.data();
+  uint32_t* __restrict out_at = (kHeights ? height : rank).data();
+  uint32_t* __restrict remaining_at = remaining.data();
+  uint32_t* __restrict longest_at = longest.data();
+  const uint32_t* __restrict type_of = types.of_node.data();
+  const uint32_t* __restrict lane_of = lane_of_.data();
+  const uint8_t* __restrict unbatchable_type = dependencies.unbatchable.data();
+  const uint32_t* __restrict sources = kHeights ? nullptr : dependencies.arguments.data();
+  const ir::NodeId* __restrict users = dependencies.users.data();
+  const uint32_t* __restrict sources_begin = (kHeights ? dependencies.users_begin : dependencies.arguments_begin).data();
+  int64_t alone_count = 0;
+  for (size_t step = 0; step < n; ++step) {
+    const size_t i = kHeights ? n - 1 - step : step;
+    const uint32_t t = type_of[i];
+    if (t == LocalTypes::kNone) continue;  // a leaf: no scheduled node reads its row
+    Row row = {};
+    uint32_t after = 0;
+    for (uint32_t k = sources_begin[i]; k < sources_begin[i + 1]; ++k) {
+      const uint32_t source = kHeights ? users[k] - begin : sources[k];
+      if constexpr (kHeights) after = std::max(after, remaining_at[source]);
+      row = max(row, load(row_at + size_t(source) * kWidth));
     }
-    if (single_lane && !exact_met) {
-      needs_exact_met_ = true;  // build() runs the pass again with the lanes met
-      return;
+    const uint32_t lane = lane_of[t];
+    const bool alone = unbatchable_type[t] != 0;
+    if constexpr (kHeights) remaining_at[i] = after + (alone ? 1 : weights[t]);
+    Count* __restrict own = row_at + i * kWidth;
+    if (lane == kNoLane) {
+      std::memcpy(own, &row, sizeof(Row));
+      if (!alone) out_at[i] = 1, longest_at[t] = 1;  // no path leads from a node of t to another
+    } else if (alone) {
+      row = max(row, Row(lane_index == Count(lane)) & 1);  // met, never counted
+      std::memcpy(own, &row, sizeof(Row));
+    } else {
+      row -= Row(lane_index == Count(lane));
+      std::memcpy(own, &row, sizeof(Row));
+      const uint32_t count = own[lane];
+      out_at[i] = count;
+      longest_at[t] = std::max(longest_at[t], count);
     }
-    terminal.assign(types.count(), 0);
-    for (size_t u = 0; u < types.count(); ++u) {
-      bool only_single = longest[u] == 1;
-      if (!exact_met) only_single = only_single && !meets_row[u];
-      for (size_t k = 0; k < not_single_lanes_.size() && only_single && exact_met; ++k)
-        only_single = met[u * width + not_single_lanes_[k]] == 0;
-      terminal[u] = only_single;
+    alone_count += alone;
+    if constexpr (kHeights) {
+      const Row type_met = load(met_at + size_t(t) * kWidth) | row;
+      std::memcpy(met_at + size_t(t) * kWidth, &type_met, sizeof(Row));
     }
   }
+  unbatchable += alone_count;
+  if constexpr (kHeights) find_terminal(types, met, kWidth, true);
 }
 
 void TypeChains::chain_lanes(const LocalTypes& types, const Dependencies& dependencies, bool with_unbatchable) {
@@ -199,8 +300,8 @@ void TypeChains::build(const ScheduleInput& input, const LocalTypes& types, cons
   auto run = [&]<typename Count>(std::vector<Count>& rows) {
     constexpr size_t kSmall = 16 / sizeof(Count), kLarge = 64 / sizeof(Count);
     if (lanes_ <= kSmall) {
-      heights ? fill<true, Count, kSmall>(input, types, dependencies, weights, rows)
-              : fill<false, Count, kSmall>(input, types, dependencies, weights, rows);
+      heights ? fill_dense<true, Count, kSmall>(input, types, dependencies, weights, rows)
+              : fill_dense<false, Count, kSmall>(input, types, dependencies, weights, rows);
     } else if (lanes_ <= kLarge) {
       heights ? fill<true, Count, kLarge>(input, types, dependencies, weights, rows)
               : fill<false, Count, kLarge>(input, types, dependencies, weights, rows);

@@ -50,6 +50,11 @@ class TypeChains {
   template <bool kHeights, typename Count, size_t kWidth>
   void fill(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
             std::span<const uint32_t> weights, std::vector<Count>& rows);
+  template <bool kHeights, typename Count, size_t kWidth>
+  void fill_dense(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
+                  std::span<const uint32_t> weights, std::vector<Count>& rows);
+  template <typename Count>
+  void find_terminal(const LocalTypes& types, const std::vector<Count>& met, size_t width, bool exact_met);
   std::vector<uint16_t> rows16_;
   std::vector<uint32_t> rows32_;
   std::vector<uint64_t> reach_;     // the type graph's transitive closure, as Dependencies::type_users
