@@ -95,8 +95,8 @@ void ImitationPolicy::map_types(const ScheduleInput& input, const Analysis& anal
   }
 }
 
-uint32_t ImitationPolicy::bucket(const TightFrontier& frontier, uint32_t t, uint64_t longest_ready) const {
-  if (frontier.tight(t)) return kBuckets - 1;
+uint32_t ImitationPolicy::bucket(const TightFrontier& frontier, uint32_t t, bool tight, uint64_t longest_ready) const {
+  if (tight) return kBuckets - 1;
   const uint64_t ready = frontier.top_ready(t), all = std::max<uint64_t>(frontier.top_unexecuted(t), 1);
   const uint32_t share = uint32_t(std::min<uint64_t>(ready * 4 / all, 3));
   const bool longest = uint64_t(frontier.top_height(t)) * frontier.weight(t) >= longest_ready;
@@ -114,24 +114,46 @@ uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
   const auto& ready = frontier.ready_types();
   if (ready.size() == 1) return ready[0];
   if (count) ++decisions_;
+  // One pass over the ready types for what the rest reads more than once: which are tight, the
+  // longest remaining chain, and the base's tight choice (the same as remaining_tight_choice and
+  // any_tight: the remaining rule's best non-terminal tight type, else its best terminal one; or
+  // the first tight type).
+  const int power = base_ == Base::remaining ? 1 : base_ == Base::remaining_cheap ? 2 : 0;
+  ready_tight_.resize(ready.size());
+  uint64_t longest = 0;
+  uint32_t first_tight = kNone, best[2] = {kNone, kNone};  // [terminal]
+  double best_score[2] = {0, 0};
+  for (size_t k = 0; k < ready.size(); ++k) {
+    const uint32_t t = ready[k];
+    const bool tight = frontier.tight(t), terminal = frontier.terminal(t);
+    ready_tight_[k] = tight;
+    if (!terminal) longest = std::max<uint64_t>(longest, uint64_t(frontier.top_height(t)) * frontier.weight(t));
+    if (!tight) continue;
+    if (first_tight == kNone) first_tight = t;
+    if (power == 0) continue;
+    const uint32_t weight = frontier.weight(t);
+    const double score = double(frontier.ready_remaining(t)) / (power == 2 ? double(weight) * weight : double(weight));
+    uint32_t& b = best[terminal];
+    if (b == kNone || score > best_score[terminal] ||
+        (score == best_score[terminal] && (weight < frontier.weight(b) || (weight == frontier.weight(b) && t < b))))
+      b = t, best_score[terminal] = score;
+  }
   if (base_ != Base::greedy) {  // tight types first, unasked; the remaining rule picks among them
-    const uint32_t t = base_ == Base::remaining         ? remaining_tight_choice(frontier, 1)
-                       : base_ == Base::remaining_cheap ? remaining_tight_choice(frontier, 2)
-                                                        : frontier.any_tight();
+    const uint32_t t = power == 0 ? first_tight : best[0] != kNone ? best[0] : best[1];
     if (t != kNone) return t;
   }
-  float best = -INFINITY;
+  float best_table = -INFINITY;
   bool known = false;
   tied_.clear();
-  const uint64_t longest = longest_ready(frontier);
-  for (uint32_t t : ready) {
-    const uint32_t at = t * kBuckets + bucket(frontier, t, longest);
+  for (size_t k = 0; k < ready.size(); ++k) {
+    const uint32_t t = ready[k];
+    const uint32_t at = t * kBuckets + bucket(frontier, t, ready_tight_[k], longest);
     known = known || local_known_[at];
     const float s = local_score_[at];
-    if (s > best) {
-      best = s;
+    if (s > best_table) {
+      best_table = s;
       tied_.assign(1, t);
-    } else if (s == best) {
+    } else if (s == best_table) {
       tied_.push_back(t);
     }
   }
@@ -231,7 +253,7 @@ void ImitationPolicy::add_samples(const ScheduleInput& input, const Analysis& an
       const uint64_t longest = longest_ready(frontier);
       for (uint32_t t : ready) {
         if (t == chosen) sample.chosen = uint32_t(sample.keys.size());
-        sample.keys.push_back(index_of_local_[t] * kBuckets + bucket(frontier, t, longest));
+        sample.keys.push_back(index_of_local_[t] * kBuckets + bucket(frontier, t, frontier.tight(t), longest));
       }
     }
     frontier.run(chosen, replay);

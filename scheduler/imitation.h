@@ -108,7 +108,7 @@ class ImitationPolicy final : public Policy {
   void map_types(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, bool add);
   // The feature of ready type t: tight, or its ready share of its top height in quarters, times
   // whether its remaining chain (top height x weight) is the longest among the ready types'.
-  uint32_t bucket(const TightFrontier& frontier, uint32_t t, uint64_t longest_ready) const;
+  uint32_t bucket(const TightFrontier& frontier, uint32_t t, bool tight, uint64_t longest_ready) const;
   static uint64_t longest_ready(const TightFrontier& frontier);
   // The learned choice, or the base's; counts into decisions/unseen when `count`.
   uint32_t decide(TightFrontier& frontier, bool count);
@@ -138,6 +138,7 @@ class ImitationPolicy final : public Policy {
   std::vector<uint8_t> local_known_;
   std::vector<uint32_t> index_of_local_;
   std::vector<uint32_t> tied_;
+  std::vector<uint8_t> ready_tight_;  // per ready type (in ready_types() order), while deciding
   Analysis own_;
   ChainHeights heights_;
   TightFrontier frontier_;

@@ -250,9 +250,12 @@ void TypeChains::fill_dense(const ScheduleInput& input, const LocalTypes& types,
       longest_at[t] = std::max(longest_at[t], count);
     }
     alone_count += alone;
+    // Only a single-rank type can be terminal: skip the types already seen to chain.
     if constexpr (kHeights) {
-      const Row type_met = load(met_at + size_t(t) * kWidth) | row;
-      std::memcpy(met_at + size_t(t) * kWidth, &type_met, sizeof(Row));
+      if (longest_at[t] == 1) {
+        const Row type_met = load(met_at + size_t(t) * kWidth) | row;
+        std::memcpy(met_at + size_t(t) * kWidth, &type_met, sizeof(Row));
+      }
     }
   }
   unbatchable += alone_count;
