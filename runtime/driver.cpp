@@ -86,6 +86,7 @@ void TraceData::clear() {
   plan.view.clear();
   plan.arena_floats = 0;
   evaluated = 0;
+  scheduled = 0;
   error = nullptr;
 }
 
@@ -404,10 +405,14 @@ void Driver::save_policy(const std::string& path) {
   fsm_->save(path);
 }
 
-void Driver::submit(TraceData& trace) {
+void Driver::schedule(TraceData& trace) {
   wait(trace);  // its previous execution must finish before the schedule, plan and arena change
-  const ir::NodeId begin = trace.evaluated;
+  const ir::NodeId begin = std::max(trace.evaluated, trace.scheduled);
   if (begin == trace.graph.size()) return;
+  // Nodes scheduled before and not yet run keep their batches; the new ones' batches follow them
+  // (the policy sees the earlier nodes as evaluated, which they are by the time these run).
+  const bool more = trace.scheduled > trace.evaluated;
+  scheduler::Schedule& schedule = more ? more_ : trace.schedule;
   if (options_.verify) ir::verify(trace.graph);
   const uint64_t dump_number = dump_.any() ? next_dump_number() : 0;
   if (dump_.ir) emit_dump(dump_, "ir", dump_number, "txt", ir::print(trace.graph));
@@ -424,11 +429,10 @@ void Driver::submit(TraceData& trace) {
   auto decisions_so_far = [&] { return fsm_ ? fsm_->decisions() : learned_ ? learned_->decisions() : 0; };
   auto unseen_so_far = [&] { return fsm_ ? fsm_->unseen() : learned_ ? learned_->unseen() : 0; };
   const int64_t decisions = decisions_so_far(), unseen = unseen_so_far();
-  policy_->schedule(input, trace.schedule);
+  policy_->schedule(input, schedule);
   stats_.policy_decisions += decisions_so_far() - decisions;
   stats_.policy_unseen += unseen_so_far() - unseen;
-  const scheduler::ScheduleInput nodes{trace.graph, trace.types, begin, nullptr, &signatures};
-  if (calls) scheduler::expand_calls(trace.calls, trace.schedule);
+  if (calls) scheduler::expand_calls(trace.calls, schedule);
   stats_.time.schedule_ms += elapsed_ms(start);
   // Over the trace with each call one node (copied or a single node) weighted by its cell's
   // batches: the same bound whichever executor records and policy schedules the trace (the
@@ -440,11 +444,22 @@ void Driver::submit(TraceData& trace) {
     bound_analysis_.build(grouped);
     stats_.lower_bound += scheduler::weighted_lower_bound(grouped, bound_analysis_, type_weights_);
   }
-  if (options_.verify) scheduler::verify(nodes, trace.schedule);
+  if (more) trace.schedule.append(more_);
+  trace.scheduled = static_cast<ir::NodeId>(trace.graph.size());
+  if (options_.verify) {  // all that runs next: the batches scheduled before too
+    const scheduler::ScheduleInput pending{trace.graph, trace.types, trace.evaluated, nullptr, &signatures};
+    scheduler::verify(pending, trace.schedule);
+  }
   if (dump_.batches) emit_dump(dump_, "batches", dump_number, "txt", print_schedule(trace, signatures));
-  if (dump_.schedule) emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, trace.schedule, signatures));
+  if (dump_.schedule) emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, schedule, signatures));
+  dump_number_ = dump_number;
+}
 
-  start = Clock::now();
+void Driver::submit(TraceData& trace) {
+  schedule(trace);  // waits for the trace's previous execution
+  if (trace.evaluated == trace.graph.size()) return;
+  const uint64_t dump_number = dump_number_;
+  auto start = Clock::now();
   const int64_t live = trace.plan.arena_floats;  // values of earlier evaluations of this trace
   if (options_.memplan) layout_planner_.plan(trace.graph, trace.schedule, trace.plan);
   else memplan::plan_batch_order(trace.graph, trace.schedule, trace.plan);

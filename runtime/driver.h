@@ -38,6 +38,9 @@ struct TraceData {
   memplan::Plan plan;
   Arena arena;
   ir::NodeId evaluated = 0;  // nodes [0, evaluated) have values (once `pending` clears)
+  // Nodes [evaluated, scheduled) are batched in `schedule` (Driver::schedule) but not yet planned
+  // or run; the next submit plans and runs them with whatever was recorded after them.
+  ir::NodeId scheduled = 0;
   // An execution is queued or running: set under the queue's lock, read by an assisting waiter
   // without it.
   std::atomic<bool> pending{false};
@@ -97,6 +100,11 @@ class Driver {
   // Starts evaluating what the trace recorded since its last evaluation; with a queue the
   // execution may still run when this returns.
   void submit(TraceData& trace);
+  // Only the first stage of submit: batches what the trace recorded since it was last scheduled,
+  // after the batches scheduled before (waits for the trace's execution first). A backward pass
+  // records in the order of the forward's batches (trace/backward.cpp), so the forward pass is
+  // scheduled, not run, before it: both then run in one evaluation.
+  void schedule(TraceData& trace);
   void wait(TraceData& trace);  // then rethrows the trace's execution error, if any
   // Waits for the trace's queued execution and never throws: for releasing a trace, whose
   // error (if any) its reader has seen or no longer wants.
@@ -136,6 +144,8 @@ class Driver {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ExecutionQueue> queue_;  // null: execute on the caller's thread
   DumpFlags dump_;
+  uint64_t dump_number_ = 0;     // the last schedule's, which its plan's dump shares
+  scheduler::Schedule more_;     // batches scheduled after others that have not run yet
   scheduler::Analysis analysis_;
   scheduler::Analysis bound_analysis_;  // the sequential policy's trace with calls grouped, for the bound
   std::vector<uint32_t> type_weights_; // per local type, for the lower bound (kept between traces)

@@ -72,6 +72,12 @@ struct EpochResult {
   Evaluation heldout;            // after the epoch
   double gradient_norm = 0;      // mean over the epoch's steps, before clipping
   double instances_per_sec = 0;  // training instances over the epoch's training time
+  // With one thread a step runs its forward pass, then Trace::backward. With two or more
+  // (`overlapped`), a step's backward pass is recorded with its forward pass and both run as one
+  // evaluation while the next step records: forward_ms is then recording (both passes, the next
+  // step's while this one runs), backward_ms the wait for the evaluation and its gradients,
+  // forward_stats the whole evaluation, and backward_stats stays empty.
+  bool overlapped = false;
   double forward_ms = 0;         // recording the losses and evaluating them (the next step is recorded while a step runs)
   double backward_ms = 0;        // Trace::backward
   double optimizer_ms = 0;       // Optimizer::step
@@ -80,7 +86,8 @@ struct EpochResult {
   Stats backward_stats;          // and while running Trace::backward
   int64_t resident_kb = 0;       // the process's resident memory after the epoch (0: unknown)
   CacheSizes caches;             // the engine's caches after the epoch (Stats::caches)
-  double backward_over_forward() const { return forward_ms > 0 ? backward_ms / forward_ms : 0.0; }
+  // 0 when overlapped: the passes run as one evaluation.
+  double backward_over_forward() const { return !overlapped && forward_ms > 0 ? backward_ms / forward_ms : 0.0; }
 };
 
 struct TrainResult {

@@ -20,6 +20,23 @@ void Schedule::add_batch(ir::TypeId type, std::span<const ir::NodeId> members) {
   batch_type.push_back(type);
 }
 
+void Schedule::append(const Schedule& other) {
+  const auto node_base = static_cast<uint32_t>(nodes.size());
+  const auto batch_base = static_cast<uint32_t>(batch_count());
+  const auto call_base = static_cast<uint32_t>(call_firsts.size());
+  nodes.insert(nodes.end(), other.nodes.begin(), other.nodes.end());
+  for (size_t b = 1; b < other.batch_begin.size(); ++b) batch_begin.push_back(node_base + other.batch_begin[b]);
+  batch_type.insert(batch_type.end(), other.batch_type.begin(), other.batch_type.end());
+  for (CallBatch c : other.call_batches) {
+    c.first_batch += batch_base;
+    c.end_batch += batch_base;
+    c.calls_begin += call_base;
+    c.calls_end += call_base;
+    call_batches.push_back(c);
+  }
+  call_firsts.insert(call_firsts.end(), other.call_firsts.begin(), other.call_firsts.end());
+}
+
 void Schedule::clear() {
   nodes.clear();
   batch_begin.assign(1, 0);

@@ -38,6 +38,8 @@ struct Schedule {
     return {nodes.data() + batch_begin[b], batch_begin[b + 1] - batch_begin[b]};
   }
   void add_batch(ir::TypeId type, std::span<const ir::NodeId> members);
+  // Appends another schedule's batches (and batches of calls) after these.
+  void append(const Schedule& other);
   void clear();
 };
 

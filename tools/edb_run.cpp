@@ -362,6 +362,7 @@ nlohmann::json training_json(const Report& r, const TrainingReport& t) {
     j["total_ms"] = e.total_ms;
     j["resident_mb"] = double(e.resident_kb) / 1024.0;
     j["caches"] = caches_json(e.caches);
+    j["overlapped"] = e.overlapped;
     j["backward_over_forward"] = e.backward_over_forward();
     j["forward"] = phase_json(e.forward_stats);
     j["backward"] = phase_json(e.backward_stats);
@@ -421,6 +422,10 @@ void print_training_table(const Report& r, const TrainingReport& t) {
   }
   std::printf("\nLosses are per instance (summed over its labelled positions); \"all acc\" counts every labelled "
               "position; the majority class is the held-out split's most frequent gold class.\n");
+  if (!result.epochs.empty() && result.epochs.back().overlapped)
+    std::printf("With two or more threads a step's forward and backward passes run as one evaluation while the "
+                "next step records: \"forward ms\" is recording, \"backward ms\" the wait for the evaluation, "
+                "and bwd/fwd is 0.\n");
   if (!t.saved.empty()) std::printf("saved the model to %s and the optimizer to %s.optimizer\n", t.saved.c_str(),
                                     t.saved.c_str());
 }

@@ -852,11 +852,18 @@ Gradients Trace::backward(const Expr& loss) {
 }
 
 void Trace::backward(const Expr& loss, Gradients& out) {
-  detail::TraceState& s = detail::TraceState::of(loss, "edb::Trace::backward()");
+  record_backward(loss, "edb::Trace::backward()");
+  gradients(out);
+}
+
+void Trace::record_backward(const Expr& loss) { record_backward(loss, "edb::Trace::record_backward()"); }
+
+void Trace::record_backward(const Expr& loss, const char* function) {
+  detail::TraceState& s = detail::TraceState::of(loss, function);
   if (&s != state_ || s.generation != generation_)
-    throw UsageError("edb::Trace::backward(): the loss belongs to another trace");
+    throw UsageError(std::string(function) + ": the loss belongs to another trace");
   if (!(s.data.graph.node(s.id(loss)).shape == ir::Shape{1, 1}))
-    throw UsageError("edb::Trace::backward(): the loss must be 1x1, got " +
+    throw UsageError(std::string(function) + ": the loss must be 1x1, got " +
                      ir::to_string(s.data.graph.node(s.id(loss)).shape));
   // A call of a cell stays one node: its gradient is one call of the cell's backward body. A cell
   // whose backward body cannot be derived (a lookup in its body; a value its frame does not keep)
@@ -894,16 +901,29 @@ void Trace::backward(const Expr& loss, Gradients& out) {
     }
   }
 
-  // The forward pass runs first (if it has not): its schedule is what the backward pass mirrors.
+  // The forward pass is batched first (unless it ran), not run: the backward pass records in the
+  // order of its batches. Both run in one evaluation, whose batches record_backward() also finds
+  // now, so that run() only plans and executes (a training loop records and schedules the next
+  // step while this one runs).
+  s.engine->driver.schedule(s.data);
+  s.backward_loss = s.id(loss);
+  s.backward_leaves = Backward(s).record(s.backward_loss);
+  s.engine->driver.schedule(s.data);
+}
+
+void Trace::gradients(Gradients& out) {
+  if (!active()) throw UsageError("edb::Trace::gradients(): the trace has finished (or its Engine was destroyed)");
+  detail::TraceState& s = *state_;
+  if (s.backward_loss == ir::kNoNode)
+    throw UsageError("edb::Trace::gradients(): this trace has no backward pass; record one with record_backward(loss)");
   if (s.data.evaluated < s.data.graph.size()) s.engine->driver.submit(s.data);
-  s.engine->driver.wait(s.data);
-  const std::vector<std::pair<NodeId, NodeId>> leaves = Backward(s).record(s.id(loss));
-  s.engine->driver.submit(s.data);
   s.engine->driver.wait(s.data);
   const runtime::Values values = s.data.values();
   const ir::Graph& graph = s.data.graph;
+  const std::vector<std::pair<NodeId, NodeId>>& leaves = s.backward_leaves;
+  const NodeId loss = s.backward_loss;
 
-  out.loss = values.in(s.id(loss))[0];
+  out.loss = values.in(loss)[0];
   // The previous gradients' storage, taken over by the same parameter's or table's new gradient.
   std::vector<Gradients::Dense> old_parameters = std::move(out.parameters);
   std::vector<Gradients::Rows> old_tables = std::move(out.tables);

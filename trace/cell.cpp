@@ -361,6 +361,7 @@ void detail::TraceState::expand_calls(bool relayout) {
   std::vector<ir::TypeId> old_types;
   std::swap(old_types, data.types);
   data.clear();
+  backward_loss = ir::kNoNode;  // its nodes are renumbered: a pass recorded again replaces it
   parameter_nodes.clear();
   // The same parameter indices: lookups and the tables list keep theirs.
   for (const ir::ParameterInfo& info : old.parameters()) data.graph.add_parameter(info);

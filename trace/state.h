@@ -176,6 +176,10 @@ struct TraceState {
   runtime::TraceData data;
   std::vector<std::pair<uint64_t, ir::NodeId>> parameter_nodes;  // uid -> node, this trace
   std::vector<std::pair<uint64_t, uint32_t>> tables;  // uid -> index in the graph's parameters
+  // The backward pass Trace::record_backward() recorded last, for Trace::gradients(): its loss, and
+  // each parameter or lookup node with the node of its gradient (kNoNode: none recorded).
+  ir::NodeId backward_loss = ir::kNoNode;
+  std::vector<std::pair<ir::NodeId, ir::NodeId>> backward_leaves;
 
   // The graph's parameter index of a lookup table, registering it on first use.
   uint32_t table_index(ModelState& model, uint32_t index) {

@@ -61,6 +61,8 @@ void TraceState::release() {
   cell_scope.clear();
   parameter_nodes.clear();
   tables.clear();
+  backward_loss = ir::kNoNode;
+  backward_leaves.clear();
   call_nodes = 0;
   renumbered.clear();
   // Under the pool's lock: another engine's release_all() reads every state's active and engine.

@@ -277,7 +277,15 @@ class Trace {
   Gradients backward(const Expr& loss);
   // The same, into `gradients`, whose storage is reused: a training loop that keeps one Gradients
   // across its steps allocates (and faults in) its gradients' memory once, not every step.
+  // backward(loss, g) is record_backward(loss) and then gradients(g).
   void backward(const Expr& loss, Gradients& gradients);
+  // backward() in two halves, for a loop that overlaps steps: record_backward() records the
+  // backward pass of `loss` and batches it (with the forward pass, unless that ran), evaluating
+  // nothing; run() then evaluates both, in the background with threads >= 2, while the caller
+  // records the next step in another trace. gradients() waits for the evaluation (starting it if
+  // run() was not called) and writes the gradients of the last backward pass recorded here.
+  void record_backward(const Expr& loss);
+  void gradients(Gradients& gradients);
   void finish();   // ends the trace; its Exprs become invalid
   bool active() const;         // not finished, and its Engine still lives
   size_t node_count() const;   // 0 once finished
@@ -287,6 +295,7 @@ class Trace {
   friend class Engine;
   friend class Cell;
   explicit Trace(detail::TraceState* state);  // a scope on a state acquired by the caller
+  void record_backward(const Expr& loss, const char* function);  // errors name `function`
   detail::TraceState* state_;
   uint32_t generation_;  // the state's generation while this trace owns it
 };

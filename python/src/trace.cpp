@@ -176,7 +176,42 @@ void bind_trace(py::module_& m) {
           py::arg("loss"), py::arg("into") = py::none(),
           "Records the backward pass of a 1x1 loss into this trace, evaluates it (batched like the\n"
           "forward pass) and returns the Gradients. With into=, a Gradients from an earlier step,\n"
-          "fills that one and returns it: its storage is reused rather than allocated each step.")
+          "fills that one and returns it: its storage is reused rather than allocated each step.\n"
+          "The same as record_backward(loss) and then gradients(into).")
+      .def(
+          "record_backward",
+          [](const PyTrace& t, const PyExpr& loss) {
+            edb::Trace& trace = t.live("edb::Trace::record_backward()");
+            without_gil(*t.engine, [&] {
+              trace.record_backward(loss.expr);
+              return 0;
+            });
+          },
+          py::arg("loss"),
+          "backward() in two halves, for a loop that overlaps steps: records the backward pass of a\n"
+          "1x1 loss and batches it (with the forward pass, unless that ran), evaluating nothing.\n"
+          "run() then evaluates both, in the background with threads >= 2, while the caller records\n"
+          "the next step in another trace; gradients() waits for them.")
+      .def(
+          "gradients",
+          [](const PyTrace& t, py::object into) -> py::object {
+            edb::Trace& trace = t.live("edb::Trace::gradients()");
+            if (!into.is_none() && !py::isinstance<PyGradients>(into))
+              throw py::type_error("Trace.gradients(): into must be the Gradients of an earlier step, not " +
+                                   std::string(py::str(py::type::of(into).attr("__name__"))));
+            py::object result = into.is_none() ? py::cast(PyGradients{}) : into;
+            PyGradients& g = result.cast<PyGradients&>();
+            without_gil(*t.engine, [&] {
+              trace.gradients(g.gradients);
+              return 0;
+            });
+            EngineLock lock(*t.engine);
+            g.models = t.engine->models;
+            return result;
+          },
+          py::arg("into") = py::none(),
+          "The Gradients of the backward pass record_backward() recorded last in this trace: waits\n"
+          "for its evaluation (starting it if run() was not called). With into=, fills that one.")
       .def("finish", &PyTrace::finish, "Ends the trace; its Exprs become invalid.")
       .def_property_readonly(
           "active",

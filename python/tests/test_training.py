@@ -77,6 +77,38 @@ def test_backward_into_fills_the_gradients_of_an_earlier_step():
             t.backward(record(t, W, b, E, [1]), into="not gradients")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_record_backward_then_gradients_overlaps_the_next_step(threads):
+    # Step 2 records (both passes) while step 1 runs in the background; each step's gradients are
+    # numpy's, read after its run().
+    model, W, b, E = softmax_loss_model()
+    engine = edbatch.Engine(threads=threads)
+    steps = [WORDS, [3, 1]]
+    traces = [edbatch.Trace(engine) for _ in steps]
+    traces[0].record_backward(record(traces[0], W, b, E, steps[0]))
+    traces[0].run()
+    traces[1].record_backward(record(traces[1], W, b, E, steps[1]))
+    kept = traces[0].gradients()
+    traces[1].run()
+    again = traces[1].gradients(into=kept)
+    assert again is kept
+    loss, gw, gb, ge = numpy_gradients(W, b, E, steps[1])
+    assert again.loss == pytest.approx(loss, rel=1e-5)
+    np.testing.assert_allclose(again.of(W), gw, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(again.of(b), gb, rtol=1e-4, atol=1e-6)
+    entries, rows = again.of(E)
+    assert entries.tolist() == [1, 3]
+    np.testing.assert_allclose(rows, ge[entries], rtol=1e-4, atol=1e-6)
+    for t in traces:
+        t.finish()
+    with edbatch.Trace(engine) as t:
+        with pytest.raises(edbatch.UsageError, match="no backward pass; record one with record_backward"):
+            t.gradients()
+        t.record_backward(record(t, W, b, E, [2]))
+        with pytest.raises(TypeError, match="into must be the Gradients of an earlier step"):
+            t.gradients(into="not gradients")
+
+
 def test_gradients_add():
     model, W, b, E = softmax_loss_model()
     engine = edbatch.Engine()

@@ -218,6 +218,27 @@ TEST(Gradients, BadLossesAreUsageErrors) {
   EXPECT_NE(again.of(model.parameter("W")), nullptr);
 }
 
+// record_backward() and gradients(): the same checks as backward(), named after themselves, and
+// gradients() before any backward pass, or after the trace finished, is refused.
+TEST(Gradients, RecordedBackwardPassMisuseIsAUsageError) {
+  Model& model = op_model();
+  Engine engine;
+  Trace trace(engine), other(engine);
+  const Expr w = trace.param(model.parameter("W"));
+  Gradients g;
+  EXPECT_EQ(testing::usage_error([&] { trace.gradients(g); }),
+            "edb::Trace::gradients(): this trace has no backward pass; record one with record_backward(loss)");
+  EXPECT_EQ(testing::usage_error([&] { trace.record_backward(w); }),
+            "edb::Trace::record_backward(): the loss must be 1x1, got 4x3");
+  const Expr elsewhere = weighted_sum(other, other.param(model.parameter("W")));
+  EXPECT_EQ(testing::usage_error([&] { trace.record_backward(elsewhere); }),
+            "edb::Trace::record_backward(): the loss belongs to another trace");
+  trace.record_backward(weighted_sum(trace, w));
+  trace.finish();
+  EXPECT_EQ(testing::usage_error([&] { trace.gradients(g); }),
+            "edb::Trace::gradients(): the trace has finished (or its Engine was destroyed)");
+}
+
 // backward() twice in one trace (as docs/guide.md says): each call records its own backward pass
 // and returns the gradients of its own loss alone; nothing accumulates between calls.
 TEST(Gradients, BackwardTwiceInOneTraceGivesEachLossItsOwnGradients) {

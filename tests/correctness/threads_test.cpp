@@ -140,6 +140,77 @@ TEST(Threads, WeightGradientOverManyUsesIsCutByUses) {
       EXPECT_TRUE(near_relative(gradient(executor, threads), reference, 1e-4)) << executor << ", " << threads << " threads";
 }
 
+// record_backward(), run(), gradients(): a loop that records and batches step i+1, both passes,
+// while step i runs (in the background with two or more threads) gets, for every model under
+// batched and jit at 1-3 threads, the reference executor's gradients of each step, as backward()
+// gives them. A value recorded after record_backward() and before run() is batched after both
+// passes and evaluates with them.
+TEST(Threads, BackwardPassesRecordedWhileTheStepBeforeRuns) {
+  for (const samples::ModelEntry& entry : samples::model_registry()) {
+    SCOPED_TRACE(entry.name);
+    const std::unique_ptr<samples::SampleModel> sample = entry.make(config());
+    const size_t count = std::min<size_t>(sample->instance_count(), 30), batch = 10;
+    auto steps = [&](const std::string& executor, int threads) {
+      EngineOptions options;
+      options.executor = executor;
+      options.threads = threads;
+      options.verify = true;
+      Engine engine(options);
+      std::vector<Gradients> out;
+      std::unique_ptr<Trace> running;
+      Expr doubled;
+      auto finish = [&] {
+        Gradients& g = out.emplace_back();
+        running->gradients(g);
+        EXPECT_FLOAT_EQ(doubled.scalar(), 2.0f * g.loss);
+        running.reset();
+      };
+      for (size_t first = 0; first < count; first += batch) {
+        auto trace = std::make_unique<Trace>(engine);
+        std::vector<Expr> losses;
+        for (size_t i = first; i < std::min(count, first + batch); ++i) losses.push_back(sample->record_loss(*trace, i));
+        const Expr loss = sum(losses);
+        if (executor == "reference") {  // the plain backward() as the baseline
+          out.push_back(trace->backward(loss));
+          continue;
+        }
+        trace->record_backward(loss);
+        const Expr extra = loss * 2.0f;
+        if (running) finish();
+        trace->run();
+        running = std::move(trace);
+        doubled = extra;
+      }
+      if (running) finish();
+      return out;
+    };
+    const std::vector<Gradients> reference = steps("reference", 1);
+    ASSERT_EQ(reference.size(), 3u);
+    for (const char* executor : {"batched", "jit"})
+      for (int threads : {1, 2, 3}) {
+        const std::vector<Gradients> actual = steps(executor, threads);
+        ASSERT_EQ(actual.size(), reference.size());
+        for (size_t s = 0; s < reference.size(); ++s) {
+          EXPECT_TRUE(near_relative(actual[s].loss, reference[s].loss, 1e-4)) << executor << ", " << threads << " threads";
+          ASSERT_EQ(actual[s].parameters.size(), reference[s].parameters.size());
+          for (const Gradients::Dense& d : reference[s].parameters) {
+            const Tensor* other = actual[s].of(d.parameter);
+            ASSERT_NE(other, nullptr) << executor << ", " << threads << " threads, step " << s;
+            EXPECT_TRUE(near_relative(*other, d.gradient, 1e-3)) << executor << ", " << threads << " threads, step " << s;
+          }
+          ASSERT_EQ(actual[s].tables.size(), reference[s].tables.size());
+          for (size_t t = 0; t < reference[s].tables.size(); ++t) {
+            EXPECT_EQ(actual[s].tables[t].entries, reference[s].tables[t].entries);
+            EXPECT_TRUE(near_relative(Tensor{int(actual[s].tables[t].gradients.size()), 1, actual[s].tables[t].gradients},
+                                      Tensor{int(reference[s].tables[t].gradients.size()), 1, reference[s].tables[t].gradients},
+                                      1e-3))
+                << executor << ", " << threads << " threads, step " << s;
+          }
+        }
+      }
+  }
+}
+
 // samples::train records step i+1's forward pass before step i's update (while step i runs, with
 // two or more threads): at 1, 2 and 3 threads it trains as the plain loop does, which records each
 // step after the last update (the same losses per epoch, the same parameters at the end). A trace
