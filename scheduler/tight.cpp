@@ -113,6 +113,7 @@ void TightFrontier::reset(const ScheduleInput& input, const Analysis& analysis, 
   ready_at_.assign(base_[width], 0);
   top_.assign(longest.begin(), longest.end());
   ready_remaining_.assign(width, 0);
+  summed_.assign(width, 0);
   track_remaining_ = !heights.remaining.empty();
   cost_ = 0;
   unbatchable_left_ = analysis.chains.unbatchable;
@@ -121,9 +122,20 @@ void TightFrontier::reset(const ScheduleInput& input, const Analysis& analysis, 
   for (ir::NodeId id : analysis.dependencies.initially_ready) {
     const uint32_t t = analysis.types.of_node[id - input.begin];
     if (const uint32_t h = heights.height[id - input.begin]; h > 0) ++ready_at_[base_[t] + h - 1];
-    if (track_remaining_) ready_remaining_[t] += heights.remaining[id - input.begin];
   }
   typewise_.reset(input, analysis, greedy);
+}
+
+uint64_t TightFrontier::ready_remaining(uint32_t t) const {
+  if (!track_remaining_) return 0;
+  const std::vector<ir::NodeId>& ready = typewise_.ready(t);
+  const uint32_t* remaining = heights_->remaining.data();
+  const ir::NodeId begin = input_->begin;
+  uint64_t sum = ready_remaining_[t];
+  for (size_t k = summed_[t]; k < ready.size(); ++k) sum += remaining[ready[k] - begin];
+  ready_remaining_[t] = sum;
+  summed_[t] = uint32_t(ready.size());
+  return sum;
 }
 
 bool TightFrontier::tight(uint32_t t) const {
@@ -141,25 +153,25 @@ void TightFrontier::run(uint32_t t, Schedule& out) {
   const ir::NodeId begin = input_->begin;
   // Raw pointers: the counters' stores would otherwise make the compiler reload the vectors.
   const uint32_t* __restrict height = heights_->height.data();
-  const uint32_t* __restrict remaining = heights_->remaining.data();
   const uint32_t* __restrict base = base_.data();
   uint32_t* __restrict ready_at = ready_at_.data();
-  uint64_t* __restrict ready_remaining = ready_remaining_.data();
-  const bool track = track_remaining_;
   const size_t before = out.nodes.size();
   const bool alone = unbatchable(t);
-  // A batchable type runs all its ready nodes: none of them is left to count.
-  if (track && !alone) ready_remaining[t] = 0;
   typewise_.run(t, out, [&](ir::NodeId id, uint32_t type) {
     if (const uint32_t h = height[id - begin]; h > 0) ++ready_at[base[type] + h - 1];
-    if (track) ready_remaining[type] += remaining[id - begin];
   });
-  if (alone) {  // one node, no chain height
+  if (alone) {  // one node, no chain height: the oldest ready one, summed first if any was
     cost_ += 1;
     --unbatchable_left_;
-    if (track) ready_remaining[t] -= remaining[out.nodes[before] - begin];
+    if (summed_[t] > 0) {
+      --summed_[t];
+      ready_remaining_[t] -= heights_->remaining[out.nodes[before] - begin];
+    }
     return;
   }
+  // A batchable type runs all its ready nodes: none of them is left to count.
+  ready_remaining_[t] = 0;
+  summed_[t] = 0;
   cost_ += weight(t);
   // Every node of the batch has type t and a height of at least 1.
   uint32_t* __restrict unexecuted = unexecuted_at_.data() + base[t];  // t's heights from 1 at [0]

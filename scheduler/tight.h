@@ -68,7 +68,9 @@ class TightFrontier {
   uint32_t top_unexecuted(uint32_t t) const { return top_[t] ? unexecuted_at_[base_[t] + top_[t] - 1] : 0; }
   uint32_t top_height(uint32_t t) const { return top_[t]; }
   // The sum of ChainHeights::remaining over the ready nodes of t (0 when the heights have none).
-  uint64_t ready_remaining(uint32_t t) const { return ready_remaining_[t]; }
+  // Summed when asked, over the nodes that became ready since: most nodes run before anyone asks
+  // for their type's sum, and then cost nothing.
+  uint64_t ready_remaining(uint32_t t) const;
   // A tight ready type, or LocalTypes::kNone.
   uint32_t any_tight() const;
 
@@ -82,7 +84,10 @@ class TightFrontier {
   const ChainHeights* heights_ = nullptr;
   TypewiseFrontier typewise_;
   std::vector<uint32_t> base_, unexecuted_at_, ready_at_, top_;
-  std::vector<uint64_t> ready_remaining_;
+  // Per type: the sum of remaining over the first summed_[t] of its ready nodes (in the frontier's
+  // order, which only appends, and drops the oldest when an unbatchable node runs).
+  mutable std::vector<uint64_t> ready_remaining_;
+  mutable std::vector<uint32_t> summed_;
   int64_t cost_ = 0;
   int64_t unbatchable_left_ = 0;
   bool track_remaining_ = false;

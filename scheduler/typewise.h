@@ -22,6 +22,7 @@ class TypewiseFrontier {
   bool done() const { return frontier_.done(); }
   const std::vector<uint32_t>& ready_types() const { return frontier_.ready_types(); }
   uint64_t ready_count(uint32_t type) const { return frontier_.ready(type).size(); }
+  const std::vector<ir::NodeId>& ready(uint32_t type) const { return frontier_.ready(type); }
   uint64_t frontier_count(uint32_t type);  // |TF_type| (advances the type's lowest rank lazily)
   // Types whose every node is alone of its type on any path (chain length 1): the per-instance
   // loss sums, the output layers.
