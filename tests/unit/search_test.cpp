@@ -149,48 +149,69 @@ ir::Graph random_dag_of_sizes(uint64_t seed, int ops, int sizes) {
 
 // Ranks and heights from the analysis's chain pass against their definition by a dense table per
 // node and type (the most nodes of a node's own type on a path that ends, or starts, at it), the
-// longest chains, and terminal types (single-rank, and no path from one of their nodes meets a
-// type that is not): with few and with many types.
+// longest chains, the remaining batches (scheduled nodes on the longest path from a node: without
+// cells every type weighs one batch) and terminal types (single-rank, and no path from one of their
+// nodes meets a type that is not).
+void expect_chains_match_definition(const ir::Graph& graph) {
+  ir::SignatureTable table;
+  const std::vector<ir::TypeId> types = table.assign(graph);
+  const ScheduleInput in{graph, types};
+  Analysis by_rank, by_height;
+  by_rank.build(in);
+  by_height.build(in, ChainDirection::heights);
+  const size_t n = graph.size(), width = by_rank.types.count();
+  const std::vector<uint32_t>& of = by_rank.types.of_node;
+  std::vector<std::vector<NodeId>> users(n);
+  for (NodeId id = 0; id < n; ++id)
+    for (NodeId arg : graph.args(id)) users[arg].push_back(id);
+  std::vector<uint32_t> up(n * width, 0), down(n * width, 0), longest(width, 0), path(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (of[i] == LocalTypes::kNone) continue;
+    for (NodeId a : graph.args(NodeId(i)))
+      for (size_t k = 0; k < width; ++k) up[i * width + k] = std::max(up[i * width + k], up[a * width + k]);
+    ++up[i * width + of[i]];
+    ASSERT_EQ(by_rank.chains.rank[i], up[i * width + of[i]]) << "node " << i;
+    longest[of[i]] = std::max(longest[of[i]], up[i * width + of[i]]);
+  }
+  std::vector<uint8_t> reaches_chain(width, 0);  // a path from one of its nodes meets a chain type
+  for (size_t i = n; i-- > 0;) {
+    if (of[i] == LocalTypes::kNone) continue;
+    for (NodeId u : users[i]) {
+      for (size_t k = 0; k < width; ++k) down[i * width + k] = std::max(down[i * width + k], down[u * width + k]);
+      path[i] = std::max(path[i], path[u]);
+    }
+    ++down[i * width + of[i]];
+    ++path[i];
+    ASSERT_EQ(by_height.chains.height[i], down[i * width + of[i]]) << "node " << i;
+    ASSERT_EQ(by_height.chains.remaining[i], path[i]) << "node " << i;
+    for (size_t k = 0; k < width; ++k)
+      if (down[i * width + k] > 0 && longest[k] > 1) reaches_chain[of[i]] = 1;
+  }
+  EXPECT_EQ(by_rank.chains.longest, longest);
+  EXPECT_EQ(by_height.chains.longest, longest);
+  for (size_t t = 0; t < width; ++t)
+    EXPECT_EQ(by_height.chains.terminal[t], longest[t] == 1 && !reaches_chain[t]) << "type " << t;
+}
+
+// With few and with many types: rows of one small vector (a few chain types), one large one, and
+// several (and more than 64 lanes of types met, for terminal types).
 TEST(TypeChains, RanksHeightsAndTerminalTypesMatchTheDefinitionWithManyTypes) {
   for (int sizes : {1, 3, 10, 25, 60}) {
     for (uint64_t seed = 1; seed <= 6; ++seed) {
       SCOPED_TRACE("sizes " + std::to_string(sizes) + ", seed " + std::to_string(seed));
-      const ir::Graph graph = random_dag_of_sizes(seed, 40 * sizes, sizes);
-      ir::SignatureTable table;
-      const std::vector<ir::TypeId> types = table.assign(graph);
-      const ScheduleInput in{graph, types};
-      Analysis by_rank, by_height;
-      by_rank.build(in);
-      by_height.build(in, ChainDirection::heights);
-      const size_t n = graph.size(), width = by_rank.types.count();
-      const std::vector<uint32_t>& of = by_rank.types.of_node;
-      std::vector<std::vector<NodeId>> users(n);
-      for (NodeId id = 0; id < n; ++id)
-        for (NodeId arg : graph.args(id)) users[arg].push_back(id);
-      std::vector<uint32_t> up(n * width, 0), down(n * width, 0), longest(width, 0);
-      for (size_t i = 0; i < n; ++i) {
-        if (of[i] == LocalTypes::kNone) continue;
-        for (NodeId a : graph.args(NodeId(i)))
-          for (size_t k = 0; k < width; ++k) up[i * width + k] = std::max(up[i * width + k], up[a * width + k]);
-        ++up[i * width + of[i]];
-        ASSERT_EQ(by_rank.chains.rank[i], up[i * width + of[i]]) << "node " << i;
-        longest[of[i]] = std::max(longest[of[i]], up[i * width + of[i]]);
-      }
-      std::vector<uint8_t> reaches_chain(width, 0);  // a path from one of its nodes meets a chain type
-      for (size_t i = n; i-- > 0;) {
-        if (of[i] == LocalTypes::kNone) continue;
-        for (NodeId u : users[i])
-          for (size_t k = 0; k < width; ++k) down[i * width + k] = std::max(down[i * width + k], down[u * width + k]);
-        ++down[i * width + of[i]];
-        ASSERT_EQ(by_height.chains.height[i], down[i * width + of[i]]) << "node " << i;
-        for (size_t k = 0; k < width; ++k)
-          if (down[i * width + k] > 0 && longest[k] > 1) reaches_chain[of[i]] = 1;
-      }
-      EXPECT_EQ(by_rank.chains.longest, longest);
-      EXPECT_EQ(by_height.chains.longest, longest);
-      for (size_t t = 0; t < width; ++t)
-        EXPECT_EQ(by_height.chains.terminal[t], longest[t] == 1 && !reaches_chain[t]) << "type " << t;
+      expect_chains_match_definition(random_dag_of_sizes(seed, 40 * sizes, sizes));
     }
+  }
+}
+
+// Graphs of 65,535 nodes or more count in 32 bits: a row of one 16-byte vector (up to 4 chain
+// types, one size) and rows of several (two sizes).
+TEST(TypeChains, MatchTheDefinitionWithThirtyTwoBitCounts) {
+  for (int sizes : {1, 2}) {
+    SCOPED_TRACE("sizes " + std::to_string(sizes));
+    const ir::Graph graph = random_dag_of_sizes(7, 70000, sizes);
+    ASSERT_GE(graph.size(), 65535u);
+    expect_chains_match_definition(graph);
   }
 }
 
