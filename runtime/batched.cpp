@@ -76,6 +76,7 @@ using StridedConst = Eigen::Map<const Eigen::MatrixXf, 0, Eigen::OuterStride<>>;
 
 constexpr int64_t kMinRowsPerTask = 64;           // GEMM row blocks worth a thread hand-off
 constexpr int64_t kFewRows = 16;                  // a GEMM of fewer output rows runs transposed
+constexpr int64_t kMinFlopsPerPiece = 200'000;    // a piece cut by columns worth a thread hand-off
 constexpr int64_t kMinElementsPerTask = 1 << 15;  // elementwise ranges worth a thread hand-off
 constexpr size_t kMaxJitInputs = 8;               // wider sums run on Eigen
 constexpr size_t kMaxFused = 16;                  // batches in one fused kernel, at most
@@ -277,6 +278,22 @@ void run_sum(const BatchContext& c) {
 
 // Whether a gathered X is better read in place run by run (one GEMM per strided run) than copied
 // whole into scratch (memplan::gemm_reads_runs, which the planner's prediction shares).
+// Runs body(begin, end) over columns [0, columns) across the pool, in pieces of at least
+// kMinFlopsPerPiece whose bounds are multiples of 16 columns: a piece's vector loops then meet
+// the same elements in the same lanes as one whole-batch loop would, so the values do not depend
+// on the thread count.
+template <typename Body>
+void split_columns(const BatchContext& c, int64_t columns, int64_t flops_per_column, Body&& body) {
+  constexpr int64_t kStep = 16;
+  const int64_t steps = (columns + kStep - 1) / kStep;
+  const int64_t pieces = std::min({int64_t(c.pool.size()), steps, columns * flops_per_column / kMinFlopsPerPiece});
+  if (pieces <= 1) return body(int64_t{0}, columns);
+  const std::function<void(int)> task = [&](int i) {
+    body(std::min(columns, steps * i / pieces * kStep), std::min(columns, steps * (i + 1) / pieces * kStep));
+  };
+  c.pool.parallel_for(static_cast<int>(pieces), task);
+}
+
 bool gemm_by_runs(const Operand& x, int64_t output_rows, int64_t n) {
   if (x.kind != Operand::kGathered) return false;
   int64_t runs = 0;
@@ -321,6 +338,28 @@ void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Opera
       add(out.block(begin, k * cols, end - begin, count * cols), rows, x.view(k, count));
     }
   };
+  // Too few output rows to cut by rows (a classifier's logits over every node): cut by columns,
+  // the members, where no X is read run by run. Each piece multiplies all of W by its columns of
+  // X: the same sums, in the same order, as the whole product.
+  const bool by_columns = out.rows() < 2 * kMinRowsPerTask && c.pool.size() > 1 &&
+                          std::none_of(by_runs.begin(), by_runs.end(), [](uint8_t r) { return r != 0; });
+  if (by_columns) {
+    int64_t depth = 0;
+    for (const auto& [w, x] : products) depth += transposed ? w.shape.rows : w.shape.cols;
+    const int64_t flops_per_column = 2 * out.rows() * depth;
+    split_columns(c, out.cols(), flops_per_column, [&](int64_t begin, int64_t end) {
+      for (size_t i = 0; i < products.size(); ++i) {
+        const Operand& w = products[i].first;
+        const ConstMatrix weight(w.base, w.shape.rows, w.shape.cols);
+        auto block = out.middleCols(begin, end - begin);
+        const auto x = xs[i].middleCols(begin, end - begin);
+        if (transposed) add(block, weight.transpose(), x);
+        else add(block, weight, x);
+      }
+    });
+    c.stats.kernel_calls += calls;
+    return;
+  }
   c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {
     for (size_t i = 0; i < products.size(); ++i) {
       const Operand& w = products[i].first;
@@ -475,6 +514,15 @@ void exp_minus(const M& x, const Eigen::RowVectorXf& lse, Matrix out) {
   out = x.rowwise() - lse;
   Eigen::Map<Eigen::ArrayXf> flat(out.data(), out.size());
   flat = flat.exp();
+}
+
+// A column-wise op (each column of x on its own: softmax and its kin) over x's columns, cut
+// across the pool where the batch is large enough (split_columns).
+template <typename Body>
+void by_columns(const BatchContext& c, const StridedConst& x, Body&& body) {
+  // An element costs about what 64 flops of a product do (a max, an exp, a sum; and a pick reads
+  // its member's node): 2,500 columns of 5 logits took 130 us on one thread.
+  split_columns(c, x.cols(), 64 * x.rows(), body);
 }
 
 void run_lookup(const BatchContext& c) {
@@ -694,21 +742,33 @@ void run_batch(const BatchContext& c) {
     }
     case ir::Op::softmax: {
       const StridedConst x = c.matrix(c.operand(0));
-      exp_minus(x, log_sum_exp(x, c.scratch.allocate(size_t(x.size()))), c.output());
+      float* shifted = c.scratch.allocate(size_t(x.size()));
+      Matrix out = c.output();
+      by_columns(c, x, [&](int64_t b, int64_t e) {
+        exp_minus(x.middleCols(b, e - b), log_sum_exp(x.middleCols(b, e - b), shifted + b * x.rows()),
+                  Matrix(out.data() + b * out.rows(), out.rows(), e - b));
+      });
       c.stats.kernel_calls += 1;
       return;
     }
     case ir::Op::log_softmax: {
       const StridedConst x = c.matrix(c.operand(0));
-      c.output() = x.rowwise() - log_sum_exp(x, c.scratch.allocate(size_t(x.size())));
+      float* shifted = c.scratch.allocate(size_t(x.size()));
+      Matrix out = c.output();
+      by_columns(c, x, [&](int64_t b, int64_t e) {
+        out.middleCols(b, e - b) = x.middleCols(b, e - b).rowwise() - log_sum_exp(x.middleCols(b, e - b), shifted + b * x.rows());
+      });
       c.stats.kernel_calls += 1;
       return;
     }
-    case ir::Op::pick_neg_log_softmax: {
+    case ir::Op::pick_neg_log_softmax: {  // members are columns: one per column of x
       const StridedConst x = c.matrix(c.operand(0));
-      const Eigen::RowVectorXf lse = log_sum_exp(x, c.scratch.allocate(size_t(x.size())));
-      for (int64_t k = 0; k < c.n(); ++k)
-        c.out[k] = lse(k) - x(c.values.graph.node(c.members[size_t(k)]).attrs.index, k);
+      float* shifted = c.scratch.allocate(size_t(x.size()));
+      by_columns(c, x, [&](int64_t b, int64_t e) {
+        const Eigen::RowVectorXf lse = log_sum_exp(x.middleCols(b, e - b), shifted + b * x.rows());
+        for (int64_t k = b; k < e; ++k)
+          c.out[k] = lse(k - b) - x(c.values.graph.node(c.members[size_t(k)]).attrs.index, k);
+      });
       c.stats.kernel_calls += 1;
       return;
     }
@@ -738,14 +798,18 @@ void run_batch(const BatchContext& c) {
       c.stats.kernel_calls += 1;
       return;
     }
-    case ir::Op::pick_neg_log_softmax_grad: {
+    case ir::Op::pick_neg_log_softmax_grad: {  // members are columns, as in the forward op
       const StridedConst x = c.matrix(c.operand(0)), dl = c.matrix(c.operand(1));
+      float* shifted = c.scratch.allocate(size_t(x.size()));
       Matrix out = c.output();
-      exp_minus(x, log_sum_exp(x, c.scratch.allocate(size_t(x.size()))), out);
-      for (int64_t k = 0; k < c.n(); ++k) {
-        out(c.values.graph.node(c.members[size_t(k)]).attrs.index, k) -= 1.0f;
-        out.col(k) *= dl(0, k);
-      }
+      by_columns(c, x, [&](int64_t b, int64_t e) {
+        Matrix block(out.data() + b * out.rows(), out.rows(), e - b);
+        exp_minus(x.middleCols(b, e - b), log_sum_exp(x.middleCols(b, e - b), shifted + b * x.rows()), block);
+        for (int64_t k = b; k < e; ++k) {
+          out(c.values.graph.node(c.members[size_t(k)]).attrs.index, k) -= 1.0f;
+          out.col(k) *= dl(0, k);
+        }
+      });
       c.stats.kernel_calls += 1;
       return;
     }

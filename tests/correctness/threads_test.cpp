@@ -211,6 +211,46 @@ TEST(Threads, BackwardPassesRecordedWhileTheStepBeforeRuns) {
   }
 }
 
+// A product of few output rows over 2,000 members (a classifier's logits) is cut by columns, and so
+// are the softmaxes over them (runtime/batched.cpp's split_columns): the reference executor's loss
+// and gradients under batched and jit at 1, 2 and 3 threads, and the same loss at every thread
+// count (the pieces' bounds keep the vector lanes of one whole-batch loop; the weight gradients
+// are cut by uses into partial sums, which add in another order).
+TEST(Threads, FewRowProductsAndSoftmaxesAreCutByColumns) {
+  constexpr int kMembers = 2000, kRows = 5, kCols = 24;
+  auto run = [&](const std::string& executor, int threads) {
+    Model model("classifier", 11);
+    const Parameter w = model.add_parameter("W", kRows, kCols), b = model.add_parameter("b", kRows, 1);
+    EngineOptions options;
+    options.executor = executor;
+    options.threads = threads;
+    options.verify = true;
+    Engine engine(options);
+    Trace trace(engine);
+    std::vector<Expr> losses;
+    std::vector<float> x(kCols);
+    for (int k = 0; k < kMembers; ++k) {
+      for (int i = 0; i < kCols; ++i) x[size_t(i)] = float((k * 13 + i * 7) % 19) / 19.0f - 0.5f;
+      const Expr scores = affine({trace.param(b), trace.param(w), trace.input(x)});
+      losses.push_back(pick_neg_log_softmax(scores, k % kRows));
+      losses.push_back(sum_elements(cmult(log_softmax(scores), softmax(scores))) * 0.1f);
+    }
+    Gradients g = trace.backward(sum(losses));
+    return std::vector<Tensor>{Tensor{1, 1, {g.loss}}, *g.of(w), *g.of(b)};
+  };
+  const std::vector<Tensor> reference = run("reference", 1);
+  for (const char* executor : {"batched", "jit"}) {
+    const std::vector<Tensor> one = run(executor, 1);
+    for (int threads : {1, 2, 3}) {
+      const std::vector<Tensor> many = run(executor, threads);
+      for (size_t i = 0; i < reference.size(); ++i) {
+        EXPECT_TRUE(near_relative(many[i], reference[i], 1e-4)) << executor << ", " << threads << " threads, value " << i;
+        if (i == 0) EXPECT_EQ(many[i].data, one[i].data) << executor << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
 // samples::train records step i+1's forward pass before step i's update (while step i runs, with
 // two or more threads): at 1, 2 and 3 threads it trains as the plain loop does, which records each
 // step after the last update (the same losses per epoch, the same parameters at the end). A trace
