@@ -251,7 +251,10 @@ TEST(CachedCompiler, ASecondEdbRunOnAWarmDirectoryStoresNothingNewAndAgrees) {
   EXPECT_EQ(warm_json.at("kernels_compiled"), 0);
   EXPECT_EQ(warm_json.at("loss"), cold_json.at("loss"));
   // Every hit was counted in the directory's lifetime counters: the warm run found them all.
-  KernelCache cache(KernelCacheOptions{dir.path(), uint64_t{1} << 30, {}});
+  KernelCacheOptions options;  // the default memory cap; a disk cap no test reaches
+  options.directory = dir.path();
+  options.max_bytes = uint64_t{1} << 30;
+  KernelCache cache(options);
   EXPECT_GE(cache.stats().hits, files);
 }
 
@@ -292,7 +295,10 @@ std::vector<std::string> compiled_descriptions(const std::string& arguments) {
       "/usr/bin/env", "EDB_CACHE_DIR='" + dir.path() + "' '" + edb_run_binary() + "' " + arguments);
   EXPECT_EQ(run.status, 0) << run.err;
   std::vector<std::string> texts;
-  KernelCache cache(KernelCacheOptions{dir.path(), uint64_t{1} << 30, {}});
+  KernelCacheOptions options;  // the default memory cap; a disk cap no test reaches
+  options.directory = dir.path();
+  options.max_bytes = uint64_t{1} << 30;
+  KernelCache cache(options);
   for (const KernelInfo& info : cache.list()) texts.push_back(cache.read(info.key)->description);
   std::sort(texts.begin(), texts.end());
   return texts;
