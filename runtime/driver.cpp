@@ -451,7 +451,7 @@ void Driver::schedule(TraceData& trace) {
     scheduler::verify(pending, trace.schedule);
   }
   if (dump_.batches) emit_dump(dump_, "batches", dump_number, "txt", print_schedule(trace, signatures));
-  if (dump_.schedule) emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, schedule, signatures));
+  if (dump_.schedule) emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, trace.schedule, signatures));
   dump_number_ = dump_number;
 }
 
