@@ -18,9 +18,10 @@ class TypeChains {
  public:
   // One pass in (reverse, for heights) topological order over a row of counts per node (a vector
   // max per edge), a count per type that can form a chain (on a cycle of the type graph,
-  // Dependencies::type_users); a node no one reads, or with no such type before it, keeps no row. A
-  // row lives only until the last node that reads it has, so the rows in use stay few and in
-  // cache. Reuses this object's buffers.
+  // Dependencies::type_users). When the row is one 16-byte vector (the usual case) every node has
+  // its own, in a register while it is built; wider, a node no one reads, or with no such type
+  // before it, keeps no row, and a row lives only until the last node that reads it has, so the
+  // rows in use stay few and in cache. Reuses this object's buffers.
   // `weights` (per local type, expanded_type_weights) are read for heights only.
   void build(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
              ChainDirection direction = ChainDirection::ranks, std::span<const uint32_t> weights = {});
@@ -50,9 +51,13 @@ class TypeChains {
   template <bool kHeights, typename Count, size_t kWidth>
   void fill(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
             std::span<const uint32_t> weights, std::vector<Count>& rows);
+  // A row per node, of one 16-byte vector (kWidth x Count).
   template <bool kHeights, typename Count, size_t kWidth>
   void fill_dense(const ScheduleInput& input, const LocalTypes& types, const Dependencies& dependencies,
                   std::span<const uint32_t> weights, std::vector<Count>& rows);
+  // Terminal types from the lanes met below each type (exact_met: `met` holds them; else a flag per
+  // type in meets_row_ tells only whether any lane was met, and a single-rank lane asks build() for
+  // a second pass with them).
   template <typename Count>
   void find_terminal(const LocalTypes& types, const std::vector<Count>& met, size_t width, bool exact_met);
   std::vector<uint16_t> rows16_;
@@ -61,8 +66,9 @@ class TypeChains {
   std::vector<uint32_t> lane_of_;   // per type: its lane, or kNoLane
   uint32_t lanes_ = 0;
   size_t width_ = 0;                // lanes per row when fill's kWidth is 0
-  // Heights: per type, whether a node of it has or reads a row; and when exact_met_, the OR of its
-  // nodes' rows (16- or 32-bit counts, as the rows).
+  // Heights: per type, whether a node of it has or reads a row; and when exact_met_ (always with
+  // rows of one vector, for the types still single-rank), the OR of its nodes' rows (16- or 32-bit
+  // counts, as the rows).
   std::vector<uint8_t> meets_row_;
   std::vector<uint16_t> met16_;
   std::vector<uint32_t> met32_;
