@@ -69,7 +69,8 @@ class TightFrontier {
   uint32_t top_height(uint32_t t) const { return top_[t]; }
   // The sum of ChainHeights::remaining over the ready nodes of t (0 when the heights have none).
   // Summed when asked, over the nodes that became ready since: most nodes run before anyone asks
-  // for their type's sum, and then cost nothing.
+  // for their type's sum, and then cost nothing. (So even a const frontier is not to be read from
+  // two threads at once; the search and the policies read theirs from one.)
   uint64_t ready_remaining(uint32_t t) const;
   // A tight ready type, or LocalTypes::kNone.
   uint32_t any_tight() const;
