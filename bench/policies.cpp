@@ -21,7 +21,7 @@ namespace {
 
 struct Config {
   std::string policy;
-  int threads;
+  int threads = 1;
   std::string executor = "batched";
   std::vector<double> rates;
   edb::Stats stats;  // of the last round
@@ -63,9 +63,16 @@ int run(int argc, char** argv) {
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<Config> configs;
   // The unbatched oracle as a second baseline: sequential policy on the reference executor.
-  configs.push_back({"sequential", 1, "reference"});
+  auto config = [](const std::string& policy, int threads, const std::string& executor = "batched") {
+    Config c;
+    c.policy = policy;
+    c.threads = threads;
+    c.executor = executor;
+    return c;
+  };
+  configs.push_back(config("sequential", 1, "reference"));
   for (int threads : {1, cores}) {
-    for (const char* policy : {"sequential", "depth", "agenda", "greedy"}) configs.push_back({policy, threads});
+    for (const char* policy : {"sequential", "depth", "agenda", "greedy"}) configs.push_back(config(policy, threads));
     if (cores == 1) break;
   }
   std::vector<std::unique_ptr<edb::Engine>> engines;

@@ -3,6 +3,7 @@
 #include "runtime/driver.h"
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -464,6 +465,12 @@ void Driver::submit(TraceData& trace) {
   if (options_.memplan) layout_planner_.plan(trace.graph, trace.schedule, trace.plan);
   else memplan::plan_batch_order(trace.graph, trace.schedule, trace.plan);
   trace.arena.reserve(size_t(trace.plan.arena_floats), size_t(live));
+  // With verify, the new values' memory starts as NaN rather than what the last trace there left:
+  // a kernel that leaves a value unwritten (a piece of a cut batch, a member) then shows as NaN,
+  // never as a stale value that happens to be right (a test running one program twice).
+  if (options_.verify)
+    std::fill(trace.arena.data() + live, trace.arena.data() + trace.plan.arena_floats,
+              std::numeric_limits<float>::quiet_NaN());
   stats_.time.plan_ms += elapsed_ms(start);
   if (options_.verify) memplan::verify(trace.graph, trace.plan);
   if (dump_.plan) emit_dump(dump_, "plan", dump_number, "txt", print_plan(trace));

@@ -128,7 +128,9 @@ struct EngineOptions {
   std::string device = "cpu";        // cpu, cuda (a UsageError naming why when no GPU is usable),
                                      // or auto (cuda when usable, else cpu, saying why once)
   int threads = 1;  // 0: every core; 2 or more: execution overlaps recording, batches split across them
-  bool verify = false;  // check the IR, schedule and plan between stages (tests turn it on)
+  // Check the IR, schedule and plan between stages, and start each evaluation's new values as
+  // NaN, so that one a kernel leaves unwritten shows (tests turn it on).
+  bool verify = false;
   bool check_finite = false;  // after each evaluation, look for NaN and infinity in every value
                               // computed; the first one found is a NumericError naming its node
   int64_t max_trace_nodes = 0;  // a trace recording more nodes is a UsageError (0: only the IR's

@@ -52,8 +52,12 @@ Expr random_tree(Trace& trace, const Parameter& W, testing::Rng& rng, int dim, i
 // Every cache within its bound, as read between evaluations.
 void expect_within_bounds(const CacheSizes& caches, const std::string& when) {
   for (const auto& [name, cache] : caches.named()) {
-    if (cache->max_entries > 0) EXPECT_LE(cache->entries, cache->max_entries) << name << " " << when;
-    if (cache->max_bytes > 0) EXPECT_LE(cache->bytes, cache->max_bytes) << name << " " << when;
+    if (cache->max_entries > 0) {
+      EXPECT_LE(cache->entries, cache->max_entries) << name << " " << when;
+    }
+    if (cache->max_bytes > 0) {
+      EXPECT_LE(cache->bytes, cache->max_bytes) << name << " " << when;
+    }
   }
 }
 

@@ -106,7 +106,9 @@ TEST(Cells, OutputsIntoASpanAreTheVectorsOutputs) {
     Expr two[2];
     EXPECT_EQ(usage_error([&] { cell(trace, arguments, two); }),
               "edb::Cell: cell 'mix' returns 1 outputs, but room for 2 was given");
-    if (cells) EXPECT_EQ(trace.node_count(), nodes);
+    if (cells) {
+      EXPECT_EQ(trace.node_count(), nodes);
+    }
   }
 }
 

@@ -363,8 +363,9 @@ TEST(SchedulerLowerBound, GreedyReachesLowerBoundOnTreeRnn) {
         sum(losses);
         trace.run();
         (std::string(policy) == "greedy" ? greedy_batches : agenda_batches) = engine.stats().batches;
-        if (std::string(policy) == "greedy")
+        if (std::string(policy) == "greedy") {
           EXPECT_EQ(engine.stats().batches, engine.stats().lower_bound) << "seed " << seed << ", loss everywhere " << loss_everywhere;
+        }
       }
       EXPECT_LT(greedy_batches, agenda_batches) << "seed " << seed;
     }
