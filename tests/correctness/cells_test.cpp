@@ -225,10 +225,8 @@ TEST(Cells, ArgumentsCopiedIntoAConcatAreReadFromTheCopy) {
   });
   constexpr int kCalls = 6;
   auto run = [&](const char* executor, bool cells) {
-    EngineOptions options;
-    options.executor = executor;
+    EngineOptions options = testing::checked_options(executor);
     options.cells = cells;
-    options.verify = true;
     Engine engine(options);
     Trace trace(engine);
     std::vector<Expr> outs;

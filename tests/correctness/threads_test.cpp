@@ -36,11 +36,7 @@ samples::ModelConfig config() {
 }
 
 std::vector<float> losses(samples::SampleModel& sample, const std::string& executor, int threads) {
-  EngineOptions options;
-  options.executor = executor;
-  options.threads = threads;
-  options.verify = true;
-  Engine engine(options);
+  Engine engine(testing::checked_options(executor, threads));
   const size_t count = sample.instance_count(), batch = 12;
   std::vector<float> values(count);
   std::optional<Trace> traces[2];
@@ -117,11 +113,7 @@ TEST(Threads, WeightGradientOverManyUsesIsCutByUses) {
   auto gradient = [&](const std::string& executor, int threads) {
     Model model("uses", 7);
     const Parameter w = model.add_parameter("W", kRows, kCols);
-    EngineOptions options;
-    options.executor = executor;
-    options.threads = threads;
-    options.verify = true;
-    Engine engine(options);
+    Engine engine(testing::checked_options(executor, threads));
     Trace trace(engine);
     std::vector<Expr> losses;
     std::vector<float> x(kCols);
@@ -151,11 +143,7 @@ TEST(Threads, BackwardPassesRecordedWhileTheStepBeforeRuns) {
     const std::unique_ptr<samples::SampleModel> sample = entry.make(config());
     const size_t count = std::min<size_t>(sample->instance_count(), 30), batch = 10;
     auto steps = [&](const std::string& executor, int threads) {
-      EngineOptions options;
-      options.executor = executor;
-      options.threads = threads;
-      options.verify = true;
-      Engine engine(options);
+      Engine engine(testing::checked_options(executor, threads));
       std::vector<Gradients> out;
       std::unique_ptr<Trace> running;
       Expr doubled;
@@ -223,11 +211,7 @@ TEST(Threads, FewRowProductsSoftmaxesAndLookupsAreCut) {
     Model model("classifier", seed);
     const Parameter w = model.add_parameter("W", kRows, kCols), b = model.add_parameter("b", kRows, 1);
     const LookupTable e = model.add_lookup("E", kEntries, kCols);
-    EngineOptions options;
-    options.executor = executor;
-    options.threads = threads;
-    options.verify = true;
-    Engine engine(options);
+    Engine engine(testing::checked_options(executor, threads));
     Trace trace(engine);
     std::vector<Expr> losses;
     for (int k = 0; k < kMembers; ++k) {

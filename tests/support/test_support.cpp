@@ -14,6 +14,14 @@
 
 namespace edb::testing {
 
+EngineOptions checked_options(const std::string& executor, int threads) {
+  EngineOptions options;
+  options.executor = executor;
+  options.threads = threads;
+  options.verify = true;
+  return options;
+}
+
 ::testing::AssertionResult near_relative(double a, double b, double tolerance) {
   // Equal infinities and two NaNs agree (a graph may overflow the same way in both runs).
   if (a == b || (std::isnan(a) && std::isnan(b))) return ::testing::AssertionSuccess();

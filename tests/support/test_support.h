@@ -14,6 +14,10 @@ namespace edb::testing {
 ::testing::AssertionResult near_relative(const Tensor& a, const Tensor& b, double tolerance = 1e-5);
 ::testing::AssertionResult near_relative(double a, double b, double tolerance = 1e-5);
 
+// What an executor test starts from: the executor, the thread count, and verify on (checks
+// between stages; new values start as NaN).
+EngineOptions checked_options(const std::string& executor, int threads = 1);
+
 // A fresh directory under the system temp dir, removed when the object goes away.
 class TempDir {
  public:
