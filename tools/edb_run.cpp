@@ -413,19 +413,19 @@ void print_training_table(const Report& r, const TrainingReport& t) {
               std::string(unit.size() + 6, '-').c_str());
   for (const edb::samples::EpochResult& e : result.epochs) {
     const bool held = result.split.heldout > 0;
-    std::printf("| %5d | %10.4f | %13s | %*s | %8s | %7s | %11.1f | %10.1f | %11.1f | %12.1f | %7.2f |\n", e.epoch,
+    std::printf("| %5d | %10.4f | %13s | %*s | %8s | %7s | %11.1f | %10.1f | %11.1f | %12.1f | %7s |\n", e.epoch,
                 e.train_loss, held ? fixed(e.heldout.loss, 4).c_str() : "-", int(unit.size() + 4),
                 held ? percent(e.heldout.accuracy()).c_str() : "-",
                 held ? percent(e.heldout.majority_accuracy()).c_str() : "-",
                 held ? percent(e.heldout.position_accuracy()).c_str() : "-", e.instances_per_sec, e.forward_ms,
-                e.backward_ms, e.optimizer_ms, e.backward_over_forward());
+                e.backward_ms, e.optimizer_ms, e.overlapped ? "-" : fixed(e.backward_over_forward(), 2).c_str());
   }
   std::printf("\nLosses are per instance (summed over its labelled positions); \"all acc\" counts every labelled "
               "position; the majority class is the held-out split's most frequent gold class.\n");
   if (!result.epochs.empty() && result.epochs.back().overlapped)
     std::printf("With two or more threads a step's forward and backward passes run as one evaluation while the "
-                "next step records: \"forward ms\" is recording, \"backward ms\" the wait for the evaluation, "
-                "and bwd/fwd is 0.\n");
+                "next step records: \"forward ms\" is recording, \"backward ms\" the wait for the evaluation "
+                "(no bwd/fwd; its JSON value is 0).\n");
   if (!t.saved.empty()) std::printf("saved the model to %s and the optimizer to %s.optimizer\n", t.saved.c_str(),
                                     t.saved.c_str());
 }
