@@ -2,8 +2,9 @@
 // while trace i executes, its losses read afterwards), are the reference executor's under the
 // batched and jit executors at 1, 2 and 3 threads: a pipelined execution with its kernels split
 // across the pool, the waiting caller taking part (runtime/thread_pool.h's assist), computes what
-// one thread computes; so do a batch's gradients, and the training loop, which records a step's
-// forward pass while the step before runs; threads = 0 is every core.
+// one thread computes; so do a batch's gradients, steps whose both passes record while the step
+// before runs (record_backward), batches cut by columns or members, and the training loop, which
+// records a step while the step before runs; threads = 0 is every core.
 #include <gtest/gtest.h>
 
 #include <algorithm>
