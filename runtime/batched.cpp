@@ -276,8 +276,6 @@ void run_sum(const BatchContext& c) {
   });
 }
 
-// Whether a gathered X is better read in place run by run (one GEMM per strided run) than copied
-// whole into scratch (memplan::gemm_reads_runs, which the planner's prediction shares).
 // Runs body(begin, end) over columns [0, columns) across the pool, in pieces of at least
 // kMinFlopsPerPiece whose bounds are multiples of 16 columns: a piece's vector loops then meet
 // the same elements in the same lanes as one whole-batch loop would, so the values do not depend
@@ -294,6 +292,8 @@ void split_columns(const BatchContext& c, int64_t columns, int64_t flops_per_col
   c.pool.parallel_for(static_cast<int>(pieces), task);
 }
 
+// Whether a gathered X is better read in place run by run (one GEMM per strided run) than copied
+// whole into scratch (memplan::gemm_reads_runs, which the planner's prediction shares).
 bool gemm_by_runs(const Operand& x, int64_t output_rows, int64_t n) {
   if (x.kind != Operand::kGathered) return false;
   int64_t runs = 0;
@@ -516,13 +516,17 @@ void exp_minus(const M& x, const Eigen::RowVectorXf& lse, Matrix out) {
   flat = flat.exp();
 }
 
-// A column-wise op (each column of x on its own: softmax and its kin) over x's columns, cut
-// across the pool where the batch is large enough (split_columns).
+// Softmax and its kin, each column of x on its own: body(begin, end, lse) for pieces of x's
+// columns, lse being the log-sum-exp of columns [begin, end), cut across the pool where the batch
+// is large enough (split_columns).
 template <typename Body>
 void by_columns(const BatchContext& c, const StridedConst& x, Body&& body) {
+  float* shifted = c.scratch.allocate(size_t(x.size()));
   // An element costs about what 64 flops of a product do (a max, an exp, a sum; and a pick reads
   // its member's node): 2,500 columns of 5 logits took 130 us on one thread.
-  split_columns(c, x.cols(), 64 * x.rows(), body);
+  split_columns(c, x.cols(), 64 * x.rows(), [&](int64_t begin, int64_t end) {
+    body(begin, end, log_sum_exp(x.middleCols(begin, end - begin), shifted + begin * x.rows()));
+  });
 }
 
 void run_lookup(const BatchContext& c) {
@@ -746,30 +750,25 @@ void run_batch(const BatchContext& c) {
     }
     case ir::Op::softmax: {
       const StridedConst x = c.matrix(c.operand(0));
-      float* shifted = c.scratch.allocate(size_t(x.size()));
       Matrix out = c.output();
-      by_columns(c, x, [&](int64_t b, int64_t e) {
-        exp_minus(x.middleCols(b, e - b), log_sum_exp(x.middleCols(b, e - b), shifted + b * x.rows()),
-                  Matrix(out.data() + b * out.rows(), out.rows(), e - b));
+      by_columns(c, x, [&](int64_t b, int64_t e, const Eigen::RowVectorXf& lse) {
+        exp_minus(x.middleCols(b, e - b), lse, Matrix(out.data() + b * out.rows(), out.rows(), e - b));
       });
       c.stats.kernel_calls += 1;
       return;
     }
     case ir::Op::log_softmax: {
       const StridedConst x = c.matrix(c.operand(0));
-      float* shifted = c.scratch.allocate(size_t(x.size()));
       Matrix out = c.output();
-      by_columns(c, x, [&](int64_t b, int64_t e) {
-        out.middleCols(b, e - b) = x.middleCols(b, e - b).rowwise() - log_sum_exp(x.middleCols(b, e - b), shifted + b * x.rows());
+      by_columns(c, x, [&](int64_t b, int64_t e, const Eigen::RowVectorXf& lse) {
+        out.middleCols(b, e - b) = x.middleCols(b, e - b).rowwise() - lse;
       });
       c.stats.kernel_calls += 1;
       return;
     }
     case ir::Op::pick_neg_log_softmax: {  // members are columns: one per column of x
       const StridedConst x = c.matrix(c.operand(0));
-      float* shifted = c.scratch.allocate(size_t(x.size()));
-      by_columns(c, x, [&](int64_t b, int64_t e) {
-        const Eigen::RowVectorXf lse = log_sum_exp(x.middleCols(b, e - b), shifted + b * x.rows());
+      by_columns(c, x, [&](int64_t b, int64_t e, const Eigen::RowVectorXf& lse) {
         for (int64_t k = b; k < e; ++k)
           c.out[k] = lse(k - b) - x(c.values.graph.node(c.members[size_t(k)]).attrs.index, k);
       });
@@ -804,11 +803,9 @@ void run_batch(const BatchContext& c) {
     }
     case ir::Op::pick_neg_log_softmax_grad: {  // members are columns, as in the forward op
       const StridedConst x = c.matrix(c.operand(0)), dl = c.matrix(c.operand(1));
-      float* shifted = c.scratch.allocate(size_t(x.size()));
       Matrix out = c.output();
-      by_columns(c, x, [&](int64_t b, int64_t e) {
-        Matrix block(out.data() + b * out.rows(), out.rows(), e - b);
-        exp_minus(x.middleCols(b, e - b), log_sum_exp(x.middleCols(b, e - b), shifted + b * x.rows()), block);
+      by_columns(c, x, [&](int64_t b, int64_t e, const Eigen::RowVectorXf& lse) {
+        exp_minus(x.middleCols(b, e - b), lse, Matrix(out.data() + b * out.rows(), out.rows(), e - b));
         for (int64_t k = b; k < e; ++k) {
           out(c.values.graph.node(c.members[size_t(k)]).attrs.index, k) -= 1.0f;
           out.col(k) *= dl(0, k);

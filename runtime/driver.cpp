@@ -3,7 +3,6 @@
 #include "runtime/driver.h"
 
 #include <algorithm>
-#include <limits>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -12,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -465,14 +465,15 @@ void Driver::submit(TraceData& trace) {
   if (options_.memplan) layout_planner_.plan(trace.graph, trace.schedule, trace.plan);
   else memplan::plan_batch_order(trace.graph, trace.schedule, trace.plan);
   trace.arena.reserve(size_t(trace.plan.arena_floats), size_t(live));
-  // With verify, the new values' memory starts as NaN rather than what the last trace there left:
-  // a kernel that leaves a value unwritten (a piece of a cut batch, a member) then shows as NaN,
-  // never as a stale value that happens to be right (a test running one program twice).
-  if (options_.verify)
+  stats_.time.plan_ms += elapsed_ms(start);
+  if (options_.verify) {
+    memplan::verify(trace.graph, trace.plan);
+    // The new values' memory starts as NaN rather than what the last trace there left: a kernel
+    // that leaves a value unwritten (a piece of a cut batch, a member) then shows as NaN, never as
+    // a stale value that happens to be right (a test running one program twice).
     std::fill(trace.arena.data() + live, trace.arena.data() + trace.plan.arena_floats,
               std::numeric_limits<float>::quiet_NaN());
-  stats_.time.plan_ms += elapsed_ms(start);
-  if (options_.verify) memplan::verify(trace.graph, trace.plan);
+  }
   if (dump_.plan) emit_dump(dump_, "plan", dump_number, "txt", print_plan(trace));
 
   for (size_t b = 0; b < trace.schedule.batch_count(); ++b) {

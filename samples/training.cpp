@@ -163,7 +163,7 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
     };
     // Ahead, the next step is recorded and batched (counted in the engine's stats) during this
     // step: the epoch's stats are taken whole, from before its first step is recorded.
-    const Stats epoch_before = engine.stats();
+    const Stats epoch_before = ahead ? engine.stats() : Stats{};
     Step step = recorded(0);
     for (;;) {
       const Stats before_forward = ahead ? Stats{} : engine.stats();  // nothing runs between steps: no wait
