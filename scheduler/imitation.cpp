@@ -118,7 +118,7 @@ uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
   // longest remaining chain, and the base's tight choice (the same as remaining_tight_choice and
   // any_tight: the remaining rule's best non-terminal tight type, else its best terminal one; or
   // the first tight type).
-  const int power = base_ == Base::remaining ? 1 : base_ == Base::remaining_cheap ? 2 : 0;
+  const int power = weight_power();
   ready_tight_.resize(ready.size());
   uint64_t longest = 0;
   uint32_t first_tight = kNone, best[2] = {kNone, kNone};  // [terminal]
@@ -170,8 +170,10 @@ uint32_t ImitationPolicy::base_among(TightFrontier& frontier, const std::vector<
     case Base::greedy:
     case Base::tight_then_greedy: return frontier.greedy_among(types);
     case Base::tight_first: return tight_first_among(frontier, types);
-    case Base::remaining: return remaining_among(frontier, types, 1);
-    case Base::remaining_cheap: return remaining_among(frontier, types, 2);
+    case Base::remaining:
+    case Base::remaining_steep: return remaining_among(frontier, types, 1);
+    case Base::remaining_cheap:
+    case Base::remaining_steep_cheap: return remaining_among(frontier, types, 2);
   }
   throw InternalError("ImitationPolicy: unknown base");
 }
@@ -180,7 +182,7 @@ int64_t ImitationPolicy::rollout(const ScheduleInput& input, const Analysis& ana
                                  Schedule& out, bool count) {
   out.clear();
   map_types(input, analysis, heights, false);
-  frontier_.reset(input, analysis, heights, base_needs_greedy());
+  frontier_.reset(input, analysis, heights, base_needs_greedy(), remaining_power());
   while (!frontier_.done()) frontier_.run(decide(frontier_, count), out);
   return expanded_batch_count(input, out);
 }
@@ -242,7 +244,7 @@ void ImitationPolicy::add_samples(const ScheduleInput& input, const Analysis& an
     local_of_global[global] = t;
   }
   TightFrontier frontier;
-  frontier.reset(input, analysis, heights);
+  frontier.reset(input, analysis, heights, false, remaining_power());
   Schedule replay;  // the search's choices: no greedy counts needed
   for (size_t b = 0; b < taught.batch_count(); ++b) {
     const uint32_t chosen = local_of_global[taught.batch_type[b]];
@@ -398,7 +400,8 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   dense_stale_ = true;
   Base chosen = Base::greedy;
   int64_t chosen_total = std::accumulate(greedy.begin(), greedy.end(), int64_t{0});
-  for (Base candidate : {Base::tight_then_greedy, Base::tight_first, Base::remaining, Base::remaining_cheap}) {
+  for (Base candidate : {Base::tight_then_greedy, Base::tight_first, Base::remaining, Base::remaining_cheap,
+                         Base::remaining_steep, Base::remaining_steep_cheap}) {
     base_ = candidate;
     bool never_worse = true;
     int64_t total = 0;
@@ -436,7 +439,9 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   const char* base_names[] = {"", "; tight types run first, greedy where no score",
                               "; tight types run first, the tight-first rule where no score",
                               "; tight types run first, the remaining rule where no score",
-                              "; tight types run first, the remaining rule (cheap types first) where no score"};
+                              "; tight types run first, the remaining rule (cheap types first) where no score",
+                              "; tight types run first, the remaining rule (steep: lagging instances count more) where no score",
+                              "; tight types run first, the remaining rule (steep, cheap types first) where no score"};
   const std::string base_said = base_names[int(base_)];
   const int64_t decisions_before = decisions_, unseen_before = unseen_;
   for (size_t g = 0; g < count; ++g) {

@@ -8,7 +8,7 @@
 // heights are built once and the buckets kept current as batches run (TightFrontier), so a
 // decision reads counters of the ready types only. Where no ready type has a score, and among
 // ties, the base decides; training picks it: greedy, tight types first and then greedy, the
-// whole tight-first rule or the remaining rule (tight.h; these two keep no greedy counts).
+// whole tight-first rule or a remaining rule (tight.h; these keep no greedy counts).
 // Never worse than greedy on its training traces: the table is cut until no training trace needs
 // more batches than under greedy, and when it still loses on one, or only ties greedy over them,
 // the policy falls back to greedy exactly and says so (greedy_fallback(), the report, Stats).
@@ -73,14 +73,15 @@ class ImitationPolicy final : public Policy {
   size_t state_count() const { return scores_.size(); }
   // What decides where the table has no score and among ties (chosen in training): greedy; tight
   // types first, then greedy; the whole tight-first rule; or the remaining rule, its weights to the
-  // power 1 or 2 (tight.h).
-  enum class Base { greedy, tight_then_greedy, tight_first, remaining, remaining_cheap };
+  // power 1 or 2 (cheap), each node's remaining batches to the power 1 or 4 (steep) (tight.h).
+  enum class Base { greedy, tight_then_greedy, tight_first, remaining, remaining_cheap, remaining_steep,
+                    remaining_steep_cheap };
   // Runs greedy exactly: never trained, or training's table lost to or only tied greedy.
   bool greedy_fallback() const { return scores_.empty() && base_ == Base::greedy; }
   bool learned_nothing() const { return greedy_fallback(); }
   Base base() const { return base_; }
   // The base reads ChainHeights::remaining (built only then: it costs a little more per trace).
-  bool needs_remaining() const { return base_ == Base::remaining || base_ == Base::remaining_cheap; }
+  bool needs_remaining() const { return weight_power() != 0; }
   int64_t decisions() const { return decisions_; }
   int64_t unseen() const { return unseen_; }  // decisions the table had no score for
   int64_t greedy_schedules() const { return greedy_schedules_; }  // schedules made by the greedy fallback
@@ -114,6 +115,14 @@ class ImitationPolicy final : public Policy {
   uint32_t decide(TightFrontier& frontier, bool count);
   uint32_t base_among(TightFrontier& frontier, const std::vector<uint32_t>& types) const;
   bool base_needs_greedy() const { return base_ == Base::greedy || base_ == Base::tight_then_greedy; }
+  // The remaining rule's powers under the base: of a type's weight (0 when the base is not the
+  // remaining rule) and of each node's remaining batches.
+  int weight_power() const {
+    return base_ == Base::remaining || base_ == Base::remaining_steep               ? 1
+           : base_ == Base::remaining_cheap || base_ == Base::remaining_steep_cheap ? 2
+                                                                                     : 0;
+  }
+  int remaining_power() const { return base_ == Base::remaining_steep || base_ == Base::remaining_steep_cheap ? 4 : 1; }
   int64_t rollout(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, Schedule& out,
                   bool count);
   int64_t greedy_rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count);

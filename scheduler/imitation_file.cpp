@@ -15,7 +15,10 @@ namespace {
 
 constexpr const char* kFormat = "edbatch-learned-policy";
 constexpr const char* kFsmFormat = "edbatch-fsm-policy";
-constexpr int kVersion = 4;  // 3: the feature says whether the type has the longest chain left; 4: the remaining bases
+// 3: the feature says whether the type has the longest chain left; 4: the remaining bases; 5: the
+// steep remaining bases (a version 4 file reads the same).
+constexpr int kVersion = 5;
+constexpr int kOldestVersion = 4;
 
 using policy_file::checksum;
 using policy_file::fail;
@@ -27,6 +30,8 @@ const char* base_name(ImitationPolicy::Base base) {
     case ImitationPolicy::Base::tight_first: return "tight-first";
     case ImitationPolicy::Base::remaining: return "remaining";
     case ImitationPolicy::Base::remaining_cheap: return "remaining-cheap";
+    case ImitationPolicy::Base::remaining_steep: return "remaining-steep";
+    case ImitationPolicy::Base::remaining_steep_cheap: return "remaining-steep-cheap";
   }
   return "greedy";
 }
@@ -90,8 +95,9 @@ void ImitationPolicy::load(const std::string& path) {
     const nlohmann::json& version_field = file.at("version");
     if (!version_field.is_number_integer()) fail(path, "the version must be an integer, got " + version_field.dump());
     const int64_t version = version_field.get<int64_t>();
-    if (version != kVersion)
-      fail(path, "format version " + std::to_string(version) + ", this build reads version " + std::to_string(kVersion) +
+    if (version < kOldestVersion || version > kVersion)
+      fail(path, "format version " + std::to_string(version) + ", this build reads versions " +
+                     std::to_string(kOldestVersion) + " to " + std::to_string(kVersion) +
                      ": train the policy again with this build");
     const nlohmann::json& content = file.at("content");
     if (file.at("checksum").get<std::string>() != checksum(content)) fail(path, "checksum mismatch (the file is damaged)");
@@ -115,8 +121,11 @@ void ImitationPolicy::load(const std::string& path) {
     else if (base == "tight-first") parsed = Base::tight_first;
     else if (base == "remaining") parsed = Base::remaining;
     else if (base == "remaining-cheap") parsed = Base::remaining_cheap;
+    else if (version >= 5 && base == "remaining-steep") parsed = Base::remaining_steep;
+    else if (version >= 5 && base == "remaining-steep-cheap") parsed = Base::remaining_steep_cheap;
     else if (base != "greedy")
-      fail(path, "unknown base '" + base + "' (expected greedy, tight-greedy, tight-first, remaining or remaining-cheap)");
+      fail(path, "unknown base '" + base + "' (expected greedy, tight-greedy, tight-first, remaining" +
+                     (version >= 5 ? ", remaining-cheap, remaining-steep or remaining-steep-cheap)" : " or remaining-cheap)"));
     names_ = types;
     index_of_name_.clear();
     for (uint32_t i = 0; i < names_.size(); ++i) index_of_name_.emplace(names_[i], i);

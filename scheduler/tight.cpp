@@ -7,6 +7,15 @@
 
 namespace edb::scheduler {
 
+namespace {
+
+double power4(uint32_t r) {
+  const double squared = double(r) * double(r);
+  return squared * squared;
+}
+
+}  // namespace
+
 void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, bool with_remaining) {
   if (analysis.chains.direction == ChainDirection::heights) {
     height = analysis.chains.height;
@@ -101,7 +110,10 @@ void ChainHeights::build(const ScheduleInput& input, const Analysis& analysis, b
 }
 
 void TightFrontier::reset(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights,
-                          bool greedy) {
+                          bool greedy, int remaining_power) {
+  if (remaining_power != 1 && remaining_power != 4)
+    throw InternalError("TightFrontier: remaining_power must be 1 or 4, got " + std::to_string(remaining_power));
+  remaining_power_ = remaining_power;
   input_ = &input;
   analysis_ = &analysis;
   heights_ = &heights;
@@ -126,13 +138,17 @@ void TightFrontier::reset(const ScheduleInput& input, const Analysis& analysis, 
   typewise_.reset(input, analysis, greedy);
 }
 
-uint64_t TightFrontier::ready_remaining(uint32_t t) const {
+double TightFrontier::ready_remaining(uint32_t t) const {
   if (!track_remaining_) return 0;
   const std::vector<ir::NodeId>& ready = typewise_.ready(t);
   const uint32_t* remaining = heights_->remaining.data();
   const ir::NodeId begin = input_->begin;
-  uint64_t sum = ready_remaining_[t];
-  for (size_t k = summed_[t]; k < ready.size(); ++k) sum += remaining[ready[k] - begin];
+  double sum = ready_remaining_[t];
+  if (remaining_power_ == 1) {
+    for (size_t k = summed_[t]; k < ready.size(); ++k) sum += remaining[ready[k] - begin];
+  } else {
+    for (size_t k = summed_[t]; k < ready.size(); ++k) sum += power4(remaining[ready[k] - begin]);
+  }
   ready_remaining_[t] = sum;
   summed_[t] = uint32_t(ready.size());
   return sum;
@@ -165,7 +181,8 @@ void TightFrontier::run(uint32_t t, Schedule& out) {
     --unbatchable_left_;
     if (summed_[t] > 0) {
       --summed_[t];
-      ready_remaining_[t] -= heights_->remaining[out.nodes[before] - begin];
+      const uint32_t r = heights_->remaining[out.nodes[before] - begin];
+      ready_remaining_[t] -= remaining_power_ == 1 ? double(r) : power4(r);
     }
     return;
   }
@@ -222,8 +239,8 @@ uint32_t tight_first_among(const TightFrontier& frontier, std::span<const uint32
 namespace {
 
 // Of `types` that `keep`, the one with the most batches ahead per cost^power; terminal types only
-// when all kept ones are; ties (equal scores are exact: sums of integers over small integers) to
-// the lighter type, then the lower one. kNone when none is kept.
+// when all kept ones are; ties (at remaining power 1 equal scores are exact: sums of integers over
+// small integers) to the lighter type, then the lower one. kNone when none is kept.
 template <typename Keep>
 uint32_t most_remaining(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power, Keep keep) {
   bool any = false, only_terminal = true;

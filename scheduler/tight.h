@@ -49,7 +49,9 @@ struct ChainHeights {
 class TightFrontier {
  public:
   // `greedy`: keep the counts greedy_choice and greedy_among need (a cost per node run).
-  void reset(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, bool greedy = false);
+  // `remaining_power`: ready_remaining sums each node's remaining batches to this power (1 or 4).
+  void reset(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, bool greedy = false,
+             int remaining_power = 1);
 
   bool done() const { return typewise_.done(); }
   const std::vector<uint32_t>& ready_types() const { return typewise_.ready_types(); }
@@ -67,11 +69,13 @@ class TightFrontier {
   uint32_t top_ready(uint32_t t) const { return top_[t] ? ready_at_[base_[t] + top_[t] - 1] : 0; }
   uint32_t top_unexecuted(uint32_t t) const { return top_[t] ? unexecuted_at_[base_[t] + top_[t] - 1] : 0; }
   uint32_t top_height(uint32_t t) const { return top_[t]; }
-  // The sum of ChainHeights::remaining over the ready nodes of t (0 when the heights have none).
-  // Summed when asked, over the nodes that became ready since: most nodes run before anyone asks
-  // for their type's sum, and then cost nothing. (So even a const frontier is not to be read from
-  // two threads at once; the search and the policies read theirs from one.)
-  uint64_t ready_remaining(uint32_t t) const;
+  // The sum of ChainHeights::remaining, to reset's power, over the ready nodes of t (0 when the
+  // heights have none). Summed when asked, over the nodes that became ready since: most nodes run
+  // before anyone asks for their type's sum, and then cost nothing. (So even a const frontier is
+  // not to be read from two threads at once; the search and the policies read theirs from one.)
+  // Exact at power 1 (integers far below 2^53).
+  double ready_remaining(uint32_t t) const;
+  int remaining_power() const { return remaining_power_; }
   // A tight ready type, or LocalTypes::kNone.
   uint32_t any_tight() const;
 
@@ -87,11 +91,12 @@ class TightFrontier {
   std::vector<uint32_t> base_, unexecuted_at_, ready_at_, top_;
   // Per type: the sum of remaining over the first summed_[t] of its ready nodes (in the frontier's
   // order, which only appends, and drops the oldest when an unbatchable node runs).
-  mutable std::vector<uint64_t> ready_remaining_;
+  mutable std::vector<double> ready_remaining_;
   mutable std::vector<uint32_t> summed_;
   int64_t cost_ = 0;
   int64_t unbatchable_left_ = 0;
   bool track_remaining_ = false;
+  int remaining_power_ = 1;
 };
 
 // The one-pass rule rollouts use and the search starts from: a tight type if any; else the ready
@@ -103,7 +108,8 @@ uint32_t tight_first_among(const TightFrontier& frontier, std::span<const uint32
 
 // The remaining rule, a weighted majority merge: of the tight types if any, else of all ready
 // types, the one whose ready nodes have the most batches still ahead of them (the sum of their
-// remaining), per batch it costs raised to `weight_power` (1 or 2: 2 favours cheap types more);
+// remaining, each to the frontier's remaining_power: at 4 the instances furthest behind count far
+// more), per batch it costs raised to `weight_power` (1 or 2: 2 favours cheap types more);
 // terminal types only when nothing else is ready. Lagging instances pull their next type forward.
 uint32_t remaining_choice(const TightFrontier& frontier, int weight_power);
 // Its tight part: the tight type it would run, or LocalTypes::kNone when none is tight.

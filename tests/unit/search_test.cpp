@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <tuple>
 
 #include <edbatch/edbatch.h>
 
@@ -20,6 +21,7 @@
 #include "scheduler/imitation.h"
 #include "scheduler/lower_bound.h"
 #include "scheduler/policies.h"
+#include "scheduler/policy_file.h"
 #include "scheduler/search.h"
 #include "scheduler/tight.h"
 #include "tests/support/graph_builder.h"
@@ -256,40 +258,47 @@ TEST(TightFrontier, ReadyRemainingIsTheSumOverTheReadyNodes) {
     analysis.build(in);
     ChainHeights heights;
     heights.build(in, analysis, true);
-    TightFrontier frontier;
+    TightFrontier frontier, steep;  // each node's remaining batches counted as is, and to the power 4
     frontier.reset(in, analysis, heights);
+    steep.reset(in, analysis, heights, false, 4);
     std::vector<uint8_t> done(graph.size(), 0);
     for (NodeId id = 0; id < graph.size(); ++id) done[id] = analysis.types.of_node[id] == LocalTypes::kNone;
     std::mt19937_64 rng(seed);
     Schedule schedule;
     while (!frontier.done()) {
-      std::vector<uint64_t> expected(analysis.types.count(), 0);
+      std::vector<uint64_t> expected(analysis.types.count(), 0), expected_steep(analysis.types.count(), 0);
       for (NodeId id = 0; id < graph.size(); ++id) {
         if (done[id]) continue;
         bool ready = true;
         for (NodeId arg : graph.args(id)) ready = ready && done[arg];
-        if (ready) expected[analysis.types.of_node[id]] += heights.remaining[id];
+        const uint64_t r = heights.remaining[id];
+        if (ready) expected[analysis.types.of_node[id]] += r, expected_steep[analysis.types.of_node[id]] += r * r * r * r;
       }
-      for (uint32_t t = 0; t < analysis.types.count(); ++t)
-        ASSERT_EQ(frontier.ready_remaining(t), expected[t]) << "seed " << seed << ", type " << t;
+      for (uint32_t t = 0; t < analysis.types.count(); ++t) {
+        ASSERT_EQ(frontier.ready_remaining(t), double(expected[t])) << "seed " << seed << ", type " << t;
+        ASSERT_EQ(steep.ready_remaining(t), double(expected_steep[t])) << "seed " << seed << ", type " << t;
+      }
       const auto& ready = frontier.ready_types();
       // The remaining rule's tight part: a tight type with the most batches ahead (without cells every
       // weight is 1), terminal ones only when every tight type is, when any is tight.
       bool any_tight = false, only_terminal = true;
       for (uint32_t t : ready)
         if (frontier.tight(t)) any_tight = true, only_terminal = only_terminal && frontier.terminal(t);
-      uint64_t most = 0;
+      double most = 0;
       for (uint32_t t : ready)
-        if (frontier.tight(t) && (only_terminal || !frontier.terminal(t))) most = std::max(most, expected[t]);
+        if (frontier.tight(t) && (only_terminal || !frontier.terminal(t))) most = std::max(most, double(expected[t]));
       const uint32_t tight = remaining_tight_choice(frontier, 1);
       EXPECT_EQ(tight != LocalTypes::kNone, any_tight) << "seed " << seed;
       if (any_tight) {
         EXPECT_TRUE(frontier.tight(tight));
-        EXPECT_EQ(expected[tight], most);
+        EXPECT_EQ(double(expected[tight]), most);
         EXPECT_EQ(remaining_choice(frontier, 1), tight);
       }
       const size_t before = schedule.nodes.size();
-      frontier.run(ready[rng() % ready.size()], schedule);
+      const uint32_t chosen = ready[rng() % ready.size()];
+      frontier.run(chosen, schedule);
+      Schedule same;
+      steep.run(chosen, same);
       for (size_t i = before; i < schedule.nodes.size(); ++i) done[schedule.nodes[i]] = 1;
     }
     verify(in, schedule);
@@ -300,9 +309,12 @@ TEST(TightFrontier, ReadyRemainingIsTheSumOverTheReadyNodes) {
 // (where lagging instances matter) needs fewer batches than the tight-first rule (1.06 against
 // 1.23 x the weighted LB on 4 traces of 64 when this was written).
 TEST(RemainingRule, ValidEverywhereAndAheadOfTheTightFirstRuleOnChildSumTrees) {
-  auto run_rule = [](const ScheduleInput& in, const Analysis& analysis, const ChainHeights& heights, int power) {
+  // power 0: the tight-first rule; 1 or 2: the remaining rule's weight power; `steep`: each node's
+  // remaining batches to the power 4.
+  auto run_rule = [](const ScheduleInput& in, const Analysis& analysis, const ChainHeights& heights, int power,
+                     bool steep = false) {
     TightFrontier frontier;
-    frontier.reset(in, analysis, heights);
+    frontier.reset(in, analysis, heights, false, steep ? 4 : 1);
     Schedule schedule;
     while (!frontier.done())
       frontier.run(power == 0 ? tight_first_choice(frontier) : remaining_choice(frontier, power), schedule);
@@ -319,7 +331,9 @@ TEST(RemainingRule, ValidEverywhereAndAheadOfTheTightFirstRuleOnChildSumTrees) {
     in.analysis = &analysis;
     ChainHeights heights;
     heights.build(in, analysis, true);
-    for (int power : {1, 2}) EXPECT_GE(run_rule(in, analysis, heights, power), lower_bound(in)) << "seed " << seed;
+    for (int power : {1, 2})
+      for (bool steep : {false, true})
+        EXPECT_GE(run_rule(in, analysis, heights, power, steep), lower_bound(in)) << "seed " << seed;
   }
   samples::ModelConfig config;
   config.limit = 128;
@@ -600,12 +614,17 @@ TEST(LearnedPolicy, FilesOfAnotherKindOrVersionAreRefused) {
   ImitationPolicy().save(path);
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), {});
-  const size_t at = text.find("\"version\": 4");
+  const size_t at = text.find("\"version\": 5");
   ASSERT_NE(at, std::string::npos);
-  text.replace(at, 12, "\"version\": 7");
-  const std::string newer = dir.path() + "/newer.policy";
-  std::ofstream(newer) << text;
-  EXPECT_NE(load_error(newer).find("format version 7, this build reads version 4"), std::string::npos) << load_error(newer);
+  for (const char* version : {"7", "3"}) {
+    text.replace(at, 12, std::string("\"version\": ") + version);
+    const std::string other = dir.path() + "/other.policy";
+    std::ofstream(other) << text;
+    EXPECT_NE(load_error(other).find(std::string("format version ") + version + ", this build reads versions 4 to 5"),
+              std::string::npos)
+        << load_error(other);
+    EXPECT_NE(load_error(other).find("train the policy again"), std::string::npos) << load_error(other);
+  }
 
   // The other way round: the fsm policy refuses a learned file and says which policy reads it.
   try {
@@ -614,6 +633,56 @@ TEST(LearnedPolicy, FilesOfAnotherKindOrVersionAreRefused) {
     ADD_FAILURE() << "loaded a learned file as fsm";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("run it with policy learned"), std::string::npos) << e.what();
+  }
+}
+
+// A file's base: a version 4 file (before the steep bases) reads as it did and cannot name a steep
+// base; a steep base read from a file schedules exactly as the steep remaining rule (a table with no
+// scores: the base makes every decision).
+TEST(LearnedPolicy, ReadsVersionFourFilesAndSchedulesASteepBaseAsItsRule) {
+  testing::TempDir dir;
+  const std::string untrained = dir.file("untrained.policy");
+  ImitationPolicy().save(untrained);
+  const nlohmann::json file = nlohmann::json::parse(testing::read_file(untrained));
+  auto with_base = [&](int version, const std::string& base) {
+    nlohmann::json content = file.at("content");
+    content["base"] = base;
+    const std::string path = dir.file(base + "-" + std::to_string(version) + ".policy");
+    scheduler::policy_file::write(path, "edbatch-learned-policy", version, content);
+    return path;
+  };
+  ImitationPolicy four;
+  four.load(with_base(4, "remaining-cheap"));
+  EXPECT_EQ(four.base(), ImitationPolicy::Base::remaining_cheap);
+  const std::string refused = with_base(4, "remaining-steep");
+  EXPECT_NE(load_error(refused).find("unknown base 'remaining-steep'"), std::string::npos) << load_error(refused);
+
+  const Traces other = random_traces(100, 3);
+  for (const auto& [name, base, weight_power] :
+       {std::tuple{"remaining-steep", ImitationPolicy::Base::remaining_steep, 1},
+        std::tuple{"remaining-steep-cheap", ImitationPolicy::Base::remaining_steep_cheap, 2}}) {
+    ImitationPolicy policy;
+    policy.load(with_base(5, name));
+    EXPECT_EQ(policy.base(), base);
+    EXPECT_FALSE(policy.greedy_fallback());
+    EXPECT_EQ(policy.chains(), ChainDirection::heights);
+    for (const ScheduleInput& bare : other.inputs()) {
+      Schedule learned;
+      policy.schedule(bare, learned);
+      verify(bare, learned);
+      Analysis analysis;
+      analysis.build(bare, ChainDirection::heights);
+      ScheduleInput in = bare;
+      in.analysis = &analysis;
+      ChainHeights heights;
+      heights.build(in, analysis, true);
+      TightFrontier frontier;
+      frontier.reset(in, analysis, heights, false, 4);
+      Schedule by_rule;
+      while (!frontier.done()) frontier.run(remaining_choice(frontier, weight_power), by_rule);
+      EXPECT_EQ(learned.nodes, by_rule.nodes) << name;
+      EXPECT_EQ(learned.batch_type, by_rule.batch_type) << name;
+    }
   }
 }
 
