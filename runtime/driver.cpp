@@ -88,6 +88,8 @@ void TraceData::clear() {
   plan.arena_floats = 0;
   evaluated = 0;
   scheduled = 0;
+  planned = 0;
+  live_floats = 0;
   error = nullptr;
 }
 
@@ -453,18 +455,26 @@ void Driver::schedule(TraceData& trace) {
   }
   if (dump_.batches) emit_dump(dump_, "batches", dump_number, "txt", print_schedule(trace, signatures));
   if (dump_.schedule) emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, trace.schedule, signatures));
-  dump_number_ = dump_number;
+  plan(trace, dump_number);
 }
 
-void Driver::submit(TraceData& trace) {
-  schedule(trace);  // waits for the trace's previous execution
-  if (trace.evaluated == trace.graph.size()) return;
-  const uint64_t dump_number = dump_number_;
+void Driver::plan(TraceData& trace, uint64_t dump_number) {
+  if (trace.planned == trace.scheduled) return;
   auto start = Clock::now();
-  const int64_t live = trace.plan.arena_floats;  // values of earlier evaluations of this trace
+  if (trace.planned > trace.evaluated) {
+    // Batches planned before and not yet run are planned again with those scheduled after them,
+    // from where the values of earlier evaluations end.
+    trace.plan.arena_floats = trace.live_floats;
+    std::fill(trace.plan.offset.begin() + trace.evaluated, trace.plan.offset.end(), -1);
+    std::fill(trace.plan.view.begin() + trace.evaluated, trace.plan.view.end(), 0);
+  } else {
+    trace.live_floats = trace.plan.arena_floats;  // values of earlier evaluations of this trace
+  }
+  const int64_t live = trace.live_floats;
   if (options_.memplan) layout_planner_.plan(trace.graph, trace.schedule, trace.plan);
   else memplan::plan_batch_order(trace.graph, trace.schedule, trace.plan);
   trace.arena.reserve(size_t(trace.plan.arena_floats), size_t(live));
+  trace.planned = trace.scheduled;
   stats_.time.plan_ms += elapsed_ms(start);
   if (options_.verify) {
     memplan::verify(trace.graph, trace.plan);
@@ -475,6 +485,11 @@ void Driver::submit(TraceData& trace) {
               std::numeric_limits<float>::quiet_NaN());
   }
   if (dump_.plan) emit_dump(dump_, "plan", dump_number, "txt", print_plan(trace));
+}
+
+void Driver::submit(TraceData& trace) {
+  schedule(trace);  // waits for the trace's previous execution; plans what it schedules
+  if (trace.evaluated == trace.graph.size()) return;
 
   for (size_t b = 0; b < trace.schedule.batch_count(); ++b) {
     const auto members = trace.schedule.batch(b);  // one signature: the same flops each
@@ -485,7 +500,7 @@ void Driver::submit(TraceData& trace) {
   trace.evaluated = static_cast<ir::NodeId>(trace.graph.size());
 
   if (queue_) return queue_->push(trace);
-  start = Clock::now();
+  const auto start = Clock::now();
   try {
     executor_->execute(trace.schedule, trace.values(), stats_);
     if (options_.check_finite) check_finite(trace);

@@ -41,6 +41,11 @@ struct TraceData {
   // Nodes [evaluated, scheduled) are batched in `schedule` (Driver::schedule) but not yet planned
   // or run; the next submit plans and runs them with whatever was recorded after them.
   ir::NodeId scheduled = 0;
+  // Nodes [evaluated, planned) have their places in the arena (Driver::schedule plans what it
+  // batches, so a step's plan is made while the step before runs), after the `live_floats` that
+  // earlier evaluations' values take.
+  ir::NodeId planned = 0;
+  int64_t live_floats = 0;
   // An execution is queued or running: set under the queue's lock, read by an assisting waiter
   // without it.
   std::atomic<bool> pending{false};
@@ -100,10 +105,10 @@ class Driver {
   // Starts evaluating what the trace recorded since its last evaluation; with a queue the
   // execution may still run when this returns.
   void submit(TraceData& trace);
-  // Only the first stage of submit: batches what the trace recorded since it was last scheduled,
-  // after the batches scheduled before (waits for the trace's execution first). A backward pass
-  // records in the order of the forward's batches (trace/backward.cpp), so the forward pass is
-  // scheduled, not run, before it: both then run in one evaluation.
+  // The first stages of submit: batches what the trace recorded since it was last scheduled,
+  // after the batches scheduled before (waits for the trace's execution first), and plans their
+  // memory. A backward pass records in the order of the forward's batches (trace/backward.cpp), so
+  // the forward pass is scheduled, not run, before it: both then run in one evaluation.
   void schedule(TraceData& trace);
   void wait(TraceData& trace);  // then rethrows the trace's execution error, if any
   // Waits for the trace's queued execution and never throws: for releasing a trace, whose
@@ -144,7 +149,6 @@ class Driver {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ExecutionQueue> queue_;  // null: execute on the caller's thread
   DumpFlags dump_;
-  uint64_t dump_number_ = 0;     // the last schedule's, which its plan's dump shares
   scheduler::Schedule more_;     // batches scheduled after others that have not run yet
   scheduler::Analysis analysis_;
   scheduler::Analysis bound_analysis_;  // the sequential policy's trace with calls grouped, for the bound
@@ -152,6 +156,9 @@ class Driver {
   memplan::LayoutPlanner layout_planner_;
   Stats stats_;
 
+  // Places the batches scheduled since the trace was last planned (with those planned before and
+  // not yet run, again) and grows the arena for them.
+  void plan(TraceData& trace, uint64_t dump_number);
   PolicyProgress train_learned(std::span<const scheduler::ScheduleInput> inputs, const PolicyTraining& training,
                                const std::function<void(const PolicyProgress&)>& progress);
 };

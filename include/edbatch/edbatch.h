@@ -282,8 +282,8 @@ class Trace {
   // backward(loss, g) is record_backward(loss) and then gradients(g).
   void backward(const Expr& loss, Gradients& gradients);
   // backward() in two halves, for a loop that overlaps steps: record_backward() records the
-  // backward pass of `loss` and batches it (with the forward pass, unless that ran), evaluating
-  // nothing; run() then evaluates both, in the background with threads >= 2, while the caller
+  // backward pass of `loss`, batches it (with the forward pass, unless that ran) and lays out its
+  // memory, evaluating nothing; run() then evaluates both, in the background with threads >= 2, while the caller
   // records the next step in another trace. gradients() waits for the evaluation (starting it if
   // run() was not called) and writes the gradients of the last backward pass recorded here.
   void record_backward(const Expr& loss);

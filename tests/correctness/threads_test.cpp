@@ -136,15 +136,17 @@ TEST(Threads, WeightGradientOverManyUsesIsCutByUses) {
 // record_backward(), run(), gradients(): a loop that records and batches step i+1, both passes,
 // while step i runs (in the background with two or more threads) gets, for every model under
 // batched and jit at 1-3 threads, the reference executor's gradients of each step, as backward()
-// gives them. A value recorded after record_backward() and before run() is batched after both
-// passes and evaluates with them.
+// gives them, with the memory planner too. A value recorded after record_backward() and before
+// run() is batched after both passes and evaluates with them.
 TEST(Threads, BackwardPassesRecordedWhileTheStepBeforeRuns) {
   for (const samples::ModelEntry& entry : samples::model_registry()) {
     SCOPED_TRACE(entry.name);
     const std::unique_ptr<samples::SampleModel> sample = entry.make(config());
     const size_t count = std::min<size_t>(sample->instance_count(), 30), batch = 10;
-    auto steps = [&](const std::string& executor, int threads) {
-      Engine engine(testing::checked_options(executor, threads));
+    auto steps = [&](const std::string& executor, int threads, bool memplan = false) {
+      EngineOptions options = testing::checked_options(executor, threads);
+      options.memplan = memplan;
+      Engine engine(options);
       std::vector<Gradients> out;
       std::unique_ptr<Trace> running;
       Expr doubled;
@@ -175,12 +177,15 @@ TEST(Threads, BackwardPassesRecordedWhileTheStepBeforeRuns) {
     };
     const std::vector<Gradients> reference = steps("reference", 1);
     ASSERT_EQ(reference.size(), 3u);
+    // The extra value is planned with both passes again at run() (Driver::plan), by the batch-order
+    // plan and, with memplan, the layout planner.
     for (const char* executor : {"batched", "jit"})
-      for (int threads : {1, 2, 3}) {
-        const std::vector<Gradients> actual = steps(executor, threads);
+      for (const auto& [threads, memplan] : {std::pair{1, false}, {2, false}, {3, false}, {2, true}}) {
+        const std::vector<Gradients> actual = steps(executor, threads, memplan);
         ASSERT_EQ(actual.size(), reference.size());
         for (size_t s = 0; s < reference.size(); ++s) {
-          EXPECT_TRUE(near_relative(actual[s].loss, reference[s].loss, 1e-4)) << executor << ", " << threads << " threads";
+          EXPECT_TRUE(near_relative(actual[s].loss, reference[s].loss, 1e-4))
+              << executor << ", " << threads << " threads" << (memplan ? ", memplan" : "");
           ASSERT_EQ(actual[s].parameters.size(), reference[s].parameters.size());
           for (const Gradients::Dense& d : reference[s].parameters) {
             const Tensor* other = actual[s].of(d.parameter);
