@@ -109,7 +109,11 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
   for (size_t step = 0; step < n; ++step) {
     const size_t i = kHeights ? n - 1 - step : step;
     const uint32_t t = type_of[i];
-    if (t == LocalTypes::kNone) continue;  // a leaf: no chain passes through it
+    if (t == LocalTypes::kNone) {  // a leaf: no chain passes through it
+      out_at[i] = 0;
+      if constexpr (kHeights) remaining_at[i] = 0;
+      continue;
+    }
     const uint32_t lane = lane_of[t];
     const uint32_t readers = readers_begin[i + 1] - readers_begin[i];
     uint32_t row_index = kNoRow, below = 0, after = 0;
@@ -155,6 +159,7 @@ void TypeChains::fill(const ScheduleInput& input, const LocalTypes& types, const
     if constexpr (kHeights) remaining_at[i] = after + (alone ? 1 : weights[t]);
     if (alone) {
       ++unbatchable;
+      out_at[i] = 0;
       if (row && lane != kNoLane && row[lane] == 0) row[lane] = 1;  // met, never counted
     } else if (lane != kNoLane) {
       const uint32_t count = (row ? uint32_t(row[lane]) : below) + 1;
@@ -224,7 +229,11 @@ void TypeChains::fill_dense(const ScheduleInput& input, const LocalTypes& types,
   for (size_t step = 0; step < n; ++step) {
     const size_t i = kHeights ? n - 1 - step : step;
     const uint32_t t = type_of[i];
-    if (t == LocalTypes::kNone) continue;  // a leaf: no scheduled node reads its row
+    if (t == LocalTypes::kNone) {  // a leaf: no scheduled node reads its row
+      out_at[i] = 0;
+      if constexpr (kHeights) remaining_at[i] = 0;
+      continue;
+    }
     Row row = {};
     uint32_t after = 0;
     for (uint32_t k = sources_begin[i]; k < sources_begin[i + 1]; ++k) {
@@ -238,10 +247,12 @@ void TypeChains::fill_dense(const ScheduleInput& input, const LocalTypes& types,
     Count* __restrict own = row_at + i * kWidth;
     if (lane == kNoLane) {
       std::memcpy(own, &row, sizeof(Row));
-      if (!alone) out_at[i] = 1, longest_at[t] = 1;  // no path leads from a node of t to another
+      out_at[i] = !alone;
+      if (!alone) longest_at[t] = 1;  // no path leads from a node of t to another
     } else if (alone) {
       row = max(row, Row(lane_index == Count(lane)) & 1);  // met, never counted
       std::memcpy(own, &row, sizeof(Row));
+      out_at[i] = 0;
     } else {
       row -= Row(lane_index == Count(lane));
       std::memcpy(own, &row, sizeof(Row));
@@ -290,9 +301,12 @@ void TypeChains::build(const ScheduleInput& input, const LocalTypes& types, cons
     throw InternalError("TypeChains: heights need a weight per type (expanded_type_weights)");
   if (dependencies.type_users.size() != types.count() * dependencies.type_words())
     throw InternalError("TypeChains: Dependencies built for other types");
-  (heights ? height : rank).assign(n, 0);
+  // Every node's entry is written by the pass (0 for leaves and unbatchable nodes): no zeroing first,
+  // which would write both arrays once more (cold, in an engine, where other work runs between
+  // two schedules).
+  (heights ? height : rank).resize(n);
   (heights ? rank : height).clear();
-  if (heights) remaining.assign(n, 0);
+  if (heights) remaining.resize(n);
   else remaining.clear(), terminal.clear();
   longest.assign(types.count(), 0);
   unbatchable = 0;

@@ -217,6 +217,29 @@ TEST(TypeChains, MatchTheDefinitionWithThirtyTwoBitCounts) {
   }
 }
 
+// One Analysis reused over graphs of other sizes and shapes, each way, gives what a fresh one gives:
+// the chain pass writes every node's rank or height and remaining batches (0 for leaves), with
+// nothing left from the graph before.
+TEST(TypeChains, AReusedAnalysisMatchesAFreshOne) {
+  for (ChainDirection direction : {ChainDirection::heights, ChainDirection::ranks}) {
+    Analysis reused;  // as a driver keeps one, built the same way for every trace
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+      const ir::Graph graph = random_dag(seed, 70 - int(seed), 1 + int(seed % 4));
+      ir::SignatureTable table;
+      const std::vector<ir::TypeId> types = table.assign(graph);
+      const ScheduleInput in{graph, types};
+      Analysis fresh;
+      fresh.build(in, direction);
+      reused.build(in, direction);
+      EXPECT_EQ(reused.chains.rank, fresh.chains.rank) << "seed " << seed;
+      EXPECT_EQ(reused.chains.height, fresh.chains.height) << "seed " << seed;
+      EXPECT_EQ(reused.chains.remaining, fresh.chains.remaining) << "seed " << seed;
+      EXPECT_EQ(reused.chains.longest, fresh.chains.longest) << "seed " << seed;
+      EXPECT_EQ(reused.chains.terminal, fresh.chains.terminal) << "seed " << seed;
+    }
+  }
+}
+
 // Two types that feed each other in different instances form a cycle of types but no chain: both
 // single-rank, so both terminal, unless a path from them meets a chain (the chain pass's exact
 // count of the types met, beside its cheap one that is exact only when no such cycle exists).
