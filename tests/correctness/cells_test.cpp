@@ -91,7 +91,7 @@ TEST(Cells, DifferentCellsNeverShareABatchEvenWithTheSameName) {
 // (with cells on, before recording anything).
 TEST(Cells, OutputsIntoASpanAreTheVectorsOutputs) {
   for (const bool cells : {true, false}) {
-    EngineOptions options;
+    EngineOptions options = testing::checked_options("jit");
     options.cells = cells;
     Engine engine(options);
     Trace trace(engine);
@@ -118,7 +118,9 @@ TEST(Cells, ADeclarationAgainOfTheSameCellIsThatCell) {
   const Cell first = mix_cell("same"), second = mix_cell("same");
   EngineOptions options;
   EXPECT_EQ(run_calls({&first, &second}, 3, options).stats.batches, 4);  // one cell: 4 batches
-  Engine engine;
+  // 1000 traces on one engine, each value against the first: verify starts every trace's values as
+  // NaN, so one a kernel leaves unwritten cannot pass as the trace before's.
+  Engine engine(testing::checked_options("jit"));
   size_t signatures = 0;
   float first_value = 0;
   for (int t = 0; t < 1000; ++t) {
@@ -301,7 +303,7 @@ INSTANTIATE_TEST_SUITE_P(AllModels, CellsOnSampleModels, ::testing::ValuesIn(mod
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(CellErrors, BadCallsAndBodiesNameTheCellAndWhatWasWrong) {
-  Engine engine;
+  Engine engine(testing::checked_options("jit"));
   Trace trace(engine);
   const Cell cell = mix_cell();
   const Expr x = trace.input({1.0f, 2.0f, 3.0f});

@@ -291,6 +291,7 @@ TEST(CompiledCells, ACellThatDoesNotCompileTrainsThroughCopiedBodiesByDefault) {
   };
   EngineOptions jit_options, reference_options;
   jit_options.executor = "jit";
+  jit_options.verify = true;
   reference_options.executor = "reference";
   Engine jit(jit_options), reference(reference_options);
   Trace want_trace(reference);
@@ -410,6 +411,7 @@ TEST(CompiledCells, PackedWeightsFollowEveryChangeOfTheParameters) {
   Lstm lstm(19, 6);
   EngineOptions jit_options, reference_options;
   jit_options.executor = "jit";
+  jit_options.verify = true;
   reference_options.executor = "reference";
   Engine jit(jit_options), reference(reference_options);
   auto outputs = [&](Engine& engine) {

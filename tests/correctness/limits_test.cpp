@@ -18,7 +18,7 @@ namespace {
 TEST(Limits, AMillionNodeTraceRuns) {
   const bool long_mode = std::getenv("EDB_LONG_TESTS") != nullptr;
   const int chains = 1000, length = long_mode ? 10000 : 1000;  // 1M or 10M tanh nodes
-  Engine engine;
+  Engine engine(testing::checked_options("jit"));
   Trace trace(engine);
   std::vector<Expr> xs;
   std::vector<float> expected;
@@ -38,7 +38,7 @@ TEST(Limits, AMillionNodeTraceRuns) {
 }
 
 TEST(Limits, MaxTraceNodesIsAUsageErrorAndTheTraceStillRuns) {
-  EngineOptions options;
+  EngineOptions options = testing::checked_options("jit");
   options.max_trace_nodes = 10;
   Engine engine(options);
   Trace trace(engine);

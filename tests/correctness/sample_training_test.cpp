@@ -43,7 +43,7 @@ TEST(SampleTraining, PredictionsAreWhatTheLossReads) {
   for (const samples::ModelEntry& entry : samples::model_registry()) {
     SCOPED_TRACE(entry.name);
     const std::unique_ptr<samples::SampleModel> sample = entry.make(small_config(4));
-    Engine engine;
+    Engine engine(testing::checked_options("jit"));
     for (size_t i = 0; i < sample->instance_count(); ++i) {
       Trace trace(engine);
       const Expr loss = sample->record_loss(trace, i);
@@ -58,6 +58,7 @@ TEST(SampleTraining, PredictionsAreWhatTheLossReads) {
         roots += p.root;
         losses.push_back(pick_neg_log_softmax(p.scores, p.gold));
       }
+      EXPECT_TRUE(std::isfinite(loss.scalar()));  // two NaNs would agree below
       EXPECT_TRUE(near_relative(sum(losses).scalar(), loss.scalar()));
       if (sample->accuracy_unit() == "root") {
         EXPECT_EQ(roots, 1);
@@ -89,7 +90,7 @@ TEST(SampleTraining, EvaluationCountsRootsAndPositions) {
   samples::ModelConfig config = small_config(-1);
   config.data_path = dir.file("trees.txt");
   const std::unique_ptr<samples::SampleModel> sample = samples::make_treelstm(config);
-  Engine engine;
+  Engine engine(testing::checked_options("jit"));
   const samples::Evaluation e = samples::evaluate(*sample, engine, 0, 4, 3);
   EXPECT_EQ(e.instances, 4);
   EXPECT_EQ(e.counted, 4);
@@ -103,6 +104,7 @@ TEST(SampleTraining, EvaluationCountsRootsAndPositions) {
     Trace trace(engine);
     loss += sample->record_loss(trace, i).scalar();
   }
+  EXPECT_TRUE(std::isfinite(loss));
   EXPECT_TRUE(near_relative(e.loss, loss / 4));
 }
 
@@ -192,7 +194,7 @@ TEST(SampleTraining, EpochsDoneContinuesTheShuffles) {
   const samples::ModelConfig config = small_config(40);
   auto run = [&](bool split_in_two) {
     const std::unique_ptr<samples::SampleModel> sample = samples::make_treelstm(config);
-    Engine engine;
+    Engine engine(testing::checked_options("jit"));
     Optimizer optimizer(sample->model(), adam());
     samples::TrainOptions options;
     options.batch = 8;
@@ -210,20 +212,27 @@ TEST(SampleTraining, EpochsDoneContinuesTheShuffles) {
   const auto [apart, apart_values] = run(true);
   EXPECT_EQ(together.epoch, 2);
   EXPECT_EQ(apart.epoch, 2);
+  // Finite, since two NaNs agree in near_relative (a value left unwritten is NaN under verify).
+  EXPECT_TRUE(std::isfinite(together.train_loss) && std::isfinite(together.heldout.loss));
   EXPECT_TRUE(near_relative(apart.train_loss, together.train_loss));
   EXPECT_TRUE(near_relative(apart.heldout.loss, together.heldout.loss));
   ASSERT_EQ(apart_values.size(), together_values.size());
-  for (size_t i = 0; i < apart_values.size(); ++i) EXPECT_TRUE(near_relative(apart_values[i], together_values[i]));
+  for (size_t i = 0; i < apart_values.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(together_values[i])) << i;
+    EXPECT_TRUE(near_relative(apart_values[i], together_values[i])) << i;
+  }
 
   // Another seed trains on another order.
   const std::unique_ptr<samples::SampleModel> sample = samples::make_treelstm(config);
-  Engine engine;
+  Engine engine(testing::checked_options("jit"));
   Optimizer optimizer(sample->model(), adam());
   samples::TrainOptions options;
   options.batch = 8;
   options.seed = 6;
   options.epochs = 2;
-  EXPECT_NE(samples::train(*sample, engine, optimizer, options).epochs.back().train_loss, together.train_loss);
+  const double other_order = samples::train(*sample, engine, optimizer, options).epochs.back().train_loss;
+  EXPECT_TRUE(std::isfinite(other_order));  // a NaN would differ from anything
+  EXPECT_NE(other_order, together.train_loss);
 }
 
 TEST(SampleTraining, BadOptionsAreUsageErrors) {
