@@ -114,11 +114,15 @@ uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
   const auto& ready = frontier.ready_types();
   if (ready.size() == 1) return ready[0];
   if (count) ++decisions_;
+  if (!tight_first_unasked() && scores_.empty()) {  // the boosted base with no table: it decides alone
+    if (count) ++unseen_;
+    return base_among(frontier, ready);
+  }
   // One pass over the ready types for what the rest reads more than once: which are tight, the
   // longest remaining chain, and the base's tight choice (the same as remaining_tight_choice and
   // any_tight: the remaining rule's best non-terminal tight type, else its best terminal one; or
   // the first tight type).
-  const int power = weight_power();
+  const int power = tight_first_unasked() ? weight_power() : 0;
   ready_tight_.resize(ready.size());
   uint64_t longest = 0;
   uint32_t first_tight = kNone, best[2] = {kNone, kNone};  // [terminal]
@@ -138,7 +142,7 @@ uint32_t ImitationPolicy::decide(TightFrontier& frontier, bool count) {
         (score == best_score[terminal] && (weight < frontier.weight(b) || (weight == frontier.weight(b) && t < b))))
       b = t, best_score[terminal] = score;
   }
-  if (base_ != Base::greedy) {  // tight types first, unasked; the remaining rule picks among them
+  if (tight_first_unasked()) {  // tight types first, unasked; the remaining rule picks among them
     const uint32_t t = power == 0 ? first_tight : best[0] != kNone ? best[0] : best[1];
     if (t != kNone) return t;
   }
@@ -174,6 +178,7 @@ uint32_t ImitationPolicy::base_among(TightFrontier& frontier, const std::vector<
     case Base::remaining_steep: return remaining_among(frontier, types, 1);
     case Base::remaining_cheap:
     case Base::remaining_steep_cheap: return remaining_among(frontier, types, 2);
+    case Base::remaining_steep_boosted: return boosted_remaining_among(frontier, types, 1, kTightBoost);
   }
   throw InternalError("ImitationPolicy: unknown base");
 }
@@ -250,7 +255,7 @@ void ImitationPolicy::add_samples(const ScheduleInput& input, const Analysis& an
     const uint32_t chosen = local_of_global[taught.batch_type[b]];
     const auto& ready = frontier.ready_types();
     // Where the base runs a tight type without asking the table, there is nothing to learn.
-    if (ready.size() >= 2 && !(base_ != Base::greedy && frontier.any_tight() != kNone)) {
+    if (ready.size() >= 2 && !(tight_first_unasked() && frontier.any_tight() != kNone)) {
       Sample& sample = samples.emplace_back();
       const uint64_t longest = longest_ready(frontier);
       for (uint32_t t : ready) {
@@ -401,7 +406,7 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
   Base chosen = Base::greedy;
   int64_t chosen_total = std::accumulate(greedy.begin(), greedy.end(), int64_t{0});
   for (Base candidate : {Base::tight_then_greedy, Base::tight_first, Base::remaining, Base::remaining_cheap,
-                         Base::remaining_steep, Base::remaining_steep_cheap}) {
+                         Base::remaining_steep, Base::remaining_steep_cheap, Base::remaining_steep_boosted}) {
     base_ = candidate;
     bool never_worse = true;
     int64_t total = 0;
@@ -441,7 +446,8 @@ LearnedReport ImitationPolicy::train(std::span<const ScheduleInput> graphs, cons
                               "; tight types run first, the remaining rule where no score",
                               "; tight types run first, the remaining rule (cheap types first) where no score",
                               "; tight types run first, the remaining rule (steep: lagging instances count more) where no score",
-                              "; tight types run first, the remaining rule (steep, cheap types first) where no score"};
+                              "; tight types run first, the remaining rule (steep, cheap types first) where no score",
+                              "; the remaining rule (steep, a tight type's score counted 4 times) where no score"};
   const std::string base_said = base_names[int(base_)];
   const int64_t decisions_before = decisions_, unseen_before = unseen_;
   for (size_t g = 0; g < count; ++g) {

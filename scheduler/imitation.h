@@ -73,9 +73,12 @@ class ImitationPolicy final : public Policy {
   size_t state_count() const { return scores_.size(); }
   // What decides where the table has no score and among ties (chosen in training): greedy; tight
   // types first, then greedy; the whole tight-first rule; or the remaining rule, its weights to the
-  // power 1 or 2 (cheap), each node's remaining batches to the power 1 or 4 (steep) (tight.h).
+  // power 1 or 2 (cheap), each node's remaining batches to the power 1 or 4 (steep); or the steep
+  // rule boosted, where a tight type runs first only if its score, counted kTightBoost times, is
+  // the best (tight.h).
   enum class Base { greedy, tight_then_greedy, tight_first, remaining, remaining_cheap, remaining_steep,
-                    remaining_steep_cheap };
+                    remaining_steep_cheap, remaining_steep_boosted };
+  static constexpr double kTightBoost = 4;
   // Runs greedy exactly: never trained, or training's table lost to or only tied greedy.
   bool greedy_fallback() const { return scores_.empty() && base_ == Base::greedy; }
   bool learned_nothing() const { return greedy_fallback(); }
@@ -118,11 +121,17 @@ class ImitationPolicy final : public Policy {
   // The remaining rule's powers under the base: of a type's weight (0 when the base is not the
   // remaining rule) and of each node's remaining batches.
   int weight_power() const {
-    return base_ == Base::remaining || base_ == Base::remaining_steep               ? 1
-           : base_ == Base::remaining_cheap || base_ == Base::remaining_steep_cheap ? 2
-                                                                                     : 0;
+    return base_ == Base::remaining || base_ == Base::remaining_steep || base_ == Base::remaining_steep_boosted ? 1
+           : base_ == Base::remaining_cheap || base_ == Base::remaining_steep_cheap                           ? 2
+                                                                                                               : 0;
   }
-  int remaining_power() const { return base_ == Base::remaining_steep || base_ == Base::remaining_steep_cheap ? 4 : 1; }
+  int remaining_power() const {
+    return base_ == Base::remaining_steep || base_ == Base::remaining_steep_cheap || base_ == Base::remaining_steep_boosted
+               ? 4
+               : 1;
+  }
+  // Tight types run first, unasked (every base but greedy and the boosted one).
+  bool tight_first_unasked() const { return base_ != Base::greedy && base_ != Base::remaining_steep_boosted; }
   int64_t rollout(const ScheduleInput& input, const Analysis& analysis, const ChainHeights& heights, Schedule& out,
                   bool count);
   int64_t greedy_rollout(const ScheduleInput& input, const Analysis& analysis, Schedule& out, bool count);

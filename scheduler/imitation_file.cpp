@@ -16,8 +16,8 @@ namespace {
 constexpr const char* kFormat = "edbatch-learned-policy";
 constexpr const char* kFsmFormat = "edbatch-fsm-policy";
 // 3: the feature says whether the type has the longest chain left; 4: the remaining bases; 5: the
-// steep remaining bases (a version 4 file reads the same).
-constexpr int kVersion = 5;
+// steep remaining bases; 6: the boosted one (a version 4 or 5 file reads the same).
+constexpr int kVersion = 6;
 constexpr int kOldestVersion = 4;
 
 using policy_file::checksum;
@@ -32,6 +32,7 @@ const char* base_name(ImitationPolicy::Base base) {
     case ImitationPolicy::Base::remaining_cheap: return "remaining-cheap";
     case ImitationPolicy::Base::remaining_steep: return "remaining-steep";
     case ImitationPolicy::Base::remaining_steep_cheap: return "remaining-steep-cheap";
+    case ImitationPolicy::Base::remaining_steep_boosted: return "remaining-steep-boosted";
   }
   return "greedy";
 }
@@ -123,9 +124,12 @@ void ImitationPolicy::load(const std::string& path) {
     else if (base == "remaining-cheap") parsed = Base::remaining_cheap;
     else if (version >= 5 && base == "remaining-steep") parsed = Base::remaining_steep;
     else if (version >= 5 && base == "remaining-steep-cheap") parsed = Base::remaining_steep_cheap;
+    else if (version >= 6 && base == "remaining-steep-boosted") parsed = Base::remaining_steep_boosted;
     else if (base != "greedy")
       fail(path, "unknown base '" + base + "' (expected greedy, tight-greedy, tight-first, remaining" +
-                     (version >= 5 ? ", remaining-cheap, remaining-steep or remaining-steep-cheap)" : " or remaining-cheap)"));
+                     (version >= 6   ? ", remaining-cheap, remaining-steep, remaining-steep-cheap or remaining-steep-boosted)"
+                      : version >= 5 ? ", remaining-cheap, remaining-steep or remaining-steep-cheap)"
+                                     : " or remaining-cheap)"));
     names_ = types;
     index_of_name_.clear();
     for (uint32_t i = 0; i < names_.size(); ++i) index_of_name_.emplace(names_[i], i);

@@ -241,8 +241,10 @@ namespace {
 // Of `types` that `keep`, the one with the most batches ahead per cost^power; terminal types only
 // when all kept ones are; ties (at remaining power 1 equal scores are exact: sums of integers over
 // small integers) to the lighter type, then the lower one. kNone when none is kept.
+// With `tight_boost` above 1, a tight type's score counts that many times.
 template <typename Keep>
-uint32_t most_remaining(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power, Keep keep) {
+uint32_t most_remaining(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power, Keep keep,
+                        double tight_boost = 1) {
   bool any = false, only_terminal = true;
   for (uint32_t t : types)
     if (keep(t)) any = true, only_terminal = only_terminal && frontier.terminal(t);
@@ -253,7 +255,8 @@ uint32_t most_remaining(const TightFrontier& frontier, std::span<const uint32_t>
     if (!keep(t) || (!only_terminal && frontier.terminal(t))) continue;
     double cost = frontier.weight(t);
     if (weight_power == 2) cost *= cost;
-    const double score = double(frontier.ready_remaining(t)) / cost;
+    double score = double(frontier.ready_remaining(t)) / cost;
+    if (tight_boost != 1 && frontier.tight(t)) score *= tight_boost;
     if (best == LocalTypes::kNone || score > best_score ||
         (score == best_score && (frontier.weight(t) < frontier.weight(best) ||
                                  (frontier.weight(t) == frontier.weight(best) && t < best))))
@@ -276,6 +279,19 @@ uint32_t remaining_choice(const TightFrontier& frontier, int weight_power) {
 uint32_t remaining_among(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power) {
   const uint32_t best = most_remaining(frontier, types, weight_power, [](uint32_t) { return true; });
   if (best == LocalTypes::kNone) throw InternalError("remaining_choice: nothing ready but nodes remain (cycle?)");
+  return best;
+}
+
+uint32_t boosted_remaining_among(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power,
+                                 double tight_boost) {
+  bool tight_other = false, tight_terminal = false;
+  for (uint32_t t : types)
+    if (frontier.tight(t)) (frontier.terminal(t) ? tight_terminal : tight_other) = true;
+  const uint32_t best =
+      tight_terminal && !tight_other
+          ? most_remaining(frontier, types, weight_power, [&](uint32_t t) { return frontier.tight(t); })
+          : most_remaining(frontier, types, weight_power, [](uint32_t) { return true; }, tight_boost);
+  if (best == LocalTypes::kNone) throw InternalError("boosted_remaining_among: nothing ready but nodes remain (cycle?)");
   return best;
 }
 

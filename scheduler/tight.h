@@ -115,5 +115,12 @@ uint32_t remaining_choice(const TightFrontier& frontier, int weight_power);
 // Its tight part: the tight type it would run, or LocalTypes::kNone when none is tight.
 uint32_t remaining_tight_choice(const TightFrontier& frontier, int weight_power);
 uint32_t remaining_among(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power);
+// The boosted remaining rule: no type runs first for being tight; among `types` (outputs and losses
+// only when nothing else is among them) the most batches ahead per cost^weight_power, a tight
+// type's score counted `tight_boost` times (a tight batch costs nothing beyond the lower bound, but
+// a type that is not tight yet can pull lagging instances forward by more). A tight terminal type
+// runs first only when no other type among them is tight, as in the remaining rule.
+uint32_t boosted_remaining_among(const TightFrontier& frontier, std::span<const uint32_t> types, int weight_power,
+                                 double tight_boost);
 
 }  // namespace edb::scheduler

@@ -332,15 +332,18 @@ TEST(TightFrontier, ReadyRemainingIsTheSumOverTheReadyNodes) {
 // (where lagging instances matter) needs fewer batches than the tight-first rule (1.06 against
 // 1.23 x the weighted LB on 4 traces of 64 when this was written).
 TEST(RemainingRule, ValidEverywhereAndAheadOfTheTightFirstRuleOnChildSumTrees) {
-  // power 0: the tight-first rule; 1 or 2: the remaining rule's weight power; `steep`: each node's
-  // remaining batches to the power 4.
+  // power 0: the tight-first rule; 1 or 2: the remaining rule's weight power; -1: the boosted rule
+  // (weight power 1); `steep`: each node's remaining batches to the power 4.
   auto run_rule = [](const ScheduleInput& in, const Analysis& analysis, const ChainHeights& heights, int power,
                      bool steep = false) {
     TightFrontier frontier;
     frontier.reset(in, analysis, heights, false, steep ? 4 : 1);
     Schedule schedule;
     while (!frontier.done())
-      frontier.run(power == 0 ? tight_first_choice(frontier) : remaining_choice(frontier, power), schedule);
+      frontier.run(power == 0    ? tight_first_choice(frontier)
+                   : power == -1 ? boosted_remaining_among(frontier, frontier.ready_types(), 1, 4)
+                                 : remaining_choice(frontier, power),
+                   schedule);
     verify(in, schedule);
     return expanded_batch_count(in, schedule);
   };
@@ -357,6 +360,7 @@ TEST(RemainingRule, ValidEverywhereAndAheadOfTheTightFirstRuleOnChildSumTrees) {
     for (int power : {1, 2})
       for (bool steep : {false, true})
         EXPECT_GE(run_rule(in, analysis, heights, power, steep), lower_bound(in)) << "seed " << seed;
+    EXPECT_GE(run_rule(in, analysis, heights, -1, true), lower_bound(in)) << "seed " << seed;
   }
   samples::ModelConfig config;
   config.limit = 128;
@@ -637,13 +641,13 @@ TEST(LearnedPolicy, FilesOfAnotherKindOrVersionAreRefused) {
   ImitationPolicy().save(path);
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), {});
-  const size_t at = text.find("\"version\": 5");
+  const size_t at = text.find("\"version\": 6");
   ASSERT_NE(at, std::string::npos);
   for (const char* version : {"7", "3"}) {
     text.replace(at, 12, std::string("\"version\": ") + version);
     const std::string other = dir.path() + "/other.policy";
     std::ofstream(other) << text;
-    EXPECT_NE(load_error(other).find(std::string("format version ") + version + ", this build reads versions 4 to 5"),
+    EXPECT_NE(load_error(other).find(std::string("format version ") + version + ", this build reads versions 4 to 6"),
               std::string::npos)
         << load_error(other);
     EXPECT_NE(load_error(other).find("train the policy again"), std::string::npos) << load_error(other);
@@ -660,9 +664,9 @@ TEST(LearnedPolicy, FilesOfAnotherKindOrVersionAreRefused) {
 }
 
 // A file's base: a version 4 file (before the steep bases) reads as it did and cannot name a steep
-// base; a steep base read from a file schedules exactly as the steep remaining rule (a table with no
-// scores: the base makes every decision).
-TEST(LearnedPolicy, ReadsVersionFourFilesAndSchedulesASteepBaseAsItsRule) {
+// base, nor a version 5 file the boosted one; a steep or boosted base read from a file schedules
+// exactly as its rule (a table with no scores: the base makes every decision).
+TEST(LearnedPolicy, ReadsOlderFilesAndSchedulesASteepBaseAsItsRule) {
   testing::TempDir dir;
   const std::string untrained = dir.file("untrained.policy");
   ImitationPolicy().save(untrained);
@@ -679,13 +683,20 @@ TEST(LearnedPolicy, ReadsVersionFourFilesAndSchedulesASteepBaseAsItsRule) {
   EXPECT_EQ(four.base(), ImitationPolicy::Base::remaining_cheap);
   const std::string refused = with_base(4, "remaining-steep");
   EXPECT_NE(load_error(refused).find("unknown base 'remaining-steep'"), std::string::npos) << load_error(refused);
+  ImitationPolicy five;
+  five.load(with_base(5, "remaining-steep-cheap"));
+  EXPECT_EQ(five.base(), ImitationPolicy::Base::remaining_steep_cheap);
+  const std::string boosted_in_five = with_base(5, "remaining-steep-boosted");
+  EXPECT_NE(load_error(boosted_in_five).find("unknown base 'remaining-steep-boosted'"), std::string::npos)
+      << load_error(boosted_in_five);
 
   const Traces other = random_traces(100, 3);
   for (const auto& [name, base, weight_power] :
        {std::tuple{"remaining-steep", ImitationPolicy::Base::remaining_steep, 1},
-        std::tuple{"remaining-steep-cheap", ImitationPolicy::Base::remaining_steep_cheap, 2}}) {
+        std::tuple{"remaining-steep-cheap", ImitationPolicy::Base::remaining_steep_cheap, 2},
+        std::tuple{"remaining-steep-boosted", ImitationPolicy::Base::remaining_steep_boosted, 0}}) {
     ImitationPolicy policy;
-    policy.load(with_base(5, name));
+    policy.load(with_base(6, name));
     EXPECT_EQ(policy.base(), base);
     EXPECT_FALSE(policy.greedy_fallback());
     EXPECT_EQ(policy.chains(), ChainDirection::heights);
@@ -702,7 +713,11 @@ TEST(LearnedPolicy, ReadsVersionFourFilesAndSchedulesASteepBaseAsItsRule) {
       TightFrontier frontier;
       frontier.reset(in, analysis, heights, false, 4);
       Schedule by_rule;
-      while (!frontier.done()) frontier.run(remaining_choice(frontier, weight_power), by_rule);
+      while (!frontier.done())  // weight power 0: the boosted rule (weight power 1)
+        frontier.run(weight_power == 0 ? boosted_remaining_among(frontier, frontier.ready_types(), 1,
+                                                                 ImitationPolicy::kTightBoost)
+                                       : remaining_choice(frontier, weight_power),
+                     by_rule);
       EXPECT_EQ(learned.nodes, by_rule.nodes) << name;
       EXPECT_EQ(learned.batch_type, by_rule.batch_type) << name;
     }
