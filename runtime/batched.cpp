@@ -16,6 +16,7 @@
 #include <bit>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "edbatch/errors.h"
@@ -301,23 +302,24 @@ bool gemm_by_runs(const Operand& x, int64_t output_rows, int64_t n) {
   return memplan::gemm_reads_runs(runs, output_rows, n);
 }
 
-// out += W_1 X_1 + W_2 X_2 + ... (or W_1^T X_1 + ... when `transposed`): one GEMM per shared
+// out = init + W_1 X_1 + W_2 X_2 + ... (or W_1^T X_1 + ... when `transposed`): one GEMM per shared
 // weight over all members, split by rows of the output across threads (each thread packs only its
-// rows of W; X is small). A gathered X is copied into scratch first, or read run by run in place
+// rows of W; X is small). init(begin, end) writes the starting value of members [begin, end)'s
+// columns (a bias, or zero). A gathered X is copied into scratch first, or read run by run in place
 // where gemm_by_runs says so.
-void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Operand>>& products,
-               bool transposed = false) {
+template <typename Init>
+void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Operand>>& products, bool transposed,
+               Init&& init) {
   Matrix out = c.output();
-  std::vector<StridedConst> xs;
   std::vector<uint8_t> by_runs;
   for (const auto& [w, x] : products) {
     by_runs.push_back(gemm_by_runs(x, transposed ? w.shape.cols : w.shape.rows, c.n()));
     if (by_runs.back()) c.count_alone(x, 0, c.n());
-    xs.push_back(by_runs.back() ? x.view(0, 1) : c.matrix(x));  // the first only stands in for a run view
   }
   int64_t calls = 0;
   for (size_t i = 0; i < products.size(); ++i)
     for (int64_t k = 0; k < c.n(); k = by_runs[i] ? products[i].second.run_end[k] : c.n()) ++calls;
+  c.stats.kernel_calls += calls;
   // rows: output rows [begin, end) of W (or W^T), whichever expression type that is.
   // A product of few output rows (a classifier's logits over every node) runs transposed,
   // out^T += X^T W^T: GEMM kernels block the left factor's rows in panels (Eigen's float panel is
@@ -326,49 +328,68 @@ void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Opera
     if (rows.rows() < kFewRows && x.cols() >= 4 * kFewRows) out_block.transpose().noalias() += x.transpose() * rows.transpose();
     else out_block.noalias() += rows * x;
   };
-  auto add_products = [&](size_t i, int64_t begin, int64_t end, const auto& rows) {
-    if (!by_runs[i]) {
-      add(out.middleRows(begin, end - begin), rows, xs[i]);
-      return;
-    }
+  // Members [first, last)'s columns of out (rows [begin, end)) += rows * their X of product i, run
+  // by run where it reads runs in place.
+  auto add_products = [&](size_t i, int64_t begin, int64_t end, const auto& rows, int64_t first, int64_t last,
+                          const StridedConst& copied) {
     const Operand& x = products[i].second;
     const int64_t cols = x.shape.cols;
-    for (int64_t k = 0; k < c.n(); k = x.run_end[k]) {
-      const int64_t count = int64_t(x.run_end[k]) - k;
+    if (!by_runs[i]) {
+      add(out.block(begin, first * cols, end - begin, (last - first) * cols), rows,
+          copied.middleCols(first * cols, (last - first) * cols));
+      return;
+    }
+    for (int64_t k = first; k < last; k = std::min<int64_t>(x.run_end[k], last)) {
+      const int64_t count = std::min<int64_t>(x.run_end[k], last) - k;
       add(out.block(begin, k * cols, end - begin, count * cols), rows, x.view(k, count));
     }
   };
   // Too few output rows to cut by rows (a classifier's logits over every node): cut by columns,
-  // the members, where no X is read run by run. Each piece multiplies all of W by its columns of
-  // X: the same sums, in the same order, as the whole product.
-  const bool by_columns = out.rows() < 2 * kMinRowsPerTask && c.pool.size() > 1 &&
-                          std::none_of(by_runs.begin(), by_runs.end(), [](uint8_t r) { return r != 0; });
-  if (by_columns) {
+  // whole members, each piece starting its columns, copying its members of a gathered X and
+  // multiplying all of W by its columns of X: the same sums, in the same order, as the whole
+  // product.
+  if (out.rows() < 2 * kMinRowsPerTask && c.pool.size() > 1) {
+    const int64_t cols = c.first.shape.cols;  // an output member's columns, and each X member's
     int64_t depth = 0;
     for (const auto& [w, x] : products) depth += transposed ? w.shape.rows : w.shape.cols;
-    const int64_t flops_per_column = 2 * out.rows() * depth;
-    split_columns(c, out.cols(), flops_per_column, [&](int64_t begin, int64_t end) {
+    std::vector<float*> copies(products.size(), nullptr);
+    for (size_t i = 0; i < products.size(); ++i) {
+      const Operand& x = products[i].second;
+      if (by_runs[i] || x.kind == Operand::kStrided) continue;
+      if (x.kind == Operand::kGathered) c.stats.bytes_gathered += x.bytes() * c.n();
+      copies[i] = c.scratch.allocate(size_t(x.shape.size() * c.n()));
+    }
+    split_columns(c, c.n(), 2 * out.rows() * depth * cols, [&](int64_t first, int64_t last) {
+      init(first, last);
       for (size_t i = 0; i < products.size(); ++i) {
         const Operand& w = products[i].first;
+        const Operand& x = products[i].second;
         const ConstMatrix weight(w.base, w.shape.rows, w.shape.cols);
-        auto block = out.middleCols(begin, end - begin);
-        const auto x = xs[i].middleCols(begin, end - begin);
-        if (transposed) add(block, weight.transpose(), x);
-        else add(block, weight, x);
+        const int64_t size = x.shape.size();
+        if (copies[i])
+          for (int64_t k = first; k < last; ++k) std::memcpy(copies[i] + k * size, x.member(k), sizeof(float) * size_t(size));
+        const StridedConst copied = copies[i] ? StridedConst(copies[i], x.shape.rows, x.shape.cols * c.n(),
+                                                             Eigen::OuterStride<>(x.shape.rows))
+                                  : by_runs[i] ? x.view(0, 1)  // unread: stands in for the runs' views
+                                               : x.view(c.n());
+        if (transposed) add_products(i, 0, out.rows(), weight.transpose(), first, last, copied);
+        else add_products(i, 0, out.rows(), weight, first, last, copied);
       }
     });
-    c.stats.kernel_calls += calls;
     return;
   }
+  init(int64_t{0}, c.n());
+  std::vector<StridedConst> xs;
+  for (size_t i = 0; i < products.size(); ++i)
+    xs.push_back(by_runs[i] ? products[i].second.view(0, 1) : c.matrix(products[i].second));  // the first only stands in for a run view
   c.split(out.rows(), kMinRowsPerTask, [&](int64_t begin, int64_t end) {
     for (size_t i = 0; i < products.size(); ++i) {
       const Operand& w = products[i].first;
       const ConstMatrix weight(w.base, w.shape.rows, w.shape.cols);
-      if (transposed) add_products(i, begin, end, weight.middleCols(begin, end - begin).transpose());
-      else add_products(i, begin, end, weight.middleRows(begin, end - begin));
+      if (transposed) add_products(i, begin, end, weight.middleCols(begin, end - begin).transpose(), 0, c.n(), xs[i]);
+      else add_products(i, begin, end, weight.middleRows(begin, end - begin), 0, c.n(), xs[i]);
     }
   });
-  c.stats.kernel_calls += calls;
 }
 
 // Products whose left factor differs per member: one small product per member, added to `out`.
@@ -388,23 +409,32 @@ void per_member_products(const BatchContext& c, size_t product_begin) {
 // one GEMM per shared weight over all members, or per-member products otherwise.
 void run_linear(const BatchContext& c) {
   const size_t product_begin = c.first.op == ir::Op::affine ? 1 : 0;
-  Matrix out = c.output();
-  if (c.first.op == ir::Op::affine) {
-    const Operand bias = c.operand(0);
-    if (bias.kind == Operand::kShared && bias.shape.cols == 1) out.colwise() = ConstMatrix(bias.base, bias.shape.rows, 1).col(0);
-    else if (c.n() == 1) out = ConstMatrix(bias.base, bias.shape.rows, bias.shape.cols);
-    else out = c.matrix(bias);
-  } else {
-    out.setZero();
-  }
+  std::optional<Operand> bias;
+  if (c.first.op == ir::Op::affine) bias = c.operand(0);
+  // Members [begin, end)'s outputs start as their bias (affine) or zero.
+  auto init = [&](int64_t begin, int64_t end) {
+    const int64_t size = c.first.shape.size();
+    Matrix out(c.out + begin * size, c.first.shape.rows, c.first.shape.cols * (end - begin));
+    if (!bias) {
+      out.setZero();
+    } else if (bias->kind == Operand::kShared && bias->shape.cols == 1) {
+      out.colwise() = ConstMatrix(bias->base, bias->shape.rows, 1).col(0);
+    } else {
+      for (int64_t k = begin; k < end; ++k) std::memcpy(c.out + k * size, bias->member(k), sizeof(float) * size_t(size));
+    }
+  };
+  if (bias && bias->kind == Operand::kGathered) c.stats.bytes_gathered += bias->bytes() * c.n();
   std::vector<std::pair<Operand, Operand>> products;
   for (size_t slot = product_begin; slot + 1 < c.first.arg_count; slot += 2) {
     const Operand w = c.operand(slot);
     const bool one_weight = w.kind == Operand::kShared || c.n() == 1;
-    if (c.first.op == ir::Op::matvec || !one_weight) return per_member_products(c, product_begin);
+    if (c.first.op == ir::Op::matvec || !one_weight) {
+      init(0, c.n());
+      return per_member_products(c, product_begin);
+    }
     products.emplace_back(w, c.operand(slot + 1));
   }
-  gemm_rows(c, products);
+  gemm_rows(c, products, /*transposed=*/false, init);
 }
 
 // A^T B: with A shared (a weight), one GEMM A^T X over all members (gemm_rows, transposed);
@@ -421,8 +451,10 @@ void run_matmul_tn(const BatchContext& c) {
     c.stats.kernel_calls += c.n();
     return;
   }
-  c.output().setZero();
-  gemm_rows(c, {{a, c.operand(1)}}, /*transposed=*/true);
+  const int64_t size = c.first.shape.size();
+  gemm_rows(c, {{a, c.operand(1)}}, /*transposed=*/true, [&](int64_t begin, int64_t end) {
+    std::fill(c.out + begin * size, c.out + end * size, 0.0f);
+  });
 }
 
 // sum_i a_i b_i^T per member: a weight's gradient over all its uses, one contraction whose

@@ -205,8 +205,9 @@ TEST(Threads, BackwardPassesRecordedWhileTheStepBeforeRuns) {
   }
 }
 
-// A product of few output rows over 2,000 members (a classifier's logits) is cut by columns, and so
-// are the softmaxes over them (runtime/batched.cpp's split_columns) and the 2,000 lookups that feed
+// A product of few output rows over 2,000 members (a classifier's logits, half of whose inputs lie
+// in another batch) is cut by members, each piece starting its outputs and reading its members'
+// inputs, and so is the product's gradient with respect to them; so are the softmaxes over them (runtime/batched.cpp's split_columns) and the 2,000 lookups that feed
 // them, by members: the reference executor's loss and gradients under batched and jit at 1, 2 and
 // 3 threads, and the same loss at every thread count (the pieces' bounds keep the vector lanes of
 // one whole-batch loop; the weight gradients are cut by uses into partial sums, which add in
@@ -221,7 +222,10 @@ TEST(Threads, FewRowProductsSoftmaxesAndLookupsAreCut) {
     Trace trace(engine);
     std::vector<Expr> losses;
     for (int k = 0; k < kMembers; ++k) {
-      const Expr scores = affine({trace.param(b), trace.param(w), trace.lookup(e, k)});
+      // The second half's inputs lie in a tanh batch: the products read X run by run, and a piece's
+      // members start inside a run.
+      const Expr x = k < kMembers / 2 ? trace.lookup(e, k) : tanh(trace.lookup(e, k));
+      const Expr scores = affine({trace.param(b), trace.param(w), x});
       losses.push_back(pick_neg_log_softmax(scores, k % kRows));
       losses.push_back(sum_elements(cmult(log_softmax(scores), softmax(scores))) * 0.1f);
     }
