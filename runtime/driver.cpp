@@ -411,7 +411,11 @@ void Driver::save_policy(const std::string& path) {
 void Driver::schedule(TraceData& trace) {
   wait(trace);  // its previous execution must finish before the schedule, plan and arena change
   const ir::NodeId begin = std::max(trace.evaluated, trace.scheduled);
-  if (begin == trace.graph.size()) return;
+  if (begin == trace.graph.size()) {
+    // Scheduled by a call that failed before its plan (a verify or dump error): planned now.
+    if (trace.planned != trace.scheduled) plan(trace, dump_.any() ? next_dump_number() : 0);
+    return;
+  }
   // Nodes scheduled before and not yet run keep their batches; the new ones' batches follow them
   // (the policy sees the earlier nodes as evaluated, which they are by the time these run).
   const bool more = trace.scheduled > trace.evaluated;

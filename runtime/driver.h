@@ -38,8 +38,8 @@ struct TraceData {
   memplan::Plan plan;
   Arena arena;
   ir::NodeId evaluated = 0;  // nodes [0, evaluated) have values (once `pending` clears)
-  // Nodes [evaluated, scheduled) are batched in `schedule` (Driver::schedule) but not yet planned
-  // or run; the next submit plans and runs them with whatever was recorded after them.
+  // Nodes [evaluated, scheduled) are batched in `schedule` (Driver::schedule) but not yet run; the
+  // next submit runs them with whatever was recorded after them (batched and planned then).
   ir::NodeId scheduled = 0;
   // Nodes [evaluated, planned) have their places in the arena (Driver::schedule plans what it
   // batches, so a step's plan is made while the step before runs), after the `live_floats` that
