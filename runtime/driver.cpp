@@ -411,11 +411,7 @@ void Driver::save_policy(const std::string& path) {
 void Driver::schedule(TraceData& trace) {
   wait(trace);  // its previous execution must finish before the schedule, plan and arena change
   const ir::NodeId begin = std::max(trace.evaluated, trace.scheduled);
-  if (begin == trace.graph.size()) {
-    // Scheduled by a call that failed before its plan (a verify or dump error): planned now.
-    if (trace.planned != trace.scheduled) plan(trace, dump_.any() ? next_dump_number() : 0);
-    return;
-  }
+  if (begin == trace.graph.size()) return;
   // Nodes scheduled before and not yet run keep their batches; the new ones' batches follow them
   // (the policy sees the earlier nodes as evaluated, which they are by the time these run).
   const bool more = trace.scheduled > trace.evaluated;
@@ -459,10 +455,11 @@ void Driver::schedule(TraceData& trace) {
   }
   if (dump_.batches) emit_dump(dump_, "batches", dump_number, "txt", print_schedule(trace, signatures));
   if (dump_.schedule) emit_dump(dump_, "schedule", dump_number, "dot", scheduler::to_dot(trace.graph, trace.schedule, signatures));
-  plan(trace, dump_number);
+  dump_number_ = dump_number;
 }
 
-void Driver::plan(TraceData& trace, uint64_t dump_number) {
+void Driver::prepare(TraceData& trace) {
+  schedule(trace);
   if (trace.planned == trace.scheduled) return;
   auto start = Clock::now();
   if (trace.planned > trace.evaluated) {
@@ -488,11 +485,11 @@ void Driver::plan(TraceData& trace, uint64_t dump_number) {
     std::fill(trace.arena.data() + live, trace.arena.data() + trace.plan.arena_floats,
               std::numeric_limits<float>::quiet_NaN());
   }
-  if (dump_.plan) emit_dump(dump_, "plan", dump_number, "txt", print_plan(trace));
+  if (dump_.plan) emit_dump(dump_, "plan", dump_number_, "txt", print_plan(trace));
 }
 
 void Driver::submit(TraceData& trace) {
-  schedule(trace);  // waits for the trace's previous execution; plans what it schedules
+  prepare(trace);  // waits for the trace's previous execution
   if (trace.evaluated == trace.graph.size()) return;
 
   for (size_t b = 0; b < trace.schedule.batch_count(); ++b) {

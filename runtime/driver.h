@@ -39,11 +39,10 @@ struct TraceData {
   Arena arena;
   ir::NodeId evaluated = 0;  // nodes [0, evaluated) have values (once `pending` clears)
   // Nodes [evaluated, scheduled) are batched in `schedule` (Driver::schedule) but not yet run; the
-  // next submit runs them with whatever was recorded after them (batched and planned then).
+  // next submit runs them with whatever was recorded after them (batched then).
   ir::NodeId scheduled = 0;
-  // Nodes [evaluated, planned) have their places in the arena (Driver::schedule plans what it
-  // batches, so a step's plan is made while the step before runs), after the `live_floats` that
-  // earlier evaluations' values take.
+  // Nodes [evaluated, planned) have their places in the arena (Driver::prepare), after the
+  // `live_floats` that earlier evaluations' values take.
   ir::NodeId planned = 0;
   int64_t live_floats = 0;
   // An execution is queued or running: set under the queue's lock, read by an assisting waiter
@@ -105,11 +104,16 @@ class Driver {
   // Starts evaluating what the trace recorded since its last evaluation; with a queue the
   // execution may still run when this returns.
   void submit(TraceData& trace);
-  // The first stages of submit: batches what the trace recorded since it was last scheduled,
-  // after the batches scheduled before (waits for the trace's execution first), and plans their
-  // memory. A backward pass records in the order of the forward's batches (trace/backward.cpp), so
-  // the forward pass is scheduled, not run, before it: both then run in one evaluation.
+  // The first stage of submit: batches what the trace recorded since it was last scheduled, after
+  // the batches scheduled before (waits for the trace's execution first). A backward pass records
+  // in the order of the forward's batches (trace/backward.cpp), so the forward pass is scheduled,
+  // not run, before it: both then run in one evaluation.
   void schedule(TraceData& trace);
+  // The first two stages of submit: schedule(), then the memory plan of every batch not yet run
+  // (those planned before again, when more were scheduled after them), growing the arena.
+  // Trace::record_backward() prepares both passes, so a training step's plan is made while the
+  // step before runs.
+  void prepare(TraceData& trace);
   void wait(TraceData& trace);  // then rethrows the trace's execution error, if any
   // Waits for the trace's queued execution and never throws: for releasing a trace, whose
   // error (if any) its reader has seen or no longer wants.
@@ -149,6 +153,7 @@ class Driver {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ExecutionQueue> queue_;  // null: execute on the caller's thread
   DumpFlags dump_;
+  uint64_t dump_number_ = 0;     // the last schedule's, which its plan's dump shares
   scheduler::Schedule more_;     // batches scheduled after others that have not run yet
   scheduler::Analysis analysis_;
   scheduler::Analysis bound_analysis_;  // the sequential policy's trace with calls grouped, for the bound
@@ -156,9 +161,6 @@ class Driver {
   memplan::LayoutPlanner layout_planner_;
   Stats stats_;
 
-  // Places the batches scheduled since the trace was last planned (with those planned before and
-  // not yet run, again) and grows the arena for them.
-  void plan(TraceData& trace, uint64_t dump_number);
   PolicyProgress train_learned(std::span<const scheduler::ScheduleInput> inputs, const PolicyTraining& training,
                                const std::function<void(const PolicyProgress&)>& progress);
 };

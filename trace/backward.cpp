@@ -902,13 +902,13 @@ void Trace::record_backward(const Expr& loss, const char* function) {
   }
 
   // The forward pass is batched first (unless it ran), not run: the backward pass records in the
-  // order of its batches. Both run in one evaluation, whose batches record_backward() also finds
-  // now, so that run() only plans and executes (a training loop records and schedules the next
-  // step while this one runs).
+  // order of its batches. Both run in one evaluation, whose batches and memory plan
+  // record_backward() also makes now, so that run() only executes (a training loop records and
+  // prepares the next step while this one runs).
   s.engine->driver.schedule(s.data);
   s.backward_loss = s.id(loss);
   s.backward_leaves = Backward(s).record(s.backward_loss);
-  s.engine->driver.schedule(s.data);
+  s.engine->driver.prepare(s.data);
 }
 
 void Trace::gradients(Gradients& out) {
