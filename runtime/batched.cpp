@@ -121,6 +121,11 @@ struct Operand {
     return StridedConst(base, shape.rows, shape.cols * n, Eigen::OuterStride<>(shape.cols == 1 ? stride : shape.rows));
   }
   int64_t bytes() const { return int64_t(sizeof(float)) * shape.size(); }
+  // Members [begin, end) one after another, member k at into + k * shape.size().
+  void copy(int64_t begin, int64_t end, float* into) const {
+    const int64_t size = shape.size();
+    for (int64_t k = begin; k < end; ++k) std::memcpy(into + k * size, member(k), sizeof(float) * size_t(size));
+  }
 };
 
 struct BatchContext {
@@ -194,7 +199,7 @@ struct BatchContext {
     if (op.kind == Operand::kGathered) stats.bytes_gathered += op.bytes() * n();
     const int64_t size = op.shape.size();
     float* copy = scratch.allocate(size_t(size * n()));
-    for (int64_t k = 0; k < n(); ++k) std::memcpy(copy + k * size, op.member(k), sizeof(float) * size_t(size));
+    op.copy(0, n(), copy);
     return StridedConst(copy, op.shape.rows, op.shape.cols * n(), Eigen::OuterStride<>(op.shape.rows));
   }
 
@@ -365,9 +370,7 @@ void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Opera
         const Operand& w = products[i].first;
         const Operand& x = products[i].second;
         const ConstMatrix weight(w.base, w.shape.rows, w.shape.cols);
-        const int64_t size = x.shape.size();
-        if (copies[i])
-          for (int64_t k = first; k < last; ++k) std::memcpy(copies[i] + k * size, x.member(k), sizeof(float) * size_t(size));
+        if (copies[i]) x.copy(first, last, copies[i]);
         const StridedConst copied = copies[i] ? StridedConst(copies[i], x.shape.rows, x.shape.cols * c.n(),
                                                              Eigen::OuterStride<>(x.shape.rows))
                                   : by_runs[i] ? x.view(0, 1)  // unread: stands in for the runs' views
@@ -420,7 +423,7 @@ void run_linear(const BatchContext& c) {
     } else if (bias->kind == Operand::kShared && bias->shape.cols == 1) {
       out.colwise() = ConstMatrix(bias->base, bias->shape.rows, 1).col(0);
     } else {
-      for (int64_t k = begin; k < end; ++k) std::memcpy(c.out + k * size, bias->member(k), sizeof(float) * size_t(size));
+      bias->copy(begin, end, c.out);
     }
   };
   if (bias && bias->kind == Operand::kGathered) c.stats.bytes_gathered += bias->bytes() * c.n();
