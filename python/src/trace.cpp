@@ -189,7 +189,8 @@ void bind_trace(py::module_& m) {
           },
           py::arg("loss"),
           "backward() in two halves, for a loop that overlaps steps: records the backward pass of a\n"
-          "1x1 loss and batches it (with the forward pass, unless that ran), evaluating nothing.\n"
+          "1x1 loss, batches it (with the forward pass, unless that ran) and lays out its memory,\n"
+          "evaluating nothing.\n"
           "run() then evaluates both, in the background with threads >= 2, while the caller records\n"
           "the next step in another trace; gradients() waits for them.")
       .def(
