@@ -1,4 +1,4 @@
-// edb-bench-cells: the yardsticks of compiled cells, measured in one run: the machine's FMA peak
+// edb-bench-cells: the yardsticks of compiled cells, measured in one run: the selected ISA's FMA peak
 // (independent vector FMAs in registers, one and two threads), the cell micro-kernel alone (one
 // contraction, its blocks stored) at each sample model's cell shapes, the whole TreeLSTM internal
 // cell, and Eigen's GEMM at the same shapes, for N = 1, 4, 16, 64, 256, 1024 calls; then recording and scheduling per call.
@@ -15,9 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/fma_peak.h"
 #include "bench/gemm_rate.h"
 #include "edbatch/edbatch.h"
 #include "edbatch/errors.h"
+#include "ir/isa.h"
 #include "jit/cell_program.h"
 #include "jit/llvm_backend.h"
 #include "tools/flags.h"
@@ -53,40 +55,6 @@ double time_per_call(const std::function<void()>& f, int rounds = 5) {
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
-}
-
-// Independent FMA chains in vector registers: 2 flops per lane per FMA.
-using Vector = float __attribute__((vector_size(64)));
-constexpr int kChains = 12;
-
-double fma_seconds(int64_t iterations, Vector* out) {
-  Vector acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = Vector{} + float(c) * 1e-3f;
-  const Vector a = Vector{} + 0.999999f, b = Vector{} + 1e-7f;
-  const auto t0 = Clock::now();
-  for (int64_t i = 0; i < iterations; ++i)
-    for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * a + b;  // contracted to FMA under -march=native
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  for (int c = 1; c < kChains; ++c) acc[0] += acc[c];
-  *out = acc[0];
-  return seconds;
-}
-
-// GFLOP/s of `threads` threads each running independent FMAs (median of 5).
-double fma_peak(int threads) {
-  const int64_t iterations = 20'000'000;
-  const double flops = double(iterations) * kChains * 16 * 2 * threads;
-  std::vector<double> rates;
-  for (int r = 0; r < 5; ++r) {
-    std::vector<std::thread> pool;
-    std::vector<double> seconds(static_cast<size_t>(threads));
-    std::vector<Vector> sink(static_cast<size_t>(threads));
-    for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { seconds[size_t(t)] = fma_seconds(iterations, &sink[size_t(t)]); });
-    for (std::thread& t : pool) t.join();
-    rates.push_back(flops / *std::max_element(seconds.begin(), seconds.end()) / 1e9);
-  }
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
 }
 
 struct Shape {
@@ -316,7 +284,7 @@ int run(int argc, char** argv) {
   if (flags.has("calls")) ns = {int(flags.get_int("calls", 64, 1, 100000))};
   const bool json = flags.has("json");
 
-  const double peak1 = fma_peak(1), peak2 = fma_peak(2);
+  const double peak1 = fma_peak(ir::selected_isa(), 1), peak2 = fma_peak(ir::selected_isa(), 2);
   jit::LlvmBackendOptions options;
   options.keep_assembly = flags.has("assembly");
   jit::LlvmBackend backend(options);

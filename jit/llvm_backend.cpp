@@ -35,6 +35,7 @@
 #include <llvm/Transforms/Utils/Cloning.h>
 
 #include "edbatch/errors.h"
+#include "ir/isa.h"
 #include "jit/host.h"
 #include "jit/llvm_cell.h"
 #include "jit/llvm_math.h"
@@ -44,7 +45,7 @@ namespace edb::jit {
 namespace {
 
 // Bump when the emitted code changes, so cached kernels of the old code miss.
-constexpr const char* kCodeVersion = "llvm-kernel-7";
+constexpr const char* kCodeVersion = "llvm-kernel-8";
 
 // The compiled code reads KernelArgs and KernelInput by these byte offsets.
 static_assert(offsetof(KernelArgs, members) == 0 && offsetof(KernelArgs, elements) == 8 &&
@@ -71,13 +72,13 @@ void initialise_llvm() {
   });
 }
 
-// The host CPU of jit/host.h, with every feature LLVM reports, disabled ones included (a CPU name
-// alone would switch on features that a virtual machine may have switched off).
+// The CPU of jit/host.h, with every feature LLVM reports, disabled ones included (a CPU name
+// alone would switch on features that a virtual machine, or EDB_ISA, has switched off).
 llvm::orc::JITTargetMachineBuilder host_machine() {
   llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(llvm::sys::getProcessTriple())};
   builder.setCPU(host_cpu_name());
   llvm::SubtargetFeatures features;
-  for (const auto& feature : llvm::sys::getHostCPUFeatures()) features.AddFeature(feature.getKey(), feature.getValue());
+  for (const auto& [name, enabled] : target_features()) features.AddFeature(name, enabled);
   builder.addFeatures(features.getFeatures());
   builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   return builder;
@@ -324,7 +325,9 @@ void write_perf_map(const std::string& object, const std::string& symbol, const 
 
 std::string perf_map_path() { return "/tmp/perf-" + std::to_string(::getpid()) + ".map"; }
 
-std::string llvm_kernel_flags() { return std::string(kCodeVersion) + " O3 " + host_cpu_features(); }
+std::string llvm_kernel_flags() {
+  return std::string(kCodeVersion) + " O3 isa=" + ir::isa_name(ir::selected_isa()) + " " + host_cpu_features();
+}
 
 struct LlvmBackend::State {
   std::mutex mutex;

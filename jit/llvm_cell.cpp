@@ -15,7 +15,7 @@
 #include <llvm/IR/Metadata.h>
 #include <llvm/IR/Module.h>
 
-#include "jit/host.h"
+#include "ir/isa.h"
 #include "jit/llvm_backend.h"
 #include "jit/llvm_math.h"
 
@@ -25,14 +25,9 @@ static_assert(offsetof(CellArgs, calls) == 0 && offsetof(CellArgs, shared) == 8 
               offsetof(CellArgs, pointers) == 24 && offsetof(CellArgs, tile_begin) == 32 &&
               offsetof(CellArgs, tile_end) == 40);
 
-int32_t cell_vector_floats() {
-  const std::string features = host_cpu_features();
-  if (features.find("+avx512f") != std::string::npos) return 16;
-  if (features.find("+avx") != std::string::npos) return 8;
-  return 4;
-}
+int32_t cell_vector_floats() { return ir::vector_floats(ir::selected_isa()); }
 
-int32_t cell_vector_registers() { return cell_vector_floats() == 16 ? 32 : 16; }
+int32_t cell_vector_registers() { return ir::vector_registers(ir::selected_isa()); }
 
 int64_t cell_tiles(const CellProgram& program) { return (program.rows + cell_vector_floats() - 1) / cell_vector_floats(); }
 
@@ -448,7 +443,9 @@ class CellRenderer {
           for (int32_t u = 0; u < block.tiles; ++u)
             for (size_t g = 0; g < a.size(); ++g) {
               const size_t q = size_t(u * block.calls + j);
-              a[g][q] = b_.CreateIntrinsic(llvm::Intrinsic::fma, {vf_}, {ws[i][size_t(u)][g], broadcast, phis[i][g][q]});
+              // fmuladd: one FMA where the ISA has it, a multiply and an add where it has not
+              // (llvm.fma would call fmaf lane by lane there).
+              a[g][q] = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vf_}, {ws[i][size_t(u)][g], broadcast, phis[i][g][q]});
             }
         }
       }

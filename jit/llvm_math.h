@@ -46,12 +46,19 @@ class MathEmitter {
     return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(n, bias), shift), type_);
   }
 
+  // floor(t) for |t| < 2^31, from a truncation and a compare: SSE2 has both as vector
+  // instructions, while floor itself needs SSE4.1 (without it LLVM calls floorf lane by lane).
+  llvm::Value* floor_of_small(llvm::Value* t) {
+    llvm::Value* truncated = b_.CreateSIToFP(b_.CreateFPToSI(t, int_type_), type_);
+    return b_.CreateSelect(b_.CreateFCmpOGT(truncated, t), b_.CreateFSub(truncated, f(1.0f)), truncated);
+  }
+
   // Cephes expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so n ln2 is exact), a
   // degree-7 polynomial for e^r, then 2^n applied as 2^(n/2) 2^(n - n/2), so results from
   // gradual underflow (x ~ -104) to overflow (x > 88.72) come out right with one rounding.
   llvm::Value* exp(llvm::Value* x) {
     llvm::Value* clamped = clamp(x, -104.0f, 88.8f);
-    llvm::Value* n = b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, fma(clamped, f(1.44269504088896341f), f(0.5f)));
+    llvm::Value* n = floor_of_small(fma(clamped, f(1.44269504088896341f), f(0.5f)));
     llvm::Value* r = fma(n, f(-0.693359375f), clamped);
     r = fma(n, f(2.12194440e-4f), r);
     llvm::Value* p = polynomial(r, {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,

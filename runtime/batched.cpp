@@ -497,7 +497,7 @@ void run_matmul_nt(const BatchContext& c) {
       }
     if (pieces == 1) {
       piece_of(0).compute(c.output(k).data(), panels[0], [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
-        c.split(tiles, kMinRowsPerTask / OuterProducts::kCols, body);
+        c.split(tiles, kMinRowsPerTask / OuterProducts::tile_cols(), body);
       });
       continue;
     }

@@ -16,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "ir/isa.h"
 #include "jit/cached_compiler.h"
 #include "memplan/layout.h"
 #include "runtime/cuda_executor.h"
@@ -252,6 +253,11 @@ Driver::Driver(const EngineOptions& options)
       dump_(DumpFlags::from_environment()) {
   fsm_ = dynamic_cast<scheduler::FsmPolicy*>(policy_.get());
   learned_ = dynamic_cast<scheduler::ImitationPolicy*>(policy_.get());
+  try {
+    ir::selected_isa();  // a bad EDB_ISA is refused here, not at the first kernel
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("edb::Engine: ") + e.what());
+  }
   if (options.cache_entries < 1)
     throw UsageError("edb::Engine: cache_entries must be at least 1, got " + std::to_string(options.cache_entries));
   if ((search_ = dynamic_cast<scheduler::SearchPolicy*>(policy_.get()))) {

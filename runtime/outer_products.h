@@ -2,8 +2,9 @@
 // are columns read through pointers wherever the uses left them. The uses are the reduction
 // dimension: one contraction per weight per trace, with no gather of the pairs into matrices
 // first. Columns are packed straight from their pointers into cache-sized panels, and a
-// register-blocked micro-kernel (kRows x kCols accumulators) runs over the panels, as BLIS-style
-// GEMMs do. Every shape goes through here (matmul_nt under the batched and jit executors).
+// register-blocked micro-kernel runs over the panels, as BLIS-style GEMMs do; the micro-kernel is
+// compiled per ISA (runtime/outer_kernel.h) and picked by ir::selected_isa(), its tile shaped by
+// that ISA's registers. Every shape goes through here (matmul_nt under the batched and jit executors).
 #pragma once
 
 #include <cstdint>
@@ -12,17 +13,25 @@
 
 namespace edb::runtime {
 
+struct OuterKernel;
+
 struct OuterProducts {
-  static constexpr int64_t kRows = 32;   // micro-tile rows: two 16-float vectors
-  static constexpr int64_t kCols = 12;   // micro-tile columns: 24 accumulators in all
   static constexpr int64_t kDepth = 256; // columns per panel at most: a row panel and a column panel fit L1 and L2
   // The panels of both factors, at most (fewer columns per panel for wide products): with the
   // output beside them they stay in L2 while the tiles run.
   static constexpr int64_t kPanelBytes = 512 * 1024;
 
+  // The micro-kernel of the selected ISA (its tile_rows() x tile_cols() register tile); tests and
+  // benchmarks may name another one the CPU runs.
+  static const OuterKernel& selected_kernel();
+  static const OuterKernel& kernel_for(const char* isa);  // "generic", "avx2", "avx512"; throws UsageError otherwise
+  static int64_t tile_rows();
+  static int64_t tile_cols();
+
   int64_t rows = 0;  // each a_k's length, the result's rows
   int64_t cols = 0;  // each b_k's length, the result's columns
   std::span<const float* const> a, b;  // column k of each factor; the same count
+  const OuterKernel* kernel = nullptr;  // null: selected_kernel()
 
   // The scratch floats compute() needs for its panels.
   int64_t scratch_floats() const;

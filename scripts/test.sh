@@ -10,6 +10,10 @@ scripts/check_layout.sh
 scripts/setup.sh
 build_dir=${EDB_BUILD_DIR:-build}
 ctest --test-dir "$build_dir" --output-on-failure -j"${EDB_JOBS:-2}" "$@"
+# The suites that compare compiled code with the reference (random graphs and cells, every sample
+# model's values and gradients, the kernels themselves) again under each narrower ISA this CPU runs
+# (EDB_ISA; scripts/test_isas.sh), so an AVX-512 machine also tests the AVX2 and SSE2 code.
+scripts/test_isas.sh "$build_dir" "$@"
 if grep -q '^EDB_PYTHON:STRING=OFF$' "$build_dir/CMakeCache.txt"; then
   echo "edbatch: EDB_PYTHON=OFF in $build_dir: no Python tests" >&2
 else

@@ -14,6 +14,7 @@
 #include <edbatch/train.h>
 
 #include "ir/files.h"
+#include "ir/isa.h"
 #include "jit/host.h"
 #include "runtime/executor.h"
 #include "scheduler/schedule.h"
@@ -101,7 +102,9 @@ void print_help() {
       "  --help             this text\n\n"
       "Environment: EDB_DUMP=ir,schedule,batches,plan (or all) prints each stage's output to stderr\n"
       "(schedule: the graph with batches as clusters, graphviz dot; batches: the same as text); with\n"
-      "EDB_DUMP_DIR=DIR each goes to DIR/STAGE-N.txt instead, the schedule as DIR/schedule-N.dot.\n",
+      "EDB_DUMP_DIR=DIR each goes to DIR/STAGE-N.txt instead, the schedule as DIR/schedule-N.dot.\n"
+      "EDB_ISA=native|avx512|avx2|generic: the vector ISA of the compiled kernels (default native, the\n"
+      "widest this CPU runs; a narrower one runs its code on this machine; a wider one is an error).\n",
       models.c_str(), joined(edb::scheduler::policy_names()).c_str(), joined(edb::runtime::executor_names()).c_str());
 }
 
@@ -122,7 +125,7 @@ void dump_schedule(edb::samples::SampleModel& model, edb::Engine& engine, int ba
 }
 
 struct Report {
-  std::string model, policy, executor, device, data, cpu;
+  std::string model, policy, executor, device, data, cpu, isa;
   bool cells = true, memplan = false;
   int batch = 0, embed = 0, hidden = 0;
   edb::samples::RunResult result;
@@ -174,6 +177,7 @@ nlohmann::json to_json(const Report& r) {
       {"hidden", r.hidden},
       {"data", r.data},
       {"cpu", r.cpu},
+      {"isa", r.isa},
       {"repeat", r.result.repeat},
       {"instances", r.result.instances * r.result.repeat},
       {"instances_per_sec", r.result.instances_per_sec},
@@ -224,9 +228,9 @@ void print_table(const Report& r) {
   };
   auto share = [&](double ms) { return fixed(ms, 1) + " ms (" + fixed(total > 0 ? 100 * ms / total : 0, 1) + "%)"; };
   std::printf("edb-run %s: %s\n", r.model.c_str(), r.data.c_str());
-  std::printf("policy %s, cells %s, memplan %s, executor %s, device %s, batch %d, embed %d, hidden %d, CPU %s\n\n",
+  std::printf("policy %s, cells %s, memplan %s, executor %s, device %s, batch %d, embed %d, hidden %d, CPU %s (ISA %s)\n\n",
               r.policy.c_str(), r.cells ? "on" : "off", r.memplan ? "on" : "off", r.executor.c_str(),
-              r.device.c_str(), r.batch, r.embed, r.hidden, r.cpu.c_str());
+              r.device.c_str(), r.batch, r.embed, r.hidden, r.cpu.c_str(), r.isa.c_str());
   std::printf("| %-22s | %22s |\n|%s|%s|\n", "measure", "value", std::string(24, '-').c_str(),
               std::string(24, '-').c_str());
   row("instances/s (median)", fixed(r.result.instances_per_sec, 1));
@@ -371,7 +375,7 @@ nlohmann::json training_json(const Report& r, const TrainingReport& t) {
   nlohmann::json j = {
       {"model", r.model}, {"policy", r.policy}, {"cells", r.cells}, {"memplan", r.memplan},
       {"executor", r.executor}, {"device", r.device}, {"batch", r.batch}, {"embed", r.embed},
-      {"hidden", r.hidden}, {"data", r.data}, {"cpu", r.cpu},
+      {"hidden", r.hidden}, {"data", r.data}, {"cpu", r.cpu}, {"isa", r.isa},
       {"optimizer", {{"kind", t.optimizer.kind}, {"learning_rate", t.optimizer.learning_rate},
                      {"momentum", t.optimizer.momentum}, {"clip", t.optimizer.clip_norm}}},
       {"holdout", t.holdout},
@@ -391,9 +395,9 @@ void print_training_table(const Report& r, const TrainingReport& t) {
   const edb::samples::TrainResult& result = t.result;
   const std::string unit = t.accuracy_unit;
   std::printf("edb-run %s --train: %s\n", r.model.c_str(), r.data.c_str());
-  std::printf("policy %s, cells %s, memplan %s, executor %s, device %s, batch %d, embed %d, hidden %d, CPU %s\n",
+  std::printf("policy %s, cells %s, memplan %s, executor %s, device %s, batch %d, embed %d, hidden %d, CPU %s (ISA %s)\n",
               r.policy.c_str(), r.cells ? "on" : "off", r.memplan ? "on" : "off", r.executor.c_str(),
-              r.device.c_str(), r.batch, r.embed, r.hidden, r.cpu.c_str());
+              r.device.c_str(), r.batch, r.embed, r.hidden, r.cpu.c_str(), r.isa.c_str());
   const std::string heldout = result.split.heldout == 0 ? "none held out"
                                                         : std::to_string(result.split.heldout) +
                                                               " held-out instances (the last " + number(t.holdout) + ")";
@@ -594,6 +598,7 @@ int run(int argc, char** argv) {
   report.device = engine.options().device;  // with auto: the one the engine chose
   report.data = model->describe_data();
   report.cpu = edb::jit::host_cpu_name();
+  report.isa = edb::ir::isa_name(edb::ir::selected_isa());
   report.batch = run_options.batch;
   report.embed = config.embed;
   report.hidden = config.hidden;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -150,7 +151,7 @@ TEST_F(EdbRun, JsonCarriesEveryRunnerField) {
   for (const char* field : {"model", "policy", "executor", "device", "batch", "instances",
                             "instances_per_sec", "batches", "lower_bound", "kernel_calls",
                             "bytes_gathered", "kernels_compiled", "cache_hits", "flops", "loss",
-                            "time_ms", "caches"})
+                            "time_ms", "caches", "cpu", "isa"})
     EXPECT_TRUE(j.contains(field)) << field;
   for (const char* cache : {"signatures", "search_schedules", "jit_kernels", "linked_kernels", "kernel_memory", "scratch",
                             "cell_records", "cell_kernels", "call_expansions", "device_kernels"}) {
@@ -199,6 +200,28 @@ TEST_F(EdbRun, JsonCarriesEveryRunnerField) {
   EXPECT_EQ(small.value("nodes", int64_t{0}), nodes + 3);
   EXPECT_EQ(small.value("flops", int64_t{0}), j.value("flops", int64_t{0}) - 3);
   EXPECT_NEAR(small.value("loss", 0.0), j.value("loss", 0.0), 1e-4 * j.value("loss", 0.0));
+}
+
+// EDB_ISA: a narrower ISA runs and is reported, with the same loss as the widest to float
+// precision; a name that is no ISA, or one wider than the CPU's, is one line naming EDB_ISA.
+TEST_F(EdbRun, EdbIsaIsReportedAndCheckedAtStart) {
+  const std::string flags = "treelstm --limit 8 --repeat 1 --hidden 16 --embed 16 --executor jit --json";
+  const Outcome native = testing::run_program("/usr/bin/env", "EDB_ISA=native '" + edb_run_binary() + "' " + flags);
+  const Outcome generic = testing::run_program("/usr/bin/env", "EDB_ISA=generic '" + edb_run_binary() + "' " + flags);
+  ASSERT_EQ(native.status, 0) << native.err;
+  ASSERT_EQ(generic.status, 0) << generic.err;
+  const nlohmann::json wide = nlohmann::json::parse(native.out), narrow = nlohmann::json::parse(generic.out);
+  EXPECT_EQ(narrow.value("isa", ""), "generic");
+#if defined(__x86_64__)
+  EXPECT_EQ(narrow.value("cpu", ""), "x86-64");  // the JIT tunes for the baseline, not the host
+#endif
+  EXPECT_NE(wide.value("isa", ""), "");
+  EXPECT_NEAR(narrow.value("loss", 0.0), wide.value("loss", -1.0), 1e-4 * std::abs(wide.value("loss", 0.0)));
+  const Outcome bad = testing::run_program("/usr/bin/env", "EDB_ISA=sse9 '" + edb_run_binary() + "' " + flags);
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("edb::Engine: EDB_ISA=sse9: expected native, avx512, avx2 or generic"), std::string::npos)
+      << bad.err;
+  EXPECT_EQ(bad.out, "");
 }
 
 // --dump-schedule: a bad name or place is one clear line before any work; FILE.dot is the first

@@ -1,11 +1,18 @@
-// OuterProducts (a weight's gradient over its uses, read through pointers) against sums in double.
+// OuterProducts (a weight's gradient over its uses, read through pointers) against sums in double,
+// under the micro-kernel of every ISA this CPU runs.
 #include "runtime/outer_products.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <tuple>
 #include <vector>
 
+#include "edbatch/errors.h"
+#include "ir/isa.h"
+#include "runtime/outer_kernel.h"
 #include "tests/support/rng.h"
 
 namespace edb::runtime {
@@ -15,18 +22,27 @@ struct Case {
   int64_t rows, cols, count;
 };
 
-// Every edge of the blocking: partial row and column tiles, one column, a panel's depth exactly,
-// one past it and several panels.
+// Every edge of the blocking (tiles of 32x12, 16x6 and 8x6): partial row and column tiles, one
+// column, a panel's depth exactly, one past it and several panels.
 // Narrow products take the other paths: few columns (a bias's (dy, 1)), few rows (a classifier),
 // both.
 const Case kCases[] = {{16, 6, 1},    {32, 12, 256},  {33, 13, 257}, {70, 30, 600}, {640, 256, 300},
                        {31, 11, 5},   {128, 128, 512}, {17, 100, 3},  {384, 7, 1000}, {200, 1, 1231},
-                       {200, 5, 40},  {5, 128, 300},   {15, 6, 20},   {3, 2, 10},     {1, 1, 7}};
+                       {200, 5, 40},  {5, 128, 300},   {15, 6, 20},   {3, 2, 10},     {1, 1, 7},
+                       {8, 6, 9},     {9, 7, 13},     {24, 18, 33},  {48, 13, 70},  {4, 3, 5}};
 
-class OuterProductsTest : public ::testing::TestWithParam<Case> {};
+std::vector<std::string> host_isas() {
+  std::vector<std::string> names;
+  for (ir::Isa isa : {ir::Isa::generic, ir::Isa::avx2, ir::Isa::avx512})
+    if (isa <= ir::host_isa()) names.push_back(ir::isa_name(isa));
+  return names;
+}
+
+class OuterProductsTest : public ::testing::TestWithParam<std::tuple<Case, std::string>> {};
 
 TEST_P(OuterProductsTest, EqualSumsInDoubleForEveryTileEdge) {
-  const Case c = GetParam();
+  const Case c = std::get<0>(GetParam());
+  const OuterKernel& kernel = OuterProducts::kernel_for(std::get<1>(GetParam()).c_str());
   testing::Rng rng(uint64_t(c.rows * 1000003 + c.cols * 1009 + c.count));
   // Columns scattered in one pool, in no order, as a trace's frames leave them.
   std::vector<float> pool(size_t((c.rows + c.cols + 3) * c.count));
@@ -37,7 +53,7 @@ TEST_P(OuterProductsTest, EqualSumsInDoubleForEveryTileEdge) {
     a.push_back(pool.data() + at * (c.rows + c.cols + 3));
     b.push_back(pool.data() + at * (c.rows + c.cols + 3) + c.rows + 1);
   }
-  const OuterProducts products{c.rows, c.cols, a, b};
+  const OuterProducts products{c.rows, c.cols, a, b, &kernel};
   std::vector<float> panels(size_t(products.scratch_floats()) + 1);
   std::vector<float> out(size_t(c.rows * c.cols), 12345.0f);  // overwritten, not added to
   products.compute(out.data(), panels.data(), [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
@@ -60,16 +76,33 @@ TEST_P(OuterProductsTest, EqualSumsInDoubleForEveryTileEdge) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, OuterProductsTest, ::testing::ValuesIn(kCases), [](const auto& info) {
-  return std::to_string(info.param.rows) + "x" + std::to_string(info.param.cols) + "x" + std::to_string(info.param.count);
-});
+INSTANTIATE_TEST_SUITE_P(Shapes, OuterProductsTest, ::testing::Combine(::testing::ValuesIn(kCases), ::testing::ValuesIn(host_isas())),
+                         [](const auto& info) {
+                           const Case c = std::get<0>(info.param);
+                           return std::get<1>(info.param) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + "x" +
+                                  std::to_string(c.count);
+                         });
+
+// Each ISA's tile fills its register file: two vectors a column, and as many columns as leave four
+// registers (the two row vectors, a broadcast, a spare), at most 12.
+TEST(OuterProducts, TilesComeFromTheRegisters) {
+  for (const std::string& name : host_isas()) {
+    const ir::Isa isa = *ir::parse_isa(name);
+    const OuterKernel& kernel = OuterProducts::kernel_for(name.c_str());
+    EXPECT_EQ(kernel.rows, 2 * ir::vector_floats(isa)) << name;
+    EXPECT_EQ(kernel.cols, std::min(12, (ir::vector_registers(isa) - 4) / 2)) << name;
+  }
+  EXPECT_EQ(OuterProducts::selected_kernel().rows, 2 * ir::vector_floats(ir::selected_isa()));
+  EXPECT_THROW(OuterProducts::kernel_for("sse9"), UsageError);
+}
 
 // Panels are as deep as the columns a product has: one outer product (an MV-RNN word matrix's
 // gradient, batched by the thousand) takes one column of each panel, not OuterProducts::kDepth.
 TEST(OuterProducts, ScratchIsAsDeepAsTheColumns) {
   std::vector<float> column(128, 1.0f);
   const float* one[] = {column.data()};
-  const int64_t panel_rows = 4 * OuterProducts::kRows + 11 * OuterProducts::kCols;  // 128 rows, 128 cols
+  const int64_t tile_rows = OuterProducts::tile_rows(), tile_cols = OuterProducts::tile_cols();
+  const int64_t panel_rows = (128 + tile_rows - 1) / tile_rows * tile_rows + (128 + tile_cols - 1) / tile_cols * tile_cols;
   EXPECT_EQ((OuterProducts{128, 128, std::span(one, 1), std::span(one, 1)}.scratch_floats()), panel_rows);
   std::vector<const float*> many(1000, column.data());
   EXPECT_EQ((OuterProducts{128, 128, many, many}.scratch_floats()), panel_rows * OuterProducts::kDepth);
@@ -80,7 +113,9 @@ TEST(OuterProducts, WidePanelsStayWithinTheirBytes) {
   std::vector<float> column(640, 1.0f);
   std::vector<const float*> many(1000, column.data());
   const OuterProducts wide{640, 256, many, many};
-  const int64_t column_bytes = (20 * OuterProducts::kRows + 22 * OuterProducts::kCols) * int64_t(sizeof(float));
+  const int64_t tile_rows = OuterProducts::tile_rows(), tile_cols = OuterProducts::tile_cols();
+  const int64_t column_bytes =
+      ((640 + tile_rows - 1) / tile_rows * tile_rows + (256 + tile_cols - 1) / tile_cols * tile_cols) * int64_t(sizeof(float));
   EXPECT_LT(wide.depth(), OuterProducts::kDepth);
   EXPECT_LE(wide.depth() * column_bytes, OuterProducts::kPanelBytes);
   EXPECT_GT((wide.depth() + 1) * column_bytes, OuterProducts::kPanelBytes);

@@ -1,0 +1,33 @@
+// The weight-gradient micro-kernel compiled once per ISA (runtime/outer_kernel_*.cpp, each built
+// for its ISA's instructions) and picked at run time by OuterProducts through ir::selected_isa().
+// Plain functions over raw pointers: the ISA files hold no inline code another file could share.
+#pragma once
+
+#include <cstdint>
+
+namespace edb::runtime {
+
+struct OuterKernel {
+  // The register tile: rows (two vectors of the ISA) x cols accumulators, cols from the register
+  // count (runtime/outer_kernel_impl.h).
+  int64_t rows = 0, cols = 0;
+  // Columns [k0, k0 + depth) of `columns` (each `extent` long) as panels of `tile` (rows or cols)
+  // floats: panel t holds, per column k, rows [t * tile, (t + 1) * tile), zeros past `extent`.
+  void (*pack_rows)(const float* const* columns, int64_t k0, int64_t depth, int64_t extent, float* panels) = nullptr;
+  void (*pack_cols)(const float* const* columns, int64_t k0, int64_t depth, int64_t extent, float* panels) = nullptr;
+  // out (rows x cols, leading dimension rows) += the tiles in column tiles [begin, end) of the
+  // packed row and column panels, each `depth` deep.
+  void (*tiles)(const float* row_panels, const float* col_panels, int64_t depth, float* out, int64_t rows, int64_t cols,
+                int64_t begin, int64_t end) = nullptr;
+  // out (rows x cols) += sum_k x_k y_k^T over `count` pairs, column by column from the pointers.
+  void (*add_by_columns)(const float* const* x, const float* const* y, int64_t count, int64_t rows, int64_t cols,
+                         float* out) = nullptr;
+};
+
+extern const OuterKernel outer_kernel_generic;
+#if defined(__x86_64__)
+extern const OuterKernel outer_kernel_avx2;
+extern const OuterKernel outer_kernel_avx512;
+#endif
+
+}  // namespace edb::runtime

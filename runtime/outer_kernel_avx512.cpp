@@ -1,0 +1,3 @@
+// The weight-gradient micro-kernel for avx512, built with its -march (CMakeLists.txt).
+#define EDB_OUTER_KERNEL outer_kernel_avx512
+#include "runtime/outer_kernel_impl.h"

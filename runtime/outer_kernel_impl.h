@@ -1,0 +1,148 @@
+// The body of one ISA's OuterKernel, included once by each runtime/outer_kernel_ISA.cpp, which
+// defines EDB_OUTER_KERNEL (the table's name) and is compiled with that ISA's -march: the vector
+// width and the register count come from the compiler's target macros, the tile shape from them.
+// Everything here has internal linkage and uses no inline library code, so no function compiled
+// for a wider ISA can stand in for this file's at link time.
+#include <cstdint>
+
+#include "runtime/outer_kernel.h"
+
+#ifndef EDB_OUTER_KERNEL
+#error "define EDB_OUTER_KERNEL before including runtime/outer_kernel_impl.h"
+#endif
+
+namespace edb::runtime {
+
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int64_t kVectorBytes = 64, kRegisters = 32;
+#elif defined(__AVX__)
+constexpr int64_t kVectorBytes = 32, kRegisters = 16;
+#elif defined(__aarch64__)
+constexpr int64_t kVectorBytes = 16, kRegisters = 32;
+#else
+constexpr int64_t kVectorBytes = 16, kRegisters = 16;
+#endif
+
+constexpr int64_t kLanes = kVectorBytes / int64_t(sizeof(float));
+// A tile column is two vectors; each k step loads them and broadcasts one float of b per column,
+// so cols accumulator pairs, two row vectors and two more (the broadcast and one spare) must fit
+// the register file: 12 columns (24 accumulators) of 32 zmm, 6 (12) of 16 ymm or xmm. More than
+// 12 columns would not fit a column panel's k step in a cache line's worth of b.
+constexpr int64_t kRows = 2 * kLanes;
+constexpr int64_t kCols = (kRegisters - 4) / 2 < 12 ? (kRegisters - 4) / 2 : 12;
+static_assert(kCols >= 4, "too few registers for the micro-kernel");
+
+using Vec = float __attribute__((vector_size(kVectorBytes)));
+
+inline Vec load(const float* p) {
+  Vec v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, const Vec& v) { __builtin_memcpy(p, &v, sizeof v); }
+inline int64_t smaller(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Columns are read this many ahead of their use: they lie anywhere in the arena, written long
+// before (a weight gradient runs at the end of the backward pass).
+constexpr int64_t kAhead = 4;
+
+void prefetch_column(const float* column, int64_t floats) {
+  const int64_t lines = (floats * int64_t(sizeof(float)) + 63) / 64;
+  for (int64_t line = 0; line < lines; ++line) __builtin_prefetch(reinterpret_cast<const char*>(column) + line * 64);
+}
+
+// (The tile is a template argument so that a whole tile's copy is a fixed-size, inlined one.)
+template <int64_t tile>
+void pack(const float* const* columns, int64_t k0, int64_t depth, int64_t extent, float* panels) {
+  const int64_t count = (extent + tile - 1) / tile;
+  const int64_t tail = extent - (count - 1) * tile;
+  for (int64_t k = 0; k < depth; ++k) {
+    if (k + kAhead < depth) prefetch_column(columns[k0 + k + kAhead], extent);
+    const float* column = columns[k0 + k];
+    for (int64_t t = 0; t < count; ++t) {
+      float* to = panels + (t * depth + k) * tile;
+      const float* from = column + t * tile;
+      if (t + 1 < count) {
+        __builtin_memcpy(to, from, sizeof(float) * tile);
+      } else {
+        // A fixed-length loop the compiler vectorises with masks (a memcpy of `tail` floats and a
+        // fill of the rest were two library calls per column).
+        for (int64_t r = 0; r < tile; ++r) to[r] = r < tail ? from[r] : 0.0f;
+      }
+    }
+  }
+}
+
+void pack_rows(const float* const* columns, int64_t k0, int64_t depth, int64_t extent, float* panels) {
+  pack<kRows>(columns, k0, depth, extent, panels);
+}
+void pack_cols(const float* const* columns, int64_t k0, int64_t depth, int64_t extent, float* panels) {
+  pack<kCols>(columns, k0, depth, extent, panels);
+}
+
+// out's kRows x kCols tile += (row panel a) (column panel b)^T over `depth` columns; only the
+// first live_rows x live_cols of the tile are stored.
+void tile(const float* __restrict a, const float* __restrict b, int64_t depth, float* out, int64_t ld,
+          int64_t live_rows, int64_t live_cols) {
+  Vec top[kCols] = {}, bottom[kCols] = {};
+  for (int64_t k = 0; k < depth; ++k) {
+    const Vec a0 = load(a + k * kRows), a1 = load(a + k * kRows + kLanes);
+    const float* bk = b + k * kCols;
+#pragma GCC unroll 12
+    for (int64_t j = 0; j < kCols; ++j) {
+      top[j] += a0 * bk[j];
+      bottom[j] += a1 * bk[j];
+    }
+  }
+  if (live_rows == kRows && live_cols == kCols) {
+#pragma GCC unroll 12
+    for (int64_t j = 0; j < kCols; ++j) {
+      float* column = out + j * ld;
+      store(column, load(column) + top[j]);
+      store(column + kLanes, load(column + kLanes) + bottom[j]);
+    }
+    return;
+  }
+  for (int64_t j = 0; j < live_cols; ++j) {
+    float sums[kRows];
+    store(sums, top[j]);
+    store(sums + kLanes, bottom[j]);
+    float* column = out + j * ld;
+    for (int64_t r = 0; r < live_rows; ++r) column[r] += sums[r];
+  }
+}
+
+void tiles(const float* row_panels, const float* col_panels, int64_t depth, float* out, int64_t rows, int64_t cols,
+           int64_t begin, int64_t end) {
+  const int64_t row_tiles = (rows + kRows - 1) / kRows;
+  // A column panel stays in L1 while the row panels stream past it.
+  for (int64_t tj = begin; tj < end; ++tj)
+    for (int64_t ti = 0; ti < row_tiles; ++ti)
+      tile(row_panels + ti * kRows * depth, col_panels + tj * kCols * depth, depth, out + tj * kCols * rows + ti * kRows,
+           rows, smaller(kRows, rows - ti * kRows), smaller(kCols, cols - tj * kCols));
+}
+
+void add_by_columns(const float* const* x, const float* const* y, int64_t count, int64_t rows, int64_t cols,
+                    float* out) {
+  for (int64_t k = 0; k < count; ++k) {
+    if (k + kAhead < count) {
+      prefetch_column(x[k + kAhead], rows);
+      prefetch_column(y[k + kAhead], cols);
+    }
+    const float* __restrict xk = x[k];
+    for (int64_t j = 0; j < cols; ++j) {
+      const float s = y[k][j];
+      float* __restrict column = out + j * rows;
+      for (int64_t r = 0; r < rows; ++r) column[r] += xk[r] * s;
+    }
+  }
+}
+
+}  // namespace
+
+extern const OuterKernel EDB_OUTER_KERNEL;
+const OuterKernel EDB_OUTER_KERNEL{kRows, kCols, pack_rows, pack_cols, tiles, add_by_columns};
+
+}  // namespace edb::runtime
