@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
 #include <edbatch/errors.h>
 
@@ -105,6 +106,7 @@ uint64_t checksum(const std::string& bytes, size_t length) {
 std::string serialize(const KernelEntry& e) {
   std::string out(kMagic, sizeof kMagic);
   put_u32(out, kKernelCacheFormatVersion);
+  put_field(out, e.code);  // first, so that other_build() reads only the head of a file
   put_field(out, e.key.hex());
   put_field(out, e.description);
   put_field(out, e.backend);
@@ -145,20 +147,43 @@ std::optional<KernelEntry> parse(const std::string& bytes, std::string& problem)
   KernelEntry e;
   std::string hex;
   uint64_t compile_bits = 0;
-  if (!(header.field(hex) && header.field(e.description) && header.field(e.backend) && header.field(e.target) &&
-        header.field(e.flags) && header.u64(compile_bits) && header.section(e.object) && header.section(e.ir) &&
-        header.section(e.assembly) && header.at_end())) {
+  if (!(header.field(e.code) && header.field(hex) && header.field(e.description) && header.field(e.backend) &&
+        header.field(e.target) && header.field(e.flags) && header.u64(compile_bits) && header.section(e.object) &&
+        header.section(e.ir) && header.section(e.assembly) && header.at_end())) {
     problem = "malformed fields despite a good checksum";
     return std::nullopt;
   }
   e.compile_ms = std::bit_cast<double>(compile_bits);
   const std::optional<KernelKey> key = KernelKey::from_hex(hex);
-  if (!key || *key != kernel_key(e.description, e.backend, e.target, e.flags)) {
+  if (!key || *key != kernel_key(e.description, e.backend, e.target, e.flags, e.code)) {
     problem = "stored key '" + hex + "' is not the key of its fields";
     return std::nullopt;
   }
   e.key = *key;
   return e;
+}
+
+// Whether the entry file at `path` was written by another build: another format version or code
+// identity (or no header at all). Reads only the head of the file; the rest is not checked.
+bool other_build(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  std::string head(sizeof kMagic + 8 + code_identity().size(), '\0');
+  size_t done = 0;
+  while (done < head.size()) {
+    const ssize_t n = ::read(fd, head.data() + done, head.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += size_t(n);
+  }
+  ::close(fd);
+  if (done < head.size() || head.compare(0, sizeof kMagic, kMagic, sizeof kMagic) != 0) return true;
+  Reader reader(head, sizeof kMagic, head.size());
+  uint32_t version = 0;
+  std::string code;
+  const bool this_build =
+      reader.u32(version) && version == kKernelCacheFormatVersion && reader.field(code) && code == code_identity();
+  return !this_build;
 }
 
 // ---- small files and the directory lock ----
@@ -288,7 +313,7 @@ KernelKey KernelKey::parse(const std::string& text) {
 }
 
 KernelKey kernel_key(const std::string& description, const std::string& backend, const std::string& target,
-                     const std::string& flags, uint32_t format_version) {
+                     const std::string& flags, const std::string& code, uint32_t format_version) {
   if (description.empty()) throw UsageError("kernel_key: the kernel description is empty");
   if (backend.empty()) throw UsageError("kernel_key: the backend name is empty");
   std::string text = "edbatch kernel key\n";
@@ -299,6 +324,7 @@ KernelKey kernel_key(const std::string& description, const std::string& backend,
   field("backend", backend);
   field("target", target);
   field("flags", flags);
+  field("code", code);
   field("description", description);
   const llvm::XXH128_hash_t hash =
       llvm::xxh3_128bits(llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
@@ -404,10 +430,10 @@ std::optional<KernelEntry> KernelCache::lookup(const KernelKey& key) {
 }
 
 void KernelCache::store(const KernelEntry& entry) {
-  const KernelKey expected = kernel_key(entry.description, entry.backend, entry.target, entry.flags);
+  const KernelKey expected = kernel_key(entry.description, entry.backend, entry.target, entry.flags, entry.code);
   if (entry.key != expected)
     throw UsageError("KernelCache::store: entry key " + entry.key.hex() +
-                     " is not the key of its description, backend, target and flags (" + expected.hex() + ")");
+                     " is not the key of its description, backend, target, flags and code (" + expected.hex() + ")");
   {
     std::lock_guard<std::mutex> guard(mutex_);
     keep_in_memory_locked(entry);
@@ -473,6 +499,7 @@ std::vector<KernelInfo> KernelCache::list() const {
     info.backend = entry->backend;
     info.target = entry->target;
     info.flags = entry->flags;
+    info.code = entry->code;
     info.bytes = f.bytes;
     info.compile_ms = entry->compile_ms;
     info.hits = uint64_t(std::max<int64_t>(0, meta["hits"]));
@@ -504,6 +531,10 @@ KernelCacheStats KernelCache::stats() const {
   for (const DiskFile& f : scan(directory_, ".kernel")) {
     ++s.entries;
     s.total_bytes += f.bytes;
+    if (other_build(f.path)) {
+      ++s.other_build_entries;
+      s.other_build_bytes += f.bytes;
+    }
   }
   std::map<std::string, int64_t> totals = read_numbers(directory_ + "/counters");
   s.hits = uint64_t(std::max<int64_t>(0, totals["hits"]));
@@ -514,8 +545,8 @@ KernelCacheStats KernelCache::stats() const {
 
 namespace {
 uint64_t memory_footprint(const KernelEntry& e) {
-  return e.description.size() + e.backend.size() + e.target.size() + e.flags.size() + e.object.size() + e.ir.size() +
-         e.assembly.size() + sizeof e;
+  return e.description.size() + e.backend.size() + e.target.size() + e.flags.size() + e.code.size() + e.object.size() +
+         e.ir.size() + e.assembly.size() + sizeof e;
 }
 }  // namespace
 
@@ -559,17 +590,19 @@ PruneResult KernelCache::prune(uint64_t max_bytes) {
 PruneResult KernelCache::prune_locked(uint64_t max_bytes) {
   struct Candidate {
     DiskFile file;
+    bool this_build;  // false: never loaded here, so removed before any of this build's
     int64_t last_used_ms;
   };
   std::vector<Candidate> candidates;
   PruneResult result;
   for (const DiskFile& f : scan(directory_, ".kernel")) {
     std::map<std::string, int64_t> meta = read_numbers(directory_ + "/" + stem(f.name) + ".meta");
-    candidates.push_back({f, meta.count("last_used_ms") ? meta["last_used_ms"] : f.mtime_ms});
+    candidates.push_back({f, !other_build(f.path), meta.count("last_used_ms") ? meta["last_used_ms"] : f.mtime_ms});
     result.bytes_left += f.bytes;
   }
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.last_used_ms < b.last_used_ms; });
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::pair(a.this_build, a.last_used_ms) < std::pair(b.this_build, b.last_used_ms);
+  });
   for (const Candidate& c : candidates) {
     if (result.bytes_left <= max_bytes) break;
     std::error_code ec;

@@ -16,7 +16,13 @@
 namespace edb::jit {
 
 // Bump when the file layout or the key recipe changes: every old key and file then misses.
-inline constexpr uint32_t kKernelCacheFormatVersion = 1;
+// Version 2: the code identity in the key and the file.
+inline constexpr uint32_t kKernelCacheFormatVersion = 2;
+
+// The identity of the code that generates kernels in this build: a hash of jit/'s and nvrtc/'s
+// sources and the LLVM version, computed by the build (cmake/CodeIdentity.cmake), never bumped by
+// hand. Every key holds it, so a kernel cached by another build (an older code generator) misses.
+const std::string& code_identity();
 
 // 128-bit xxh3 of the canonical kernel text plus everything that changes the code. The same 32
 // lowercase hex digits name the kernel's symbol, its cache file and every log line about it.
@@ -31,11 +37,13 @@ struct KernelKey {
 };
 
 // The key of a kernel; fields are length-prefixed before hashing, so no two inputs collide by
-// concatenation. Throws UsageError when the description or backend is empty.
+// concatenation. `code` is the generating build's code_identity(): only tests and tools name
+// another. Throws UsageError when the description or backend is empty.
 KernelKey kernel_key(const std::string& description, const std::string& backend, const std::string& target,
-                     const std::string& flags, uint32_t format_version = kKernelCacheFormatVersion);
+                     const std::string& flags, const std::string& code = code_identity(),
+                     uint32_t format_version = kKernelCacheFormatVersion);
 
-// One compiled kernel. `key` must equal kernel_key(description, backend, target, flags).
+// One compiled kernel. `key` must equal kernel_key(description, backend, target, flags, code).
 struct KernelEntry {
   KernelKey key;
   std::string description;  // canonical kernel text; its first line is the batch signature
@@ -46,6 +54,7 @@ struct KernelEntry {
   std::string object;    // compiled object bytes
   std::string ir;        // optional LLVM IR text, for `edb-cache show`
   std::string assembly;  // optional assembly text, for `edb-cache show`
+  std::string code = code_identity();  // the build that generated it (code_identity() there)
 };
 
 // One disk entry as `list` shows it.
@@ -53,6 +62,7 @@ struct KernelInfo {
   KernelKey key;
   std::string signature;  // the description's first line
   std::string backend, target, flags;
+  std::string code;  // the generating build's code_identity()
   uint64_t bytes = 0;  // size of the entry file
   double compile_ms = 0;
   uint64_t hits = 0;          // times a process found it on disk
@@ -63,6 +73,9 @@ struct KernelInfo {
 struct KernelCacheStats {
   std::string directory;
   uint64_t entries = 0, total_bytes = 0, max_bytes = 0;
+  // Of those, entries another build wrote (another code identity or format version): never
+  // loaded by this build, and the first to go when pruning.
+  uint64_t other_build_entries = 0, other_build_bytes = 0;
   uint64_t hits = 0, misses = 0, stores = 0;
 };
 
@@ -95,9 +108,10 @@ struct KernelCacheOptions {
   std::function<void(const std::string&)> warn;  // one line per call; default: stderr
 };
 
-// Disk layout: DIR/HASH.kernel (magic, version, header fields, sections, xxh3_64 checksum of all
-// before it), written to a unique temp file and renamed into place, so readers see whole files and
-// two processes storing one key both succeed. DIR/HASH.meta (hits, last use) and DIR/counters are
+// Disk layout: DIR/HASH.kernel (magic, version, the code identity, header fields, sections, xxh3_64
+// checksum of all before it), written to a unique temp file and renamed into place, so readers see
+// whole files and two processes storing one key both succeed. Entries of other builds stay until
+// pruning, which removes them first. DIR/HASH.meta (hits, last use) and DIR/counters are
 // small text files rewritten the same way under flock(DIR/.lock), so counts from concurrent
 // processes add up. A bad entry file is a warning and a miss, and the next store replaces it. An
 // uncreatable or unwritable directory is one warning, then the cache runs from memory (reading
@@ -127,7 +141,8 @@ class KernelCache {
   KernelCacheStats stats() const;
   KernelCacheCounters counters() const;
   uint64_t max_memory_bytes() const { return max_memory_bytes_; }
-  PruneResult prune(uint64_t max_bytes);  // least recently used first, until total <= max_bytes
+  // Until the total is at most max_bytes: other builds' entries first, then the least recently used.
+  PruneResult prune(uint64_t max_bytes);
   PruneResult clear();  // memory and disk; `removed`: the entry files removed
   bool disk_writable() const;
 

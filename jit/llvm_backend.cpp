@@ -44,9 +44,6 @@ namespace edb::jit {
 
 namespace {
 
-// Bump when the emitted code changes, so cached kernels of the old code miss.
-constexpr const char* kCodeVersion = "llvm-kernel-8";
-
 // The compiled code reads KernelArgs and KernelInput by these byte offsets.
 static_assert(offsetof(KernelArgs, members) == 0 && offsetof(KernelArgs, elements) == 8 &&
               offsetof(KernelArgs, inputs) == 16 && offsetof(KernelArgs, outputs) == 24);
@@ -326,7 +323,7 @@ void write_perf_map(const std::string& object, const std::string& symbol, const 
 std::string perf_map_path() { return "/tmp/perf-" + std::to_string(::getpid()) + ".map"; }
 
 std::string llvm_kernel_flags() {
-  return std::string(kCodeVersion) + " O3 isa=" + ir::isa_name(ir::selected_isa()) + " " + host_cpu_features();
+  return std::string("O3 isa=") + ir::isa_name(ir::selected_isa()) + " " + host_cpu_features();
 }
 
 struct LlvmBackend::State {

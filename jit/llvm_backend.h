@@ -54,8 +54,9 @@ struct LlvmBackendOptions {
 // /tmp/perf-PID.map of this process: where perf looks for the names of JIT code.
 std::string perf_map_path();
 
-// What goes into a key besides the text and the CPU: this backend's code version, the
-// optimisation level and the host features (bump the version when emitted code changes).
+// What goes into a key besides the text, the CPU and the build's code_identity() (which changes
+// with any source of jit/, so nothing here is bumped by hand): the optimisation level and the
+// host features and the ISA they were narrowed to.
 std::string llvm_kernel_flags();
 
 // Floats per vector register in compiled cell programs on this host (16 with AVX-512, 8 with

@@ -1,6 +1,7 @@
 // CUDA kernels through the kernel cache shared with the CPU backend: backend "cuda", target the
-// architecture ("sm_90"), flags naming the NVRTC version and options. An image whose key is cached
-// is taken from memory or disk; any other is rendered, compiled by NVRTC and stored.
+// architecture ("sm_90"), flags naming the NVRTC version and options, and (as in every key) the
+// build's jit::code_identity(), so no image another build rendered loads. An image whose key is
+// cached is taken from memory or disk; any other is rendered, compiled by NVRTC and stored.
 #pragma once
 
 #include <string>

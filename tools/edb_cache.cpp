@@ -28,14 +28,16 @@ void print_help() {
   std::printf(
       "usage: edb-cache COMMAND [flags]\n\n"
       "Looks after the kernel cache: compiled kernels keyed by a 128-bit hash of their canonical\n"
-      "description, backend, target CPU, flags and the cache format version.\n\n"
+      "description, backend, target CPU, flags, the build's code identity and the cache format\n"
+      "version. Entries another build wrote are never loaded; pruning removes them first.\n\n"
       "commands:\n"
       "  list               every entry: hash, signature, backend, target, size, compile ms, hits, last use\n"
       "  show HASH          one entry: description, flags, LLVM IR and assembly\n"
-      "  stats              entries, total size, lifetime hits and misses\n"
+      "  stats              entries (and how many another build wrote), total size, lifetime hits and misses\n"
       "  verify             checks every entry file; exits 1 if any is bad\n"
       "  clear              removes every entry\n"
-      "  prune --max-size N removes least recently used entries until the total is at most N bytes\n"
+      "  prune --max-size N removes other builds' entries, then the least recently used, until the\n"
+      "                     total is at most N bytes\n"
       "                     (K, M, G suffixes: powers of 1024)\n\n"
       "flags:\n"
       "  --dir DIR          the cache directory (default: $EDB_CACHE_DIR, else ~/.cache/edbatch)\n"
@@ -95,7 +97,8 @@ int list(KernelCache& cache, bool json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& i : infos)
       out.push_back({{"hash", i.key.hex()}, {"signature", i.signature}, {"backend", i.backend}, {"target", i.target},
-                     {"flags", i.flags}, {"bytes", i.bytes}, {"compile_ms", i.compile_ms}, {"hits", i.hits},
+                     {"flags", i.flags}, {"code", i.code}, {"this_build", i.code == edb::jit::code_identity()},
+                     {"bytes", i.bytes}, {"compile_ms", i.compile_ms}, {"hits", i.hits},
                      {"last_used_ms", i.last_used_ms}});
     std::cout << out.dump(2) << '\n';
     return 0;
@@ -132,22 +135,25 @@ int show(KernelCache& cache, const std::string& hash, bool json) {
     regenerated = compiled.key == entry->key
                       ? "regenerated from the description on this machine (same key: the same code)"
                       : "regenerated from the description for this machine's target " + compiled.target +
-                            " (key " + compiled.key.hex() + "): the stored object was built for another "
-                            "target or backend version";
+                            " and this build (key " + compiled.key.hex() + "): the stored object was built for "
+                            "another target or by another build";
   }
   if (json) {
     const nlohmann::json out = {{"hash", entry->key.hex()},     {"symbol", entry->key.symbol()},
                                 {"backend", entry->backend},     {"target", entry->target},
-                                {"flags", entry->flags},         {"compile_ms", entry->compile_ms},
+                                {"flags", entry->flags},         {"code", entry->code},
+                                {"compile_ms", entry->compile_ms},
                                 {"object_bytes", entry->object.size()}, {"description", entry->description},
                                 {"ir", entry->ir},               {"assembly", entry->assembly},
                                 {"regenerated", regenerated}};
     std::cout << out.dump(2) << '\n';
     return 0;
   }
-  std::printf("kernel %s (symbol %s)\nbackend %s, target %s, flags %s\ncompile %.1f ms, object %s\n\n",
+  std::printf("kernel %s (symbol %s)\nbackend %s, target %s, flags %s\ncode %s%s\ncompile %.1f ms, object %s\n\n",
               entry->key.hex().c_str(), entry->key.symbol().c_str(), entry->backend.c_str(), entry->target.c_str(),
-              entry->flags.c_str(), entry->compile_ms, human_bytes(entry->object.size()).c_str());
+              entry->flags.c_str(), entry->code.c_str(),
+              entry->code == edb::jit::code_identity() ? " (this build)" : " (another build: never loaded here)",
+              entry->compile_ms, human_bytes(entry->object.size()).c_str());
   std::printf("== description ==\n%s\n", entry->description.c_str());
   if (!regenerated.empty()) std::printf("\n(LLVM IR and assembly %s)\n", regenerated.c_str());
   std::printf("\n== LLVM IR ==\n%s\n", entry->ir.empty() ? "(not stored)" : entry->ir.c_str());
@@ -159,15 +165,24 @@ int stats(KernelCache& cache, bool json) {
   const auto s = cache.stats();
   const double rate = s.hits + s.misses ? double(s.hits) / double(s.hits + s.misses) : 0.0;
   if (json) {
-    const nlohmann::json out = {{"directory", s.directory}, {"entries", s.entries}, {"total_bytes", s.total_bytes},
-                                {"hits", s.hits},           {"misses", s.misses},   {"stores", s.stores},
+    const nlohmann::json out = {{"directory", s.directory},
+                                {"entries", s.entries},
+                                {"total_bytes", s.total_bytes},
+                                {"other_build_entries", s.other_build_entries},
+                                {"other_build_bytes", s.other_build_bytes},
+                                {"code", edb::jit::code_identity()},
+                                {"hits", s.hits},
+                                {"misses", s.misses},
+                                {"stores", s.stores},
                                 {"hit_rate", rate}};
     std::cout << out.dump(2) << '\n';
     return 0;
   }
-  std::printf("directory   %s\nentries     %llu\ntotal size  %s\nhits        %llu\nmisses      %llu\nstores      "
-              "%llu\nhit rate    %.1f%%\n",
-              s.directory.c_str(), static_cast<unsigned long long>(s.entries), human_bytes(s.total_bytes).c_str(),
+  std::printf("directory   %s\nentries     %llu\nother build %llu (%s; never loaded by this build, pruned first)\n"
+              "total size  %s\nhits        %llu\nmisses      %llu\nstores      %llu\nhit rate    %.1f%%\n",
+              s.directory.c_str(), static_cast<unsigned long long>(s.entries),
+              static_cast<unsigned long long>(s.other_build_entries), human_bytes(s.other_build_bytes).c_str(),
+              human_bytes(s.total_bytes).c_str(),
               static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.misses),
               static_cast<unsigned long long>(s.stores), 100 * rate);
   return 0;

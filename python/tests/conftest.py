@@ -1,11 +1,24 @@
-# Shared by the Python tests: the module under test comes from PYTHONPATH (scripts/test.sh sets
-# <build>/python); its build tree gives edb-run and the install step, ../shared/data the data.
+# Shared by the Python tests: the module under test comes from PYTHONPATH (ctest's python.pytest
+# sets <build>/python); its build tree gives edb-run and the install step, ../shared/data the data.
+# The run gets a kernel cache of its own, so no test reads or writes ~/.cache/edbatch or finds
+# kernels another run left; and WAIT_SECONDS bounds every wait on a thread or a subprocess.
+import atexit
 import os
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
-import edbatch
+# Set before the module is imported and any engine made: engines read it when first made.
+CACHE_DIR = tempfile.mkdtemp(prefix="edbatch-pytest-kernels-")
+os.environ["EDB_CACHE_DIR"] = CACHE_DIR
+atexit.register(shutil.rmtree, CACHE_DIR, ignore_errors=True)
+
+import edbatch  # noqa: E402
+
+# Far beyond any wait's normal time on a loaded machine: reaching it fails the test, not the run.
+WAIT_SECONDS = 600
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Subprocesses (the examples, the guide's blocks) import the same module from any directory.
@@ -32,3 +45,14 @@ def edb_run():
     if not path.exists():
         pytest.fail(f"edb-run not found at {path} (set EDB_RUN_BINARY)")
     return path
+
+
+def join_threads(threads, errors):
+    """Joins `threads` within WAIT_SECONDS each, then re-raises the first exception a worker put
+    in `errors`, or fails naming the threads still running."""
+    for thread in threads:
+        thread.join(WAIT_SECONDS)
+    if errors:
+        raise errors[0]
+    alive = [thread.name for thread in threads if thread.is_alive()]
+    assert not alive, f"threads still running after {WAIT_SECONDS} s: {alive}"

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, build_dir
+from conftest import REPO, WAIT_SECONDS, build_dir
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -139,7 +139,8 @@ def test_another_interpreter_is_told_which_one_the_module_is_for(tmp_path):
     code = ("import runpy, sys\n"
             "sys.version_info = (2, 7, 0)\n"
             f"runpy.run_path({str(shim)!r})\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=WAIT_SECONDS)
     assert result.returncode != 0
     assert "ImportError: edbatch: the module here was built for Python 3." in result.stderr
     assert "this is Python 2.7" in result.stderr and "-DPython_EXECUTABLE=" in result.stderr

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import build_dir
+from conftest import WAIT_SECONDS, build_dir
 
 
 def test_the_installed_module_imports_from_the_prefix(tmp_path):
@@ -17,7 +17,8 @@ def test_the_installed_module_imports_from_the_prefix(tmp_path):
         pytest.fail("cmake not found")
     build = build_dir()
     prefix = tmp_path / "prefix"
-    subprocess.run([cmake, "--install", str(build), "--prefix", str(prefix)], check=True, capture_output=True)
+    subprocess.run([cmake, "--install", str(build), "--prefix", str(prefix)], check=True, capture_output=True,
+                   timeout=WAIT_SECONDS)
     modules = list(prefix.rglob("edbatch*.so"))
     assert len(modules) == 1, modules
     site = modules[0].parent
@@ -32,5 +33,5 @@ def test_the_installed_module_imports_from_the_prefix(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(site)
     out = subprocess.run([sys.executable, "-c", script, str(site)], check=True, capture_output=True, text=True,
-                         env=env, cwd=tmp_path)
+                         env=env, cwd=tmp_path, timeout=WAIT_SECONDS)
     assert float(out.stdout) == pytest.approx(0.46211716)

@@ -35,6 +35,14 @@ def test_input_layouts(engine):
         assert v.dtype == np.float32 and v.shape == (3, 4)
 
 
+def test_input_shapes():
+    """A 2-D input keeps its (rows, cols); n values in one dimension make a column (n, 1)."""
+    with edbatch.Trace(edbatch.Engine()) as t:
+        x, y = t.input(np.zeros((3, 2), np.float32)), t.input(np.zeros(5, np.float32))
+        assert x.shape == (3, 2) and x.value().shape == (3, 2)
+        assert y.shape == (5, 1) and y.value().shape == (5, 1)
+
+
 def test_parameters_and_lookup(engine):
     model = edbatch.Model("ops", seed=3)
     W = model.add_parameter("W", 4, 3)

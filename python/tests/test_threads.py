@@ -1,10 +1,13 @@
 # Two Python threads: with an engine each (evaluation releases the GIL) and sharing one engine
-# (they take turns); the results equal a single thread's.
+# (they take turns); the results equal a single thread's. Every wait is bounded (conftest's
+# WAIT_SECONDS) and a worker's exception is raised again in the test.
 import threading
+import time
 
 import numpy as np
 
 import edbatch
+from conftest import WAIT_SECONDS, join_threads
 
 
 def workload(engine, model, offset):
@@ -37,14 +40,12 @@ def run_threads(engines, model):
     def work(k):
         try:
             results[k] = workload(engines[k], model, k)
-        except Exception as e:  # reported below: a thread's exception would otherwise vanish
+        except BaseException as e:  # raised below: a thread's exception would otherwise vanish
             errors.append(e)
     threads = [threading.Thread(target=work, args=(k,)) for k in range(len(engines))]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    join_threads(threads, errors)
     return results
 
 
@@ -72,25 +73,31 @@ def test_a_thread_runs_python_while_another_evaluates():
     model = make_model()
     engine = edbatch.Engine(executor="reference", policy="sequential")
     W = model.parameter("W")
-    inside, ticks = threading.Event(), []
+    inside, ticks, errors = threading.Event(), [], []
     done = threading.Event()
 
     def evaluate():
-        with edbatch.Trace(engine) as t:
-            h = t.input(np.ones(16, dtype=np.float32))
-            for _ in range(20000):
-                h = edbatch.tanh(t.param(W) @ h)
-            inside.set()
-            h.value()
-        done.set()
+        try:
+            with edbatch.Trace(engine) as t:
+                h = t.input(np.ones(16, dtype=np.float32))
+                for _ in range(20000):
+                    h = edbatch.tanh(t.param(W) @ h)
+                inside.set()
+                h.value()
+        except BaseException as e:  # raised below, once the waits are over
+            errors.append(e)
+        finally:
+            inside.set()  # a worker that failed before value() must not leave the test waiting
+            done.set()
 
     thread = threading.Thread(target=evaluate)
     thread.start()
-    inside.wait()
-    while not done.is_set():
+    assert inside.wait(WAIT_SECONDS), f"the worker did not start evaluating within {WAIT_SECONDS} s"
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not done.is_set() and time.monotonic() < deadline:
         ticks.append(1)
         done.wait(0.0005)
-    thread.join()
+    join_threads([thread], errors)
     assert len(ticks) >= 1
 
 

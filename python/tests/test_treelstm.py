@@ -9,17 +9,20 @@ import sys
 
 import pytest
 
+from conftest import WAIT_SECONDS
+
 EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "treelstm.py"
 
 
 def python_run(*args):
     out = subprocess.run([sys.executable, str(EXAMPLE), *args, "--json"], check=True, capture_output=True,
-                         text=True, env=os.environ)
+                         text=True, env=os.environ, timeout=WAIT_SECONDS)
     return json.loads(out.stdout)
 
 
 def cpp_run(edb_run, *args):
-    out = subprocess.run([str(edb_run), "treelstm", *args, "--json"], check=True, capture_output=True, text=True)
+    out = subprocess.run([str(edb_run), "treelstm", *args, "--json"], check=True, capture_output=True, text=True,
+                         timeout=WAIT_SECONDS)
     return json.loads(out.stdout)
 
 
@@ -50,16 +53,18 @@ def test_sgd_training_and_the_plain_output(edb_run, data_dir):
              "--momentum", "0.5", "--hidden", "8", "--embed", "8", "--batch", "8"]
     py, cpp = python_run(*flags), cpp_run(edb_run, *flags)
     assert py["epochs"][0]["train_loss"] == pytest.approx(cpp["epochs"][0]["train_loss"], rel=1e-5)
-    text = subprocess.run([sys.executable, str(EXAMPLE), *flags], check=True, capture_output=True, text=True).stdout
+    text = subprocess.run([sys.executable, str(EXAMPLE), *flags], check=True, capture_output=True, text=True,
+                          timeout=WAIT_SECONDS).stdout
     assert "epoch 1: train loss" in text
 
 
 def test_help_and_bad_data(tmp_path):
     help_text = subprocess.run([sys.executable, str(EXAMPLE), "--help"], check=True, capture_output=True,
-                               text=True).stdout
+                               text=True, timeout=WAIT_SECONDS).stdout
     for flag in ("--data", "--limit", "--batch", "--hidden", "--embed", "--train", "--epochs", "--seed", "--json"):
         assert flag in help_text
     bad = tmp_path / "bad.txt"
     bad.write_text("(3 (2 w1) (1 w2))\n(9 w1)\n")
-    result = subprocess.run([sys.executable, str(EXAMPLE), "--data", str(bad)], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(EXAMPLE), "--data", str(bad)], capture_output=True, text=True,
+                            timeout=WAIT_SECONDS)
     assert result.returncode != 0 and f"{bad}:2: expected label 0-4" in result.stderr

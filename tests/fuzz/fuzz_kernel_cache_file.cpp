@@ -38,7 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::require(read.has_value(), "a stored entry reads back");
     fuzz::require(read->description == entry.description && read->backend == entry.backend &&
                       read->target == entry.target && read->flags == entry.flags && read->object == entry.object &&
-                      read->ir == entry.ir && read->assembly == entry.assembly && read->compile_ms == entry.compile_ms,
+                      read->ir == entry.ir && read->assembly == entry.assembly && read->compile_ms == entry.compile_ms &&
+                      read->code == entry.code,
                   "a stored entry reads back with the same fields");
     jit::KernelCache(options).clear();
     return 0;

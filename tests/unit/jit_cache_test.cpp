@@ -219,6 +219,46 @@ TEST(CachedCompiler, AnEntryForAnotherTargetIsNotLoaded) {
   EXPECT_EQ(backend.kernels(), 0u);
 }
 
+// Issue 48: a build whose code generator differs (say, sigmoid's sign) while the kernel's
+// description, target and flags do not must not run the kernels an earlier build cached. Here the
+// other build's entry holds this very kernel's object, so only the code identity in the key tells
+// them apart; this build compiles its own and stores it beside the other.
+TEST(CachedCompiler, AKernelCachedByAnotherBuildIsNotLoaded) {
+  TempDir dir;
+  const Kernel kernel = cell_kernel();
+  KernelEntry theirs;
+  {
+    CachedCompiler other_build(options_for(dir.path(), nullptr));
+    bool compiled_now = false;
+    const CompiledKernel compiled = other_build.get(kernel, compiled_now);
+    ASSERT_TRUE(compiled_now);
+    theirs = *other_build.cache().read(compiled.key);
+  }
+  fs::remove(dir.file(theirs.key.hex() + ".kernel"));
+  theirs.code = "jit+nvrtc 0000000000000000 llvm " + code_identity().substr(code_identity().rfind(' ') + 1);
+  theirs.key = kernel_key(theirs.description, theirs.backend, theirs.target, theirs.flags, theirs.code);
+  CachedCompiler(options_for(dir.path(), nullptr)).cache().store(theirs);
+  ASSERT_EQ(kernel_files(dir.path()), 1u);
+
+  CachedCompiler this_build(options_for(dir.path(), nullptr));  // no warning expected
+  bool compiled_now = false;
+  const CompiledKernel compiled = this_build.get(kernel, compiled_now);
+  EXPECT_TRUE(compiled_now);
+  EXPECT_NE(compiled.key, theirs.key);
+  expect_matches_interpreter(compiled, kernel);
+  EXPECT_EQ(this_build.cache().counters().disk_hits, 0u);
+  EXPECT_EQ(this_build.cache().counters().stores, 1u);
+  EXPECT_EQ(kernel_files(dir.path()), 2u);
+  EXPECT_EQ(this_build.cache().read(compiled.key)->code, code_identity());
+  const KernelCacheStats stats = this_build.cache().stats();
+  EXPECT_EQ(stats.entries, 2u);
+  EXPECT_EQ(stats.other_build_entries, 1u);
+  // Nor does the backend link another build's entry handed to it directly.
+  LlvmBackend backend;
+  EXPECT_THROW(backend.load(theirs), InternalError);
+  EXPECT_EQ(backend.kernels(), 0u);
+}
+
 // ---- a second edb-run process on a warm directory ----
 
 std::string edb_run_binary() {

@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <memory>
 #include <cstdlib>
@@ -84,19 +86,37 @@ TEST(KernelKey, HexIsThirtyTwoLowercaseDigitsAndRoundTrips) {
 }
 
 TEST(KernelKey, SameInputsSameKeyAndEveryInputCounts) {
-  const KernelKey base = kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2", 1);
-  EXPECT_EQ(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2", 1), base);
-  EXPECT_EQ(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2"), base);  // version defaults to the current one
-  EXPECT_NE(kernel_key("tanh f32[5]", "llvm", "znver4", "+avx2", 1), base);
-  EXPECT_NE(kernel_key("tanh f32[4]", "cuda", "znver4", "+avx2", 1), base);
-  EXPECT_NE(kernel_key("tanh f32[4]", "llvm", "skylake", "+avx2", 1), base);
-  EXPECT_NE(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2,+fma", 1), base);
-  EXPECT_NE(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2", 2), base);
+  const std::string code = "jit+nvrtc 0123456789abcdef llvm 19.1.7";
+  const KernelKey base = kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2", code, 2);
+  EXPECT_EQ(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2", code, 2), base);
+  EXPECT_EQ(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2", code), base);  // version defaults to the current one
+  EXPECT_NE(kernel_key("tanh f32[5]", "llvm", "znver4", "+avx2", code, 2), base);
+  EXPECT_NE(kernel_key("tanh f32[4]", "cuda", "znver4", "+avx2", code, 2), base);
+  EXPECT_NE(kernel_key("tanh f32[4]", "llvm", "skylake", "+avx2", code, 2), base);
+  EXPECT_NE(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2,+fma", code, 2), base);
+  EXPECT_NE(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2", "jit+nvrtc 0123456789abcdee llvm 19.1.7", 2), base);
+  EXPECT_NE(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2", code, 1), base);
   // Fields are length-prefixed: moving a boundary between fields changes the key.
   EXPECT_NE(kernel_key("a", "llvmx", "", ""), kernel_key("a", "llvm", "x", ""));
   EXPECT_NE(kernel_key("a", "llvm", "x", "y"), kernel_key("a", "llvm", "xy", ""));
+  EXPECT_NE(kernel_key("a", "llvm", "x", "y", "z"), kernel_key("a", "llvm", "x", "yz", ""));
   // Pinned so that a change to the key recipe is noticed: it must come with a format version bump.
-  EXPECT_EQ(base.hex(), "c79dda88c98c793630504c7d00047dc0");
+  EXPECT_EQ(base.hex(), "509026fd905e723f3664cdafa6668b89");
+}
+
+// The build's code identity is in every key unless another is named: a hash of jit/'s and nvrtc/'s
+// sources (16 hex digits) and the LLVM version, from cmake/CodeIdentity.cmake.
+TEST(KernelKey, TheCodeIdentityOfThisBuildIsInEveryKey) {
+  const std::string& code = code_identity();
+  const std::string prefix = "jit+nvrtc ", llvm = " llvm 19.";
+  ASSERT_EQ(code.substr(0, prefix.size()), prefix) << code;
+  for (size_t i = prefix.size(); i < prefix.size() + 16; ++i) EXPECT_TRUE(std::isxdigit(code[i])) << code;
+  EXPECT_EQ(code.substr(prefix.size() + 16, llvm.size()), llvm) << code;
+  EXPECT_EQ(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2"),
+            kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2", code));
+  EXPECT_NE(kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2"),
+            kernel_key("tanh f32[4]", "llvm", "znver4", "+avx2", code + " (another build)"));
+  EXPECT_EQ(KernelEntry().code, code);
 }
 
 TEST(KernelKey, EmptyDescriptionOrBackendIsAUsageError) {
@@ -501,6 +521,62 @@ TEST(KernelCache, ClearRemovesEverything) {
   EXPECT_FALSE(cache.lookup(make_entry(0).key));  // memory is cleared too
 }
 
+// make_entry(id) as another build wrote it: the same kernel under that build's code identity.
+KernelEntry entry_of_another_build(int id, size_t object_bytes = 4000) {
+  KernelEntry e = make_entry(id, object_bytes);
+  e.code = code_identity() + " (another build)";
+  e.key = kernel_key(e.description, e.backend, e.target, e.flags, e.code);
+  return e;
+}
+
+// Another build's entries are sound files that this build never looks up; stats counts them
+// (files of another format version too) and pruning removes them before any of this build's.
+TEST(KernelCache, AnotherBuildsEntriesAreNeverFoundAndArePrunedFirst) {
+  TempDir dir;
+  const KernelEntry mine = make_entry(1), old = make_entry(2), theirs = entry_of_another_build(1);
+  ASSERT_NE(theirs.key, mine.key);
+  KernelCache(options_for(dir.path(), nullptr)).store(old);
+  tick();
+  KernelCache(options_for(dir.path(), nullptr)).store(theirs);
+  tick();
+  KernelCache cache(options_for(dir.path(), nullptr));
+  EXPECT_FALSE(cache.lookup(mine.key));  // the same kernel, cached by another build: a miss
+  cache.store(mine);
+  ASSERT_TRUE(cache.read(theirs.key));  // a sound file, for the tools
+  expect_same(*cache.read(theirs.key), theirs);
+  EXPECT_EQ(cache.read(theirs.key)->code, theirs.code);
+  EXPECT_EQ(cache.read(mine.key)->code, code_identity());
+  // An entry of an older format version: counted as another build's, pruned with them.
+  const KernelEntry older = make_entry(3);
+  cache.store(older);
+  std::string bytes = read_file(cache.entry_path(older.key));
+  bytes[8] = 1;
+  write_file(cache.entry_path(older.key), bytes);
+
+  const uint64_t file_bytes = fs::file_size(cache.entry_path(mine.key));
+  KernelCacheStats s = cache.stats();
+  EXPECT_EQ(s.entries, 4u);
+  EXPECT_EQ(s.other_build_entries, 2u);
+  EXPECT_EQ(s.other_build_bytes, fs::file_size(cache.entry_path(theirs.key)) + bytes.size());
+  const auto infos = cache.list();  // sound entries only: the older version's file is not
+  ASSERT_EQ(infos.size(), 3u);
+  EXPECT_EQ(std::count_if(infos.begin(), infos.end(), [](const KernelInfo& i) { return i.code != code_identity(); }),
+            1);
+
+  // `old` was used least recently, yet the other builds' entries go first.
+  const PruneResult pruned = cache.prune(2 * file_bytes);
+  EXPECT_EQ(pruned.removed, 2u);
+  EXPECT_FALSE(fs::exists(cache.entry_path(theirs.key)));
+  EXPECT_FALSE(fs::exists(cache.entry_path(older.key)));
+  EXPECT_TRUE(fs::exists(cache.entry_path(old.key)));
+  EXPECT_TRUE(fs::exists(cache.entry_path(mine.key)));
+  s = cache.stats();
+  EXPECT_EQ(s.entries, 2u);
+  EXPECT_EQ(s.other_build_entries, 0u);
+  EXPECT_EQ(cache.prune(file_bytes).removed, 1u);  // then the least recently used
+  EXPECT_TRUE(fs::exists(cache.entry_path(mine.key)));
+}
+
 // ---- the edb-cache tool ----
 
 std::string edb_cache_binary() {
@@ -546,6 +622,20 @@ TEST(EdbCacheTool, CommandsOnARealDirectory) {
   o = run_tool("stats --json" + d);
   ASSERT_EQ(o.status, 0) << o.err;
   EXPECT_EQ(nlohmann::json::parse(o.out)["entries"], 2);
+  EXPECT_EQ(nlohmann::json::parse(o.out)["other_build_entries"], 0);
+  KernelCache(options_for(dir.path(), nullptr)).store(entry_of_another_build(3));
+  o = run_tool("stats" + d);
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("entries     3\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\nother build 1 ("), std::string::npos) << o.out;
+  o = run_tool("list --json" + d);
+  ASSERT_EQ(o.status, 0) << o.err;
+  list = nlohmann::json::parse(o.out);
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0]["code"], code_identity() + " (another build)");
+  EXPECT_EQ(list[0]["this_build"], false);
+  EXPECT_EQ(list[1]["this_build"], true);
+  fs::remove(dir.file(entry_of_another_build(3).key.hex() + ".kernel"));
 
   EXPECT_EQ(run_tool("verify" + d).status, 0);
   const std::string path = dir.file(a.key.hex() + ".kernel");

@@ -1,0 +1,48 @@
+# ctest harness.every_test_has_the_private_kernel_cache: every test that ctest lists (the discovered
+# GoogleTest cases, the Python suite, the docs, fuzz and bench tests) runs with EDB_CACHE_DIR set to
+# the run's own kernel cache and after kernel_cache.empty, so none reads or writes the user's cache
+# (cmake/Testing.cmake). In: CTEST, BUILD_DIR, CACHE_DIR.
+execute_process(COMMAND ${CTEST} --test-dir ${BUILD_DIR} --show-only=json-v1
+                RESULT_VARIABLE status OUTPUT_VARIABLE listing ERROR_VARIABLE errors)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "ctest --show-only failed (${status}): ${errors}")
+endif()
+# ctest prints one JSON value per line, a test's name before its properties: read it line by line
+# (string(JSON) parses the whole listing on every call, seconds for 700 tests).
+# (A CMake list does not split inside brackets, so they and semicolons go first.)
+string(REGEX REPLACE "[][;]" " " listing "${listing}")
+string(REPLACE "\n" ";" lines "${listing}")
+set(count 0)
+set(escaped "")
+set(name "")
+macro(check_previous)
+  if(NOT name STREQUAL "" AND NOT name STREQUAL "kernel_cache.empty" AND NOT (has_environment AND has_fixture))
+    list(APPEND escaped "${name}")
+  endif()
+endmacro()
+foreach(line IN LISTS lines)
+  if(line MATCHES "^      \"name\" : \"(.*)\",?$")
+    check_previous()
+    set(name "${CMAKE_MATCH_1}")
+    set(has_environment OFF)
+    set(has_fixture OFF)
+    math(EXPR count "${count} + 1")
+  elseif(line MATCHES "\"EDB_CACHE_DIR=(.*)\"")
+    if(CMAKE_MATCH_1 STREQUAL CACHE_DIR)
+      set(has_environment ON)
+    endif()
+  elseif(line MATCHES "\"name\" : \"FIXTURES_REQUIRED\"")
+    set(has_fixture ON)
+  endif()
+endforeach()
+check_previous()
+if(count LESS 100)
+  message(FATAL_ERROR "ctest lists ${count} tests: were the GoogleTest cases discovered?")
+endif()
+if(escaped)
+  list(LENGTH escaped escaped_count)
+  list(JOIN escaped "\n  " names)
+  message(FATAL_ERROR "${escaped_count} of ${count} tests lack EDB_CACHE_DIR=${CACHE_DIR} or the fixture "
+                      "edb_test_kernel_cache (call edb_hermetic_tests() or pass EDB_TEST_PROPERTIES):\n  ${names}")
+endif()
+message(STATUS "all ${count} tests run with the kernel cache ${CACHE_DIR}")
