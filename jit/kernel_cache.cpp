@@ -25,6 +25,8 @@
 #include <llvm/ADT/StringRef.h>
 #include <llvm/Support/xxhash.h>
 
+#include "ir/files.h"
+
 namespace edb::jit {
 namespace {
 
@@ -230,23 +232,14 @@ std::string write_numbers(const std::map<std::string, int64_t>& numbers) {
   return text;
 }
 
-// flock(DIR/.lock) for read-modify-write of metadata and for pruning; other processes wait.
+// flock(DIR/.lock) for read-modify-write of metadata and for pruning; other processes wait. A
+// directory the lock file cannot be made in (read-only) is worked on unlocked.
 class DirectoryLock {
  public:
-  explicit DirectoryLock(const std::string& directory) {
-    fd_ = ::open((directory + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) return;
-    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
-    }
-  }
-  ~DirectoryLock() {
-    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
-  }
-  DirectoryLock(const DirectoryLock&) = delete;
-  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  explicit DirectoryLock(const std::string& directory) : lock_(directory + "/.lock") {}
 
  private:
-  int fd_ = -1;
+  ir::FileLock lock_;
 };
 
 struct DiskFile {
@@ -368,22 +361,12 @@ bool KernelCache::ensure_directory() const {
   return true;
 }
 
-bool KernelCache::write_atomically(const std::string& path, const std::string& contents) const {
-  static std::atomic<uint64_t> sequence{0};
-  const std::string temp = directory_ + "/.tmp-" + fs::path(path).filename().string() + "-" +
-                           std::to_string(::getpid()) + "-" + std::to_string(sequence++);
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  int error = fd < 0 ? errno : 0;
-  for (size_t done = 0; fd >= 0 && !error && done < contents.size();) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno != EINTR) error = errno;
-    if (n > 0) done += size_t(n);
-  }
-  if (fd >= 0 && ::close(fd) != 0 && !error) error = errno;
-  if (!error && ::rename(temp.c_str(), path.c_str()) != 0) error = errno;
-  if (!error) return true;
-  if (fd >= 0) ::unlink(temp.c_str());
-  warn_once("cannot write " + path + ": " + std::strerror(error) + "; keeping kernels in memory only");
+bool KernelCache::write_atomically(const std::string& path, const std::string& contents, bool sync) const {
+  // Every writer of an entry writes the same bytes, and metadata is written under the directory's
+  // lock: no lock of its own. Hit counts may be lost in a crash; entries are flushed to the disk.
+  const std::string why = ir::write_file(path, contents, {.lock = false, .sync = sync});
+  if (why.empty()) return true;
+  warn_once(why + "; keeping kernels in memory only");
   return false;
 }
 
@@ -395,13 +378,13 @@ void KernelCache::record_use(const KernelKey* key, bool hit, bool stored) {
   totals["hits"] += hit ? 1 : 0;
   totals["misses"] += key ? 0 : 1;
   totals["stores"] += stored ? 1 : 0;
-  if (!write_atomically(counters_path, write_numbers(totals))) return;
+  if (!write_atomically(counters_path, write_numbers(totals), false)) return;
   if (!key) return;
   const std::string meta_path = directory_ + "/" + key->hex() + ".meta";
   std::map<std::string, int64_t> meta = read_numbers(meta_path);
   meta["hits"] += hit ? 1 : 0;
   meta["last_used_ms"] = now_ms();
-  write_atomically(meta_path, write_numbers(meta));
+  write_atomically(meta_path, write_numbers(meta), false);
 }
 
 std::optional<KernelEntry> KernelCache::lookup(const KernelKey& key) {
@@ -445,7 +428,7 @@ void KernelCache::store(const KernelEntry& entry) {
   std::string problem;
   if (!parse(bytes, problem)) throw InternalError("KernelCache::store: a serialized entry does not parse: " + problem);
 #endif
-  if (!write_atomically(entry_path(entry.key), bytes)) return;
+  if (!write_atomically(entry_path(entry.key), bytes, true)) return;
   record_use(&entry.key, /*hit=*/false, /*stored=*/true);
   if (disk_writable() && over_max_bytes_after(bytes.size())) prune(max_bytes_);
 }
@@ -621,7 +604,7 @@ PruneResult KernelCache::prune_locked(uint64_t max_bytes) {
     std::error_code ec;
     if (f.name.ends_with(".meta") && !fs::exists(directory_ + "/" + stem(f.name) + ".kernel", ec))
       fs::remove(f.path, ec);
-    else if (f.name.starts_with(".tmp-") && now - f.mtime_ms > kStaleTempMs)
+    else if (ir::is_temporary_name(f.name) && now - f.mtime_ms > kStaleTempMs)
       fs::remove(f.path, ec);
   }
   return result;
@@ -641,7 +624,7 @@ PruneResult KernelCache::clear() {
   const int64_t now = now_ms();
   for (const DiskFile& f : scan(directory_, "")) {
     std::error_code ec;
-    const bool stale_temp = f.name.starts_with(".tmp-") && now - f.mtime_ms > kStaleTempMs;
+    const bool stale_temp = ir::is_temporary_name(f.name) && now - f.mtime_ms > kStaleTempMs;
     if (!(f.name.ends_with(".kernel") || f.name.ends_with(".meta") || f.name == "counters" || stale_temp)) continue;
     if (fs::remove(f.path, ec) && !ec) {
       if (f.name.ends_with(".kernel")) ++result.removed;

@@ -109,9 +109,10 @@ struct KernelCacheOptions {
 };
 
 // Disk layout: DIR/HASH.kernel (magic, version, the code identity, header fields, sections, xxh3_64
-// checksum of all before it), written to a unique temp file and renamed into place, so readers see
-// whole files and two processes storing one key both succeed. Entries of other builds stay until
-// pruning, which removes them first. DIR/HASH.meta (hits, last use) and DIR/counters are
+// checksum of all before it), written by ir/files.h's durable writer (a temp file unique to the
+// writer, flushed and renamed into place), so readers see whole files and two processes storing
+// one key both succeed. Entries of other builds stay until pruning, which removes them first.
+// DIR/HASH.meta (hits, last use) and DIR/counters are
 // small text files rewritten the same way under flock(DIR/.lock), so counts from concurrent
 // processes add up. A bad entry file is a warning and a miss, and the next store replaces it. An
 // uncreatable or unwritable directory is one warning, then the cache runs from memory (reading
@@ -149,7 +150,7 @@ class KernelCache {
  private:
   void warn_once(const std::string& message) const;
   bool ensure_directory() const;
-  bool write_atomically(const std::string& path, const std::string& contents) const;
+  bool write_atomically(const std::string& path, const std::string& contents, bool sync) const;
   void record_use(const KernelKey* key, bool hit, bool stored);  // metadata, under the dir lock
   PruneResult prune_locked(uint64_t max_bytes);
   void keep_in_memory_locked(const KernelEntry& entry);  // under mutex_

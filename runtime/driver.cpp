@@ -9,13 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <sstream>
 #include <thread>
 #include <utility>
 
+#include "ir/files.h"
 #include "ir/isa.h"
 #include "jit/cached_compiler.h"
 #include "memplan/layout.h"
@@ -71,10 +71,7 @@ void emit_dump(const DumpFlags& dump, const char* stage, uint64_t number, const 
     return;
   }
   const std::string path = dump.directory + "/" + stage + "-" + std::to_string(number) + "." + extension;
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << text;
-  file.close();
-  if (!file) std::cerr << "edbatch: EDB_DUMP_DIR: cannot write '" << path << "': " << std::strerror(errno) << '\n';
+  if (const std::string why = ir::write_file(path, text); !why.empty()) std::cerr << "edbatch: EDB_DUMP_DIR: " << why << '\n';
 }
 
 }  // namespace
@@ -260,6 +257,9 @@ Driver::Driver(const EngineOptions& options)
   }
   if (options.cache_entries < 1)
     throw UsageError("edb::Engine: cache_entries must be at least 1, got " + std::to_string(options.cache_entries));
+  if (options.max_trace_nodes < 0)
+    throw UsageError("edb::Engine: max_trace_nodes must be 0 (no limit but the IR's) or more, got " +
+                     std::to_string(options.max_trace_nodes));
   if ((search_ = dynamic_cast<scheduler::SearchPolicy*>(policy_.get()))) {
     if (options.search_budget_ms < 1)
       throw UsageError("edb::Engine: search_budget_ms must be at least 1, got " + std::to_string(options.search_budget_ms));

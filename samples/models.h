@@ -20,6 +20,9 @@ struct ModelConfig {
   int embed = 128;
   int hidden = 128;
   uint64_t seed = 1;
+  // The memory this process may use (edb-run: ir::memory_bytes): a generated workload that would
+  // need more is refused before it is generated. 0: not checked.
+  uint64_t memory_bytes = 0;
 };
 
 // One labelled position of an instance: the class scores (logits) its loss reads, and its gold
@@ -51,22 +54,34 @@ class SampleModel {
   virtual void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) = 0;
 };
 
+// How many instances `generate` makes for `config` (skip + limit, limit 1000 when not given),
+// counted in 64 bits; a UsageError naming --skip and --limit when that is more than the generator
+// makes (2^31 - 1) or, at kGeneratedInstanceBytes each, more than config.memory_bytes.
+int generated_count(const ModelConfig& config, const std::string& model, const std::string& noun);
+// The least memory one generated instance takes (a tree of 20 words, a sentence of its strings).
+constexpr uint64_t kGeneratedInstanceBytes = 1024;
+// A UsageError when `config.skip` leaves no instance of the `count` read from `source`.
+void check_skip(const ModelConfig& config, const std::string& model, const std::string& noun, size_t count,
+                const std::string& source);
+
 // A model's instances: read from config.data_path, or `generate`d (config.limit of them, default
-// 1000, from config.seed; config.skip more) when there is no file; config.skip dropped, cut to config.limit. `source` says which. A
-// UsageError names the model and the source when nothing is left.
+// 1000, from config.seed; config.skip more) when there is no file; config.skip dropped, cut to
+// config.limit. `source` says which. A UsageError names the model, the source and the flags when
+// nothing is left or too many are asked for.
 template <typename Instance, typename Read, typename Generate>
 std::vector<Instance> load_instances(const ModelConfig& config, const std::string& model, const std::string& noun,
                                      Read&& read, Generate&& generate, std::string& source) {
   std::vector<Instance> instances;
   if (config.data_path.empty()) {
-    instances = generate(int(config.skip) + (config.limit > 0 ? int(config.limit) : 1000), config.seed);
+    instances = generate(generated_count(config, model, noun), config.seed);
     source = "generated (seed " + std::to_string(config.seed) + ")";
   } else {
     instances = read(config.data_path);
     source = config.data_path;
   }
+  check_skip(config, model, noun, instances.size(), source);
   if (config.skip > 0) instances.erase(instances.begin(), instances.begin() + std::min<int64_t>(config.skip, int64_t(instances.size())));
-  if (config.limit > 0 && size_t(config.limit) < instances.size()) instances.resize(size_t(config.limit));
+  if (config.limit > 0 && uint64_t(config.limit) < instances.size()) instances.resize(size_t(config.limit));
   if (instances.empty()) throw UsageError("edb-run " + model + ": no " + noun + " in " + source);
   return instances;
 }

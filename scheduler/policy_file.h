@@ -1,5 +1,5 @@
 // What the learned policies' files share (fsm_file.cpp, imitation_file.cpp): the framing (format,
-// version, content, checksum of the content), writing through a temporary file and a rename,
+// version, content, checksum of the content), writing through ir/files.h's durable writer,
 // parsing, and the one way a read or write fails. scheduler/ only.
 #pragma once
 
@@ -12,16 +12,15 @@
 #include <string>
 
 #include "edbatch/errors.h"
+#include "ir/checksum.h"
 #include "ir/files.h"
 
 namespace edb::scheduler::policy_file {
 
-// FNV-1a over the content's compact dump, as 16 hex digits.
+// ir::checksum of the content's compact dump, as 16 hex digits.
 inline std::string checksum(const nlohmann::json& content) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : content.dump()) h = (h ^ c) * 1099511628211ull;
   char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(ir::checksum(content.dump())));
   return text;
 }
 
@@ -29,19 +28,12 @@ inline std::string checksum(const nlohmann::json& content) {
   throw UsageError("edb::Engine: policy file '" + path + "': " + what);
 }
 
-// Writes {format, version, content, checksum} to path + ".tmp", then renames it over `path`.
+// Writes {format, version, content, checksum} to `path` with ir::write_file: whole or not at all,
+// nothing left behind on failure, writers of one path taking turns.
 inline void write(const std::string& path, const char* format, int version, const nlohmann::json& content) {
   const nlohmann::json file = {{"format", format}, {"version", version}, {"content", content},
                                {"checksum", checksum(content)}};
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    if (!out) fail(path, std::string("cannot write '") + temp + "': " + std::strerror(errno));
-    out << file.dump(1) << '\n';
-    if (!out.flush()) fail(path, std::string("writing failed: ") + std::strerror(errno));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0)
-    fail(path, std::string("cannot rename the temporary file: ") + std::strerror(errno));
+  if (const std::string why = ir::write_file(path, file.dump(1) + "\n"); !why.empty()) fail(path, why);
 }
 
 // The file at `path` as JSON (its framing is the caller's to check).

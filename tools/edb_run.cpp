@@ -7,7 +7,9 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <new>
 #include <optional>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include <edbatch/edbatch.h>
@@ -269,13 +271,8 @@ void print_table(const Report& r) {
 
 // Writes nothing, but finds out before any work whether `path` can be written.
 void check_writable(const std::string& flag, const std::string& path) {
-  if (const std::string why = edb::ir::unreplaceable_file_reason(path); !why.empty())
-    throw edb::UsageError("edb-run: " + flag + ": '" + path + "' " + why);
-  const std::string probe = path + ".tmp";
-  std::FILE* file = std::fopen(probe.c_str(), "w");
-  if (!file) throw edb::UsageError("edb-run: " + flag + ": cannot write '" + probe + "': " + std::strerror(errno));
-  std::fclose(file);
-  std::remove(probe.c_str());
+  if (const std::string why = edb::ir::unwritable_file_reason(path); !why.empty())
+    throw edb::UsageError("edb-run: " + flag + ": " + why);
 }
 
 // --train and its flags. Training flags without --train, and --repeat with it, are errors.
@@ -518,6 +515,38 @@ void learn_policy(edb::samples::SampleModel& model, edb::Engine& engine, int tra
   report.trained = true;
 }
 
+// The flags that size a run's memory, as given: "--embed 65536 --hidden 65536".
+std::string sizing_flags(const edb::tools::Flags& flags) {
+  std::string given;
+  for (const char* flag : {"limit", "skip", "batch", "embed", "hidden"})
+    if (flags.has(flag)) given += (given.empty() ? "--" : " --") + std::string(flag) + " " + flags.get(flag, "");
+  return given.empty() ? "the default sizes" : given;
+}
+
+// The model and its data, or a UsageError naming the flags when they ask for more memory than the
+// machine has: the parameters are counted before they are allocated (edb::Model::add_parameter),
+// training's copies (gradients, Adam's two moments) after.
+std::unique_ptr<edb::samples::SampleModel> make_model(const ModelEntry& entry, const edb::samples::ModelConfig& config,
+                                                      const edb::tools::Flags& flags, bool training) {
+  std::unique_ptr<edb::samples::SampleModel> model;
+  try {
+    model = entry.make(config);
+  } catch (const edb::UsageError& e) {
+    if (!std::string_view(e.what()).starts_with("edb::Model::add_")) throw;
+    throw edb::UsageError("edb-run: " + sizing_flags(flags) + ": " + e.what());
+  }
+  uint64_t bytes = 0;
+  for (const edb::Parameter& p : model->model().parameters()) bytes += p.values().size() * sizeof(float);
+  for (const edb::LookupTable& t : model->model().lookups()) bytes += uint64_t(t.entries()) * uint64_t(t.dim()) * sizeof(float);
+  if (training && config.memory_bytes > 0 && 4 * bytes > config.memory_bytes)
+    throw edb::UsageError("edb-run: " + sizing_flags(flags) + ": training needs about " +
+                          fixed(4 * double(bytes) / double(uint64_t{1} << 30), 1) +
+                          " GiB (the model's values, gradients and the optimizer's two moments), more than the " +
+                          fixed(double(config.memory_bytes) / double(uint64_t{1} << 30), 1) +
+                          " GiB of memory this process may use");
+  return model;
+}
+
 int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-run",
                           {"data", "limit", "batch", "embed", "hidden", "policy", "executor", "device",
@@ -544,6 +573,7 @@ int run(int argc, char** argv) {
   config.embed = int(flags.get_int("embed", entry->default_embed, 1, 1 << 16));
   config.hidden = int(flags.get_int("hidden", entry->default_hidden, 1, 1 << 16));
   config.seed = uint64_t(flags.get_int("seed", 1, 0, INT64_MAX));
+  config.memory_bytes = edb::ir::memory_bytes();
 
   edb::EngineOptions options;
   options.policy = flags.get("policy", options.policy);
@@ -586,7 +616,7 @@ int run(int argc, char** argv) {
   const std::string load_path = flags.get("load", "");
 
   edb::Engine engine(options);  // rejects unknown or unavailable names before any work
-  const std::unique_ptr<edb::samples::SampleModel> model = entry->make(config);
+  const std::unique_ptr<edb::samples::SampleModel> model = make_model(*entry, config, flags, training.has_value());
   if (!load_path.empty()) model->model().load(load_path);
 
   Report report;
@@ -618,4 +648,21 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return edb::tools::run_tool("edb-run", run, argc, argv); }
+// What a run asks for beyond what is checked before (the trace's values at --batch and --hidden)
+// can still exhaust the memory: one line naming the flags that size it, not "std::bad_alloc".
+int run_or_name_the_sizes(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::string given;
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view arg = argv[i];
+      for (const char* flag : {"--limit", "--skip", "--batch", "--embed", "--hidden"})
+        if (arg.starts_with(flag)) given += " " + std::string(arg) + (arg == flag && i + 1 < argc ? " " + std::string(argv[i + 1]) : "");
+    }
+    throw edb::UsageError("edb-run: out of memory: the run asked for more than this machine has; the flags that size it:" +
+                          (given.empty() ? std::string(" the defaults (--batch 64, the model's --embed and --hidden)") : given));
+  }
+}
+
+int main(int argc, char** argv) { return edb::tools::run_tool("edb-run", run_or_name_the_sizes, argc, argv); }

@@ -9,11 +9,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string_view>
 #include <vector>
 
 #include <edbatch/errors.h>
+
+#include "ir/files.h"
 
 extern char** environ;
 
@@ -46,12 +47,8 @@ bool dot_on_path() {
   }
 }
 
-void write_text(const std::string& flag, const std::string& text, const std::string& path) {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) throw UsageError(flag + ": cannot write '" + path + "': " + std::strerror(errno));
-  file << text;
-  file.close();
-  if (!file) throw UsageError(flag + ": cannot write '" + path + "': " + std::strerror(errno));
+void throw_if_failed(const std::string& flag, const std::string& why) {
+  if (!why.empty()) throw UsageError(flag + ": " + why);
 }
 
 // Runs `dot -TFORMAT -o OUTPUT INPUT`; UsageError when it cannot start or fails.
@@ -80,25 +77,20 @@ void check_picture_path(const std::string& flag, const std::string& path) {
   const std::string format = render_format(flag, path);
   if (!format.empty() && !dot_on_path()) throw UsageError(flag + ": " + kInstallGraphviz);
   // A probe beside the file, so an existing picture is not clobbered before the new one is ready.
-  const std::string probe = path + ".tmp";
-  std::FILE* file = std::fopen(probe.c_str(), "w");
-  if (!file) throw UsageError(flag + ": cannot write '" + path + "': " + std::strerror(errno));
-  std::fclose(file);
-  std::remove(probe.c_str());
+  throw_if_failed(flag, ir::unwritable_file_reason(path));
 }
 
 void write_picture(const std::string& flag, const std::string& dot_text, const std::string& path) {
   const std::string format = render_format(flag, path);
-  if (format.empty()) return write_text(flag, dot_text, path);
-  const std::string input = path + ".dot.tmp";
-  write_text(flag, dot_text, input);
-  try {
-    run_dot(flag, format, input, path);
-  } catch (...) {
-    std::remove(input.c_str());
-    throw;
-  }
-  std::remove(input.c_str());
+  if (format.empty()) return throw_if_failed(flag, ir::write_file(path, dot_text));
+  // dot reads a temporary and writes another, renamed over `path` once it is whole: a failing or
+  // interrupted dot (a full disk) leaves nothing behind.
+  ir::TemporaryFile input(path), output(path);
+  throw_if_failed(flag, input.write(dot_text, false));
+  throw_if_failed(flag, output.error());
+  run_dot(flag, format, input.name(), output.name());
+  throw_if_failed(flag, output.sync());
+  throw_if_failed(flag, output.commit());
 }
 
 }  // namespace edb::tools

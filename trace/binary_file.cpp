@@ -1,9 +1,6 @@
-// The shared framing of trace/'s binary files (binary_file.h): header checks, temp file + rename,
-// and the field reader's errors.
+// The shared framing of trace/'s binary files (binary_file.h): header checks, writing through
+// ir/files.h, and the field reader's errors.
 #include "trace/binary_file.h"
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -15,61 +12,27 @@
 
 namespace edb::detail {
 
-uint64_t fnv1a(const std::string& bytes) { return Fnv1a().add(bytes.data(), bytes.size()).value(); }
-
 void put_string(std::string& out, const std::string& text) {
   put(out, static_cast<uint32_t>(text.size()));
   out += text;
 }
 
-std::string write_temporary(const std::string& path, const BinaryFormat& format, const std::string& body,
-                            const char* function) {
-  if (const std::string why = ir::unreplaceable_file_reason(path); !why.empty())
-    throw UsageError(std::string(function) + ": '" + path + "' " + why);
+std::string framed(const BinaryFormat& format, const std::string& body) {
   std::string file(format.magic, sizeof format.magic);
   put(file, format.version);
   put(file, static_cast<uint64_t>(body.size()));
-  put(file, fnv1a(body));
+  put(file, ir::checksum(body));
   file += body;
-  const std::string temp = path + ".tmp";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw UsageError(std::string(function) + ": cannot write '" + temp + "': " + std::strerror(errno));
-  size_t written = 0;
-  while (written < file.size()) {
-    const ssize_t n = ::write(fd, file.data() + written, file.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = errno;
-      ::close(fd);
-      std::remove(temp.c_str());  // a full disk leaves no partial file behind
-      throw UsageError(std::string(function) + ": writing '" + temp + "' failed: " + std::strerror(error));
-    }
-    written += size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int error = errno;
-    std::remove(temp.c_str());
-    throw UsageError(std::string(function) + ": flushing '" + temp + "' to the disk failed: " + std::strerror(error));
-  }
-  return temp;
+  return file;
 }
 
-void replace_with(const std::string& temporary, const std::string& path, const char* function) {
-  if (std::rename(temporary.c_str(), path.c_str()) != 0)
-    throw UsageError(std::string(function) + ": cannot rename '" + temporary + "' to '" + path + "': " +
-                     std::strerror(errno));
-  // The rename itself reaches the disk with the directory's entry.
-  std::string directory = std::filesystem::path(path).parent_path().string();
-  if (directory.empty()) directory = ".";
-  if (const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+void throw_if_failed(const std::string& why, const char* function) {
+  if (!why.empty()) throw UsageError(std::string(function) + ": " + why);
 }
 
 void write_binary_file(const std::string& path, const BinaryFormat& format, const std::string& body,
                        const char* function) {
-  replace_with(write_temporary(path, format, body, function), path, function);
+  throw_if_failed(ir::write_file(path, framed(format, body)), function);
 }
 
 std::string read_binary_body(const std::string& path, const BinaryFormat& format, const char* function,
@@ -98,7 +61,7 @@ std::string read_binary_body(const std::string& path, const BinaryFormat& format
     header.fail("has " + std::to_string(left - body_size) + " extra bytes after the " +
                 std::to_string(body_size) + "-byte body");
   std::string body = bytes.substr(kBinaryHeaderBytes);
-  if (fnv1a(body) != expected) header.fail("checksum mismatch (the file is damaged)");
+  if (ir::checksum(body) != expected) header.fail("checksum mismatch (the file is damaged)");
   if (checksum) *checksum = expected;
   return body;
 }

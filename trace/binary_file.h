@@ -1,6 +1,6 @@
 // The framing that trace/'s binary files share (the model file, the optimizer state file): magic,
-// version, body size and FNV-1a checksum, written through a temp file + rename, and the typed
-// field reader whose errors name the file and the byte offset. Each file's body is its owner's.
+// version, body size and checksum (ir/checksum.h), written by ir/files.h's durable writer, and the
+// typed field reader whose errors name the file and the byte offset. Each file's body is its owner's.
 #pragma once
 
 #include <cstdint>
@@ -10,23 +10,9 @@
 #include <vector>
 
 #include "edbatch/errors.h"
+#include "ir/checksum.h"
 
 namespace edb::detail {
-
-// FNV-1a, 64-bit: detects damaged files; not a security measure.
-uint64_t fnv1a(const std::string& bytes);
-// The same hash over bytes given piece by piece (fnv1a(a + b) == Fnv1a().add(a).add(b).value()).
-class Fnv1a {
- public:
-  Fnv1a& add(const void* data, size_t size) {
-    for (const unsigned char* c = static_cast<const unsigned char*>(data); size--; ++c) h_ = (h_ ^ *c) * 1099511628211ull;
-    return *this;
-  }
-  uint64_t value() const { return h_; }
-
- private:
-  uint64_t h_ = 1469598103934665603ull;
-};
 
 template <typename T>
 void put(std::string& out, const T& value) {
@@ -48,16 +34,17 @@ struct BinaryFormat {
 // Magic, version, body size, checksum: where the body starts.
 constexpr size_t kBinaryHeaderBytes = 8 + 4 + 8 + 8;
 
-// Writes header + `body` to `path` through `path`.tmp, flushed to the disk, and a rename, so a
-// crash mid-write never leaves a half-written file there. `function` ("edb::Model::save()")
+// Header + `body`: the bytes of the file.
+std::string framed(const BinaryFormat& format, const std::string& body);
+
+// Writes framed(format, body) to `path` with ir::write_file (a temporary file unique to this
+// writer, flushed, renamed; writers of one path take turns), so a crash mid-write never leaves a
+// half-written file there and two saves at once both succeed. `function` ("edb::Model::save()")
 // starts every error.
 void write_binary_file(const std::string& path, const BinaryFormat& format, const std::string& body,
                        const char* function);
-// The two halves of that, for files saved as one unit: the temporary file `path`.tmp written and
-// flushed to the disk (its name returned), then renamed over `path` with the directory flushed.
-std::string write_temporary(const std::string& path, const BinaryFormat& format, const std::string& body,
-                            const char* function);
-void replace_with(const std::string& temporary, const std::string& path, const char* function);
+// A UsageError "FUNCTION: WHY" unless `why` (one of ir/files.h's reasons) is empty.
+void throw_if_failed(const std::string& why, const char* function);
 
 // The body of the file at `path`, after checking the header's magic, version, size and checksum;
 // a UsageError starting with `function` ("edb::Model::load()") otherwise. `version`, when given,

@@ -425,7 +425,12 @@ namespace {
 std::vector<Expr> record_inline(const std::string& name, const Cell::Body& body, Trace& trace, TraceState& s,
                                 std::span<const Expr> arguments, std::span<const ir::NodeId> argument_span) {
   const ir::NodeId first = ir::NodeId(s.data.graph.size());
-  const std::vector<ir::NodeId> argument_ids(argument_span.begin(), argument_span.end());  // a body may call cells
+  const std::vector<ir::NodeId> argument_ids(argument_span.begin(), argument_span.end());  // reused by Cell::record
+  struct InlineBody {
+    TraceState& s;
+    ~InlineBody() { s.inline_body = nullptr; }
+  } inside{s};
+  s.inline_body = &name;
   std::vector<Expr> outputs = body(trace, arguments);
   const ir::Graph& graph = s.data.graph;
   for (ir::NodeId id = first; id < graph.size(); ++id) {
@@ -484,6 +489,8 @@ void Cell::record(Trace& trace, std::span<const Expr> arguments, std::vector<Exp
     for (size_t k = 0; k < count; ++k) span[k] = output(k);
   };
   if (!s.engine->driver.options().cells) {
+    if (s.inline_body)  // as record_body refuses it with cells on
+      throw UsageError("edb::Cell: cell '" + *s.inline_body + "': the body calls another cell; cells do not nest yet");
     const std::vector<Expr> outputs = record_inline(name_, body_, trace, s, arguments, argument_ids);
     return deliver(outputs.size(), [&](size_t k) { return outputs[k]; });
   }

@@ -1,10 +1,12 @@
 // Model: named parameters and lookup tables, seeded initialisation, and the checksummed file format.
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <mutex>
 #include <random>
 #include <unordered_map>
 
+#include "ir/files.h"
 #include "trace/binary_file.h"
 #include "trace/state.h"
 
@@ -18,7 +20,7 @@ constexpr detail::BinaryFormat kModelFile{{'E', 'D', 'B', 'M', 'O', 'D', 'E', 'L
 
 // Deterministic uniform floats from a seed and a parameter's name, independent of insertion order.
 void fill_uniform(std::vector<float>& values, float scale, uint64_t seed, const std::string& name) {
-  std::mt19937_64 rng(seed ^ detail::fnv1a(name));
+  std::mt19937_64 rng(seed ^ ir::checksum(name));
   for (float& v : values) {
     const double unit = double(rng() >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
     v = static_cast<float>((2.0 * unit - 1.0) * scale);
@@ -103,6 +105,17 @@ uint32_t add_storage(detail::ModelState& model, const std::string& name, bool is
     if (p->name == name)
       throw UsageError(std::string(function) + ": model '" + model.name +
                        "' already has a parameter named '" + name + "'");
+  // Counted in 64 bits before anything is allocated: a model larger than the machine's memory is a
+  // UsageError naming the parameter, not a std::bad_alloc.
+  uint64_t bytes = uint64_t(rows) * uint64_t(cols) * sizeof(float);
+  for (const auto& p : model.parameters) bytes += p->values.size() * sizeof(float);
+  if (const uint64_t memory = ir::memory_bytes(); memory > 0 && bytes > memory) {
+    char sizes[96];
+    std::snprintf(sizes, sizeof sizes, "%.1f GiB, more than the %.1f GiB", double(bytes) / double(1 << 30),
+                  double(memory) / double(1 << 30));
+    throw UsageError(std::string(function) + ": '" + name + "' (" + std::to_string(rows) + "x" + std::to_string(cols) +
+                     " floats) would bring model '" + model.name + "' to " + sizes + " of memory this process may use");
+  }
   auto p = std::make_unique<detail::ParameterStorage>();
   p->name = name;
   p->is_lookup = is_lookup;
@@ -198,7 +211,7 @@ std::string detail::model_file_body(const ModelState& state) {
 }
 
 uint64_t detail::model_file_checksum(const ModelState& state) {
-  Fnv1a hash;
+  ir::Checksum hash;
   model_file_pieces(state, [&](const void* data, size_t size) { hash.add(data, size); });
   return hash.value();
 }

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "edbatch/train.h"
+#include "ir/files.h"
 #include "trace/binary_file.h"
 #include "trace/state.h"
 
@@ -445,13 +446,22 @@ void save_training(const Model& model, const Optimizer& optimizer, const std::st
     throw UsageError(std::string(function) + ": the optimizer is for model '" + optimizer.state_->model.name() +
                      "', not '" + model.name() + "'");
   const std::string state_path = path + ".optimizer", previous = state_path + ".previous";
+  if (const std::string why = ir::unreplaceable_file_reason(path); !why.empty())
+    detail::throw_if_failed("'" + path + "' " + why, function);
+  if (const std::string why = ir::unreplaceable_file_reason(state_path); !why.empty())
+    detail::throw_if_failed("'" + state_path + "' " + why, function);
+  // Saves of one path take turns (two trainings saving there at once): each pair is renamed into
+  // place whole under the lock, and the last save to rename is the pair that stays.
+  ir::FileLock lock(ir::lock_path_for(path));
+  if (!lock.error().empty()) detail::throw_if_failed("cannot write '" + path + "': " + lock.error(), function);
   // Both written and flushed before either replaces its file; the state first, so that a save
   // killed between the renames leaves a new state beside the old model, which load_training()
   // tells by the checksum the state records. The old state stays linked as `previous` until the
-  // model is replaced too, so the old pair can still be loaded.
-  const std::string model_temp =
-      detail::write_temporary(path, detail::model_file_format(), detail::model_file_body(*model.state_), function);
-  const std::string state_temp = detail::write_temporary(state_path, kStateFile, optimizer.state_->encode(), function);
+  // model is replaced too, so the old pair can still be loaded. A temporary not renamed is removed.
+  ir::TemporaryFile model_temp(path), state_temp(state_path);
+  detail::throw_if_failed(model_temp.write(detail::framed(detail::model_file_format(), detail::model_file_body(*model.state_))),
+                          function);
+  detail::throw_if_failed(state_temp.write(detail::framed(kStateFile, optimizer.state_->encode())), function);
   // `previous` becomes the state now on disk, unless that state is a killed save's, beside the
   // model of the save before it: then `previous` is that model's state, and stays.
   std::error_code ignored;
@@ -459,8 +469,8 @@ void save_training(const Model& model, const Optimizer& optimizer, const std::st
     std::filesystem::remove(previous, ignored);
     if (std::filesystem::exists(state_path, ignored)) std::filesystem::create_hard_link(state_path, previous, ignored);
   }
-  detail::replace_with(state_temp, state_path, function);
-  detail::replace_with(model_temp, path, function);
+  detail::throw_if_failed(state_temp.commit(), function);
+  detail::throw_if_failed(model_temp.commit(), function);
   std::filesystem::remove(previous, ignored);
 }
 

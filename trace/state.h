@@ -36,7 +36,7 @@ struct ModelState;
 struct BinaryFormat;
 // The model file's body (trace/model.cpp) for the model's values now, and the file's framing.
 std::string model_file_body(const ModelState& state);
-uint64_t model_file_checksum(const ModelState& state);  // fnv1a of that body, without building it
+uint64_t model_file_checksum(const ModelState& state);  // ir::checksum of that body, without building it
 const BinaryFormat& model_file_format();
 
 struct ModelState {
@@ -168,6 +168,9 @@ struct TraceState {
   bool active = false;
   uint32_t call_nodes = 0;  // single-node cell calls recorded in this trace (expand_calls undoes them)
   std::string cell_scope;   // the cell whose body records in this state (its own scope), or empty
+  // With cells off: the cell whose body records into this trace now (a call inside it is refused,
+  // as cells on refuse it), or null.
+  const std::string* inline_body = nullptr;
   // After expand_calls: the new id of each node recorded before it, for the Exprs of the
   // generation before (renumbered_generation).
   std::vector<ir::NodeId> renumbered;

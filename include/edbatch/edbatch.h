@@ -134,7 +134,7 @@ struct EngineOptions {
   bool check_finite = false;  // after each evaluation, look for NaN and infinity in every value
                               // computed; the first one found is a NumericError naming its node
   int64_t max_trace_nodes = 0;  // a trace recording more nodes is a UsageError (0: only the IR's
-                                // own limit, 2^31): a guard against runaway recording
+                                // own limit, 2^31; below 0: refused): a guard against runaway recording
   bool cells = true;    // false: a Cell call records its body inline, node by node, as if there
                         // were no cell (the baseline cells are measured against)
   // Trace::backward through a cell's calls: true, each call stays one node and its gradient is

@@ -63,3 +63,9 @@ def test_cache_entries_default_and_at_least_one():
     assert edbatch.Engine().stats()["caches"]["signatures"]["max_entries"] == 16 * 1024
     with pytest.raises(edbatch.UsageError, match="cache_entries"):
         edbatch.Engine(cache_entries=0)
+
+
+def test_max_trace_nodes_below_zero_is_refused():
+    with pytest.raises(edbatch.UsageError, match="max_trace_nodes must be 0 .* or more, got -5"):
+        edbatch.Engine(max_trace_nodes=-5)
+    assert edbatch.Engine(max_trace_nodes=0).options["max_trace_nodes"] == 0

@@ -131,6 +131,15 @@ def test_cell_errors():
             outer(t, x)
         np.testing.assert_allclose(keeps_scope(t, x).value()[:, 0], [2, 3])  # still usable
 
+    # With cells off (the body runs on the caller's trace at each call) the same two cases agree
+    # with cells on: an argument returned unchanged is the call's value, a cell in a body is refused.
+    with edbatch.Trace(edbatch.Engine(cells=False)) as t:
+        x = t.input([1, 2])
+        np.testing.assert_allclose(leaf_out(t, x).value(), x.value())
+        with pytest.raises(edbatch.UsageError, match="cell '<lambda>': the body calls another cell"):
+            outer(t, x)
+        np.testing.assert_allclose(inner(t, x).value()[:, 0], [2, 4])  # still usable
+
     with pytest.raises(edbatch.UsageError):
         edbatch.Cell((0, 1), body=lambda t, x: x)
     with pytest.raises(edbatch.UsageError):

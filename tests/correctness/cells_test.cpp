@@ -324,18 +324,22 @@ TEST(CellErrors, BadCallsAndBodiesNameTheCellAndWhatWasWrong) {
   EXPECT_EQ(usage_error([] { Cell("bad", {{0, 1}}, [](Trace&, std::span<const Expr>) { return std::vector<Expr>{}; }); }),
             "edb::Cell: cell 'bad' input 1 has shape 0x1; rows and cols must be positive");
   // A call inside a body, whether the inner cell's calls are single nodes (the default jit) or
-  // copies of its body (batched).
-  for (const char* executor : {"jit", "batched"}) {
-    EngineOptions options;
-    options.executor = executor;
-    Engine nesting_engine(options);
-    Trace nesting_trace(nesting_engine);
-    const Expr y = nesting_trace.input({1.0f, 2.0f, 3.0f});
-    const Cell outer("outer", {{3, 1}}, [&](Trace& t, std::span<const Expr> in) { return cell(t, {in[0], in[0]}); });
-    EXPECT_EQ(usage_error([&] { outer(nesting_trace, {y}); }),
-              "edb::Cell: cell 'outer': the body calls another cell; cells do not nest yet")
-        << executor;
-  }
+  // copies of its body (batched), and with cells off (the body records inline) alike.
+  for (const bool cells : {true, false})
+    for (const char* executor : {"jit", "batched"}) {
+      EngineOptions options;
+      options.executor = executor;
+      options.cells = cells;
+      Engine nesting_engine(options);
+      Trace nesting_trace(nesting_engine);
+      const Expr y = nesting_trace.input({1.0f, 2.0f, 3.0f});
+      const Cell outer("outer", {{3, 1}}, [&](Trace& t, std::span<const Expr> in) { return cell(t, {in[0], in[0]}); });
+      EXPECT_EQ(usage_error([&] { outer(nesting_trace, {y}); }),
+                "edb::Cell: cell 'outer': the body calls another cell; cells do not nest yet")
+          << executor << (cells ? " cells on" : " cells off");
+      // The trace records on after the refusal, and the inner cell is called outside a body.
+      EXPECT_FALSE(cell(nesting_trace, {y, y}).empty()) << executor;
+    }
   // A value captured from outside the body: the same error with cells on (the jit's single-node
   // calls, the batched executor's copies) and off, naming the cell and what to do instead.
   for (const bool cells : {true, false})

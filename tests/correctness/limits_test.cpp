@@ -1,6 +1,6 @@
 // Big traces: a million nodes (ten million with EDB_LONG_TESTS=1) record, batch and run to the
 // right value; EngineOptions::max_trace_nodes stops recording with a UsageError, for nodes and
-// for cell calls alike, and the trace still evaluates what it holds.
+// for cell calls alike, and the trace still evaluates what it holds; a negative one is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,6 +59,14 @@ TEST(Limits, MaxTraceNodesIsAUsageErrorAndTheTraceStillRuns) {
   for (int i = 0; i < 4; ++i) y = cell(calls, {y})[0];  // 1 + 4 * 2 = 9 nodes
   const std::string cell_message = testing::usage_error([&] { cell(calls, {y}); });
   EXPECT_NE(cell_message.find("max_trace_nodes"), std::string::npos) << cell_message;
+}
+
+// A negative limit is refused when the engine is made (it meant "no limit", as 0 does).
+TEST(Limits, ANegativeMaxTraceNodesIsAUsageError) {
+  EngineOptions options;
+  options.max_trace_nodes = -5;
+  EXPECT_EQ(testing::usage_error([&] { Engine engine(options); }),
+            "edb::Engine: max_trace_nodes must be 0 (no limit but the IR's) or more, got -5");
 }
 
 }  // namespace

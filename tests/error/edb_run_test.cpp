@@ -18,6 +18,7 @@
 namespace edb {
 namespace {
 
+using edb::testing::leftovers;
 using edb::testing::read_file;
 using edb::testing::TempDir;
 using edb::testing::edb_run_binary;
@@ -65,6 +66,68 @@ TEST_F(EdbRun, ModelAndFlagErrors) {
   EXPECT_EQ(one_error_line("treelstm --memplan yes"), "edb-run: --memplan takes on or off, not 'yes'");
   EXPECT_EQ(one_error_line("treelstm --limit -3"),
             "edb-run: --limit must be in [1, 1099511627776], got -3");
+}
+
+// Counts from --limit and --skip are added and checked in 64 bits before anything is narrowed or
+// generated (issue 45: --limit 4294967297 ran on 1 tree and exited 0; --limit 2147483648 named no
+// flag; --skip 1000000000 --limit 5 ended in "std::bad_alloc"): one line naming the flags, the
+// count and the memory it needs against the machine's.
+TEST_F(EdbRun, CountsTooLargeForTheMachineNameTheFlags) {
+  for (const std::string flags : {"--limit 4294967297", "--limit 2147483648", "--limit 1099511627776",
+                                  "--skip 4294967296 --limit 3", "--skip 1000000000 --limit 5"}) {
+    const std::string line = one_error_line("treelstm " + flags + " --repeat 1");
+    EXPECT_EQ(line.rfind("edb-run treelstm: " + flags + " asks for ", 0), 0u) << line;
+    EXPECT_NE(line.find(" generated trees, at least "), std::string::npos) << line;
+    EXPECT_NE(line.find(" GiB, more than the "), std::string::npos) << line;
+    EXPECT_TRUE(line.ends_with(" GiB of memory this process may use")) << line;
+  }
+  EXPECT_EQ(one_error_line("treelstm --limit 4294967297 --repeat 1"),
+            one_error_line("treelstm --limit=4294967297 --repeat 1"));
+  // A file's instances: a --skip past them says so.
+  TempDir dir;
+  write_file(dir.file("trees.txt"), "(3 (2 good) (4 (2 very) (3 fun)))\n(1 (2 not) (1 bad))\n");
+  EXPECT_EQ(one_error_line("treelstm --data " + dir.file("trees.txt") + " --skip 2"),
+            "edb-run treelstm: --skip 2 leaves none of the 2 trees in " + dir.file("trees.txt"));
+}
+
+// Sizes whose parameters need more memory than the machine has: refused before they are allocated,
+// naming the flags and the parameter; training's copies counted too.
+TEST_F(EdbRun, ModelsTooLargeForTheMachineNameTheFlags) {
+  std::string line = one_error_line("treelstm --limit 2 --embed 65536 --hidden 65536 --repeat 1");
+  EXPECT_EQ(line.rfind("edb-run: --limit 2 --embed 65536 --hidden 65536: edb::Model::add_parameter(): 'W_iou' "
+                       "(196608x65536 floats) would bring model 'treelstm' to 48.0 GiB, more than the ",
+                       0),
+            0u)
+      << line;
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer reserves more address space than the limit
+  // Under a 1.5 GB limit on the process (ulimit -v): a model of about 0.5 GiB runs, and trains in
+  // four times that (values, gradients, Adam's two moments), which is refused before any epoch.
+  const testing::ProgramRun o = testing::run_program(
+      "/bin/sh", "-c \"ulimit -v 1500000; exec '" + edb_run_binary() +
+                     "' treelstm --limit 2 --embed 64 --hidden 4096 --executor batched --train --epochs 1\"");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err.rfind("edb-run: --limit 2 --embed 64 --hidden 4096: training needs about 2.0 GiB (the model's "
+                        "values, gradients and the optimizer's two moments), more than the 1.4 GiB of memory this "
+                        "process may use\n",
+                        0),
+            0u)
+      << o.err;
+#endif
+}
+
+// What no estimate caught (here the trace's values, under a 600 MB address-space limit) is one line
+// naming the flags that size the run, not "edb-run: std::bad_alloc".
+TEST_F(EdbRun, RunningOutOfMemoryNamesTheFlags) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit";
+#endif
+  const testing::ProgramRun o = testing::run_program(
+      "/bin/sh", "-c \"ulimit -v 600000; exec '" + edb_run_binary() +
+                     "' treelstm --hidden 4096 --embed 64 --limit 2 --repeat 1 --executor batched\"");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err,
+            "edb-run: out of memory: the run asked for more than this machine has; the flags that size it: --hidden "
+            "4096 --embed 64 --limit 2\n");
 }
 
 // The lists of available names grow as policies, executors and devices land; only their start
@@ -240,6 +303,28 @@ TEST_F(EdbRun, DumpScheduleErrors) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("s.svg")));
 }
 
+// On a full disk (files limited to 512 bytes, `ulimit -f 1`) --train-policy and --dump-schedule
+// fail naming the file and leave neither it nor a temporary behind (before: a 0-byte F.tmp, a
+// 0-byte F). The batched executor writes no kernel cache.
+TEST_F(EdbRun, AFullDiskLeavesNoPolicyOrScheduleFileBehind) {
+  TempDir dir;
+  const std::string run = "-c \"trap '' XFSZ; ulimit -f 1; exec '" + edb_run_binary() +
+                          "' treelstm --limit 4 --batch 2 --repeat 1 --hidden 4 --embed 4 --executor batched ";
+  const std::string policy = dir.file("p.policy"), picture = dir.file("s.dot");
+  // A learned policy of this size is about 900 bytes; a warning that it learned nothing may come first.
+  testing::ProgramRun o = testing::run_program(
+      "/bin/sh", run + "--policy learned --train-traces 2 --search-budget 5 --train-policy " + policy + "\"");
+  EXPECT_NE(o.status, 0);
+  EXPECT_TRUE(o.err.ends_with("edb::Engine: policy file '" + policy + "': cannot write '" + policy + "': File too large\n"))
+      << o.err;
+  o = testing::run_program("/bin/sh", run + "--dump-schedule " + picture + "\"");
+  EXPECT_NE(o.status, 0);
+  EXPECT_EQ(o.err, "edb-run: --dump-schedule: cannot write '" + picture + "': File too large\n");
+  EXPECT_FALSE(std::filesystem::exists(policy));
+  EXPECT_FALSE(std::filesystem::exists(picture));
+  EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>{});
+}
+
 TEST_F(EdbRun, DumpScheduleWritesTheFirstTraceAsDot) {
   TempDir dir;
   write_file(dir.file("trees.txt"), "(3 (2 good) (4 (2 very) (3 fun)))\n(1 (2 not) (1 bad))\n");
@@ -261,7 +346,7 @@ TEST_F(EdbRun, DumpScheduleWritesTheFirstTraceAsDot) {
   }
   EXPECT_EQ(int64_t(clusters), j.value("batches", int64_t{-1}));
   EXPECT_NE(dot.find("lookup treelstm/E["), std::string::npos);
-  EXPECT_FALSE(std::filesystem::exists(picture + ".tmp"));
+  EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>{});
 }
 
 TEST_F(EdbRun, DumpScheduleShowsTheJitsCellCallsAsNodes) {
@@ -285,7 +370,7 @@ TEST_F(EdbRun, DumpScheduleRendersSvgWithGraphviz) {
   const std::string svg = read_file(picture);
   EXPECT_NE(svg.find("<svg"), std::string::npos) << svg.substr(0, 200);
   EXPECT_NE(svg.find("batch 0: "), std::string::npos);
-  EXPECT_FALSE(std::filesystem::exists(picture + ".dot.tmp"));
+  EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>{});
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/support/test_support.h"
 
@@ -13,6 +15,7 @@ namespace edb {
 namespace {
 
 using edb::testing::edb_run_binary;
+using edb::testing::leftovers;
 using edb::testing::one_error_line;
 using edb::testing::run_edb;
 using edb::testing::TempDir;
@@ -124,6 +127,29 @@ TEST_F(EdbRunTrain, BadTrainingFlagsAreOneClearLine) {
   TempDir dir;
   EXPECT_NE(one_error_line("treelstm --train --save " + dir.file("missing/m.bin")).find("--save: cannot write '"),
             std::string::npos);
+}
+
+// Two trainings saving to one path at once (--load D/m --save D/m, different --lr), three at a time,
+// five times: all exit 0 (before, one in two or three failed renaming PATH.tmp, and the files could
+// be a failed saver's), what they leave loads as one pair, and nothing is left behind.
+TEST_F(EdbRunTrain, TrainingsSavingToOnePathAtOnceAllSucceed) {
+  TempDir dir;
+  const std::string model = dir.file("m");
+  const std::string base = "treelstm --limit 8 --hidden 4 --embed 4 --batch 4 --train --json --epochs 1";
+  ASSERT_EQ(run_edb(base + " --save " + model).status, 0);
+  for (int round = 0; round < 5; ++round) {
+    std::vector<testing::ProgramRun> runs(3);
+    std::vector<std::thread> trainings;
+    for (size_t i = 0; i < runs.size(); ++i)
+      trainings.emplace_back([&, i] {
+        runs[i] = run_edb(base + " --load " + model + " --save " + model + " --lr 0.0" + std::to_string(i + 1));
+      });
+    for (std::thread& t : trainings) t.join();
+    for (const testing::ProgramRun& run : runs) EXPECT_EQ(run.status, 0) << "round " << round << ": " << run.err;
+    const testing::ProgramRun after = run_edb(base + " --load " + model);
+    EXPECT_EQ(after.status, 0) << "round " << round << ": " << after.err;
+    EXPECT_EQ(leftovers(dir.path()), std::vector<std::string>{}) << "round " << round;
+  }
 }
 
 // Two epochs in one run, or one epoch saved and loaded and one more: the same second epoch (its

@@ -5,19 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "scheduler/fsm.h"
+#include "scheduler/policy_file.h"
 #include "tests/fuzz/fuzz_support.h"
-
-namespace {
-
-std::string fnv1a(const std::string& text) {  // the policy file's checksum (scheduler/fsm_file.cpp)
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace edb;
@@ -27,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         nlohmann::json::parse(data + 1, data + size, nullptr, /*allow_exceptions=*/false);
     if (content.is_discarded()) return 0;
     const nlohmann::json file = {{"format", "edbatch-fsm-policy"}, {"version", 1}, {"content", content},
-                                 {"checksum", fnv1a(content.dump())}};
+                                 {"checksum", scheduler::policy_file::checksum(content)}};
     const std::string text = file.dump();
     path = fuzz::write_scratch("wrapped.policy", reinterpret_cast<const uint8_t*>(text.data()), text.size());
   } else {

@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 
 #include <edbatch/errors.h>
 
+#include "ir/files.h"
 #include "trace/binary_file.h"
 
 namespace edb::fuzz {
@@ -46,11 +46,12 @@ inline const std::string& scratch_directory() {
   return path;
 }
 
+// The input as the file `name` in the scratch directory, written by the project's durable writer.
 inline std::string write_scratch(const std::string& name, const uint8_t* data, size_t size) {
   const std::string path = scratch_directory() + "/" + name;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-  out.close();
+  const std::string why =
+      ir::write_file(path, std::string_view(reinterpret_cast<const char*>(data), size), {.lock = true, .sync = false});
+  require(why.empty(), "the scratch file is written");
   return path;
 }
 

@@ -1,6 +1,7 @@
 // Shared test helpers.
 #include "tests/support/test_support.h"
 
+#include "ir/files.h"
 #include "trace/binary_file.h"
 
 #include <sys/wait.h>
@@ -71,13 +72,23 @@ std::vector<float> all_values(const Model& model) {
 std::string with_binary_body(const std::string& file, const std::string& body) {
   std::string out = file.substr(0, 12);  // magic and version
   detail::put(out, uint64_t(body.size()));
-  detail::put(out, detail::fnv1a(body));
+  detail::put(out, ir::checksum(body));
   return out + body;
 }
 
 void write_file(const std::string& path, const std::string& contents) {
   std::ofstream out(path, std::ios::binary);
   out << contents;
+}
+
+std::vector<std::string> leftovers(const std::string& directory) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    const std::string name = entry.path().filename().string();
+    if (ir::is_temporary_name(name) || name.ends_with(".lock") || name.ends_with(".tmp")) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::string read_file(const std::string& path) {

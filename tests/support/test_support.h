@@ -50,6 +50,9 @@ std::vector<float> all_values(const Model& model);
 // checksum recomputed, so a test reaches the errors behind the checksum.
 std::string with_binary_body(const std::string& file, const std::string& body);
 std::string read_file(const std::string& path);
+// The files a writer leaves behind in `directory` when it fails or is killed: ir/files.h's
+// temporaries and lock files, by name, sorted.
+std::vector<std::string> leftovers(const std::string& directory);
 
 // What a program printed and how it ended.
 struct ProgramRun {

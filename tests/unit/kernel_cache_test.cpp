@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "ir/files.h"
 #include "jit/kernel_cache.h"
 #include "tests/support/test_support.h"
 
@@ -395,7 +396,7 @@ TEST(KernelCache, TwoProcessesAtOnce) {
   EXPECT_EQ(s.hits, uint64_t(2 * 2 * kRounds) + uint64_t(8 + 2 * kRounds));
   EXPECT_EQ(s.misses, 0u);
   for (const auto& f : fs::directory_iterator(dir.path()))
-    EXPECT_NE(f.path().filename().string().rfind(".tmp-", 0), 0u) << "left behind: " << f.path();
+    EXPECT_FALSE(ir::is_temporary_name(f.path().filename().string())) << "left behind: " << f.path();
 }
 
 // Four threads, two on one KernelCache object and two on their own objects over the same

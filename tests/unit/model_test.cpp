@@ -132,7 +132,7 @@ TEST_F(ModelFile, RoundTrip) {
   // Saving over an existing file replaces it and leaves no temporary behind.
   target.save(path);
   EXPECT_EQ(read_file(path), bytes);
-  EXPECT_EQ(read_file(path + ".tmp"), "");
+  EXPECT_EQ(testing::leftovers(dir.path()), std::vector<std::string>{});
 }
 
 TEST_F(ModelFile, MissingFile) {

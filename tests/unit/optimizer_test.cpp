@@ -263,7 +263,7 @@ TEST_P(OptimizerResume, IsBitIdenticalToAnUninterruptedRun) {
   before.set_learning_rate(options.learning_rate / 2);
   first.save(dir.file("model.edb"));
   before.save(dir.file("optimizer.edb"));
-  EXPECT_EQ(read_file(dir.file("optimizer.edb.tmp")), "") << "no temporary left behind";
+  EXPECT_EQ(testing::leftovers(dir.path()), std::vector<std::string>{}) << "no temporary left behind";
 
   // Resumed into fresh objects: a model from another seed, an optimizer with another rate.
   Model resumed("m", 2);
