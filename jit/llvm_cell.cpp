@@ -342,8 +342,14 @@ class CellRenderer {
     for (int32_t l = 0; l < vector_; ++l) lanes.push_back(b_.getInt64(uint64_t(l)));
     for (int32_t u = 0; u < block.tiles; ++u) {
       llvm::Value* row = b_.CreateMul(b_.CreateAdd(block.tile, b_.getInt64(uint64_t(u))), b_.getInt64(uint64_t(vector_)));
-      llvm::Value* rows = b_.CreateAdd(b_.CreateVectorSplat(unsigned(vector_), row), llvm::ConstantVector::get(lanes));
       block.row.push_back(row);
+      // Blocks of whole vectors: every lane is inside, and the masked loads and stores fold to
+      // plain ones (AVX2's vmaskmovps store is many times the cost of a store on AMD's cores).
+      if (program_.rows % vector_ == 0) {
+        block.mask.push_back(llvm::ConstantInt::getTrue(llvm::FixedVectorType::get(b_.getInt1Ty(), unsigned(vector_))));
+        continue;
+      }
+      llvm::Value* rows = b_.CreateAdd(b_.CreateVectorSplat(unsigned(vector_), row), llvm::ConstantVector::get(lanes));
       block.mask.push_back(b_.CreateICmpSLT(rows, b_.CreateVectorSplat(unsigned(vector_), b_.getInt64(uint64_t(program_.rows)))));
     }
   }

@@ -10,6 +10,7 @@
 #include <llvm/IR/IRBuilder.h>
 
 #include "edbatch/errors.h"
+#include "ir/isa.h"
 #include "jit/kernel_ir.h"
 
 namespace edb::jit {
@@ -46,9 +47,11 @@ class MathEmitter {
     return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(n, bias), shift), type_);
   }
 
-  // floor(t) for |t| < 2^31, from a truncation and a compare: SSE2 has both as vector
-  // instructions, while floor itself needs SSE4.1 (without it LLVM calls floorf lane by lane).
+  // floor(t) for |t| < 2^31. Under EDB_ISA=generic from a truncation and a compare, which SSE2
+  // has as vector instructions, while floor itself needs SSE4.1 (without it LLVM calls floorf
+  // lane by lane); one rounding instruction elsewhere. The two agree exactly.
   llvm::Value* floor_of_small(llvm::Value* t) {
+    if (ir::selected_isa() != ir::Isa::generic) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, t);
     llvm::Value* truncated = b_.CreateSIToFP(b_.CreateFPToSI(t, int_type_), type_);
     return b_.CreateSelect(b_.CreateFCmpOGT(truncated, t), b_.CreateFSub(truncated, f(1.0f)), truncated);
   }

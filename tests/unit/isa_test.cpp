@@ -85,7 +85,9 @@ TEST(Isa, TheJitTargetsNothingWiderThanTheSelectedIsa) {
   EXPECT_NE(jit::llvm_kernel_flags().find(std::string(" isa=") + isa_name(isa) + " "), std::string::npos)
       << jit::llvm_kernel_flags();
   for (const auto& [name, enabled] : jit::target_features()) {
-    if (enabled) EXPECT_NE(features.find(",+" + name + ","), std::string::npos) << name;
+    if (enabled) {
+      EXPECT_NE(features.find(",+" + name + ","), std::string::npos) << name;
+    }
   }
 }
 
