@@ -100,7 +100,9 @@ std::string read_file(const std::string& path) {
 
 ProgramRun run_program(const std::string& binary, const std::string& args) {
   TempDir scratch;
-  std::string command = "'";  // built by appending: GCC 12 misreports "'" + std::string
+  std::string command = "timeout -k 10 ";  // built by appending: GCC 12 misreports "'" + std::string
+  command += std::to_string(kProgramSeconds);
+  command += " '";
   command += binary;
   command += "' " + args + " >'" + scratch.file("out") + "' 2>'" + scratch.file("err") + "' </dev/null";
   const int raw = std::system(command.c_str());
@@ -108,6 +110,7 @@ ProgramRun run_program(const std::string& binary, const std::string& args) {
   if (raw != -1 && WIFEXITED(raw)) run.status = WEXITSTATUS(raw);
   run.out = read_file(scratch.file("out"));
   run.err = read_file(scratch.file("err"));
+  if (run.status == 124) run.err += "(killed after " + std::to_string(kProgramSeconds) + " s by run_program)\n";
   return run;
 }
 

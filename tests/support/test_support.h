@@ -60,7 +60,9 @@ struct ProgramRun {
   std::string out, err;
 };
 // Runs `binary args` (args already shell-quoted where needed) with an empty stdin, capturing both
-// streams.
+// streams. A program still running after kProgramSeconds is killed (status 124, and `err` says so),
+// so a hung one fails its test instead of holding ctest.
+inline constexpr int kProgramSeconds = 600;
 ProgramRun run_program(const std::string& binary, const std::string& args);
 
 // edb-run for the tests that run it: EDB_RUN_BINARY if set, else build/tools/edb-run beside this
