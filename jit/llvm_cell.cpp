@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
@@ -138,23 +139,34 @@ class CellRenderer {
     const std::string prefix = "stage" + std::to_string(index);
     // Register blocks of tiles_per_block row tiles, then single tiles for the rest of the rows;
     // within [tile_begin, tile_end), which begins at a multiple of tiles_per_block (cell_tile_step).
+    // Blocks of tiles wholly inside the rows load and store without masks; only those holding the
+    // last, partial tile (rows not a multiple of the vector) take the masked variant.
     struct Variant {
       int32_t tiles;
+      bool masked;
       llvm::Value *begin, *end;
     };
-    llvm::Value* blocked_end = b_.getInt64(uint64_t(whole_tiles));
-    std::vector<Variant> variants = {
-        {tiles_per_block, tile_begin_, b_.CreateSelect(b_.CreateICmpSLT(tile_end_, blocked_end), tile_end_, blocked_end)}};
-    if (whole_tiles < tiles)
-      variants.push_back(
-          {1, b_.CreateSelect(b_.CreateICmpSGT(tile_begin_, blocked_end), tile_begin_, blocked_end), tile_end_});
+    auto smaller = [&](llvm::Value* a, llvm::Value* b) { return b_.CreateSelect(b_.CreateICmpSLT(a, b), a, b); };
+    auto larger = [&](llvm::Value* a, llvm::Value* b) { return b_.CreateSelect(b_.CreateICmpSGT(a, b), a, b); };
+    const int64_t full_tiles = program_.rows / vector_;  // tiles with every lane inside the rows
+    const int64_t unmasked_blocks_end = std::min(whole_tiles, full_tiles / tiles_per_block * tiles_per_block);
+    std::vector<Variant> variants;
+    auto add = [&](int32_t tiles_each, bool masked, int64_t from, int64_t to) {
+      if (from >= to) return;
+      variants.push_back({tiles_each, masked, larger(tile_begin_, b_.getInt64(uint64_t(from))),
+                          smaller(tile_end_, b_.getInt64(uint64_t(to)))});
+    };
+    add(tiles_per_block, false, 0, unmasked_blocks_end);
+    add(tiles_per_block, true, unmasked_blocks_end, whole_tiles);
+    add(1, false, whole_tiles, std::max(whole_tiles, full_tiles));
+    add(1, true, std::max(whole_tiles, full_tiles), tiles);
     for (const Variant& variant : variants) {
       // Block functions of `calls` calls, and of each power of two below it for the rest (the
       // last calls % calls run as, say, 4 + 2 + 1): few variants keep compiling short.
-      llvm::Function* wide = block_function(stage, index, blocking.calls, variant.tiles);
+      llvm::Function* wide = block_function(stage, index, blocking.calls, variant.tiles, variant.masked);
       std::vector<std::pair<int32_t, llvm::Function*>> narrow;  // widest first
       for (int32_t width = 1; width < blocking.calls; width *= 2)
-        narrow.emplace(narrow.begin(), width, block_function(stage, index, width, variant.tiles));
+        narrow.emplace(narrow.begin(), width, block_function(stage, index, width, variant.tiles, variant.masked));
       counted_loop(function, variant.begin, variant.end, variant.tiles, (prefix + ".tiles").c_str(), [&](llvm::Value* tile) {
         llvm::Value* whole = b_.CreateMul(b_.CreateSDiv(calls_, b_.getInt64(blocking.calls)), b_.getInt64(blocking.calls));
         counted_loop(function, b_.getInt64(0), whole, blocking.calls, (prefix + ".blocks").c_str(), [&](llvm::Value* j) {
@@ -182,19 +194,20 @@ class CellRenderer {
   }
 
   // void block(ptr shared, ptr weights, ptr pointers, i64 tile, i64 first_call): `calls` calls of
-  // `tiles` row tiles (from `tile` on) of one stage.
-  llvm::Function* block_function(const CellProgram::Stage& stage, int index, int32_t calls, int32_t tiles) {
+  // `tiles` row tiles (from `tile` on) of one stage; `masked` when they may hold the partial tile.
+  llvm::Function* block_function(const CellProgram::Stage& stage, int index, int32_t calls, int32_t tiles, bool masked) {
     auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, ptr_, i64_, i64_}, false);
-    auto* function = llvm::Function::Create(
-        type, llvm::Function::InternalLinkage,
-        "stage" + std::to_string(index) + "_x" + std::to_string(calls) + "_t" + std::to_string(tiles), module_);
+    auto* function = llvm::Function::Create(type, llvm::Function::InternalLinkage,
+                                            "stage" + std::to_string(index) + "_x" + std::to_string(calls) + "_t" +
+                                                std::to_string(tiles) + (masked ? "_masked" : ""),
+                                            module_);
     function->addFnAttr(llvm::Attribute::NoUnwind);
     function->addFnAttr(llvm::Attribute::AlwaysInline);
     MathEmitter::allow_reciprocal_estimates(*function);
     const llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
     b_.SetInsertPoint(llvm::BasicBlock::Create(context(), "entry", function));
     Block block{function->getArg(0), function->getArg(1), function->getArg(2), function->getArg(3), function->getArg(4),
-                calls, tiles, {}, {}, {}};
+                calls, tiles, masked, {}, {}, {}};
     // Per tile: its first row inside a block, and the lanes whose row is inside it (the last tile
     // may be partial).
     tile_rows(block);
@@ -223,7 +236,7 @@ class CellRenderer {
           b_.CreateAlignedStore(accumulators[c][size_t(g)][size_t(q)],
                                 b_.CreateConstInBoundsGEP1_64(vf_, buffer, uint64_t((first[c] + g) * block.pairs() + q)),
                                 llvm::Align(size_t(vector_) * 4));
-    b_.CreateCall(epilogue_function(stage, index, tiles),
+    b_.CreateCall(epilogue_function(stage, index, tiles, masked),
                   {block.shared, block.pointers, block.tile, block.first_call, b_.getInt64(uint64_t(calls)), buffer});
     b_.CreateRetVoid();
     b_.restoreIP(saved);
@@ -246,12 +259,13 @@ class CellRenderer {
   // the stage body over `tiles` row tiles (from `tile` on) of calls [first_call, first_call +
   // calls), reading contraction c's block g for tile u and call j at accumulators[(B_c + g) *
   // tiles * calls + u * calls + j] (B_c: the blocks of the contractions before c), and storing.
-  llvm::Function* epilogue_function(const CellProgram::Stage& stage, int index, int32_t tiles) {
-    llvm::Function*& cached = epilogues_[{index, tiles}];
+  llvm::Function* epilogue_function(const CellProgram::Stage& stage, int index, int32_t tiles, bool masked) {
+    llvm::Function*& cached = epilogues_[{index, tiles, masked}];
     if (cached) return cached;
     auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, i64_, i64_, i64_, ptr_}, false);
-    auto* function = llvm::Function::Create(type, llvm::Function::InternalLinkage,
-                                            "stage" + std::to_string(index) + "_epilogue_t" + std::to_string(tiles), module_);
+    auto* function = llvm::Function::Create(
+        type, llvm::Function::InternalLinkage,
+        "stage" + std::to_string(index) + "_epilogue_t" + std::to_string(tiles) + (masked ? "_masked" : ""), module_);
     function->addFnAttr(llvm::Attribute::NoUnwind);
     function->addFnAttr(llvm::Attribute::NoInline);  // shared by every block width
     MathEmitter::allow_reciprocal_estimates(*function);
@@ -259,7 +273,7 @@ class CellRenderer {
     const llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
     b_.SetInsertPoint(llvm::BasicBlock::Create(context(), "entry", function));
     Block block{function->getArg(0), nullptr, function->getArg(1), function->getArg(2), function->getArg(3),
-                1, tiles, {}, {}, {}};
+                1, tiles, masked, {}, {}, {}};
     llvm::Value* calls = function->getArg(4);
     llvm::Value* buffer = function->getArg(5);
     tile_rows(block);
@@ -304,6 +318,7 @@ class CellRenderer {
   struct Block {
     llvm::Value *shared, *weights, *pointers, *tile, *first_call;
     int32_t calls, tiles;
+    bool masked;                     // the tiles may hold the last, partial one
     std::vector<llvm::Value*> row;   // per tile: its first row inside a block
     std::vector<llvm::Value*> mask;  // per tile: lanes inside the block
     std::vector<llvm::Value*> call_table;  // per call: its pointer table
@@ -343,9 +358,9 @@ class CellRenderer {
     for (int32_t u = 0; u < block.tiles; ++u) {
       llvm::Value* row = b_.CreateMul(b_.CreateAdd(block.tile, b_.getInt64(uint64_t(u))), b_.getInt64(uint64_t(vector_)));
       block.row.push_back(row);
-      // Blocks of whole vectors: every lane is inside, and the masked loads and stores fold to
-      // plain ones (AVX2's vmaskmovps store is many times the cost of a store on AMD's cores).
-      if (program_.rows % vector_ == 0) {
+      // Tiles wholly inside the rows: the masked loads and stores fold to plain ones (AVX2's
+      // vmaskmovps store is many times the cost of a store on AMD's cores).
+      if (!block.masked || program_.rows % vector_ == 0) {
         block.mask.push_back(llvm::ConstantInt::getTrue(llvm::FixedVectorType::get(b_.getInt1Ty(), unsigned(vector_))));
         continue;
       }
@@ -486,7 +501,7 @@ class CellRenderer {
   llvm::FixedVectorType* vf_;
   llvm::Value *calls_ = nullptr, *shared_ = nullptr, *weights_ = nullptr, *pointers_ = nullptr;
   llvm::Value *tile_begin_ = nullptr, *tile_end_ = nullptr;  // the tile range, tile_end resolved
-  std::map<std::pair<int, int32_t>, llvm::Function*> epilogues_;  // by (stage, tiles)
+  std::map<std::tuple<int, int32_t, bool>, llvm::Function*> epilogues_;  // by (stage, tiles, masked)
 };
 
 }  // namespace
