@@ -9,6 +9,7 @@
 #include "runtime/batched.h"
 #include "runtime/cell_kernels.h"
 #include "runtime/call_expansion.h"
+#include "runtime/outer_kernel.h"
 #include "runtime/outer_products.h"
 
 #include <Eigen/Core>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 
 #include "edbatch/errors.h"
@@ -312,6 +314,13 @@ bool gemm_by_runs(const Operand& x, int64_t output_rows, int64_t n) {
 // rows of W; X is small). init(begin, end) writes the starting value of members [begin, end)'s
 // columns (a bias, or zero). A gathered X is copied into scratch first, or read run by run in place
 // where gemm_by_runs says so.
+// An Eigen block's (or its transpose's) data and the steps between its rows and its columns.
+template <typename Expression>
+std::tuple<const float*, int64_t, int64_t> strides_of(const Expression& e) {
+  if constexpr (std::decay_t<Expression>::IsRowMajor) return {e.data(), int64_t(e.outerStride()), int64_t(e.innerStride())};
+  else return {e.data(), int64_t(e.innerStride()), int64_t(e.outerStride())};
+}
+
 template <typename Init>
 void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Operand>>& products, bool transposed,
                Init&& init) {
@@ -329,9 +338,21 @@ void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Opera
   // A product of few output rows (a classifier's logits over every node) runs transposed,
   // out^T += X^T W^T: GEMM kernels block the left factor's rows in panels (Eigen's float panel is
   // 48 rows on AVX-512), which W's few rows would mostly pad.
+  // Otherwise the selected ISA's GEMM (runtime/outer_kernel.h), so that a build for any -march
+  // runs its widest vectors.
   auto add = [](auto&& out_block, const auto& rows, const auto& x) {
-    if (rows.rows() < kFewRows && x.cols() >= 4 * kFewRows) out_block.transpose().noalias() += x.transpose() * rows.transpose();
-    else out_block.noalias() += rows * x;
+    if (rows.rows() < kFewRows && x.cols() >= 4 * kFewRows) {
+      out_block.transpose().noalias() += x.transpose() * rows.transpose();
+      return;
+    }
+    Gemm product{rows.rows(), x.cols(), rows.cols()};
+    std::tie(product.a, product.a_row, product.a_col) = strides_of(rows);
+    std::tie(product.b, product.b_row, product.b_col) = strides_of(x);
+    const auto [c, c_row, c_col] = strides_of(out_block);
+    if (c_row != 1) throw InternalError("gemm_rows: an output block whose rows are not contiguous");
+    product.c = const_cast<float*>(c);
+    product.ldc = c_col;
+    gemm(product);
   };
   // Members [first, last)'s columns of out (rows [begin, end)) += rows * their X of product i, run
   // by run where it reads runs in place.

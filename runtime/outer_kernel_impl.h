@@ -75,6 +75,27 @@ void pack(const float* const* columns, int64_t k0, int64_t depth, int64_t extent
   }
 }
 
+// Lines [k0, k0 + depth) of a strided matrix as panels of `tile`: line k's element i lies at
+// base[k * line + i * step]; panel t holds, per k, elements [t * tile, (t + 1) * tile) of line k,
+// zeros past `extent`. Panel by panel, so that a gather (step > 1) reads `tile` streams at once.
+template <int64_t tile>
+void pack_strided(const float* base, int64_t step, int64_t line, int64_t k0, int64_t depth, int64_t extent, float* panels) {
+  const int64_t count = (extent + tile - 1) / tile;
+  for (int64_t t = 0; t < count; ++t) {
+    const int64_t first = t * tile, live = smaller(tile, extent - first);
+    for (int64_t k = 0; k < depth; ++k) {
+      const float* from = base + (k0 + k) * line + first * step;
+      float* to = panels + (t * depth + k) * tile;
+      if (step == 1 && live == tile) {
+        __builtin_memcpy(to, from, sizeof(float) * tile);
+      } else {
+        for (int64_t r = 0; r < live; ++r) to[r] = from[r * step];
+        for (int64_t r = live; r < tile; ++r) to[r] = 0.0f;
+      }
+    }
+  }
+}
+
 void pack_rows(const float* const* columns, int64_t k0, int64_t depth, int64_t extent, float* panels) {
   pack<kRows>(columns, k0, depth, extent, panels);
 }
@@ -114,14 +135,31 @@ void tile(const float* __restrict a, const float* __restrict b, int64_t depth, f
   }
 }
 
-void tiles(const float* row_panels, const float* col_panels, int64_t depth, float* out, int64_t rows, int64_t cols,
-           int64_t begin, int64_t end) {
+void tiles(const float* row_panels, const float* col_panels, int64_t depth, float* out, int64_t ld, int64_t rows,
+           int64_t cols, int64_t begin, int64_t end) {
   const int64_t row_tiles = (rows + kRows - 1) / kRows;
   // A column panel stays in L1 while the row panels stream past it.
   for (int64_t tj = begin; tj < end; ++tj)
     for (int64_t ti = 0; ti < row_tiles; ++ti)
-      tile(row_panels + ti * kRows * depth, col_panels + tj * kCols * depth, depth, out + tj * kCols * rows + ti * kRows,
-           rows, smaller(kRows, rows - ti * kRows), smaller(kCols, cols - tj * kCols));
+      tile(row_panels + ti * kRows * depth, col_panels + tj * kCols * depth, depth, out + tj * kCols * ld + ti * kRows,
+           ld, smaller(kRows, rows - ti * kRows), smaller(kCols, cols - tj * kCols));
+}
+
+// c += a b: a's panels per kGemmDepth columns, b's per kGemmColumns columns within them, as BLIS
+// blocks a GEMM (the row panels of a stay in L2 while b's column panels pass).
+void gemm(const Gemm& p, float* panels) {
+  const int64_t row_tiles = (p.m + kRows - 1) / kRows;
+  for (int64_t k0 = 0; k0 < p.depth; k0 += kGemmDepth) {
+    const int64_t depth = smaller(kGemmDepth, p.depth - k0);
+    float* row_panels = panels;
+    float* col_panels = panels + row_tiles * kRows * depth;
+    pack_strided<kRows>(p.a, p.a_row, p.a_col, k0, depth, p.m, row_panels);
+    for (int64_t j0 = 0; j0 < p.n; j0 += kGemmColumns) {
+      const int64_t cols = smaller(kGemmColumns, p.n - j0);
+      pack_strided<kCols>(p.b + j0 * p.b_col, p.b_col, p.b_row, k0, depth, cols, col_panels);
+      tiles(row_panels, col_panels, depth, p.c + j0 * p.ldc, p.ldc, p.m, cols, 0, (cols + kCols - 1) / kCols);
+    }
+  }
 }
 
 void add_by_columns(const float* const* x, const float* const* y, int64_t count, int64_t rows, int64_t cols,
@@ -143,6 +181,6 @@ void add_by_columns(const float* const* x, const float* const* y, int64_t count,
 }  // namespace
 
 extern const OuterKernel EDB_OUTER_KERNEL;
-const OuterKernel EDB_OUTER_KERNEL{kRows, kCols, pack_rows, pack_cols, tiles, add_by_columns};
+const OuterKernel EDB_OUTER_KERNEL{kRows, kCols, pack_rows, pack_cols, tiles, add_by_columns, gemm};
 
 }  // namespace edb::runtime

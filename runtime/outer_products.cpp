@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "edbatch/errors.h"
 #include "ir/isa.h"
@@ -51,6 +52,20 @@ const OuterKernel& OuterProducts::kernel_for(const char* isa) {
   return kernel_of(ir::resolve_isa(isa, ir::host_isa()));
 }
 
+int64_t gemm_panel_floats(const OuterKernel& kernel, int64_t m, int64_t n) {
+  const int64_t depth = kGemmDepth, cols = std::min(n, kGemmColumns);
+  return (tiles(m, kernel.rows) * kernel.rows + tiles(cols, kernel.cols) * kernel.cols) * depth;
+}
+
+void gemm(const Gemm& product) {
+  if (product.m <= 0 || product.n <= 0 || product.depth <= 0) return;
+  const OuterKernel& kernel = OuterProducts::selected_kernel();
+  thread_local std::vector<float> panels;
+  const size_t floats = size_t(gemm_panel_floats(kernel, product.m, product.n));
+  if (panels.size() < floats) panels.resize(floats);
+  kernel.gemm(product, panels.data());
+}
+
 int64_t OuterProducts::tile_rows() { return selected_kernel().rows; }
 int64_t OuterProducts::tile_cols() { return selected_kernel().cols; }
 
@@ -86,7 +101,8 @@ void OuterProducts::compute(float* out, float* panels,
     float* col_panels = panels + row_tiles * k.rows * depth;
     k.pack_rows(a.data(), k0, depth, rows, row_panels);
     k.pack_cols(b.data(), k0, depth, cols, col_panels);
-    split(col_tiles, [&](int64_t begin, int64_t end) { k.tiles(row_panels, col_panels, depth, out, rows, cols, begin, end); });
+    split(col_tiles,
+          [&](int64_t begin, int64_t end) { k.tiles(row_panels, col_panels, depth, out, rows, rows, cols, begin, end); });
   }
 }
 

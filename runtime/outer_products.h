@@ -14,6 +14,11 @@
 namespace edb::runtime {
 
 struct OuterKernel;
+struct Gemm;
+
+// product.c += product.a product.b (runtime/outer_kernel.h's Gemm: strided, either factor may be
+// transposed) by the selected ISA's micro-kernel, with panels of this thread's own.
+void gemm(const Gemm& product);
 
 struct OuterProducts {
   static constexpr int64_t kDepth = 256; // columns per panel at most: a row panel and a column panel fit L1 and L2

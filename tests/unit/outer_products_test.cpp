@@ -124,3 +124,69 @@ TEST(OuterProducts, WidePanelsStayWithinTheirBytes) {
 
 }  // namespace
 }  // namespace edb::runtime
+
+namespace edb::runtime {
+namespace {
+
+// The GEMM over strided operands (the batched executor's products) against sums in double, under
+// every ISA's kernel: a plain or transposed left factor, a block of a wider right factor, an output
+// block with a longer leading dimension, and sizes across the depth and column blockings.
+struct GemmCase {
+  int64_t m, n, depth;
+  bool a_transposed;
+};
+
+const GemmCase kGemmCases[] = {{1, 1, 1, false},     {16, 6, 3, false},    {33, 13, 5, true},    {384, 600, 128, false},
+                               {200, 481, 257, true}, {17, 1000, 50, false}, {130, 7, 600, true}, {5, 3, 2, true}};
+
+class GemmTest : public ::testing::TestWithParam<std::tuple<GemmCase, std::string>> {};
+
+TEST_P(GemmTest, EqualsSumsInDouble) {
+  const GemmCase g = std::get<0>(GetParam());
+  const OuterKernel& kernel = OuterProducts::kernel_for(std::get<1>(GetParam()).c_str());
+  testing::Rng rng(uint64_t(g.m * 7 + g.n * 131 + g.depth));
+  const int64_t lda = (g.a_transposed ? g.depth : g.m) + 3, ldb = g.depth + 5, ldc = g.m + 2;
+  std::vector<float> a(size_t(lda * (g.a_transposed ? g.m : g.depth))), b(size_t(ldb * (g.n + 1))),
+      c(size_t(ldc * g.n));
+  for (float& v : a) v = float(2 * rng.unit() - 1);
+  for (float& v : b) v = float(2 * rng.unit() - 1);
+  for (float& v : c) v = float(2 * rng.unit() - 1);
+  const std::vector<float> before = c;
+  auto a_at = [&](int64_t i, int64_t k) { return g.a_transposed ? a[size_t(k + i * lda)] : a[size_t(i + k * lda)]; };
+  auto b_at = [&](int64_t k, int64_t j) { return b[size_t(2 + k + (j + 1) * ldb)]; };  // a block of b
+  Gemm product{g.m, g.n, g.depth};
+  product.a = a.data();
+  product.a_row = g.a_transposed ? lda : 1;
+  product.a_col = g.a_transposed ? 1 : lda;
+  product.b = b.data() + 2 + ldb;
+  product.b_row = 1;
+  product.b_col = ldb;
+  product.c = c.data();
+  product.ldc = ldc;
+  std::vector<float> panels(size_t(gemm_panel_floats(kernel, g.m, g.n)));
+  kernel.gemm(product, panels.data());
+  for (int64_t j = 0; j < g.n; ++j)
+    for (int64_t i = 0; i < ldc; ++i) {
+      const size_t at = size_t(i + j * ldc);
+      if (i >= g.m) {
+        ASSERT_EQ(c[at], before[at]) << "row " << i << " past the output block, column " << j;
+        continue;
+      }
+      double sum = before[at], magnitude = std::abs(double(before[at]));
+      for (int64_t k = 0; k < g.depth; ++k) {
+        sum += double(a_at(i, k)) * b_at(k, j);
+        magnitude += std::abs(double(a_at(i, k)) * b_at(k, j));
+      }
+      ASSERT_NEAR(c[at], sum, 1e-5 * magnitude + 1e-6) << "element (" << i << ", " << j << ")";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest, ::testing::Combine(::testing::ValuesIn(kGemmCases), ::testing::ValuesIn(host_isas())),
+                         [](const auto& info) {
+                           const GemmCase g = std::get<0>(info.param);
+                           return std::get<1>(info.param) + "_" + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
+                                  std::to_string(g.depth) + (g.a_transposed ? "_transposed" : "");
+                         });
+
+}  // namespace
+}  // namespace edb::runtime
