@@ -121,17 +121,7 @@ std::string signature(const Graph& graph, NodeId id) {
 }
 
 size_t SignatureTable::Hash::operator()(std::string_view s) const {
-  // FNV-1a over 8-byte words; keys are short and word-aligned in length.
-  uint64_t h = 1469598103934665603ull;
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, s.data() + i, 8);
-    h = (h ^ w) * 1099511628211ull;
-    h ^= h >> 29;
-  }
-  for (; i < s.size(); ++i) h = (h ^ uint8_t(s[i])) * 1099511628211ull;
-  return static_cast<size_t>(h);
+  return std::hash<std::string_view>()(s);  // the library's word-at-a-time hash, not a copy of our own
 }
 
 TypeId SignatureTable::intern(const Graph& graph, NodeId id) {

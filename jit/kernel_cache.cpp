@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -330,13 +331,18 @@ KernelCache::KernelCache(KernelCacheOptions options)
     : directory_(options.directory.empty() ? default_directory() : options.directory),
       max_bytes_(options.max_bytes),
       warn_(std::move(options.warn)),
+      memory_(SIZE_MAX, std::max<uint64_t>(options.max_memory_bytes, 1)),
       max_memory_bytes_(options.max_memory_bytes) {
   if (!warn_) warn_ = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-  if (directory_.empty()) warn_once("no cache directory (EDB_CACHE_DIR and HOME unset); keeping kernels in memory only");
+  if (directory_.empty())
+    warn_once(std::getenv("EDB_CACHE_DIR") ? "EDB_CACHE_DIR is set but empty; keeping kernels in memory only (name a "
+                                             "directory, or unset it for ~/.cache/edbatch)"
+                                           : "no cache directory (EDB_CACHE_DIR and HOME unset); keeping kernels in "
+                                             "memory only");
 }
 
 std::string KernelCache::default_directory() {
-  if (const char* dir = std::getenv("EDB_CACHE_DIR"); dir && *dir) return dir;
+  if (const char* dir = std::getenv("EDB_CACHE_DIR")) return dir;  // set but empty: no directory, said once
   if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/edbatch";
   return "";
 }
@@ -390,9 +396,9 @@ void KernelCache::record_use(const KernelKey* key, bool hit, bool stored) {
 std::optional<KernelEntry> KernelCache::lookup(const KernelKey& key) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (auto it = memory_.find(key); it != memory_.end()) {
+    if (const KernelEntry* kept = memory_.find(key)) {
       ++counters_.memory_hits;
-      return it->second;
+      return *kept;
     }
   }
   std::string problem;
@@ -468,13 +474,17 @@ std::optional<KernelEntry> KernelCache::read(const KernelKey& key, std::string* 
   return entry;
 }
 
-std::vector<KernelInfo> KernelCache::list() const {
+std::vector<KernelInfo> KernelCache::list(size_t* damaged) const {
   std::vector<KernelInfo> infos;
+  if (damaged) *damaged = 0;
   for (const DiskFile& f : scan(directory_, ".kernel")) {
     const std::optional<KernelKey> key = KernelKey::from_hex(stem(f.name));
-    if (!key) continue;
-    const std::optional<KernelEntry> entry = read(*key);
-    if (!entry) continue;
+    std::optional<KernelEntry> entry;
+    if (key && key->hex() == stem(f.name)) entry = read(*key);
+    if (!entry) {  // as verify() counts it
+      if (damaged) ++*damaged;
+      continue;
+    }
     std::map<std::string, int64_t> meta = read_numbers(directory_ + "/" + key->hex() + ".meta");
     KernelInfo info;
     info.key = *key;
@@ -534,30 +544,17 @@ uint64_t memory_footprint(const KernelEntry& e) {
 }  // namespace
 
 void KernelCache::keep_in_memory_locked(const KernelEntry& entry) {
-  auto [it, added] = memory_.try_emplace(entry.key, entry);
-  if (!added) {
-    counters_.memory_bytes -= memory_footprint(it->second);
-    it->second = entry;
-  } else {
-    memory_order_.push_back(entry.key);
-    ++counters_.memory_entries;
-  }
-  counters_.memory_bytes += memory_footprint(entry);
-  // The oldest out first, the newest always kept (it is about to be used).
-  while (counters_.memory_bytes > max_memory_bytes_ && memory_order_.size() > 1) {
-    const auto old = memory_.find(memory_order_.front());
-    memory_order_.pop_front();
-    if (old == memory_.end()) continue;
-    counters_.memory_bytes -= memory_footprint(old->second);
-    --counters_.memory_entries;
-    ++counters_.memory_evictions;
-    memory_.erase(old);
-  }
+  // The least recently used out first, the newest always kept (it is about to be used).
+  memory_.insert(entry.key, entry, memory_footprint(entry));
 }
 
 KernelCacheCounters KernelCache::counters() const {
   std::lock_guard<std::mutex> guard(mutex_);
-  return counters_;
+  KernelCacheCounters counters = counters_;
+  counters.memory_entries = memory_.size();
+  counters.memory_bytes = memory_.bytes();
+  counters.memory_evictions = uint64_t(memory_.evictions() - memory_cleared_);
+  return counters;
 }
 
 PruneResult KernelCache::prune(uint64_t max_bytes) {
@@ -613,9 +610,8 @@ PruneResult KernelCache::prune_locked(uint64_t max_bytes) {
 PruneResult KernelCache::clear() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    memory_cleared_ += int64_t(memory_.size());
     memory_.clear();
-    memory_order_.clear();
-    counters_.memory_entries = counters_.memory_bytes = 0;
     disk_bytes_ = -1;
   }
   PruneResult result;

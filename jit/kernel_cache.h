@@ -5,13 +5,13 @@
 #include <atomic>
 #include <compare>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "ir/bounded_cache.h"
 
 namespace edb::jit {
 
@@ -34,6 +34,11 @@ struct KernelKey {
   static std::optional<KernelKey> from_hex(const std::string& text);  // nullopt unless 32 hex
   static KernelKey parse(const std::string& text);                    // UsageError unless 32 hex
   auto operator<=>(const KernelKey&) const = default;
+};
+
+// KernelKey's hash, for unordered containers (its bits are already a hash).
+struct KernelKeyHash {
+  size_t operator()(const KernelKey& key) const { return size_t(key.low ^ key.high); }
 };
 
 // The key of a kernel; fields are length-prefixed before hashing, so no two inputs collide by
@@ -121,7 +126,9 @@ class KernelCache {
  public:
   explicit KernelCache(KernelCacheOptions options = {});
 
-  static std::string default_directory();  // $EDB_CACHE_DIR, else $HOME/.cache/edbatch, else ""
+  // $EDB_CACHE_DIR (set but empty: "", no directory, never the default silently), else
+  // $HOME/.cache/edbatch, else "".
+  static std::string default_directory();
   const std::string& directory() const { return directory_; }
   std::string entry_path(const KernelKey& key) const;
 
@@ -137,7 +144,9 @@ class KernelCache {
 
   // For tools: the disk entry without counting a use; on failure `problem` says why ("" = absent).
   std::optional<KernelEntry> read(const KernelKey& key, std::string* problem = nullptr) const;
-  std::vector<KernelInfo> list() const;       // sound disk entries, most recently used first
+  // Sound disk entries, most recently used first; `damaged` counts the entry files left out (they
+  // do not read: verify() names them).
+  std::vector<KernelInfo> list(size_t* damaged = nullptr) const;
   std::vector<VerifyResult> verify() const;   // every entry file, sorted by name
   KernelCacheStats stats() const;
   KernelCacheCounters counters() const;
@@ -160,8 +169,10 @@ class KernelCache {
   uint64_t max_bytes_;
   std::function<void(const std::string&)> warn_;
   mutable std::mutex mutex_;
-  std::map<KernelKey, KernelEntry> memory_;
-  std::deque<KernelKey> memory_order_;  // keys as stored in memory_, oldest first
+  // At most max_memory_bytes_, the least recently used out first; memory_cleared_: the entries
+  // clear() dropped, which memory_'s evictions count and KernelCacheCounters' do not.
+  ir::BoundedCache<KernelKey, KernelEntry, KernelKeyHash> memory_;
+  int64_t memory_cleared_ = 0;
   uint64_t max_memory_bytes_;
   KernelCacheCounters counters_;
   // The entry files' bytes as last counted plus this object's stores since (-1: not counted yet),

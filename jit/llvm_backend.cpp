@@ -35,6 +35,7 @@
 #include <llvm/Transforms/Utils/Cloning.h>
 
 #include "edbatch/errors.h"
+#include "ir/bounded_cache.h"
 #include "ir/isa.h"
 #include "jit/host.h"
 #include "jit/llvm_cell.h"
@@ -350,17 +351,12 @@ struct LlvmBackend::State {
   struct Entry {
     CompiledKernel kernel;  // keep_alive empty: it would hold State itself
     std::shared_ptr<Linked> linked;
-    uint64_t used = 0;
   };
-  std::map<KernelKey, Entry> compiled;  // at most max_kernels, least recently used out first
-  uint64_t clock = 0;
-  size_t max_kernels = 0;
-  int64_t evictions = 0;
-  size_t object_bytes = 0;  // of the kernels in `compiled`
+  // At most max_kernels, least recently used out first; bytes: their objects and texts.
+  ir::BoundedCache<KernelKey, Entry, KernelKeyHash> compiled{1};
 
   // The kernel of `found` for a caller: its code kept alive with the State.
   CompiledKernel hand_out(const std::shared_ptr<State>& self, Entry& found) {
-    found.used = ++clock;
     CompiledKernel result = found.kernel;
     auto handle = std::make_shared<Handle>();
     handle->state = self;
@@ -368,36 +364,29 @@ struct LlvmBackend::State {
     result.keep_alive = std::move(handle);
     return result;
   }
-  // Room for one more in `compiled`; what is dropped goes into `dropped`, destroyed by the caller
-  // once `mutex` is released.
-  void make_room(std::vector<Entry>& dropped) {
-    while (!compiled.empty() && compiled.size() >= max_kernels) {
-      auto oldest = compiled.begin();
-      for (auto it = compiled.begin(); it != compiled.end(); ++it)
-        if (it->second.used < oldest->second.used) oldest = it;
-      object_bytes -= kernel_bytes(oldest->second.kernel);
-      dropped.push_back(std::move(oldest->second));
-      compiled.erase(oldest);
-      ++evictions;
-    }
-  }
   static size_t kernel_bytes(const CompiledKernel& k) {
     return k.object.size() + k.ir.size() + k.assembly.size() + k.description.size() + sizeof k;
   }
-  CompiledKernel add(const std::shared_ptr<State>& self, CompiledKernel kernel, llvm::orc::ResourceTrackerSP tracker) {
-    Entry& entry = compiled[kernel.key];
+  // Keeps the kernel just linked; what is evicted for it goes into `dropped`, destroyed by the
+  // caller once `mutex` is released.
+  CompiledKernel add(const std::shared_ptr<State>& self, CompiledKernel kernel, llvm::orc::ResourceTrackerSP tracker,
+                     std::vector<Entry>& dropped) {
+    const KernelKey key = kernel.key;
+    const size_t bytes = kernel_bytes(kernel);
+    Entry entry;
     entry.kernel = std::move(kernel);
     entry.linked = std::make_shared<Linked>();
     entry.linked->state = this;
     entry.linked->tracker = std::move(tracker);
-    object_bytes += kernel_bytes(entry.kernel);
-    return hand_out(self, entry);
+    Entry* kept = compiled.insert(key, std::move(entry), bytes,
+                                  [&](const KernelKey&, Entry& evicted) { dropped.push_back(std::move(evicted)); });
+    return hand_out(self, *kept);
   }
 };
 
 LlvmBackend::LlvmBackend(LlvmBackendOptions options) : options_(options), state_(std::make_shared<State>()) {
   initialise_llvm();
-  state_->max_kernels = std::max<size_t>(options.max_kernels, 1);
+  state_->compiled.set_limits(std::max<size_t>(options.max_kernels, 1));
   state_->machine = take(host_machine().createTargetMachine(), "cannot create the host target machine");
   state_->jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(host_machine()).create(), "cannot create the JIT");
   state_->target = host_cpu_name();
@@ -415,7 +404,8 @@ size_t LlvmBackend::kernels() const {
 
 LlvmBackend::Sizes LlvmBackend::sizes() const {
   std::lock_guard lock(state_->mutex);
-  return {state_->compiled.size(), state_->object_bytes, state_->max_kernels, state_->evictions};
+  return {state_->compiled.size(), size_t(state_->compiled.bytes()), state_->compiled.max_entries(),
+          state_->compiled.evictions()};
 }
 
 template <typename Render>
@@ -430,8 +420,7 @@ CompiledKernel LlvmBackend::compile_described(std::string description, Render&& 
 
   std::vector<State::Entry> dropped;  // destroyed after the lock is released
   std::lock_guard lock(state_->mutex);
-  if (auto found = state_->compiled.find(result.key); found != state_->compiled.end())
-    return state_->hand_out(state_, found->second);
+  if (State::Entry* found = state_->compiled.find(result.key)) return state_->hand_out(state_, *found);
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>(symbol, *context);
   module->setDataLayout(state_->jit->getDataLayout());
@@ -448,12 +437,11 @@ CompiledKernel LlvmBackend::compile_described(std::string description, Render&& 
   }
   if (options_.keep_assembly) result.assembly = assembly_of(*module, *state_->machine);
   result.object = object_of(*module, *state_->machine);
-  state_->make_room(dropped);
   llvm::orc::ResourceTrackerSP tracker;
   result.function = link(*state_->jit, result.object, symbol, "LlvmBackend::compile", tracker);
   if (options_.perf_map) write_perf_map(result.object, symbol, result.description, result.function);
   result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  return state_->add(state_, std::move(result), std::move(tracker));
+  return state_->add(state_, std::move(result), std::move(tracker), dropped);
 }
 
 CompiledKernel LlvmBackend::compile(const Kernel& kernel) {
@@ -478,8 +466,7 @@ CompiledKernel LlvmBackend::load(const KernelEntry& entry) {
   std::vector<State::Entry> dropped;  // destroyed after the lock is released
   std::lock_guard lock(state_->mutex);
   CompiledKernel result;
-  if (auto found = state_->compiled.find(entry.key); found != state_->compiled.end())
-    return state_->hand_out(state_, found->second);
+  if (State::Entry* found = state_->compiled.find(entry.key)) return state_->hand_out(state_, *found);
   result.key = entry.key;
   result.description = entry.description;
   result.target = entry.target;
@@ -488,11 +475,10 @@ CompiledKernel LlvmBackend::load(const KernelEntry& entry) {
   if (options_.keep_assembly) result.assembly = entry.assembly;
   result.object = entry.object;
   result.compile_ms = entry.compile_ms;
-  state_->make_room(dropped);
   llvm::orc::ResourceTrackerSP tracker;
   result.function = link(*state_->jit, result.object, symbol, "LlvmBackend::load", tracker);
   if (options_.perf_map) write_perf_map(result.object, symbol, result.description, result.function);
-  return state_->add(state_, std::move(result), std::move(tracker));
+  return state_->add(state_, std::move(result), std::move(tracker), dropped);
 }
 
 }  // namespace edb::jit

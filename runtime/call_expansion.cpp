@@ -13,46 +13,33 @@ namespace edb::runtime {
 // call's arguments as inputs placed in the arena (copied in before a run), and each batch of the
 // body's schedule over every call, call by call.
 struct CallExpansion::Expanded {
-  uint64_t last_use = 0;  // CallExpansion::uses_ when it last ran
   ir::Graph graph;
   scheduler::Schedule schedule;
   memplan::Plan plan;
   std::vector<ir::NodeId> at;  // call c's node for body node id: at[c * body size + id]
 };
 
-CallExpansion::CallExpansion() = default;
+CallExpansion::CallExpansion() : expanded_(kMaxExpansions) {}
 CallExpansion::~CallExpansion() = default;
 
-void CallExpansion::clear() {
-  evictions_ += int64_t(expanded_.size());
-  expanded_.clear();
+void CallExpansion::set_capacity(size_t entries) {
+  expanded_.set_limits(std::clamp<size_t>(entries, 1, kMaxExpansions));
 }
 
+void CallExpansion::clear() { expanded_.clear(); }
+
 CacheSize CallExpansion::sizes() const {
-  return CacheSize{int64_t(expanded_.size()), int64_t(arena_.capacity() * sizeof(float)), int64_t(capacity_), 0,
-                   evictions_};
+  CacheSize size = expanded_.sizes();
+  size.bytes = int64_t(arena_.capacity() * sizeof(float));
+  return size;
 }
 
 CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t calls) {
-  ++uses_;
   const auto key = std::make_pair(&cell, calls);
-  if (auto found = expanded_.find(key); found != expanded_.end()) {
-    found->second->last_use = uses_;
-    return *found->second;
-  }
+  if (std::unique_ptr<Expanded>* found = expanded_.find(key)) return **found;
   // Full: the least recently used expansion goes (a workload of many batch sizes keeps the ones
   // it runs most, rather than all of them going at once).
-  if (expanded_.size() >= capacity_) {
-    auto oldest = expanded_.begin();
-    for (auto it = expanded_.begin(); it != expanded_.end(); ++it)
-      if (it->second->last_use < oldest->second->last_use) oldest = it;
-    expanded_.erase(oldest);
-    ++evictions_;
-  }
-  std::unique_ptr<Expanded>& slot = expanded_[key];
-  slot = std::make_unique<Expanded>();
-  Expanded& e = *slot;
-  e.last_use = uses_;
+  Expanded& e = **expanded_.insert(key, std::make_unique<Expanded>());
   const ir::Graph& body = cell.body;
   const size_t size = body.size();
   e.at.assign(calls * size, ir::kNoNode);

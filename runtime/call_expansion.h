@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "edbatch/stats.h"
+#include "ir/bounded_cache.h"
 #include "runtime/executor.h"
 
 namespace edb::runtime {
@@ -31,7 +31,7 @@ class CallExpansion {
   // Expansions kept, by cell and number of calls: EngineOptions::cache_entries, at most
   // kMaxExpansions; the least recently used goes when a new one would exceed them.
   static constexpr size_t kMaxExpansions = 256;
-  void set_capacity(size_t entries) { capacity_ = std::clamp<size_t>(entries, 1, kMaxExpansions); }
+  void set_capacity(size_t entries);
   // Forgets every expansion: the engine dropped the cell records their keys point into.
   void clear();
   CacheSize sizes() const;  // Stats::caches.call_expansions: entries, and the bytes of its arena
@@ -40,10 +40,7 @@ class CallExpansion {
   struct Expanded;
   Expanded& expanded(const CallCell& cell, size_t calls);
 
-  std::map<std::pair<const CallCell*, size_t>, std::unique_ptr<Expanded>> expanded_;
-  size_t capacity_ = kMaxExpansions;
-  int64_t evictions_ = 0;  // expansions dropped
-  uint64_t uses_ = 0;      // a clock for least recently used
+  ir::BoundedCache<std::pair<const CallCell*, size_t>, std::unique_ptr<Expanded>, ir::PairHash> expanded_;
   std::vector<float> arena_;
 };
 

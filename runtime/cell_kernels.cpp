@@ -611,7 +611,6 @@ struct CellKernels::Cell {
   int32_t vector = 0;
   std::vector<std::unique_ptr<PackedWeight>> weights;
   std::vector<const float*> weight_pointers;
-  uint64_t last_use = 0;
   // How a batch of its calls splits: the contractions' flops per call, the program's row tiles and
   // where a tile range may begin (jit::cell_tile_step); tile ranges for single-stage programs only.
   int64_t flops_per_call = 0;
@@ -620,35 +619,24 @@ struct CellKernels::Cell {
   bool splits_by_tiles = false;
 };
 
-CellKernels::CellKernels(std::string cache_directory) : cache_directory_(std::move(cache_directory)) {}
+CellKernels::CellKernels(std::string cache_directory) : cache_directory_(std::move(cache_directory)), cells_(1024) {}
 CellKernels::~CellKernels() = default;
 
 std::unique_ptr<CellKernels::Cell>& CellKernels::slot(const void* cell, ir::TypeId type) {
-  ++uses_;
-  auto it = cells_.find({cell, type});
-  if (it != cells_.end()) {
-    if (it->second) it->second->last_use = uses_;
-    return it->second;
-  }
-  if (cells_.size() >= capacity_) {
-    auto last_use = [](const auto& entry) { return entry.second ? entry.second->last_use : 0; };
-    cells_.erase(std::min_element(cells_.begin(), cells_.end(),
-                                  [&](const auto& a, const auto& b) { return last_use(a) < last_use(b); }));
-    ++evictions_;
-  }
-  return cells_[{cell, type}];  // empty: the caller makes it, last used now
+  const auto key = std::make_pair(cell, type);
+  if (std::unique_ptr<Cell>* found = cells_.find(key)) return *found;
+  return *cells_.insert(key, nullptr);  // empty: the caller makes it, last used now
 }
 
-void CellKernels::clear() {
-  evictions_ += int64_t(cells_.size());
-  cells_.clear();
-}
+void CellKernels::set_capacity(size_t entries) { cells_.set_limits(std::max<size_t>(entries, 1)); }
+
+void CellKernels::clear() { cells_.clear(); }
 
 CacheSize CellKernels::sizes() const {
-  CacheSize size{int64_t(cells_.size()), 0, int64_t(capacity_), 0, evictions_};
-  for (const auto& [key, cell] : cells_)
-    if (cell)
-      for (const auto& packed : cell->weights)
+  CacheSize size = cells_.sizes();
+  for (const auto& entry : cells_)
+    if (entry.value)
+      for (const auto& packed : entry.value->weights)
         if (packed) size.bytes += packed->floats * int64_t(sizeof(float));
   return size;
 }
@@ -684,7 +672,6 @@ CellKernels::Cell& CellKernels::cell_of(const scheduler::Schedule& schedule, con
   std::unique_ptr<Cell>& slot = this->slot(batch.cell, batch.type);
   if (slot) return *slot;
   auto cell = std::make_unique<Cell>();
-  cell->last_use = uses_;
   cell->owned = lower_cell(values.graph, values.plan, schedule.call_firsts[batch.calls_begin], *batch.cell,
                            batch.body_nodes, keep_every_value_, cell->why_not);
   if (cell->owned) {
@@ -850,7 +837,6 @@ void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& val
   std::unique_ptr<Cell>& slot = this->slot(&call_cell, ir::kNoType);
   if (!slot) {
     slot = std::make_unique<Cell>();
-    slot->last_use = uses_;
     slot->lowering = &call_cell.lowering;
     compile(*slot, stats);
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "edbatch/stats.h"
+#include "ir/bounded_cache.h"
 #include "jit/cell_program.h"
 #include "jit/llvm_backend.h"
 #include "runtime/executor.h"
@@ -124,7 +125,7 @@ class CellKernels {
 
   // The most compiled cells kept (EngineOptions::cache_entries), least recently used out; their
   // kernels stay in the kernel cache, so one evicted is lowered and packed again, not compiled.
-  void set_capacity(size_t entries) { capacity_ = std::max<size_t>(entries, 1); }
+  void set_capacity(size_t entries);
   // Forgets every compiled cell: the engine dropped the cell records their keys point into.
   void clear();
   CacheSize sizes() const;  // Stats::caches.cell_kernels: entries, packed weights' bytes
@@ -146,10 +147,7 @@ class CellKernels {
   jit::CachedCompiler* compiler_ = nullptr;
   // By CellSchedule and the calls' type (which parameters they pass decides the lowering), or by
   // CallCell.
-  std::map<std::pair<const void*, ir::TypeId>, std::unique_ptr<Cell>> cells_;
-  size_t capacity_ = 1024;
-  uint64_t uses_ = 0;        // a clock for least recently used
-  int64_t evictions_ = 0;
+  ir::BoundedCache<std::pair<const void*, ir::TypeId>, std::unique_ptr<Cell>, ir::PairHash> cells_;  // 1024 at first
   // The entry of `key`, made empty (and the least recently used evicted) when there is none.
   std::unique_ptr<Cell>& slot(const void* cell, ir::TypeId type);
   std::vector<float*> pointers_;        // the batch's call tables, kept between batches

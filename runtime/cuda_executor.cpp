@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "edbatch/errors.h"
+#include "ir/bounded_cache.h"
 #include "jit/kernel_ir.h"
 #include "nvrtc/cuda_compiler.h"
 #include "nvrtc/cuda_driver.h"
@@ -72,16 +73,9 @@ struct CudaExecutor::State {
   nvrtc::CudaDevice device;
   nvrtc::CudaCompiler compiler;
   DeviceBuffer arena, leaves, staging;  // staging: per-batch pointer tables and input arrays
-  // Loaded kernel functions by kernel description, at most `capacity` (EngineOptions::cache_entries),
-  // least recently used unloaded first; the image stays in the kernel cache.
-  struct Loaded {
-    nvrtc::CUfunction function = nullptr;
-    uint64_t last_use = 0;
-  };
-  std::unordered_map<std::string, Loaded> functions;
-  size_t capacity = 1024;
-  uint64_t uses = 0;
-  int64_t evictions = 0;
+  // Loaded kernel functions by kernel description, at most EngineOptions::cache_entries, least
+  // recently used unloaded first; the image stays in the kernel cache.
+  ir::BoundedCache<std::string, nvrtc::CUfunction> functions{1024};
   nvrtc::CUfunction gemm = nullptr;
 
   // Per execution.
@@ -126,23 +120,12 @@ struct CudaExecutor::State {
 
   nvrtc::CUfunction function_for(const jit::Kernel& kernel) {
     const std::string description = jit::describe(kernel);
-    ++uses;
-    auto it = functions.find(description);
-    if (it != functions.end()) {
-      it->second.last_use = uses;
-      return it->second.function;
-    }
+    if (const nvrtc::CUfunction* loaded = functions.find(description)) return *loaded;
     const nvrtc::CudaImage image = compiler.elementwise(kernel);
     count_compile(image);
-    if (functions.size() >= capacity) {
-      auto oldest = std::min_element(functions.begin(), functions.end(),
-                                     [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
-      device.unload_function(oldest->second.function);
-      functions.erase(oldest);
-      ++evictions;
-    }
     const nvrtc::CUfunction function = device.load_function(image.image, image.symbol());
-    functions[description] = Loaded{function, uses};
+    functions.insert(description, function, 0,
+                     [&](const std::string&, nvrtc::CUfunction evicted) { device.unload_function(evicted); });
     return function;
   }
   void count_compile(const nvrtc::CudaImage& image) {
@@ -337,10 +320,14 @@ CudaExecutor::CudaExecutor(const std::string& cache_directory, const std::string
 
 CudaExecutor::~CudaExecutor() = default;
 
-void CudaExecutor::set_cache_entries(size_t entries) { state_->capacity = std::max<size_t>(entries, 1); }
+void CudaExecutor::set_cache_entries(size_t entries) {
+  state_->functions.set_limits(std::max<size_t>(entries, 1), 0, [&](const std::string&, nvrtc::CUfunction evicted) {
+    state_->device.unload_function(evicted);
+  });
+}
 
 void CudaExecutor::cache_sizes(CacheSizes& sizes) const {
-  sizes.device_kernels = CacheSize{int64_t(state_->functions.size()), 0, int64_t(state_->capacity), 0, state_->evictions};
+  sizes.device_kernels = state_->functions.sizes();
 }
 
 void CudaExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {

@@ -318,8 +318,7 @@ const Stats& Driver::stats() {
   caches = CacheSizes{};
   caches.signatures = CacheSize{int64_t(signatures.size()), int64_t(signatures.bytes()), int64_t(max_signatures()), 0,
                                 signatures.forgotten()};
-  if (search_)
-    caches.search_schedules = CacheSize{int64_t(search_->cached()), 0, int64_t(search_->capacity()), 0, search_->evictions()};
+  if (search_) caches.search_schedules = search_->sizes();
   if (jit::CachedCompiler* compiler = jit::find_shared_compiler(options_.cache_directory))
     jit::compiler_cache_sizes(*compiler, caches.linked_kernels, caches.kernel_memory);
   caches.cell_records = cell_records;

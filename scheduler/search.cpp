@@ -234,41 +234,16 @@ std::string structure_key(const ScheduleInput& input) {
 }
 
 void SearchPolicy::schedule(const ScheduleInput& input, Schedule& out) {
-  std::string key = structure_key(input);
-  ++clock_;
-  if (auto it = cache_.find(key); it != cache_.end()) {
-    ++hits_;
-    it->second.used = clock_;
-    out = it->second.schedule;
+  const std::string key = structure_key(input);
+  if (const Schedule* cached = cache_.find(key)) {
+    out = *cached;
     for (ir::NodeId& id : out.nodes) id += input.begin;
     return;
   }
   ++searches_;
   out = search_schedule(input, options_).schedule;
-  if (capacity_ == 0) return;
-  while (cache_.size() >= capacity_) evict_oldest();
-  Entry& entry = cache_[std::move(key)];
-  entry.schedule = out;
-  entry.used = clock_;
-  for (ir::NodeId& id : entry.schedule.nodes) id -= input.begin;
-}
-
-void SearchPolicy::evict_oldest() {
-  auto oldest = cache_.begin();
-  for (auto it = cache_.begin(); it != cache_.end(); ++it)
-    if (it->second.used < oldest->second.used) oldest = it;
-  cache_.erase(oldest);
-  ++evictions_;
-}
-
-void SearchPolicy::set_capacity(size_t capacity) {
-  capacity_ = capacity;
-  while (cache_.size() > capacity_) evict_oldest();
-}
-
-void SearchPolicy::clear() {
-  evictions_ += int64_t(cache_.size());
-  cache_.clear();
+  if (Schedule* kept = cache_.insert(key, out))  // none when the capacity is 0
+    for (ir::NodeId& id : kept->nodes) id -= input.begin;
 }
 
 }  // namespace edb::scheduler

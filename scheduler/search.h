@@ -11,6 +11,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "ir/bounded_cache.h"
 #include "scheduler/schedule.h"
 
 namespace edb::scheduler {
@@ -52,29 +53,23 @@ std::string structure_key(const ScheduleInput& input);
 // `capacity` most recently used schedules.
 class SearchPolicy final : public Policy {
  public:
-  explicit SearchPolicy(SearchOptions options = {}, size_t capacity = 64) : options_(options), capacity_(capacity) {}
+  explicit SearchPolicy(SearchOptions options = {}, size_t capacity = 64) : options_(options), cache_(capacity) {}
   std::string_view name() const override { return "search"; }
   void schedule(const ScheduleInput& input, Schedule& out) override;
   void set_budget(std::chrono::microseconds budget) { options_.budget = budget; }
   int64_t searches() const { return searches_; }
-  int64_t cache_hits() const { return hits_; }
+  int64_t cache_hits() const { return cache_.hits(); }
   size_t cached() const { return cache_.size(); }
-  size_t capacity() const { return capacity_; }
-  void set_capacity(size_t capacity);  // evicts the least recently used beyond it
-  int64_t evictions() const { return evictions_; }
-  void clear();  // forgets every schedule (their batches name types of a signature table reset since)
+  size_t capacity() const { return cache_.max_entries(); }
+  void set_capacity(size_t capacity) { cache_.set_limits(capacity); }  // evicts the least recently used beyond it
+  int64_t evictions() const { return cache_.evictions(); }
+  CacheSize sizes() const { return cache_.sizes(); }
+  void clear() { cache_.clear(); }  // forgets every schedule (their batches name types of a signature table reset since)
 
  private:
-  struct Entry {
-    Schedule schedule;  // node ids relative to the input's begin
-    uint64_t used = 0;
-  };
   SearchOptions options_;
-  size_t capacity_;
-  std::unordered_map<std::string, Entry> cache_;
-  uint64_t clock_ = 0;
-  int64_t searches_ = 0, hits_ = 0, evictions_ = 0;
-  void evict_oldest();
+  ir::BoundedCache<std::string, Schedule> cache_;  // node ids relative to the input's begin
+  int64_t searches_ = 0;
 };
 
 }  // namespace edb::scheduler

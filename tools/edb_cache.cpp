@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -31,7 +32,8 @@ void print_help() {
       "description, backend, target CPU, flags, the build's code identity and the cache format\n"
       "version. Entries another build wrote are never loaded; pruning removes them first.\n\n"
       "commands:\n"
-      "  list               every entry: hash, signature, backend, target, size, compile ms, hits, last use\n"
+      "  list               every entry: hash, signature, backend, target, size, compile ms, hits, last use;\n"
+      "                     damaged entry files are counted on stderr and make it exit 1\n"
       "  show HASH          one entry: description, flags, LLVM IR and assembly\n"
       "  stats              entries (and how many another build wrote), total size, lifetime hits and misses\n"
       "  verify             checks every entry file; exits 1 if any is bad\n"
@@ -40,7 +42,8 @@ void print_help() {
       "                     total is at most N bytes\n"
       "                     (K, M, G suffixes: powers of 1024)\n\n"
       "flags:\n"
-      "  --dir DIR          the cache directory (default: $EDB_CACHE_DIR, else ~/.cache/edbatch)\n"
+      "  --dir DIR          the cache directory (default: $EDB_CACHE_DIR, else ~/.cache/edbatch; an\n"
+      "                     EDB_CACHE_DIR set but empty is an error)\n"
       "  --json             print JSON instead of text\n"
       "  --help             this text\n");
 }
@@ -91,8 +94,17 @@ std::string clipped(const std::string& s, size_t width) {
   return s.size() <= width ? s : s.substr(0, width - 3) + "...";
 }
 
+// Damaged entry files are not listed; they are counted on stderr and make the exit status 1, as
+// verify's (which names them).
 int list(KernelCache& cache, bool json) {
-  const auto infos = cache.list();
+  size_t damaged = 0;
+  const auto infos = cache.list(&damaged);
+  const auto report_damaged = [&] {
+    if (damaged == 0) return 0;
+    std::fprintf(stderr, "edb-cache list: %zu damaged entry file%s in %s not listed (edb-cache verify names them)\n",
+                 damaged, damaged == 1 ? "" : "s", cache.directory().c_str());
+    return 1;
+  };
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& i : infos)
@@ -101,7 +113,7 @@ int list(KernelCache& cache, bool json) {
                      {"bytes", i.bytes}, {"compile_ms", i.compile_ms}, {"hits", i.hits},
                      {"last_used_ms", i.last_used_ms}});
     std::cout << out.dump(2) << '\n';
-    return 0;
+    return report_damaged();
   }
   std::printf("%-32s  %-30s  %-7s  %-12s  %10s  %10s  %6s  %s\n", "hash", "signature", "backend", "target", "size",
               "compile ms", "hits", "last used");
@@ -111,7 +123,7 @@ int list(KernelCache& cache, bool json) {
                 human_bytes(i.bytes).c_str(), i.compile_ms, static_cast<unsigned long long>(i.hits),
                 local_time(i.last_used_ms).c_str());
   std::printf("%zu entries in %s\n", infos.size(), cache.directory().c_str());
-  return 0;
+  return report_damaged();
 }
 
 int show(KernelCache& cache, const std::string& hash, bool json) {
@@ -227,7 +239,10 @@ int run(int argc, char** argv) {
   edb::jit::KernelCacheOptions options;
   options.directory = flags.get("dir", "");
   if (options.directory.empty() && KernelCache::default_directory().empty())
-    throw UsageError("edb-cache: no cache directory: set EDB_CACHE_DIR or HOME, or pass --dir");
+    throw UsageError(std::getenv("EDB_CACHE_DIR")
+                         ? "edb-cache: EDB_CACHE_DIR is set but empty: name a directory, unset it (for "
+                           "~/.cache/edbatch), or pass --dir"
+                         : "edb-cache: no cache directory: set EDB_CACHE_DIR or HOME, or pass --dir");
   // A directory that is missing is an empty cache; a file there is a mistake to name, not a cache.
   const std::string directory = options.directory.empty() ? KernelCache::default_directory() : options.directory;
   if (std::error_code error; std::filesystem::exists(directory, error) && !std::filesystem::is_directory(directory, error))

@@ -175,7 +175,7 @@ TEST(KernelCache, StoreThenLookupHitsHereAndInAFreshCache) {
   EXPECT_TRUE(verified[0].ok()) << verified[0].problem;
 }
 
-// The copies kept in memory stay under max_memory_bytes, the oldest stored going first; a dropped
+// The copies kept in memory stay under max_memory_bytes, the least recently used going first; a dropped
 // entry is read from the disk again (issue 31: one copy per kernel, kept for the process's life).
 TEST(KernelCache, MemoryCopiesStayUnderTheirCapOldestOutFirst) {
   TempDir dir;
@@ -218,6 +218,18 @@ TEST(KernelCache, DefaultDirectoryComesFromTheEnvironment) {
   if (const char* home = std::getenv("HOME")) {
     EXPECT_EQ(KernelCache::default_directory(), std::string(home) + "/.cache/edbatch");
   }
+  // Set but empty: no directory (memory only, said once), never the default in silence.
+  ::setenv("EDB_CACHE_DIR", "", 1);
+  EXPECT_EQ(KernelCache::default_directory(), "");
+  std::vector<std::string> warnings;
+  KernelCacheOptions options;
+  options.warn = [&](const std::string& line) { warnings.push_back(line); };
+  KernelCache memory_only(options);
+  EXPECT_EQ(memory_only.directory(), "");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("EDB_CACHE_DIR is set but empty; keeping kernels in memory only"), std::string::npos)
+      << warnings[0];
+  ::unsetenv("EDB_CACHE_DIR");
   if (old) ::setenv("EDB_CACHE_DIR", saved.c_str(), 1);
 }
 
@@ -651,6 +663,47 @@ TEST(EdbCacheTool, CommandsOnARealDirectory) {
   ASSERT_EQ(o.status, 0) << o.err;
   EXPECT_EQ(nlohmann::json::parse(o.out)["removed"], 2);
   EXPECT_EQ(run_tool("clear" + d).status, 0);
+}
+
+// A directory whose every entry is damaged: list lists none and says how many it left out, exiting
+// 1 as verify does (issue 45: "0 entries", exit 0). EDB_CACHE_DIR set but empty is an error naming
+// it (it meant ~/.cache/edbatch in silence).
+TEST(EdbCacheTool, ListCountsDamagedEntriesAndAnEmptyEdbCacheDirIsAnError) {
+  if (!fs::exists(edb_cache_binary())) GTEST_SKIP() << "edb-cache not built at " << edb_cache_binary();
+  TempDir dir;
+  const KernelEntry a = make_entry(1, 4000), b = make_entry(2, 4000);
+  {
+    KernelCache cache(options_for(dir.path(), nullptr));
+    cache.store(a);
+    cache.store(b);
+  }
+  for (const KernelEntry* e : {&a, &b}) {
+    const std::string path = dir.file(e->key.hex() + ".kernel");
+    std::string bytes = read_file(path);
+    bytes[100] ^= 1;
+    write_file(path, bytes);
+  }
+  const std::string d = " --dir '" + dir.path() + "'";
+  const std::string said = "edb-cache list: 2 damaged entry files in " + dir.path() +
+                           " not listed (edb-cache verify names them)\n";
+  Outcome o = run_tool("list" + d);
+  EXPECT_EQ(o.status, 1);
+  EXPECT_TRUE(o.out.ends_with("\n0 entries in " + dir.path() + "\n")) << o.out;
+  EXPECT_EQ(o.err, said);
+  o = run_tool("list --json" + d);
+  EXPECT_EQ(o.status, 1);
+  EXPECT_EQ(nlohmann::json::parse(o.out), nlohmann::json::array());
+  EXPECT_EQ(o.err, said);
+  o = run_tool("verify --json" + d);
+  EXPECT_EQ(o.status, 1);
+  EXPECT_EQ(nlohmann::json::parse(o.out)["bad"], 2);
+
+  o = testing::run_program("/usr/bin/env", "EDB_CACHE_DIR= '" + edb_cache_binary() + "' list");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.out, "");
+  EXPECT_EQ(o.err,
+            "edb-cache: EDB_CACHE_DIR is set but empty: name a directory, unset it (for ~/.cache/edbatch), or pass "
+            "--dir\n");
 }
 
 // A cache directory whose entries cannot be removed (read-only): clear and prune exit 1 naming a
