@@ -79,6 +79,10 @@ struct ParameterInfo {
   Shape shape;
   const float* data = nullptr;  // column-major, owned by the model
   const uint64_t* version = nullptr;  // changes whenever the data may have (null: never changes)
+  // True once a span that may be written at any time was handed out (Parameter::values()): the
+  // version then does not see every write, so a copy of the data (a compiled cell's packed
+  // weights) compares the data itself before it is used.
+  const bool* written_unversioned = nullptr;
 };
 
 // Attributes a node may carry; which ones mean something depends on the op's flags.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <string_view>
 #include <tuple>
 
 #include "edbatch/errors.h"
@@ -593,8 +594,29 @@ std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const 
   return cell;
 }
 
+namespace {
+
+// What a packed weight was packed from, per piece: its data, its version and, for a parameter
+// whose span may be written at any time (ir::ParameterInfo::written_unversioned), a hash of its
+// values, read before each use: such a write moves no version.
+struct PackedSource {
+  const float* data = nullptr;
+  uint64_t version = 0, values = 0;
+  bool operator==(const PackedSource&) const = default;
+};
+
+PackedSource packed_source(const ir::ParameterInfo& info) {
+  PackedSource source{info.data, info.version ? *info.version : 0, 0};
+  if (info.written_unversioned && *info.written_unversioned)
+    source.values = std::hash<std::string_view>()(
+        std::string_view(reinterpret_cast<const char*>(info.data), size_t(info.shape.size()) * sizeof(float)));
+  return source;
+}
+
+}  // namespace
+
 struct CellKernels::PackedWeight {
-  std::vector<std::pair<const float*, uint64_t>> sources;  // per piece: data and version packed from
+  std::vector<PackedSource> sources;  // per piece
   float* data = nullptr;
   int64_t floats = 0;
   // Per piece: the transposed or padded copy packed from, kept so that repacking after every
@@ -687,12 +709,12 @@ void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::Para
   for (size_t w = 0; w < lowering.weights.size(); ++w) {
     const CellLowering::Weight& weight = lowering.weights[w];
     std::unique_ptr<PackedWeight>& packed = cell.weights[w];
-    std::vector<std::pair<const float*, uint64_t>> sources;
+    std::vector<PackedSource> sources;
     std::vector<jit::WeightPiece> pieces;
     int64_t k = 0;
     for (size_t p = 0; p < weight.pieces.size(); ++p) {
       const ir::ParameterInfo& info = piece(w, p);
-      sources.emplace_back(info.data, info.version ? *info.version : 0);
+      sources.push_back(packed_source(info));
       pieces.push_back({info.data, weight.transposed ? info.shape.rows : info.shape.cols});
       k += pieces.back().cols;
     }

@@ -33,7 +33,7 @@ namespace detail {
 
 ir::ParameterInfo ModelState::info(uint32_t index) const {
   const ParameterStorage& p = *parameters[index];
-  return {p.uid, name + "/" + p.name, ir::Shape{p.rows, p.cols}, p.values.data(), &p.version};
+  return {p.uid, name + "/" + p.name, ir::Shape{p.rows, p.cols}, p.values.data(), &p.version, &p.written_unversioned};
 }
 
 }  // namespace detail
@@ -48,7 +48,13 @@ float Tensor::scalar() const {
 const std::string& Parameter::name() const { return model_->at(index_).name; }
 int Parameter::rows() const { return model_->at(index_).rows; }
 int Parameter::cols() const { return model_->at(index_).cols; }
-std::span<float> Parameter::values() const { return model_->at(index_).writable(); }  // may be written through
+// May be written through at any time, kept across evaluations too: compiled cells then compare the
+// values they packed from before each use (runtime/cell_kernels.cpp), so every write is seen.
+std::span<float> Parameter::values() const {
+  detail::ParameterStorage& p = model_->at(index_);
+  p.written_unversioned = true;
+  return p.writable();
+}
 
 const std::string& LookupTable::name() const { return model_->at(index_).name; }
 int LookupTable::dim() const { return model_->at(index_).rows; }

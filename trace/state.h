@@ -23,6 +23,9 @@ struct ParameterStorage {
   // Bumped whenever the values may have changed (values() handed out, a load, an optimizer step),
   // so copies made of them (a compiled cell's packed weights) know when to be made again.
   uint64_t version = 0;
+  // Set when Parameter::values() hands out a span: it may be written through at any time, after
+  // evaluations too, without the version moving (ir::ParameterInfo::written_unversioned).
+  bool written_unversioned = false;
   std::vector<float> values;
 
   // The values for writing: every writer goes through here, so the version moves with them.

@@ -45,9 +45,10 @@ class Parameter {
   const std::string& name() const;
   int rows() const;
   int cols() const;
-  // Column-major, for initialisation and inspection. Writes through the span are seen by traces
-  // evaluated after this call (compiled cells repack their weights then); keep no span across
-  // evaluations to write through later.
+  // Column-major, for initialisation and inspection. Writes through the span are seen by every
+  // trace evaluated after them, a span kept across evaluations too: compiled cells then compare
+  // the values they packed (a read of the parameter per evaluation) and pack them again if any
+  // changed. Model::load and Optimizer::step need no such check.
   std::span<float> values() const;
   bool valid() const { return model_ != nullptr; }
   friend bool operator==(const Parameter& a, const Parameter& b) {
