@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "edbatch/errors.h"
+#include "ir/bounded_cache.h"
 #include "jit/cached_compiler.h"
 #include "jit/kernel_ir.h"
 #include "memplan/layout.h"
@@ -31,44 +32,17 @@ namespace edb::runtime {
 
 // The process's cached compiler for the executor's cache directory (shared by every executor with
 // that directory, looked up at the first compile), and per executor the kernels it has used, by a
-// compact key of op, constant and input access modes: at most `capacity` (EngineOptions::
-// cache_entries), the least recently used out first (a kernel evicted here stays in the compiler).
+// compact key of op, constant and input access modes: at most EngineOptions::cache_entries, the
+// least recently used out first (a kernel evicted here stays in the compiler).
 struct JitKernels {
-  struct Used {
-    jit::CompiledKernel kernel;
-    uint64_t used = 0;
-  };
   explicit JitKernels(std::string directory) : cache_directory(std::move(directory)) {}
   jit::CachedCompiler& compiler() {
     if (!shared) shared = &jit::shared_compiler(cache_directory);
     return *shared;
   }
-  // The entry for `key`, made room for; `inserted` when it is new (its kernel still to be set).
-  std::unordered_map<std::string, Used>::iterator find_or_add(const std::string& key, bool& inserted) {
-    ++clock;
-    if (auto it = by_key.find(key); it != by_key.end()) {
-      inserted = false;
-      it->second.used = clock;
-      return it;
-    }
-    while (!by_key.empty() && by_key.size() >= capacity) {
-      auto oldest = by_key.begin();
-      for (auto it = by_key.begin(); it != by_key.end(); ++it)
-        if (it->second.used < oldest->second.used) oldest = it;
-      by_key.erase(oldest);
-      ++evictions;
-    }
-    inserted = true;
-    auto it = by_key.emplace(key, Used{}).first;
-    it->second.used = clock;
-    return it;
-  }
   std::string cache_directory;
   jit::CachedCompiler* shared = nullptr;
-  std::unordered_map<std::string, Used> by_key;
-  size_t capacity = 1024;
-  uint64_t clock = 0;
-  int64_t evictions = 0;
+  ir::BoundedCache<std::string, jit::CompiledKernel> by_key{1024};
 };
 
 namespace {
@@ -688,24 +662,19 @@ void run_jit_group(std::span<const BatchContext> group) {
     kernel.store(value);
   }
   kernel.name = group.size() == 1 ? std::string(ir::op_name(lead.first.op)) : "fused " + std::to_string(group.size());
-  bool inserted = false;
-  auto it = lead.jit->find_or_add(key, inserted);
-  if (inserted) {
+  const jit::CompiledKernel* found = lead.jit->by_key.find(key);
+  if (!found) {
     bool compiled_now = false;
-    try {
-      it->second.kernel = lead.jit->compiler().get(kernel, compiled_now);
-    } catch (...) {
-      lead.jit->by_key.erase(it);
-      throw;
-    }
+    jit::CompiledKernel made = lead.jit->compiler().get(kernel, compiled_now);  // throws: nothing kept
     if (compiled_now) {
       lead.stats.kernels_compiled += 1;
-      lead.stats.time.compile_ms += it->second.kernel.compile_ms;
+      lead.stats.time.compile_ms += made.compile_ms;
     } else {
       lead.stats.cache_hits += 1;
     }
+    found = lead.jit->by_key.insert(key, std::move(made));
   }
-  const jit::CompiledKernel& compiled = it->second.kernel;
+  const jit::CompiledKernel& compiled = *found;
   lead.split(n, std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {
     std::vector<jit::KernelInput> inputs(pointers.size());
     for (size_t i = 0; i < pointers.size(); ++i) inputs[i].pointers = pointers[i] + begin;
@@ -931,7 +900,7 @@ void BatchedExecutor::keep_every_value() {
 }
 
 void BatchedExecutor::set_cache_entries(size_t entries) {
-  if (kernels_) kernels_->capacity = std::max<size_t>(entries, 1);
+  if (kernels_) kernels_->by_key.set_limits(std::max<size_t>(entries, 1));
   if (cells_) cells_->set_capacity(entries);
   calls_->set_capacity(entries);
 }
@@ -946,10 +915,7 @@ void BatchedExecutor::cache_sizes(CacheSizes& sizes) const {
                             scratch_.trims()};
   sizes.call_expansions = calls_->sizes();
   if (cells_) sizes.cell_kernels = cells_->sizes();
-  if (!kernels_) return;
-  sizes.jit_kernels.entries = int64_t(kernels_->by_key.size());
-  sizes.jit_kernels.max_entries = int64_t(kernels_->capacity);
-  sizes.jit_kernels.evictions = kernels_->evictions;
+  if (kernels_) sizes.jit_kernels = kernels_->by_key.sizes();
 }
 
 void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
