@@ -137,6 +137,12 @@ TemporaryFile::~TemporaryFile() {
   if (!committed_ && !temporary_.empty()) ::unlink(temporary_.c_str());
 }
 
+std::string TemporaryFile::failed(int error) {
+  ::unlink(temporary_.c_str());
+  temporary_.clear();
+  return error_ = cannot_write(path_, error);
+}
+
 std::string TemporaryFile::write(std::string_view contents, bool sync) {
   if (!error_.empty()) return error_;
   synced_ = sync;
@@ -146,10 +152,7 @@ std::string TemporaryFile::write(std::string_view contents, bool sync) {
     if (write_all(fd, contents, error) && sync && ::fsync(fd) != 0) error = errno;
     if (::close(fd) != 0 && !error) error = errno;
   }
-  if (!error) return "";
-  ::unlink(temporary_.c_str());
-  temporary_.clear();
-  return error_ = cannot_write(path_, error);
+  return error ? failed(error) : "";
 }
 
 std::string TemporaryFile::sync() {
@@ -160,21 +163,13 @@ std::string TemporaryFile::sync() {
     if (::fsync(fd) != 0) error = errno;
     ::close(fd);
   }
-  if (!error) return "";
-  ::unlink(temporary_.c_str());
-  temporary_.clear();
-  return error_ = cannot_write(path_, error);
+  return error ? failed(error) : "";
 }
 
 std::string TemporaryFile::commit() {
   if (!error_.empty()) return error_;
   if (committed_) return "";
-  if (::rename(temporary_.c_str(), path_.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temporary_.c_str());
-    temporary_.clear();
-    return error_ = cannot_write(path_, error);
-  }
+  if (::rename(temporary_.c_str(), path_.c_str()) != 0) return failed(errno);
   committed_ = true;
   if (!synced_) return "";
   // The rename itself reaches the disk with the directory's entry.

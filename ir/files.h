@@ -79,6 +79,7 @@ class TemporaryFile {
   std::string commit();
 
  private:
+  std::string failed(int error);  // removes the temporary; the error, kept
   std::string path_, temporary_, error_;
   bool committed_ = false, synced_ = true;
 };
