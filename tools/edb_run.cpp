@@ -537,8 +537,8 @@ std::unique_ptr<edb::samples::SampleModel> make_model(const ModelEntry& entry, c
   }
   uint64_t bytes = 0;
   // By shape, not through values(): taking that span marks a parameter as written behind the
-  // engine's back, and compiled cells then check its values before every use.
-  for (const edb::Parameter& p : model->model().parameters()) bytes += uint64_t(p.rows()) * uint64_t(p.cols()) * sizeof(float);
+  // engine's back, and compiled cells then check its values before every use of them.
+  for (const edb::Parameter& p : model->model().parameters()) bytes += p.read().size() * sizeof(float);
   for (const edb::LookupTable& t : model->model().lookups()) bytes += uint64_t(t.entries()) * uint64_t(t.dim()) * sizeof(float);
   if (training && config.memory_bytes > 0 && 4 * bytes > config.memory_bytes)
     throw edb::UsageError("edb-run: " + sizing_flags(flags) + ": training needs about " +

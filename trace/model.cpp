@@ -55,6 +55,7 @@ std::span<float> Parameter::values() const {
   p.written_unversioned = true;
   return p.writable();
 }
+std::span<const float> Parameter::read() const { return model_->at(index_).values; }
 
 const std::string& LookupTable::name() const { return model_->at(index_).name; }
 int LookupTable::dim() const { return model_->at(index_).rows; }

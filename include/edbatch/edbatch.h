@@ -47,9 +47,12 @@ class Parameter {
   int cols() const;
   // Column-major, for initialisation and inspection. Writes through the span are seen by every
   // trace evaluated after them, a span kept across evaluations too: compiled cells then compare
-  // the values they packed (a read of the parameter per evaluation) and pack them again if any
-  // changed. Model::load and Optimizer::step need no such check.
+  // the values they packed with the parameter's before each use (a read of the whole parameter
+  // per batch of calls) and pack them again if any changed. Model::load and Optimizer::step need
+  // no such check, and neither does read(), for inspection alone.
   std::span<float> values() const;
+  // The same values, read-only: taking them marks nothing, so compiled cells check nothing more.
+  std::span<const float> read() const;
   bool valid() const { return model_ != nullptr; }
   friend bool operator==(const Parameter& a, const Parameter& b) {
     return a.model_ == b.model_ && a.index_ == b.index_;

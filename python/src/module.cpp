@@ -59,7 +59,7 @@ uniform in [-sqrt(3/dim), sqrt(3/dim)], both from the seed and the name alone. s
 use edbatch's checksummed file (the same one the C++ API and edb-run --save write).)doc";
 
 py::array_t<float> parameter_values(const PyParameter& p) {
-  const std::span<float> v = p.handle.values();
+  const std::span<const float> v = p.handle.read();  // a copy out: nothing may write through it
   return to_numpy(std::vector<float>(v.begin(), v.end()), p.handle.rows(), p.handle.cols());
 }
 

@@ -44,6 +44,19 @@ TEST(ModelInit, SeededAndDeterministic) {
   EXPECT_EQ(wa.cols(), 5);
 }
 
+// read() is values() without the span to write through: the same numbers, a write through
+// values() seen by it.
+TEST(ModelInit, ReadIsTheValuesReadOnly) {
+  Model model("read");
+  const Parameter w = model.add_parameter("W", 3, 2);
+  const std::span<const float> read = w.read();
+  ASSERT_EQ(read.size(), 6u);
+  const std::vector<float> before(read.begin(), read.end());
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), w.values().begin()));
+  w.values()[4] = 7.5f;
+  EXPECT_EQ(w.read()[4], 7.5f);
+}
+
 TEST(ModelInit, GlorotAndLookupRanges) {
   Model model("m", 3);
   const Parameter w = model.add_parameter("W", 60, 40);
