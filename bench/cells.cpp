@@ -38,25 +38,6 @@ using edb::Trace;
 using Clock = std::chrono::steady_clock;
 using Program = jit::CellProgram;
 
-// Median seconds per call of f over `rounds` timings of enough repetitions for ~10 ms each.
-double time_per_call(const std::function<void()>& f, int rounds = 5) {
-  int reps = 1;
-  for (;;) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    if (std::chrono::duration<double>(Clock::now() - t0).count() > 0.01) break;
-    reps *= 2;
-  }
-  std::vector<double> times;
-  for (int r = 0; r < rounds; ++r) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 struct Shape {
   std::string name;   // model and contraction
   int rows;           // block rows (hidden)
@@ -199,7 +180,7 @@ double program_gflops(jit::LlvmBackend& backend, const Program& p, int n, bool p
     }
   const jit::CellArgs args{n, shared.data(), weights.data(), pointers.data()};
   const jit::CellFunction function = kernel.cell();
-  const double seconds = time_per_call([&] { function(&args); });
+  const double seconds = time_per_call([&] { function(&args); }, 5, 0.01);  // ~10 ms a timing
   return contraction_flops(p) * n / seconds / 1e9;
 }
 

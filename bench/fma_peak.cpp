@@ -1,4 +1,4 @@
-// fma_peak: each ISA's FMA loop on n threads, timed; the median of 5.
+// fma_peak: each ISA's FMA loop on n threads, timed; the median of 5. time_per_call: a median too.
 #include "bench/fma_peak.h"
 
 #include <algorithm>
@@ -51,6 +51,25 @@ double fma_peak(ir::Isa isa, int threads) {
   }
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
+}
+
+double time_per_call(const std::function<void()>& f, int rounds, double min_seconds) {
+  using Clock = std::chrono::steady_clock;
+  int reps = 1;
+  for (;;) {
+    const auto start = Clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    if (std::chrono::duration<double>(Clock::now() - start).count() > min_seconds) break;
+    reps *= 2;
+  }
+  std::vector<double> times;
+  for (int r = 0; r < rounds; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count() / reps);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
 }
 
 }  // namespace edb::bench

@@ -1,8 +1,6 @@
 // edb-bench-isa: the selected ISA's (EDB_ISA) yardsticks in one run: its FMA peak at one and two
 // threads, and the weight-gradient micro-kernel (runtime/outer_products) alone at the sample
 // models' weight shapes, one thread, as GFLOP/s and as a fraction of that peak.
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -37,25 +35,6 @@ const Shape kShapes[] = {
     {"bilstm U 200x50", 200, 50, 1536},
 };
 
-// Median seconds of `f` over 7 timings of enough repetitions for about 20 ms each.
-double seconds_per_call(const std::function<void()>& f) {
-  using Clock = std::chrono::steady_clock;
-  int reps = 1;
-  for (;;) {
-    const auto start = Clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    if (std::chrono::duration<double>(Clock::now() - start).count() > 0.02) break;
-    reps *= 2;
-  }
-  std::vector<double> times;
-  for (int r = 0; r < 7; ++r) {
-    const auto start = Clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    times.push_back(std::chrono::duration<double>(Clock::now() - start).count() / reps);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 // The kernel's GFLOP/s on one thread at `shape`, its columns scattered in a pool as a trace leaves them.
 double outer_products_gflops(const Shape& shape) {
@@ -71,7 +50,7 @@ double outer_products_gflops(const Shape& shape) {
   const runtime::OuterProducts products{shape.rows, shape.cols, a, b};
   std::vector<float> panels(size_t(products.scratch_floats()) + 16), out(size_t(shape.rows * shape.cols));
   const auto one_piece = [](int64_t count, const std::function<void(int64_t, int64_t)>& body) { body(0, count); };
-  const double seconds = seconds_per_call([&] { products.compute(out.data(), panels.data(), one_piece); });
+  const double seconds = time_per_call([&] { products.compute(out.data(), panels.data(), one_piece); }, 7, 0.02);
   return 2.0 * double(shape.rows * shape.cols * shape.uses) / seconds / 1e9;
 }
 
