@@ -283,11 +283,6 @@ bool gemm_by_runs(const Operand& x, int64_t output_rows, int64_t n) {
   return memplan::gemm_reads_runs(runs, output_rows, n);
 }
 
-// out = init + W_1 X_1 + W_2 X_2 + ... (or W_1^T X_1 + ... when `transposed`): one GEMM per shared
-// weight over all members, split by rows of the output across threads (each thread packs only its
-// rows of W; X is small). init(begin, end) writes the starting value of members [begin, end)'s
-// columns (a bias, or zero). A gathered X is copied into scratch first, or read run by run in place
-// where gemm_by_runs says so.
 // An Eigen block's (or its transpose's) data and the steps between its rows and its columns.
 template <typename Expression>
 std::tuple<const float*, int64_t, int64_t> strides_of(const Expression& e) {
@@ -295,6 +290,11 @@ std::tuple<const float*, int64_t, int64_t> strides_of(const Expression& e) {
   else return {e.data(), int64_t(e.innerStride()), int64_t(e.outerStride())};
 }
 
+// out = init + W_1 X_1 + W_2 X_2 + ... (or W_1^T X_1 + ... when `transposed`): one GEMM per shared
+// weight over all members, split by rows of the output across threads (each thread packs only its
+// rows of W; X is small). init(begin, end) writes the starting value of members [begin, end)'s
+// columns (a bias, or zero). A gathered X is copied into scratch first, or read run by run in place
+// where gemm_by_runs says so.
 template <typename Init>
 void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Operand>>& products, bool transposed,
                Init&& init) {

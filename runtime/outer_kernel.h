@@ -24,7 +24,7 @@ struct OuterKernel {
   // out (rows x cols) += sum_k x_k y_k^T over `count` pairs, column by column from the pointers.
   void (*add_by_columns)(const float* const* x, const float* const* y, int64_t count, int64_t rows, int64_t cols,
                          float* out) = nullptr;
-  // c += a b (runtime/outer_products.h's Gemm) over `panels` of gemm_panel_floats(m, n) floats.
+  // product.c += product.a product.b (Gemm, below) over `panels` of gemm_panel_floats(m, n) floats.
   void (*gemm)(const Gemm& product, float* panels) = nullptr;
 };
 
