@@ -1,0 +1,588 @@
+// Lowering a cell body into a cell program (jit/cell_program.h): the program of a body as a call
+// of it lies (its leaves, then its operations contiguously), the values it stores, and the frame a
+// call node keeps (CallCell). Running the program is runtime/cell_kernels.cpp's.
+#include "runtime/cell_lowering.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string_view>
+#include <tuple>
+
+#include "edbatch/errors.h"
+
+namespace edb::runtime {
+
+namespace {
+
+using Program = jit::CellProgram;
+
+// Not expressible: the reason, for the lowering's caller.
+struct Unsupported {
+  std::string why;
+};
+
+// An elementwise op of the body: a kernel op, or an activation gradient built from them.
+bool lowers_elementwise(ir::Op op) {
+  jit::KernelOp kernel_op;
+  return jit::kernel_op_for(op, kernel_op) || jit::is_activation_gradient(op);
+}
+// A product W x of a weight parameter W: affine and matmul, or matmul_tn (W^T x, the backward
+// pass's dx = W^T dy, whose weight is packed transposed).
+bool is_product(ir::Op op) { return op == ir::Op::affine || op == ir::Op::matmul || op == ir::Op::matmul_tn; }
+
+class Lowerer {
+ public:
+  // The body is graph nodes [first, first + body_nodes); `outputs` are offsets into it. With
+  // `for_backward`, the program also keeps what the backward pass's rules read.
+  // With `padding`, a product whose rows end inside a block (dx = W^T dy of an input narrower or
+  // wider than the gates) is stored in whole blocks, its weight padded with zero rows: only where
+  // the lowering lays the values out itself (a call's frame), not in a plan's places.
+  Lowerer(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first, uint32_t body_nodes,
+          const std::string& name, std::span<const uint32_t> outputs, bool keep_every_value, bool for_backward,
+          bool padding = false)
+      : graph_(graph), plan_(plan), first_(first), count_(body_nodes), for_backward_(for_backward), padding_(padding),
+        needed_(body_nodes, keep_every_value) {
+    out_.program.name = name;
+    for (uint32_t o : outputs)
+      if (o < count_) needed_[o] = true;
+  }
+
+  CellLowering lower() {
+    choose_rows();
+    forms_.resize(count_);
+    for (uint32_t o = 0; o < count_; ++o) classify(o);
+    if (for_backward_)
+      for (uint32_t o = 0; o < count_; ++o) need_for_backward(o);
+    // A view keeps nothing of its own: readers after the kernel find it in its source's place.
+    for (uint32_t o = count_; o-- > 0;)
+      if (needed_[o] && forms_[o].kind == Form::slice && plan_.is_view(first_ + o) && forms_[o].sources[0] < int32_t(count_))
+        needed_[size_t(forms_[o].sources[0])] = true;
+    // Stages in order; within one, nodes in recording order (a topological order).
+    int32_t stages = 0;
+    for (const Form& f : forms_) stages = std::max(stages, f.stage);
+    out_.program.stages.resize(size_t(stages));
+    loads_.assign(size_t(stages), {});
+    for (uint32_t o = 0; o < count_; ++o) emit(o);
+    out_.program.rows = rows_;
+    out_.program.call_slots = int32_t(out_.call_slots.size());
+    out_.program.shared_slots = int32_t(out_.shared_slots.size());
+    // A stage that stores nothing computes only values nobody reads (a later stage reads what
+    // earlier ones stored): it goes, as dead code.
+    std::erase_if(out_.program.stages, [](const Program::Stage& stage) { return stage.stores.empty(); });
+    std::vector<CellLowering::Weight> weights;  // the kept contractions' weights, renumbered
+    for (Program::Stage& stage : out_.program.stages)
+      for (Program::Contraction& c : stage.contractions) {
+        weights.push_back(std::move(out_.weights[size_t(c.weight)]));
+        c.weight = int32_t(weights.size() - 1);
+      }
+    out_.weights = std::move(weights);
+    if (out_.program.stages.empty()) throw Unsupported{"the body computes nothing that is kept"};
+    jit::verify(out_.program);
+    return std::move(out_);
+  }
+
+ private:
+  // What the lowering knows of a body node, or of one reference to a node outside the body.
+  struct Form {
+    enum Kind : uint8_t { external, contraction, elementwise, slice, concat };
+    Kind kind = external;
+    int32_t rows = 0;
+    int32_t stage = 0;  // the stage that computes it (0: outside the body)
+    Program::Operand memory;  // where its values are: an external's slot, or its own call slot
+    // contraction: its index in its stage; elementwise: its block values in its stage.
+    int32_t contraction_index = -1;
+    std::vector<int32_t> values;
+    std::vector<int32_t> accumulators;  // contraction: accumulator values, made on first use
+    // contraction: its x (form ids); slice: its source; concat and elementwise: their operands
+    std::vector<int32_t> sources;
+    int32_t begin = 0;  // slice: its first row
+    int32_t bias = -1;  // contraction: the bias's form, or none
+  };
+
+  const ir::Node& body_node(uint32_t o) const { return graph_.node(first_ + o); }
+  bool inside(ir::NodeId id) const { return id >= first_ && id < first_ + count_; }
+
+  // The block height: the rows of the narrowest elementwise value (else of the narrowest product).
+  void choose_rows() {
+    int32_t elementwise = 0, linear = 0;
+    for (uint32_t o = 0; o < count_; ++o) {
+      const ir::Node& n = body_node(o);
+      if (lowers_elementwise(n.op)) elementwise = elementwise ? std::min(elementwise, n.shape.rows) : n.shape.rows;
+      if (is_product(n.op)) linear = linear ? std::min(linear, n.shape.rows) : n.shape.rows;
+    }
+    rows_ = elementwise ? elementwise : linear;
+    if (rows_ <= 0) throw Unsupported{"no elementwise op or product to build blocks from"};
+  }
+
+  // The form id of argument `argument` of body node o: a body node's own, or a new external.
+  int32_t argument_form(uint32_t o, int32_t argument) {
+    const ir::NodeId arg = graph_.args(first_ + o)[size_t(argument)];
+    if (inside(arg)) return int32_t(arg - first_);
+    const ir::Node& n = graph_.node(arg);
+    if (n.shape.cols != 1) throw Unsupported{"an argument that is not a column vector"};
+    Form f;
+    f.kind = Form::external;
+    f.rows = n.shape.rows;
+    if (n.op == ir::Op::parameter) {
+      // The same node in every call: one shared slot per parameter.
+      auto [it, added] = shared_of_.try_emplace(arg, int32_t(out_.shared_slots.size()));
+      if (added) out_.shared_slots.push_back({o, argument});
+      f.memory = {it->second, true};
+    } else {
+      // One call slot per reference: two references may be one node in this call and two in another.
+      f.memory = {int32_t(out_.call_slots.size()), false};
+      out_.call_slots.push_back({o, argument});
+    }
+    forms_.push_back(f);
+    return int32_t(forms_.size() - 1);
+  }
+
+  bool block_aligned(int32_t rows) const { return rows % rows_ == 0; }
+
+  void classify(uint32_t o) {
+    const ir::Node& n = body_node(o);
+    Form& f = forms_[o];
+    f.rows = n.shape.rows;
+    if (n.shape.cols != 1) throw Unsupported{std::string(ir::op_name(n.op)) + " of a matrix (cols " + std::to_string(n.shape.cols) + ")"};
+    const auto args = graph_.args(n);
+    if (is_product(n.op)) {
+      if (!block_aligned(n.shape.rows) && (!padding_ || n.op == ir::Op::affine))
+        throw Unsupported{"a product of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
+      const size_t products = n.op == ir::Op::affine ? 1 : 0;
+      int32_t stage = 1;
+      std::vector<int32_t> x_forms;
+      for (size_t slot = products; slot + 1 < args.size(); slot += 2) {
+        if (inside(args[slot]) || graph_.node(args[slot]).op != ir::Op::parameter)
+          throw Unsupported{"a product whose weight is not a parameter"};
+        x_forms.push_back(argument_form(o, int32_t(slot + 1)));
+        stage = std::max(stage, memory_stage(x_forms.back()) + 1);
+        need_in_memory(x_forms.back());
+      }
+      int32_t bias = -1;
+      if (products) {
+        bias = argument_form(o, 0);
+        stage = std::max(stage, memory_stage(bias) + 1);
+        need_in_memory(bias);
+      }
+      Form& g = forms_[o];  // forms_ may have grown
+      g.kind = Form::contraction;
+      g.stage = stage;
+      g.sources = x_forms;
+      g.bias = bias;
+      return;
+    }
+    if (n.op == ir::Op::slice) {
+      const int32_t source = argument_form(o, 0);
+      Form& g = forms_[o];
+      g.kind = Form::slice;
+      g.sources = {source};
+      g.begin = n.attrs.begin;
+      g.stage = std::max(1, forms_[size_t(source)].stage);
+      const bool view = plan_.is_view(first_ + o);
+      if (view) out_.views.push_back(o);
+      if (!view && !(block_aligned(n.attrs.begin) && block_aligned(g.rows)))
+        throw Unsupported{"a copied slice of rows not on block boundaries"};
+      return;
+    }
+    const bool concat = n.op == ir::Op::concat;
+    if (concat || lowers_elementwise(n.op)) {
+      if (!concat && !block_aligned(n.shape.rows))
+        throw Unsupported{std::string(ir::op_name(n.op)) + " of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
+      std::vector<int32_t> operands;
+      int32_t stage = 1;
+      for (size_t i = 0; i < args.size(); ++i) {
+        operands.push_back(argument_form(o, int32_t(i)));
+        const int32_t rows = forms_[size_t(operands.back())].rows;
+        if (concat && !block_aligned(rows))
+          throw Unsupported{"a concat of a part of " + std::to_string(rows) + " rows, not blocks of " + std::to_string(rows_)};
+        if (!concat && rows != n.shape.rows) throw Unsupported{"an elementwise op over operands of other shapes"};
+        stage = std::max(stage, forms_[size_t(operands.back())].stage);
+      }
+      Form& g = forms_[o];
+      g.kind = concat ? Form::concat : Form::elementwise;
+      g.sources = operands;
+      g.stage = stage;
+      need_earlier_stages(operands, stage);
+      return;
+    }
+    throw Unsupported{std::string("op ") + std::string(ir::op_name(n.op))};
+  }
+
+  // A concat that is stored anyway (an output: a backward cell's gate gradients, which the
+  // weight's gradient reads) of values the body computes: a reader in a later stage reads its
+  // place rather than each part's, so the parts need no stores of their own (they were written
+  // twice: TreeLSTM's backward cells stored 3 of their 6 and 10 blocks twice).
+  bool read_in_place(int32_t f) const {
+    const Form& form = forms_[size_t(f)];
+    if (form.kind != Form::concat || f >= int32_t(count_) || !needed_[size_t(f)]) return false;
+    for (int32_t part : form.sources) {
+      const Form::Kind kind = forms_[size_t(part)].kind;
+      if (kind != Form::elementwise && kind != Form::contraction) return false;
+    }
+    return true;
+  }
+
+  // Form f's values are read from memory: every body value they come from must be stored.
+  void need_in_memory(int32_t f) {
+    const Form& form = forms_[size_t(f)];
+    if (form.kind == Form::external || read_in_place(f)) return;
+    if (form.kind == Form::slice || form.kind == Form::concat) {
+      for (int32_t source : form.sources) need_in_memory(source);
+      return;
+    }
+    needed_[size_t(f)] = true;
+  }
+  // Operands computed in an earlier stage than their reader are loaded from memory.
+  void need_earlier_stages(const std::vector<int32_t>& operands, int32_t stage) {
+    for (int32_t f : operands)
+      if (forms_[size_t(f)].stage < stage) need_in_memory(f);
+  }
+  // What the backward pass's rule for body node o reads of the forward values (trace/backward.cpp):
+  // a product's right factors, both factors of cmult, max and min, log's argument, div's divisor
+  // and output, the outputs of activations and exp.
+  void need_for_backward(uint32_t o) {
+    const ir::Node& n = body_node(o);
+    const auto args = graph_.args(n);
+    auto need = [&](ir::NodeId id) {
+      if (inside(id)) needed_[id - first_] = true;
+    };
+    switch (n.op) {
+      case ir::Op::matmul: need(args[1]); break;
+      case ir::Op::affine:
+        for (size_t i = 1; i + 1 < args.size(); i += 2) need(args[i + 1]);
+        break;
+      case ir::Op::cmult:
+      case ir::Op::max:
+      case ir::Op::min: need(args[0]); need(args[1]); break;
+      case ir::Op::log: need(args[0]); break;
+      case ir::Op::div: need(args[1]); needed_[o] = true; break;
+      case ir::Op::tanh:
+      case ir::Op::sigmoid:
+      case ir::Op::relu:
+      case ir::Op::exp: needed_[o] = true; break;
+      default: break;
+    }
+  }
+
+  // After which stage form f's values are all in memory (0: before the kernel starts).
+  int32_t memory_stage(int32_t f) const {
+    const Form& form = forms_[size_t(f)];
+    switch (form.kind) {
+      case Form::external: return 0;
+      case Form::slice: return memory_stage(form.sources[0]);
+      case Form::concat: {
+        int32_t stage = 0;  // read_in_place: its own stage, which is its parts' last
+        for (int32_t part : form.sources) stage = std::max(stage, memory_stage(part));
+        return stage;
+      }
+      default: return form.stage;
+    }
+  }
+
+  // Rows [row, row + rows) of form f as memory segments.
+  void segments(int32_t f, int32_t row, int32_t rows, std::vector<Program::Segment>& out) {
+    const Form& form = forms_[size_t(f)];
+    if (form.kind == Form::slice) return segments(form.sources[0], form.begin + row, rows, out);
+    if (form.kind == Form::concat && !read_in_place(f)) {
+      int32_t at = 0;
+      for (int32_t part : form.sources) {
+        const int32_t part_rows = forms_[size_t(part)].rows;
+        const int32_t from = std::max(row, at), to = std::min(row + rows, at + part_rows);
+        if (from < to) segments(part, from - at, to - from, out);
+        at += part_rows;
+      }
+      return;
+    }
+    out.push_back({form.memory, row, rows});
+  }
+
+  int32_t add(Program::Stage& stage, const Program::Instruction& in) {
+    stage.body.push_back(in);
+    return int32_t(stage.body.size() - 1);
+  }
+  // A computing instruction (b: -1 for a unary op).
+  int32_t compute(Program::Stage& stage, jit::KernelOp op, int32_t a, int32_t b = -1, float constant = 0) {
+    Program::Instruction in;
+    in.op = op;
+    in.a = a;
+    in.b = b;
+    in.constant = constant;
+    return add(stage, in);
+  }
+
+  // A load of rows [row, row + rows_) of memory operand `operand` into stage s (once per stage).
+  int32_t load(int32_t s, Program::Operand operand, int32_t row) {
+    if (row % rows_ != 0) throw Unsupported{"a block read at a row off the block boundaries"};
+    const auto key = std::make_tuple(operand.slot, operand.shared, row);
+    auto [it, added] = loads_[size_t(s - 1)].try_emplace(key, -1);
+    if (added) {
+      Program::Instruction in;
+      in.kind = Program::Instruction::load;
+      in.operand = operand;
+      in.block = row / rows_;
+      it->second = add(out_.program.stages[size_t(s - 1)], in);
+    }
+    return it->second;
+  }
+
+  // Block g of form f as a value of stage s (s >= f's stage).
+  int32_t block(int32_t f, int32_t g, int32_t s) {
+    Form& form = forms_[size_t(f)];
+    switch (form.kind) {
+      case Form::external: return load(s, form.memory, g * rows_);
+      case Form::slice:
+        // Blocks of a slice are blocks of its source only where it starts on a block boundary.
+        if (form.begin % rows_ != 0)
+          throw Unsupported{"a slice from row " + std::to_string(form.begin) + " read in blocks of " + std::to_string(rows_) + " rows"};
+        return block(form.sources[0], form.begin / rows_ + g, s);
+      case Form::concat: {
+        if (form.stage != s && read_in_place(f)) return load(s, form.memory, g * rows_);
+        for (int32_t part : form.sources) {
+          const int32_t blocks = forms_[size_t(part)].rows / rows_;
+          if (g < blocks) return block(part, g, s);
+          g -= blocks;
+        }
+        throw InternalError("lower_cell: a concat block out of range");
+      }
+      case Form::contraction:
+        if (form.stage != s) return load(s, form.memory, g * rows_);
+        if (form.accumulators[size_t(g)] < 0) {
+          Program::Instruction in;
+          in.kind = Program::Instruction::accumulator;
+          in.contraction = form.contraction_index;
+          in.block = g;
+          form.accumulators[size_t(g)] = add(out_.program.stages[size_t(s - 1)], in);
+        }
+        return form.accumulators[size_t(g)];
+      case Form::elementwise:
+        if (form.stage != s) return load(s, form.memory, g * rows_);
+        return form.values[size_t(g)];
+    }
+    throw InternalError("lower_cell: a form of no kind");
+  }
+
+  void emit(uint32_t o) {
+    Form& form = forms_[o];
+    const ir::Node& n = body_node(o);
+    const int32_t s = form.stage;
+    Program::Stage& stage = out_.program.stages[size_t(s - 1)];
+    const int32_t blocks = (form.rows + rows_ - 1) / rows_;  // a padded product's last block is partly past its rows
+    if (form.kind == Form::contraction) {
+      Program::Contraction c;
+      c.blocks = blocks;
+      CellLowering::Weight weight;
+      weight.blocks = blocks;
+      weight.transposed = n.op == ir::Op::matmul_tn;
+      weight.rows = form.rows;
+      const auto args = graph_.args(n);
+      const size_t products = n.op == ir::Op::affine ? 1 : 0;
+      size_t term = 0;
+      for (size_t slot = products; slot + 1 < args.size(); slot += 2, ++term) {
+        weight.pieces.push_back({o, int32_t(slot)});
+        const int32_t x = form.sources[term];
+        segments(x, 0, forms_[size_t(x)].rows, c.x);
+      }
+      if (form.bias >= 0) {
+        std::vector<Program::Segment> bias;
+        segments(form.bias, 0, form.rows, bias);
+        if (bias.size() != 1) throw Unsupported{"a bias that is not one value in memory"};
+        c.has_bias = true;
+        c.bias = bias[0];
+      }
+      c.weight = int32_t(out_.weights.size());
+      out_.weights.push_back(std::move(weight));
+      form.contraction_index = int32_t(stage.contractions.size());
+      stage.contractions.push_back(std::move(c));
+      form.accumulators.assign(size_t(blocks), -1);
+    } else if (form.kind == Form::elementwise) {
+      jit::KernelOp op = jit::KernelOp::add;
+      jit::kernel_op_for(n.op, op);
+      for (int32_t g = 0; g < blocks; ++g) {
+        int32_t value = block(form.sources[0], g, s);
+        if (jit::is_activation_gradient(n.op)) {
+          value = jit::activation_gradient(n.op, value, block(form.sources[1], g, s),
+                                           [&](jit::KernelOp k, int32_t a, int32_t b, float constant) {
+                                             return compute(stage, k, a, jit::kernel_op_arity(k) == 2 ? b : -1, constant);
+                                           });
+        } else if (n.op == ir::Op::sum) {
+          for (size_t i = 1; i < form.sources.size(); ++i)
+            value = compute(stage, jit::KernelOp::add, value, block(form.sources[i], g, s));
+          // A sum of one value is that value, kept as its own.
+          if (form.sources.size() == 1) value = compute(stage, jit::KernelOp::add_const, value);
+        } else {
+          const int32_t b = jit::kernel_op_arity(op) == 2 ? block(form.sources[1], g, s) : -1;
+          value = compute(stage, op, value, b, jit::kernel_op_has_constant(op) ? n.attrs.constant : 0.0f);
+        }
+        form.values.push_back(value);
+      }
+    }
+    // What is read after the kernel (the call's outputs, the backward pass's operands) or by a
+    // later stage is written to its arena place, unless it is a view of another value.
+    if (form.kind == Form::slice && plan_.is_view(first_ + o)) return;
+    if (!needed_[o]) return;
+    form.memory = {int32_t(out_.call_slots.size()), false};
+    out_.call_slots.push_back({o, -1, block_aligned(form.rows) ? 0 : int64_t(blocks) * rows_});
+    for (int32_t g = 0; g < blocks; ++g) stage.stores.push_back({block(int32_t(o), g, s), form.memory, g});
+  }
+
+  const ir::Graph& graph_;
+  const memplan::Plan& plan_;
+  ir::NodeId first_;
+  uint32_t count_;
+  bool for_backward_;
+  bool padding_;
+  int32_t rows_ = 0;
+  std::vector<Form> forms_;  // body nodes by offset, then external references
+  std::vector<uint8_t> needed_;  // per body node: its value must be in the arena after the kernel
+  std::map<ir::NodeId, int32_t> shared_of_;
+  std::vector<std::map<std::tuple<int32_t, bool, int32_t>, int32_t>> loads_;  // per stage
+  CellLowering out_;
+};
+
+}  // namespace
+
+std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first,
+                                       const scheduler::CellSchedule& cell, uint32_t body_nodes, bool keep_every_value,
+                                       std::string& why_not) {
+  try {
+    return Lowerer(graph, plan, first, body_nodes, cell.name, cell.outputs, keep_every_value, true).lower();
+  } catch (const Unsupported& unsupported) {
+    why_not = unsupported.why;
+    return std::nullopt;
+  }
+}
+
+namespace {
+
+// Lays out `cell` (its copy of the body already made) for the jit: the program of its body and
+// a frame of what the program stores; false, with the reason in cell.why_not, when the body does
+// not lower or an output is not a value of its own (a view or a concat of others).
+bool lower_into(CallCell& cell, std::span<const ir::NodeId> to, std::span<const int64_t> argument_of,
+                std::span<const uint32_t> output_offsets, bool for_backward) {
+  const ir::Graph& copy = cell.body;
+  const uint32_t count = uint32_t(copy.size() - cell.first);
+  // Every slice of a column is a view: the frame keeps no copy of rows it can read in place.
+  memplan::Plan plan;
+  plan.offset.assign(copy.size(), -1);
+  plan.view.assign(copy.size(), 0);
+  for (ir::NodeId id = cell.first; id < copy.size(); ++id)
+    plan.view[id] = copy.node(id).op == ir::Op::slice && copy.node(id).shape.cols == 1;
+  try {
+    cell.lowering = Lowerer(copy, plan, cell.first, count, cell.name, output_offsets, false, for_backward, true).lower();
+  } catch (const Unsupported& unsupported) {
+    cell.why_not = unsupported.why;
+    return false;
+  }
+  // Each call slot: an argument of the call, a constant of the body, or a place in the frame.
+  std::vector<int64_t> frame_of(count, -1);
+  int64_t frame = 0;
+  for (const CellLowering::Reference& ref : cell.lowering.call_slots) {
+    CallCell::Slot slot;
+    if (ref.argument < 0) {
+      slot.kind = CallCell::Slot::frame;
+      slot.at = frame;
+      frame_of[ref.offset] = slot.at;
+      frame += ref.padded_floats ? ref.padded_floats : copy.node(cell.first + ref.offset).shape.size();
+    } else {
+      const ir::NodeId arg = copy.args(cell.first + ref.offset)[size_t(ref.argument)];
+      // Leaves come first in the copy, in the body's order.
+      ir::NodeId original = 0;
+      while (to[original] != arg) ++original;
+      if (argument_of[original] >= 0) {
+        slot.kind = CallCell::Slot::argument;
+        slot.at = argument_of[original];
+      } else {
+        slot.kind = CallCell::Slot::fixed;
+        slot.constant = copy.leaf_data(arg);
+      }
+    }
+    cell.slots.push_back(slot);
+  }
+  // A view lies in its source's place (the program stores the source when the view is read).
+  for (uint32_t o = 0; o < count; ++o) {
+    const ir::Node& n = copy.node(cell.first + o);
+    if (!plan.view[cell.first + o] || frame_of[o] >= 0) continue;
+    const ir::NodeId source = copy.args(n)[0];
+    if (source >= cell.first && frame_of[source - cell.first] >= 0) frame_of[o] = frame_of[source - cell.first] + n.attrs.begin;
+  }
+  for (uint32_t o : output_offsets)
+    if (o != UINT32_MAX && frame_of[o] < 0) {
+      cell.why_not = "output %" + std::to_string(o) + " is not a value of its own (a view or a concat of others)";
+      cell.slots.clear();
+      return false;
+    }
+  for (const CellLowering::Reference& ref : cell.lowering.shared_slots)
+    cell.shared.push_back(copy.leaf_data(copy.args(cell.first + ref.offset)[size_t(ref.argument)]));
+  cell.frame_at = std::move(frame_of);
+  cell.frame_floats = frame;
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const ir::TypeId> types,
+                                         std::span<const ir::NodeId> placeholders, std::span<const ir::NodeId> outputs,
+                                         const scheduler::Schedule& batches, const std::string& name, bool lower,
+                                         bool for_backward) {
+  auto cell = std::make_unique<CallCell>();
+  cell->name = name;
+  // The body as a call's copy lies in a trace: its leaves, then its operations contiguously.
+  std::vector<ir::NodeId> to(body.size(), ir::kNoNode);
+  std::vector<int64_t> argument_of(body.size(), -1);
+  for (size_t i = 0; i < placeholders.size(); ++i) argument_of[placeholders[i]] = int64_t(i);
+  ir::Graph& copy = cell->body;
+  for (const ir::ParameterInfo& info : body.parameters()) copy.add_parameter(info);
+  for (int leaves = 1; leaves >= 0; --leaves) {
+    if (!leaves) cell->first = ir::NodeId(copy.size());
+    for (ir::NodeId id = 0; id < body.size(); ++id) {
+      const ir::Node& n = body.node(id);
+      if (ir::has_flag(n.op, ir::kLeaf) != (leaves == 1)) continue;
+      std::vector<ir::NodeId> args;
+      for (ir::NodeId arg : body.args(n)) args.push_back(to[arg]);
+      ir::Attributes attrs = n.attrs;
+      if (n.op == ir::Op::input)
+        attrs.index = copy.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
+      to[id] = copy.add(n.op, args, n.shape, attrs);
+    }
+  }
+  cell->types.assign(copy.size(), ir::kNoType);
+  for (ir::NodeId id = 0; id < body.size(); ++id) cell->types[to[id]] = types[id];
+  for (ir::NodeId p : placeholders) cell->placeholders.push_back(to[p]);
+  for (size_t b = 0; b < batches.batch_count(); ++b)
+    cell->body_batches.emplace_back(batches.batch(b).begin(), batches.batch(b).end());
+  const uint32_t count = uint32_t(copy.size() - cell->first);
+  std::vector<uint32_t> output_offsets;  // UINT32_MAX: a leaf
+  for (ir::NodeId o : outputs) {
+    cell->outputs.push_back(to[o]);
+    output_offsets.push_back(to[o] < cell->first ? UINT32_MAX : to[o] - cell->first);
+  }
+  cell->lowered = lower && count > 0 && lower_into(*cell, to, argument_of, output_offsets, for_backward);
+  if (!lower) cell->why_not = "not lowered (every value is kept)";
+  if (!cell->lowered) {  // every value for a backward pass to read, or only the outputs
+    cell->frame_at.assign(count, -1);
+    cell->frame_floats = 0;
+    for (uint32_t o = 0; o < count; ++o) {
+      if (!for_backward && std::find(output_offsets.begin(), output_offsets.end(), o) == output_offsets.end()) continue;
+      cell->frame_at[o] = cell->frame_floats;
+      cell->frame_floats += copy.node(cell->first + o).shape.size();
+    }
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const uint32_t o = output_offsets[k];
+    cell->output_offsets.push_back(o == UINT32_MAX ? -1 : cell->frame_at[o]);
+    uint32_t alike = 0;
+    while (alike < k && !(output_offsets[alike] != UINT32_MAX && cell->output_offsets[alike] == cell->output_offsets[k] &&
+                          body.node(outputs[alike]).shape == body.node(outputs[k]).shape))
+      ++alike;
+    cell->first_alike.push_back(o == UINT32_MAX ? uint32_t(k) : alike);
+    if (o != UINT32_MAX && alike == k) cell->output_views += body.node(outputs[k]).shape.cols == 1 ? 1 : 2;
+  }
+  for (ir::NodeId p : placeholders) cell->arguments.push_back(body.node(p).shape);
+  for (ir::NodeId id = cell->first; id < copy.size(); ++id) cell->flops += ir::node_flops(copy, id);
+  cell->operations = count;
+  return cell;
+}
+
+}  // namespace edb::runtime

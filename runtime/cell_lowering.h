@@ -1,0 +1,101 @@
+// Lowering a cell body to a cell program (jit/cell_program.h), and the cell a call node names
+// (CallCell): its body laid out as a call lies, its frame, and, where the body lowers, its program.
+// The jit executor runs the programs (runtime/cell_kernels.h); every executor can run a call's
+// body batch by batch (runtime/call_expansion.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "jit/cell_program.h"
+#include "memplan/plan.h"
+#include "scheduler/schedule.h"
+
+namespace edb::runtime {
+
+// A cell body as copied into a trace, lowered: its program, and where each call finds its slots.
+struct CellLowering {
+  // Body node `offset` (from the call's first node) itself (argument < 0: its place in the arena)
+  // or its `argument`-th argument (a node outside the body).
+  struct Reference {
+    uint32_t offset = 0;
+    int32_t argument = -1;
+    // A stored value (argument < 0) whose rows end inside a block: the floats its whole blocks take
+    // (the frame keeps room for them); 0 for a value of whole blocks.
+    int64_t padded_floats = 0;
+  };
+  // A contraction's weight: parameter pieces side by side (blocks * rows rows each).
+  struct Weight {
+    int32_t blocks = 1;
+    std::vector<Reference> pieces;
+    bool transposed = false;  // matmul_tn: the program's weight is the parameter's transpose (one piece)
+    int32_t rows = 0;         // the product's rows; below blocks * the program's rows when padded
+  };
+  jit::CellProgram program;
+  std::vector<Reference> call_slots;    // per call slot
+  std::vector<Reference> shared_slots;  // per shared slot, found through the first call
+  std::vector<Weight> weights;          // per packed weight
+  std::vector<uint32_t> views;          // body slices the program reads in place of their source
+};
+
+// The lowering of the call whose body is graph nodes [first, first + body_nodes), or nullopt with
+// the reason in `why_not` when the body holds what the program cannot express (then the
+// executor runs its batches one by one).
+// The program writes to the arena only what is read after it: the call's outputs (`cell.outputs`)
+// and what the backward pass's rules read (trace/backward.cpp); with `keep_every_value`, every
+// value (EngineOptions::check_finite looks at each one).
+std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first,
+                                       const scheduler::CellSchedule& cell, uint32_t body_nodes, bool keep_every_value,
+                                       std::string& why_not);
+
+// A cell whose calls are single nodes of the trace (ir::Op::call): its body laid out as a call's
+// copy would lie in a trace (the leaves, then the operations contiguously from `first`). A call's
+// value is its frame, and its outputs are slice views of it. When the body lowers to a cell program
+// (`lowered`), the frame holds every value the program stores, at its slot's offset, and the jit
+// runs a batch of calls as one kernel; otherwise the frame holds its outputs or, for a backward
+// pass through the calls, every operation's value, in body order. Every executor can run any batch of calls by expanding the body over it
+// (runtime/call_expansion.h), writing what the frame holds (`frame_at`).
+struct CallCell final : ir::CellBody {
+  struct Slot {
+    enum Kind : uint8_t { argument, frame, fixed };
+    Kind kind = frame;
+    int64_t at = 0;                  // argument: the call's argument index; frame: offset in floats
+    const float* constant = nullptr; // fixed: a constant of the body, its own copy
+  };
+  ir::Graph body;
+  ir::NodeId first = 0;
+  std::vector<ir::NodeId> placeholders;  // the body's leaf standing for argument i
+  std::vector<ir::TypeId> types;         // per body node, in the engine's signature table
+  std::vector<std::vector<uint32_t>> body_batches;  // the body's schedule: operation offsets per batch
+  std::vector<int64_t> frame_at;         // per operation (offset from `first`): its place in the frame, or -1
+  // Where output k lies in the frame; -1 for an output that is a leaf of the body (the call
+  // returns the caller's node for it: an argument, a parameter or a constant).
+  std::vector<int64_t> output_offsets;
+  // Per output k: the first output at the same rows of the frame with the same shape (k itself
+  // when none is): such outputs share one view, which the call's views count once.
+  std::vector<uint32_t> first_alike;
+  std::vector<ir::NodeId> outputs;  // the body node of output k
+  bool lowered = false;  // the program below runs a batch of calls as one kernel (jit)
+  bool is_backward = false;  // the backward body of another cell (trace/backward.cpp)
+  std::string why_not;   // otherwise, why not
+  CellLowering lowering;
+  std::vector<Slot> slots;              // per call slot of the program
+  std::vector<const float*> shared;     // per shared slot: the parameter's data
+};
+
+// The cell of a recorded body (`placeholders` stand for its arguments; `types` its nodes' batching
+// types; `batches` its schedule over its operations, in order), laid out for calls as single
+// nodes. With `lower`, the body is lowered to a cell program where it can be (why_not says why
+// not), whose frame keeps the outputs and, `for_backward`, what the backward pass's rules read;
+// without, or when it cannot, the frame keeps the outputs and, `for_backward`, every value.
+std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const ir::TypeId> types,
+                                         std::span<const ir::NodeId> placeholders, std::span<const ir::NodeId> outputs,
+                                         const scheduler::Schedule& batches, const std::string& name, bool lower,
+                                         bool for_backward);
+
+}  // namespace edb::runtime
