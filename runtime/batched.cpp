@@ -7,56 +7,28 @@
 //              cell calls): elementwise kernels run run by run in place, and only members alone
 //              in their run count as bytes gathered; a GEMM copies the operand into scratch.
 #include "runtime/batched.h"
-#include "runtime/cell_kernels.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <tuple>
+
+#include "edbatch/errors.h"
+#include "memplan/layout.h"
+#include "runtime/batch_context.h"
 #include "runtime/call_expansion.h"
 #include "runtime/outer_kernel.h"
 #include "runtime/outer_products.h"
 
-#include <Eigen/Core>
-#include <algorithm>
-#include <bit>
-#include <cstring>
-#include <mutex>
-#include <optional>
-#include <tuple>
-#include <unordered_map>
-
-#include "edbatch/errors.h"
-#include "ir/bounded_cache.h"
-#include "jit/cached_compiler.h"
-#include "jit/kernel_ir.h"
-#include "memplan/layout.h"
-#include "jit/llvm_backend.h"
-
 namespace edb::runtime {
-
-// The process's cached compiler for the executor's cache directory (shared by every executor with
-// that directory, looked up at the first compile), and per executor the kernels it has used, by a
-// compact key of op, constant and input access modes: at most EngineOptions::cache_entries, the
-// least recently used out first (a kernel evicted here stays in the compiler).
-struct JitKernels {
-  explicit JitKernels(std::string directory) : cache_directory(std::move(directory)) {}
-  jit::CachedCompiler& compiler() {
-    if (!shared) shared = &jit::shared_compiler(cache_directory);
-    return *shared;
-  }
-  std::string cache_directory;
-  jit::CachedCompiler* shared = nullptr;
-  ir::BoundedCache<std::string, jit::CompiledKernel> by_key{1024};
-};
 
 namespace {
 
-using ConstMatrix = Eigen::Map<const Eigen::MatrixXf>;
-using Matrix = Eigen::Map<Eigen::MatrixXf>;
-using StridedConst = Eigen::Map<const Eigen::MatrixXf, 0, Eigen::OuterStride<>>;
 
 constexpr int64_t kMinRowsPerTask = 64;           // GEMM row blocks worth a thread hand-off
 constexpr int64_t kFewRows = 16;                  // a GEMM of fewer output rows runs transposed
 constexpr int64_t kMinFlopsPerPiece = 200'000;    // a piece cut by columns worth a thread hand-off
-constexpr int64_t kMinElementsPerTask = 1 << 15;  // elementwise ranges worth a thread hand-off
-constexpr size_t kMaxJitInputs = 8;               // wider sums run on Eigen
-constexpr size_t kMaxFused = 16;                  // batches in one fused kernel, at most
 // With two or more threads, a weight's gradient over many uses is cut by uses: each piece packs and
 // multiplies its own uses into its own partial sum, so no piece waits for panels another packs
 // (cut by output columns, every panel's packing ran on one thread while the others waited, and
@@ -65,129 +37,7 @@ constexpr size_t kMaxFused = 16;                  // batches in one fused kernel
 constexpr int64_t kMinUsesPerPiece = OuterProducts::kDepth;
 constexpr int64_t kMaxUsePieces = 4;
 
-struct Operand {
-  enum Kind { kShared, kStrided, kGathered };
-  Kind kind = kStrided;
-  const float* base = nullptr;     // shared, strided
-  int64_t stride = 0;              // strided: floats from member k to k + 1
-  const float* const* pointers = nullptr;  // gathered: one per member
-  const uint32_t* run_end = nullptr;       // gathered: run_end[k], the end of member k's strided run
-  ir::Shape shape;                 // of one member
-
-  // Whether member k + 1 may follow member k in one strided view (the executor's stride rule).
-  static bool stride_fits(int64_t stride, const ir::Shape& shape) {
-    return stride == 0 || (stride >= shape.size() && (shape.cols == 1 || stride == shape.size()));
-  }
-  // Floats from member k to k + 1 inside a run (any member of a strided or shared operand).
-  int64_t stride_at(int64_t k) const {
-    if (kind != kGathered) return stride;
-    return run_end[k] > uint32_t(k + 1) ? pointers[k + 1] - pointers[k] : shape.size();
-  }
-  // Members [k, k + count) as one strided rows x (count * cols) matrix: within one run.
-  StridedConst view(int64_t k, int64_t count) const {
-    const int64_t s = stride_at(k);
-    return StridedConst(member(k), shape.rows, shape.cols * count, Eigen::OuterStride<>(shape.cols == 1 ? s : shape.rows));
-  }
-
-  const float* member(int64_t k) const {
-    return kind == kGathered ? pointers[k] : kind == kShared ? base : base + k * stride;
-  }
-  // Strided operands as one rows x (n * cols) matrix (column vectors may have any stride).
-  StridedConst view(int64_t n) const {
-    return StridedConst(base, shape.rows, shape.cols * n, Eigen::OuterStride<>(shape.cols == 1 ? stride : shape.rows));
-  }
-  int64_t bytes() const { return int64_t(sizeof(float)) * shape.size(); }
-  // Members [begin, end) one after another, member k at into + k * shape.size().
-  void copy(int64_t begin, int64_t end, float* into) const {
-    const int64_t size = shape.size();
-    for (int64_t k = begin; k < end; ++k) std::memcpy(into + k * size, member(k), sizeof(float) * size_t(size));
-  }
-};
-
-struct BatchContext {
-  const Values& values;
-  std::span<const ir::NodeId> members;
-  const ir::Node& first;  // all members share op, shapes and attributes but per-member index
-  float* out;
-  BatchedExecutor::Scratch& scratch;
-  ThreadPool& pool;
-  Stats& stats;
-  JitKernels* jit = nullptr;  // set when elementwise batches run compiled kernels
-
-  int64_t n() const { return static_cast<int64_t>(members.size()); }
-  ir::NodeId arg(size_t member, size_t slot) const { return values.graph.args(members[member])[slot]; }
-  Matrix output() const { return Matrix(out, first.shape.rows, first.shape.cols * n()); }
-  Matrix output(int64_t k) const {
-    return Matrix(out + k * first.shape.size(), first.shape.rows, first.shape.cols);
-  }
-
-  Operand operand(size_t slot) const {
-    Operand op;
-    op.shape = values.graph.node(arg(0, slot)).shape;
-    const int64_t size = op.shape.size();
-    op.base = values.in(arg(0, slot));
-    if (members.size() == 1) {
-      op.stride = size;
-      return op;
-    }
-    const int64_t stride = values.in(arg(1, slot)) - op.base;
-    bool regular = Operand::stride_fits(stride, op.shape);
-    for (size_t k = 2; k < members.size() && regular; ++k)
-      regular = values.in(arg(k, slot)) == op.base + int64_t(k) * stride;
-    if (regular) {
-      op.kind = stride == 0 ? Operand::kShared : Operand::kStrided;
-      op.stride = stride;
-      return op;
-    }
-    const float** pointers = scratch.allocate_pointers(members.size());
-    for (size_t k = 0; k < members.size(); ++k) pointers[k] = values.in(arg(k, slot));
-    // Maximal strided runs, left to right. A repeated matrix is no run: no view repeats one.
-    uint32_t* run_end = reinterpret_cast<uint32_t*>(scratch.allocate(members.size()));
-    auto fits = [&](int64_t s) { return Operand::stride_fits(s, op.shape) && (s != 0 || op.shape.cols == 1); };
-    for (size_t start = 0; start < members.size();) {
-      size_t end = start + 1;
-      if (end < members.size() && fits(pointers[end] - pointers[start])) {
-        const int64_t s = pointers[end] - pointers[start];
-        while (end + 1 < members.size() && pointers[end + 1] - pointers[end] == s) ++end;
-        ++end;
-      }
-      for (size_t k = start; k < end; ++k) run_end[k] = uint32_t(end);
-      start = end;
-    }
-    op.kind = Operand::kGathered;
-    op.pointers = pointers;
-    op.run_end = run_end;
-    return op;
-  }
-
-  // Records the bytes of members that are read alone (not in a strided run of two or more).
-  void count_alone(const Operand& op, int64_t begin, int64_t end) const {
-    if (op.kind != Operand::kGathered) return;
-    for (int64_t k = begin; k < end; ++k)
-      if (op.run_end[k] == uint32_t(k + 1) && (k == 0 || op.run_end[k - 1] != uint32_t(k + 1)))
-        stats.bytes_gathered += op.bytes();
-  }
-
-  // A strided (or shared) view of the operand, copying gathered members into scratch.
-  // Shared values are repeated so the view has one column block per member.
-  StridedConst matrix(const Operand& op) const {
-    if (op.kind == Operand::kStrided) return op.view(n());
-    if (op.kind == Operand::kGathered) stats.bytes_gathered += op.bytes() * n();
-    const int64_t size = op.shape.size();
-    float* copy = scratch.allocate(size_t(size * n()));
-    op.copy(0, n(), copy);
-    return StridedConst(copy, op.shape.rows, op.shape.cols * n(), Eigen::OuterStride<>(op.shape.rows));
-  }
-
-  // Runs body(begin, end) over [0, total) in pieces of at least `grain`, across the pool.
-  template <typename Body>
-  void split(int64_t total, int64_t grain, Body&& body) const {
-    const int64_t pieces = std::min<int64_t>(pool.size(), std::max<int64_t>(1, total / grain));
-    if (pieces <= 1) return body(int64_t{0}, total);
-    const std::function<void(int)> task = [&](int i) { body(total * i / pieces, total * (i + 1) / pieces); };
-    pool.parallel_for(static_cast<int>(pieces), task);
-  }
-};
+// Operand and BatchContext: runtime/batch_context.h.
 
 // Elementwise ops over operands of the output's shape. Strided and shared operands run as one
 // whole-batch expression; with a gathered operand each member's column block runs on its own.
@@ -589,143 +439,6 @@ void run_per_member(const BatchContext& c) {
   c.stats.kernel_calls += 1;
 }
 
-// The kernel op of an elementwise batch the JIT runs; false for others (and for wide sums, a
-// trace's losses, where each arity would be a kernel of its own).
-bool jit_op_of(const ir::Node& node, jit::KernelOp& op) {
-  if (jit::is_activation_gradient(node.op)) {
-    op = jit::KernelOp::cmult;  // built from kernel ops by activation_gradient()
-    return true;
-  }
-  return jit::kernel_op_for(node.op, op) && node.arg_count <= kMaxJitInputs;
-}
-
-// tanh_grad and sigmoid_grad (y, dy) as kernel instructions, so backward chains fuse like forward ones.
-jit::ValueId activation_gradient(jit::Kernel& kernel, ir::Op op, jit::ValueId y, jit::ValueId dy) {
-  return jit::activation_gradient(op, y, dy, [&](jit::KernelOp k, jit::ValueId a, jit::ValueId b, float constant) {
-    return jit::kernel_op_has_constant(k) ? kernel.with_constant(k, a, constant) : kernel.binary(k, a, b);
-  });
-}
-
-// Consecutive elementwise batches (one or more, same members count and output size) as one
-// compiled kernel over the members: an operand that is an earlier batch's output for the same
-// member is that value in a register, every other operand is loaded through per-member pointers
-// (one kernel then serves every mix of shared, strided and gathered operands), and every batch's
-// output is stored. The kernel is keyed by the group's structure and compiled once per process.
-// Precondition: fusable_end() accepted the group.
-void run_jit_group(std::span<const BatchContext> group) {
-  const BatchContext& lead = group[0];
-  const int64_t n = lead.n(), elements = lead.first.shape.size();
-  jit::Kernel kernel;
-  std::string key;
-  std::vector<const float* const*> pointers;
-  std::vector<jit::ValueId> value_of;
-  for (const BatchContext& c : group) {
-    jit::KernelOp op;
-    jit_op_of(c.first, op);
-    key += std::string(ir::op_name(c.first.op)) + '/' + std::to_string(c.first.arg_count) + '(';
-    std::vector<jit::ValueId> args;
-    for (size_t slot = 0; slot < c.first.arg_count; ++slot) {
-      const float* p = c.values.in(c.arg(0, slot));
-      size_t from = 0;
-      while (from < value_of.size() && (p < group[from].out || p >= group[from].out + n * elements)) ++from;
-      if (from < value_of.size()) {  // an earlier batch's output, member for member
-        args.push_back(value_of[from]);
-        key += 'v' + std::to_string(from) + ' ';
-        continue;
-      }
-      const Operand o = c.operand(slot);
-      c.count_alone(o, 0, n);
-      if (o.kind == Operand::kGathered) {
-        pointers.push_back(o.pointers);
-      } else {
-        const float** own = c.scratch.allocate_pointers(size_t(n));
-        for (int64_t k = 0; k < n; ++k) own[k] = o.member(k);
-        pointers.push_back(own);
-      }
-      kernel.inputs.push_back(jit::OperandAccess::gathered);
-      args.push_back(kernel.load(int32_t(kernel.inputs.size() - 1)));
-      key += "in ";
-    }
-    jit::ValueId value = args[0];
-    if (jit::is_activation_gradient(c.first.op)) {
-      value = activation_gradient(kernel, c.first.op, args[0], args[1]);
-    } else if (jit::kernel_op_has_constant(op)) {
-      value = kernel.with_constant(op, value, c.first.attrs.constant);
-      key += std::to_string(std::bit_cast<uint32_t>(c.first.attrs.constant));
-    } else if (jit::kernel_op_arity(op) == 1) {
-      value = kernel.unary(op, value);
-    } else {
-      for (size_t i = 1; i < args.size(); ++i) value = kernel.binary(op, value, args[i]);
-    }
-    key += ");";
-    value_of.push_back(value);
-    kernel.store(value);
-  }
-  kernel.name = group.size() == 1 ? std::string(ir::op_name(lead.first.op)) : "fused " + std::to_string(group.size());
-  const jit::CompiledKernel* found = lead.jit->by_key.find(key);
-  if (!found) {
-    bool compiled_now = false;
-    jit::CompiledKernel made = lead.jit->compiler().get(kernel, compiled_now);  // throws: nothing kept
-    if (compiled_now) {
-      lead.stats.kernels_compiled += 1;
-      lead.stats.time.compile_ms += made.compile_ms;
-    } else {
-      lead.stats.cache_hits += 1;
-    }
-    found = lead.jit->by_key.insert(key, std::move(made));
-  }
-  const jit::CompiledKernel& compiled = *found;
-  lead.split(n, std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {
-    std::vector<jit::KernelInput> inputs(pointers.size());
-    for (size_t i = 0; i < pointers.size(); ++i) inputs[i].pointers = pointers[i] + begin;
-    std::vector<float*> outputs;
-    for (const BatchContext& c : group) outputs.push_back(c.out + begin * elements);
-    const jit::KernelArgs args{end - begin, elements, inputs.data(), outputs.data()};
-    compiled.function(&args);
-  });
-  lead.stats.kernel_calls += 1;
-}
-
-// Where the group of JIT batches starting at `b` ends: the next batch joins while it is an
-// elementwise batch with as many members and the same output size, and every operand it reads
-// from the group's outputs is the output of its own member (members run one after another).
-size_t fusable_end(const scheduler::Schedule& schedule, const Values& values, size_t b) {
-  const auto lead = schedule.batch(b);
-  const ir::Node& first = values.graph.node(lead[0]);
-  jit::KernelOp op;
-  if (!jit_op_of(first, op)) return b;
-  const int64_t n = int64_t(lead.size()), elements = first.shape.size();
-  std::vector<const float*> outs{values.in(lead[0])};
-  size_t end = b + 1;
-  for (; end < schedule.batch_count() && end - b < kMaxFused; ++end) {
-    const auto members = schedule.batch(end);
-    const ir::Node& node = values.graph.node(members[0]);
-    if (int64_t(members.size()) != n || values.plan.is_view(members[0]) || !jit_op_of(node, op) ||
-        node.shape.size() != elements)
-      break;
-    // Per slot: no member reads a group output (a plain input), or every member reads its own
-    // member's output of one batch (a register). Anything else would read what the kernel has not
-    // stored yet, and would break the kernel's rule that outputs alias no input.
-    bool aligned = true;
-    for (size_t slot = 0; slot < node.arg_count && aligned; ++slot) {
-      int64_t inside = 0;
-      size_t region = outs.size();
-      for (int64_t k = 0; k < n && aligned; ++k) {
-        const float* p = values.in(values.graph.args(members[size_t(k)])[slot]);
-        for (size_t r = 0; r < outs.size(); ++r) {
-          if (p < outs[r] || p >= outs[r] + n * elements) continue;
-          aligned = p == outs[r] + k * elements && (region == outs.size() || region == r);
-          region = r;
-          ++inside;
-        }
-      }
-      aligned = aligned && (inside == 0 || inside == n);
-    }
-    if (!aligned) break;
-    outs.push_back(values.in(members[0]));
-  }
-  return end;
-}
 
 void run_batch(const BatchContext& c) {
   const ir::Node& node = c.first;
@@ -882,83 +595,45 @@ const float** BatchedExecutor::Scratch::allocate_pointers(size_t count) {
   return reinterpret_cast<const float**>(allocate(count * kFloatsPerPointer));
 }
 
-BatchedExecutor::BatchedExecutor(int threads, bool jit, std::string cache_directory)
-    : pool_(threads),
-      jit_(jit),
-      kernels_(jit ? std::make_unique<JitKernels>(cache_directory) : nullptr),
-      cells_(jit ? std::make_unique<CellKernels>(std::move(cache_directory)) : nullptr),
-      calls_(std::make_unique<CallExpansion>()) {}
+BatchedExecutor::BatchedExecutor(int threads) : pool_(threads), calls_(std::make_unique<CallExpansion>()) {}
 
 BatchedExecutor::~BatchedExecutor() = default;
 
-void BatchedExecutor::check_shared_reads() {
-  if (cells_) cells_->check_shared_reads();
-}
+void BatchedExecutor::set_cache_entries(size_t entries) { calls_->set_capacity(entries); }
 
-void BatchedExecutor::keep_every_value() {
-  if (cells_) cells_->keep_every_value();
-}
-
-void BatchedExecutor::set_cache_entries(size_t entries) {
-  if (kernels_) kernels_->by_key.set_limits(std::max<size_t>(entries, 1));
-  if (cells_) cells_->set_capacity(entries);
-  calls_->set_capacity(entries);
-}
-
-void BatchedExecutor::forget_cells() {
-  if (cells_) cells_->clear();
-  calls_->clear();
-}
+void BatchedExecutor::forget_cells() { calls_->clear(); }
 
 void BatchedExecutor::cache_sizes(CacheSizes& sizes) const {
   sizes.scratch = CacheSize{int64_t(scratch_.blocks()), int64_t(scratch_.bytes()), 0, int64_t(Scratch::kMaxBytes),
                             scratch_.trims()};
   sizes.call_expansions = calls_->sizes();
-  if (cells_) sizes.cell_kernels = cells_->sizes();
-  if (kernels_) sizes.jit_kernels = kernels_->by_key.sizes();
+}
+
+BatchContext BatchedExecutor::context(const scheduler::Schedule& schedule, const Values& values, size_t b,
+                                      Stats& stats) {
+  const std::span<const ir::NodeId> members = schedule.batch(b);
+  const ir::Node& first = values.graph.node(members[0]);
+  const int64_t size = first.shape.size();
+  for (size_t k = 1; k < members.size(); ++k)
+    if (values.plan.offset[members[k]] != values.plan.offset[members[0]] + int64_t(k) * size)
+      throw InternalError("batched executor: batch " + std::to_string(b) +
+                          "'s outputs are not consecutive in member order (plan contract C1)");
+  return BatchContext{values, members, first, values.out(members[0]), scratch_, pool_, stats};
 }
 
 void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
-  std::vector<BatchContext> group;
-  size_t next_call_batch = 0;
   for (size_t b = 0; b < schedule.batch_count(); ++b) {
-    // A batch of cell calls as one compiled kernel, where its cell lowers.
-    if (cells_ && next_call_batch < schedule.call_batches.size() && schedule.call_batches[next_call_batch].first_batch == b) {
-      const scheduler::Schedule::CallBatch& calls = schedule.call_batches[next_call_batch++];
-      if (cells_->run(schedule, calls, values, pool_, stats)) {
-        b = calls.end_batch - 1;
-        continue;
-      }
-    }
-    if (values.plan.is_view(schedule.batch(b)[0])) continue;  // the planner made the whole batch a view
-    if (const ir::Node& first = values.graph.node(schedule.batch(b)[0]); first.op == ir::Op::call) {
-      // A batch of cell calls: one compiled kernel where the cell lowers, else its body's batches.
-      if (cells_ && static_cast<const CallCell&>(values.graph.cell(first.attrs.index)).lowered)
-        cells_->run_calls(schedule.batch(b), values, pool_, stats);
-      else
-        calls_->run(*this, schedule.batch(b), values, stats);
+    if (const size_t end = run_compiled(schedule, values, b, stats); end > b) {
+      b = end - 1;
       continue;
     }
-    // With the JIT, a run of elementwise batches goes as one kernel.
-    const size_t end = jit_ ? fusable_end(schedule, values, b) : b;
+    if (values.plan.is_view(schedule.batch(b)[0])) continue;  // the planner made the whole batch a view
+    if (values.graph.node(schedule.batch(b)[0]).op == ir::Op::call) {  // a batch of calls: the body's batches
+      calls_->run(*this, schedule.batch(b), values, stats);
+      continue;
+    }
     scratch_.reset();
-    group.clear();
-    for (size_t g = b; g < std::max(end, b + 1); ++g) {
-      const std::span<const ir::NodeId> members = schedule.batch(g);
-      const ir::Node& first = values.graph.node(members[0]);
-      const int64_t size = first.shape.size();
-      for (size_t k = 1; k < members.size(); ++k)
-        if (values.plan.offset[members[k]] != values.plan.offset[members[0]] + int64_t(k) * size)
-          throw InternalError("batched executor: batch " + std::to_string(g) +
-                              "'s outputs are not consecutive in member order (plan contract C1)");
-      group.push_back(BatchContext{values, members, first, values.out(members[0]), scratch_, pool_, stats, kernels_.get()});
-    }
-    if (end > b) {
-      run_jit_group(group);
-      b = end - 1;
-    } else {
-      run_batch(group[0]);
-    }
+    run_batch(context(schedule, values, b, stats));
   }
   scratch_.trim(Scratch::kMaxBytes);
 }

@@ -14,23 +14,17 @@
 
 namespace edb::runtime {
 
-struct JitKernels;  // compiled elementwise kernels by description (batched.cpp)
-class CellKernels;  // compiled cells (runtime/cell_kernels.h)
 class CallExpansion;  // cell calls run batch by batch (runtime/call_expansion.h)
+struct BatchContext;  // runtime/batch_context.h
 
-// With `jit`, a batch of cell calls whose body lowers to a cell program runs as one compiled kernel
-// (runtime/cell_kernels.h), and other elementwise batches run kernels compiled by the LLVM backend:
-// operands are read through per-member pointers inside the kernel's loads, and consecutive
-// elementwise batches over the same members fuse into one kernel; the rest stays Eigen. Kernels
-// are kept in the kernel cache in `cache_directory` (empty: the default, jit/kernel_cache.h).
-class BatchedExecutor final : public Executor {
+// Batches of cell calls run their cells' bodies batch by batch (runtime/call_expansion.h). The
+// jit executor (runtime/jit_executor.h) is this executor with compiled kernels where they apply.
+class BatchedExecutor : public Executor {
  public:
-  explicit BatchedExecutor(int threads, bool jit = false, std::string cache_directory = {});
+  explicit BatchedExecutor(int threads);
   ~BatchedExecutor() override;
-  std::string_view name() const override { return jit_ ? "jit" : "batched"; }
+  std::string_view name() const override { return "batched"; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
-  void keep_every_value() override;
-  void check_shared_reads() override;
   void set_cache_entries(size_t entries) override;
   void cache_sizes(CacheSizes& sizes) const override;
   void forget_cells() override;
@@ -56,13 +50,23 @@ class BatchedExecutor final : public Executor {
     int64_t trims_ = 0;
   };
 
+ protected:
+  // Runs batches [b, end) of `schedule` as one unit and returns end, or returns b to leave batch b
+  // to this executor's kernels. The jit's compiled cells and fused elementwise kernels.
+  virtual size_t run_compiled(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats) {
+    (void)schedule, (void)values, (void)stats;
+    return b;
+  }
+  // Batch b of `schedule` (its outputs checked consecutive in member order) over this executor's
+  // scratch and pool.
+  BatchContext context(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats);
+  Scratch& scratch() { return scratch_; }
+  ThreadPool& pool() { return pool_; }
+
  private:
   ThreadPool pool_;
   Scratch scratch_;
-  bool jit_;
-  std::unique_ptr<JitKernels> kernels_;  // null unless jit
-  std::unique_ptr<CellKernels> cells_;   // null unless jit
-  std::unique_ptr<CallExpansion> calls_;  // batches of calls of cells not compiled
+  std::unique_ptr<CallExpansion> calls_;  // batches of calls the executor runs by their bodies
 };
 
 }  // namespace edb::runtime

@@ -8,6 +8,7 @@
 #include "runtime/batched.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/executor.h"
+#include "runtime/jit_executor.h"
 
 namespace edb::runtime {
 
@@ -22,7 +23,7 @@ std::unique_ptr<Executor> make_executor(std::string_view name, int threads, cons
     return std::make_unique<ReferenceExecutor>();
   }
   if (name == "batched") return std::make_unique<BatchedExecutor>(threads);
-  if (name == "jit") return std::make_unique<BatchedExecutor>(threads, true, cache_directory);
+  if (name == "jit") return std::make_unique<JitExecutor>(threads, cache_directory);
   std::string known;
   for (const std::string& n : executor_names()) known += (known.empty() ? "" : ", ") + n;
   throw UsageError("edb::Engine: unknown executor '" + std::string(name) + "' (available: " + known + ")");

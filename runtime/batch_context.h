@@ -1,0 +1,148 @@
+// One batch as the batched executors see it (runtime/batched.h, runtime/jit_executor.h): its
+// members, its output block, and each operand slot classified once per batch (shared, strided, or
+// gathered through per-member pointers in strided runs).
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <span>
+
+#include "edbatch/stats.h"
+#include "runtime/batched.h"
+#include "runtime/executor.h"
+#include "runtime/thread_pool.h"
+
+namespace edb::runtime {
+
+using ConstMatrix = Eigen::Map<const Eigen::MatrixXf>;
+using Matrix = Eigen::Map<Eigen::MatrixXf>;
+using StridedConst = Eigen::Map<const Eigen::MatrixXf, 0, Eigen::OuterStride<>>;
+
+constexpr int64_t kMinElementsPerTask = 1 << 15;  // elementwise ranges worth a thread hand-off
+
+struct Operand {
+  enum Kind { kShared, kStrided, kGathered };
+  Kind kind = kStrided;
+  const float* base = nullptr;     // shared, strided
+  int64_t stride = 0;              // strided: floats from member k to k + 1
+  const float* const* pointers = nullptr;  // gathered: one per member
+  const uint32_t* run_end = nullptr;       // gathered: run_end[k], the end of member k's strided run
+  ir::Shape shape;                 // of one member
+
+  // Whether member k + 1 may follow member k in one strided view (the executor's stride rule).
+  static bool stride_fits(int64_t stride, const ir::Shape& shape) {
+    return stride == 0 || (stride >= shape.size() && (shape.cols == 1 || stride == shape.size()));
+  }
+  // Floats from member k to k + 1 inside a run (any member of a strided or shared operand).
+  int64_t stride_at(int64_t k) const {
+    if (kind != kGathered) return stride;
+    return run_end[k] > uint32_t(k + 1) ? pointers[k + 1] - pointers[k] : shape.size();
+  }
+  // Members [k, k + count) as one strided rows x (count * cols) matrix: within one run.
+  StridedConst view(int64_t k, int64_t count) const {
+    const int64_t s = stride_at(k);
+    return StridedConst(member(k), shape.rows, shape.cols * count, Eigen::OuterStride<>(shape.cols == 1 ? s : shape.rows));
+  }
+
+  const float* member(int64_t k) const {
+    return kind == kGathered ? pointers[k] : kind == kShared ? base : base + k * stride;
+  }
+  // Strided operands as one rows x (n * cols) matrix (column vectors may have any stride).
+  StridedConst view(int64_t n) const {
+    return StridedConst(base, shape.rows, shape.cols * n, Eigen::OuterStride<>(shape.cols == 1 ? stride : shape.rows));
+  }
+  int64_t bytes() const { return int64_t(sizeof(float)) * shape.size(); }
+  // Members [begin, end) one after another, member k at into + k * shape.size().
+  void copy(int64_t begin, int64_t end, float* into) const {
+    const int64_t size = shape.size();
+    for (int64_t k = begin; k < end; ++k) std::memcpy(into + k * size, member(k), sizeof(float) * size_t(size));
+  }
+};
+
+struct BatchContext {
+  const Values& values;
+  std::span<const ir::NodeId> members;
+  const ir::Node& first;  // all members share op, shapes and attributes but per-member index
+  float* out;
+  BatchedExecutor::Scratch& scratch;
+  ThreadPool& pool;
+  Stats& stats;
+
+  int64_t n() const { return static_cast<int64_t>(members.size()); }
+  ir::NodeId arg(size_t member, size_t slot) const { return values.graph.args(members[member])[slot]; }
+  Matrix output() const { return Matrix(out, first.shape.rows, first.shape.cols * n()); }
+  Matrix output(int64_t k) const {
+    return Matrix(out + k * first.shape.size(), first.shape.rows, first.shape.cols);
+  }
+
+  Operand operand(size_t slot) const {
+    Operand op;
+    op.shape = values.graph.node(arg(0, slot)).shape;
+    const int64_t size = op.shape.size();
+    op.base = values.in(arg(0, slot));
+    if (members.size() == 1) {
+      op.stride = size;
+      return op;
+    }
+    const int64_t stride = values.in(arg(1, slot)) - op.base;
+    bool regular = Operand::stride_fits(stride, op.shape);
+    for (size_t k = 2; k < members.size() && regular; ++k)
+      regular = values.in(arg(k, slot)) == op.base + int64_t(k) * stride;
+    if (regular) {
+      op.kind = stride == 0 ? Operand::kShared : Operand::kStrided;
+      op.stride = stride;
+      return op;
+    }
+    const float** pointers = scratch.allocate_pointers(members.size());
+    for (size_t k = 0; k < members.size(); ++k) pointers[k] = values.in(arg(k, slot));
+    // Maximal strided runs, left to right. A repeated matrix is no run: no view repeats one.
+    uint32_t* run_end = reinterpret_cast<uint32_t*>(scratch.allocate(members.size()));
+    auto fits = [&](int64_t s) { return Operand::stride_fits(s, op.shape) && (s != 0 || op.shape.cols == 1); };
+    for (size_t start = 0; start < members.size();) {
+      size_t end = start + 1;
+      if (end < members.size() && fits(pointers[end] - pointers[start])) {
+        const int64_t s = pointers[end] - pointers[start];
+        while (end + 1 < members.size() && pointers[end + 1] - pointers[end] == s) ++end;
+        ++end;
+      }
+      for (size_t k = start; k < end; ++k) run_end[k] = uint32_t(end);
+      start = end;
+    }
+    op.kind = Operand::kGathered;
+    op.pointers = pointers;
+    op.run_end = run_end;
+    return op;
+  }
+
+  // Records the bytes of members that are read alone (not in a strided run of two or more).
+  void count_alone(const Operand& op, int64_t begin, int64_t end) const {
+    if (op.kind != Operand::kGathered) return;
+    for (int64_t k = begin; k < end; ++k)
+      if (op.run_end[k] == uint32_t(k + 1) && (k == 0 || op.run_end[k - 1] != uint32_t(k + 1)))
+        stats.bytes_gathered += op.bytes();
+  }
+
+  // A strided (or shared) view of the operand, copying gathered members into scratch.
+  // Shared values are repeated so the view has one column block per member.
+  StridedConst matrix(const Operand& op) const {
+    if (op.kind == Operand::kStrided) return op.view(n());
+    if (op.kind == Operand::kGathered) stats.bytes_gathered += op.bytes() * n();
+    const int64_t size = op.shape.size();
+    float* copy = scratch.allocate(size_t(size * n()));
+    op.copy(0, n(), copy);
+    return StridedConst(copy, op.shape.rows, op.shape.cols * n(), Eigen::OuterStride<>(op.shape.rows));
+  }
+
+  // Runs body(begin, end) over [0, total) in pieces of at least `grain`, across the pool.
+  template <typename Body>
+  void split(int64_t total, int64_t grain, Body&& body) const {
+    const int64_t pieces = std::min<int64_t>(pool.size(), std::max<int64_t>(1, total / grain));
+    if (pieces <= 1) return body(int64_t{0}, total);
+    const std::function<void(int)> task = [&](int i) { body(total * i / pieces, total * (i + 1) / pieces); };
+    pool.parallel_for(static_cast<int>(pieces), task);
+  }
+};
+
+}  // namespace edb::runtime

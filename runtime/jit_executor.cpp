@@ -1,0 +1,231 @@
+// The jit executor's own work: compiled cells and fused elementwise kernels (runtime/jit_executor.h).
+#include "runtime/jit_executor.h"
+
+#include <algorithm>
+#include <bit>
+#include <string>
+#include <vector>
+
+#include "edbatch/errors.h"
+#include "ir/bounded_cache.h"
+#include "jit/cached_compiler.h"
+#include "jit/kernel_ir.h"
+#include "jit/llvm_backend.h"
+#include "runtime/batch_context.h"
+#include "runtime/cell_kernels.h"
+
+namespace edb::runtime {
+
+// The process's cached compiler for the executor's cache directory (shared by every executor with
+// that directory, looked up at the first compile), and per executor the kernels it has used, by a
+// compact key of op, constant and input access modes: at most EngineOptions::cache_entries, the
+// least recently used out first (a kernel evicted here stays in the compiler).
+struct JitKernels {
+  explicit JitKernels(std::string directory) : cache_directory(std::move(directory)) {}
+  jit::CachedCompiler& compiler() {
+    if (!shared) shared = &jit::shared_compiler(cache_directory);
+    return *shared;
+  }
+  std::string cache_directory;
+  jit::CachedCompiler* shared = nullptr;
+  ir::BoundedCache<std::string, jit::CompiledKernel> by_key{1024};
+};
+
+namespace {
+
+constexpr size_t kMaxJitInputs = 8;  // wider sums run on Eigen
+constexpr size_t kMaxFused = 16;     // batches in one fused kernel, at most
+
+// The kernel op of an elementwise batch the JIT runs; false for others (and for wide sums, a
+// trace's losses, where each arity would be a kernel of its own).
+bool jit_op_of(const ir::Node& node, jit::KernelOp& op) {
+  if (jit::is_activation_gradient(node.op)) {
+    op = jit::KernelOp::cmult;  // built from kernel ops by activation_gradient()
+    return true;
+  }
+  return jit::kernel_op_for(node.op, op) && node.arg_count <= kMaxJitInputs;
+}
+
+// tanh_grad and sigmoid_grad (y, dy) as kernel instructions, so backward chains fuse like forward ones.
+jit::ValueId activation_gradient(jit::Kernel& kernel, ir::Op op, jit::ValueId y, jit::ValueId dy) {
+  return jit::activation_gradient(op, y, dy, [&](jit::KernelOp k, jit::ValueId a, jit::ValueId b, float constant) {
+    return jit::kernel_op_has_constant(k) ? kernel.with_constant(k, a, constant) : kernel.binary(k, a, b);
+  });
+}
+
+// Consecutive elementwise batches (one or more, same members count and output size) as one
+// compiled kernel over the members: an operand that is an earlier batch's output for the same
+// member is that value in a register, every other operand is loaded through per-member pointers
+// (one kernel then serves every mix of shared, strided and gathered operands), and every batch's
+// output is stored. The kernel is keyed by the group's structure and compiled once per process.
+// Precondition: fusable_end() accepted the group.
+void run_jit_group(std::span<const BatchContext> group, JitKernels& kernels) {
+  const BatchContext& lead = group[0];
+  const int64_t n = lead.n(), elements = lead.first.shape.size();
+  jit::Kernel kernel;
+  std::string key;
+  std::vector<const float* const*> pointers;
+  std::vector<jit::ValueId> value_of;
+  for (const BatchContext& c : group) {
+    jit::KernelOp op;
+    jit_op_of(c.first, op);
+    key += std::string(ir::op_name(c.first.op)) + '/' + std::to_string(c.first.arg_count) + '(';
+    std::vector<jit::ValueId> args;
+    for (size_t slot = 0; slot < c.first.arg_count; ++slot) {
+      const float* p = c.values.in(c.arg(0, slot));
+      size_t from = 0;
+      while (from < value_of.size() && (p < group[from].out || p >= group[from].out + n * elements)) ++from;
+      if (from < value_of.size()) {  // an earlier batch's output, member for member
+        args.push_back(value_of[from]);
+        key += 'v' + std::to_string(from) + ' ';
+        continue;
+      }
+      const Operand o = c.operand(slot);
+      c.count_alone(o, 0, n);
+      if (o.kind == Operand::kGathered) {
+        pointers.push_back(o.pointers);
+      } else {
+        const float** own = c.scratch.allocate_pointers(size_t(n));
+        for (int64_t k = 0; k < n; ++k) own[k] = o.member(k);
+        pointers.push_back(own);
+      }
+      kernel.inputs.push_back(jit::OperandAccess::gathered);
+      args.push_back(kernel.load(int32_t(kernel.inputs.size() - 1)));
+      key += "in ";
+    }
+    jit::ValueId value = args[0];
+    if (jit::is_activation_gradient(c.first.op)) {
+      value = activation_gradient(kernel, c.first.op, args[0], args[1]);
+    } else if (jit::kernel_op_has_constant(op)) {
+      value = kernel.with_constant(op, value, c.first.attrs.constant);
+      key += std::to_string(std::bit_cast<uint32_t>(c.first.attrs.constant));
+    } else if (jit::kernel_op_arity(op) == 1) {
+      value = kernel.unary(op, value);
+    } else {
+      for (size_t i = 1; i < args.size(); ++i) value = kernel.binary(op, value, args[i]);
+    }
+    key += ");";
+    value_of.push_back(value);
+    kernel.store(value);
+  }
+  kernel.name = group.size() == 1 ? std::string(ir::op_name(lead.first.op)) : "fused " + std::to_string(group.size());
+  const jit::CompiledKernel* found = kernels.by_key.find(key);
+  if (!found) {
+    bool compiled_now = false;
+    jit::CompiledKernel made = kernels.compiler().get(kernel, compiled_now);  // throws: nothing kept
+    if (compiled_now) {
+      lead.stats.kernels_compiled += 1;
+      lead.stats.time.compile_ms += made.compile_ms;
+    } else {
+      lead.stats.cache_hits += 1;
+    }
+    found = kernels.by_key.insert(key, std::move(made));
+  }
+  const jit::CompiledKernel& compiled = *found;
+  lead.split(n, std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {
+    std::vector<jit::KernelInput> inputs(pointers.size());
+    for (size_t i = 0; i < pointers.size(); ++i) inputs[i].pointers = pointers[i] + begin;
+    std::vector<float*> outputs;
+    for (const BatchContext& c : group) outputs.push_back(c.out + begin * elements);
+    const jit::KernelArgs args{end - begin, elements, inputs.data(), outputs.data()};
+    compiled.function(&args);
+  });
+  lead.stats.kernel_calls += 1;
+}
+
+// Where the group of JIT batches starting at `b` ends: the next batch joins while it is an
+// elementwise batch with as many members and the same output size, and every operand it reads
+// from the group's outputs is the output of its own member (members run one after another).
+size_t fusable_end(const scheduler::Schedule& schedule, const Values& values, size_t b) {
+  const auto lead = schedule.batch(b);
+  const ir::Node& first = values.graph.node(lead[0]);
+  jit::KernelOp op;
+  if (!jit_op_of(first, op)) return b;
+  const int64_t n = int64_t(lead.size()), elements = first.shape.size();
+  std::vector<const float*> outs{values.in(lead[0])};
+  size_t end = b + 1;
+  for (; end < schedule.batch_count() && end - b < kMaxFused; ++end) {
+    const auto members = schedule.batch(end);
+    const ir::Node& node = values.graph.node(members[0]);
+    if (int64_t(members.size()) != n || values.plan.is_view(members[0]) || !jit_op_of(node, op) ||
+        node.shape.size() != elements)
+      break;
+    // Per slot: no member reads a group output (a plain input), or every member reads its own
+    // member's output of one batch (a register). Anything else would read what the kernel has not
+    // stored yet, and would break the kernel's rule that outputs alias no input.
+    bool aligned = true;
+    for (size_t slot = 0; slot < node.arg_count && aligned; ++slot) {
+      int64_t inside = 0;
+      size_t region = outs.size();
+      for (int64_t k = 0; k < n && aligned; ++k) {
+        const float* p = values.in(values.graph.args(members[size_t(k)])[slot]);
+        for (size_t r = 0; r < outs.size(); ++r) {
+          if (p < outs[r] || p >= outs[r] + n * elements) continue;
+          aligned = p == outs[r] + k * elements && (region == outs.size() || region == r);
+          region = r;
+          ++inside;
+        }
+      }
+      aligned = aligned && (inside == 0 || inside == n);
+    }
+    if (!aligned) break;
+    outs.push_back(values.in(members[0]));
+  }
+  return end;
+}
+}  // namespace
+
+JitExecutor::JitExecutor(int threads, std::string cache_directory)
+    : BatchedExecutor(threads),
+      kernels_(std::make_unique<JitKernels>(cache_directory)),
+      cells_(std::make_unique<CellKernels>(std::move(cache_directory))) {}
+
+JitExecutor::~JitExecutor() = default;
+
+void JitExecutor::check_shared_reads() { cells_->check_shared_reads(); }
+
+void JitExecutor::keep_every_value() { cells_->keep_every_value(); }
+
+void JitExecutor::set_cache_entries(size_t entries) {
+  BatchedExecutor::set_cache_entries(entries);
+  kernels_->by_key.set_limits(std::max<size_t>(entries, 1));
+  cells_->set_capacity(entries);
+}
+
+void JitExecutor::forget_cells() {
+  BatchedExecutor::forget_cells();
+  cells_->clear();
+}
+
+void JitExecutor::cache_sizes(CacheSizes& sizes) const {
+  BatchedExecutor::cache_sizes(sizes);
+  sizes.cell_kernels = cells_->sizes();
+  sizes.jit_kernels = kernels_->by_key.sizes();
+}
+
+size_t JitExecutor::run_compiled(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats) {
+  // A batch of copied calls as one compiled kernel, where its cell lowers.
+  const auto& call_batches = schedule.call_batches;
+  const auto calls = std::lower_bound(call_batches.begin(), call_batches.end(), b,
+                                      [](const scheduler::Schedule::CallBatch& c, size_t at) { return c.first_batch < at; });
+  if (calls != call_batches.end() && calls->first_batch == b && cells_->run(schedule, *calls, values, pool(), stats))
+    return calls->end_batch;
+  const std::span<const ir::NodeId> batch = schedule.batch(b);
+  if (values.plan.is_view(batch[0])) return b;
+  // A batch of call nodes as one compiled kernel, where the cell lowers.
+  if (const ir::Node& first = values.graph.node(batch[0]); first.op == ir::Op::call) {
+    if (!static_cast<const CallCell&>(values.graph.cell(first.attrs.index)).lowered) return b;
+    cells_->run_calls(batch, values, pool(), stats);
+    return b + 1;
+  }
+  // A run of elementwise batches as one kernel.
+  const size_t end = fusable_end(schedule, values, b);
+  if (end == b) return b;
+  scratch().reset();
+  std::vector<BatchContext> group;
+  for (size_t g = b; g < end; ++g) group.push_back(context(schedule, values, g, stats));
+  run_jit_group(group, *kernels_);
+  return end;
+}
+
+}  // namespace edb::runtime
