@@ -20,7 +20,10 @@ install(TARGETS ${edb_install_targets} EXPORT edbatchTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY include/edbatch DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
+# distributed.h goes with edbatch_dist (dist/), which is not installed yet: a consumer would need
+# the MPI it was built against.
+install(DIRECTORY include/edbatch DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h"
+  PATTERN "distributed.h" EXCLUDE)
 install(TARGETS edb-run edb-cache RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 install(EXPORT edbatchTargets NAMESPACE edbatch:: DESTINATION ${EDB_CMAKE_DIR})

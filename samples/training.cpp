@@ -57,6 +57,76 @@ int64_t most_frequent(const std::map<int64_t, int64_t>& counts) {
   return best;
 }
 
+// One epoch of data-parallel steps: a step runs its trace (this rank's share of the global batch, its
+// forward and backward passes recorded together), starts summing the gradients across the ranks,
+// records the next step while MPI works, then waits for the sums and updates. Recording reads no
+// values and the next trace runs only after the update, so the steps are those of one process.
+// forward_ms is recording, backward_ms the evaluation; the wait for the sums is in `reduction`.
+void train_epoch_across_ranks(SampleModel& model, Engine& engine, Optimizer& optimizer, const TrainOptions& options,
+                              const std::vector<size_t>& order, size_t train_count, Gradients& gradients,
+                              EpochResult& e, double& loss_sum, double& norm_sum, int64_t& steps,
+                              const std::function<void(size_t)>& progress) {
+  DataParallel& parallel = *options.parallel;
+  const ReductionStats before = parallel.stats();
+  e.overlapped = true;
+  e.ranks = parallel.size();
+  struct Step {
+    std::unique_ptr<Trace> trace;  // null when this rank's share is empty
+    Expr loss;
+    size_t begin = 0, end = 0;
+  };
+  auto record = [&](size_t begin) {
+    const auto start = Clock::now();
+    Step step{nullptr, Expr(), begin, std::min(train_count, begin + size_t(options.batch))};
+    const auto [first, last] = parallel.share(step.begin, step.end);
+    if (first < last) {
+      step.trace = std::make_unique<Trace>(engine);
+      std::vector<Expr> losses;
+      for (size_t k = first; k < last; ++k) {
+        losses.push_back(model.record_loss(*step.trace, order[k]));
+        parallel.progress();
+      }
+      step.loss = sum(losses) * (1.0f / float(step.end - step.begin));
+      step.trace->record_backward(step.loss);
+    }
+    e.forward_ms += ms_since(start);
+    return step;
+  };
+  const Stats epoch_before = engine.stats();
+  Step step = record(0);
+  for (;;) {
+    auto start = Clock::now();
+    if (step.trace) {
+      step.trace->run();
+      step.trace->gradients(gradients);
+    } else {
+      gradients.loss = 0;
+      gradients.parameters.clear();
+      gradients.tables.clear();
+    }
+    e.backward_ms += ms_since(start);
+    const size_t begin = step.begin, end = step.end;
+    step = Step{};  // this step's trace ends first: the next one takes its place
+    parallel.start(gradients);
+    Step next = end < train_count ? record(end) : Step{};
+    parallel.finish(gradients);
+    const float loss = gradients.loss;
+    e.step_losses.push_back(loss);
+    loss_sum += double(loss) * double(end - begin);
+    start = Clock::now();
+    norm_sum += optimizer.step(gradients);
+    e.optimizer_ms += ms_since(start);
+    ++steps;
+    progress(end);
+    if (end == train_count) break;
+    step = std::move(next);
+  }
+  (e.forward_stats = engine.stats()) -= epoch_before;
+  const ReductionStats& after = parallel.stats();
+  e.reduction = {after.steps - before.steps, after.bytes - before.bytes, after.wait_ms - before.wait_ms,
+                 after.start_ms - before.start_ms};
+}
+
 }  // namespace
 
 std::vector<size_t> epoch_order(size_t count, uint64_t seed, int epoch) {
@@ -122,6 +192,15 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
   TrainResult result;
   result.split = split_instances(model.instance_count(), options.holdout);
   const size_t train_count = result.split.train, count = model.instance_count();
+  if (options.parallel) {
+    const size_t ranks = size_t(options.parallel->size());
+    if (size_t(options.batch) < ranks)
+      throw UsageError("--batch " + std::to_string(options.batch) + " is the global batch, split across " +
+                       std::to_string(ranks) + " ranks: it must be at least the number of ranks");
+    if (train_count < ranks)
+      throw UsageError(std::to_string(train_count) + " training instances cannot be split across " + std::to_string(ranks) +
+                       " ranks: every rank needs at least one");
+  }
   auto heldout = [&] { return evaluate(model, engine, train_count, count, options.batch); };
   result.initial = heldout();
   const int last_epoch = options.epochs_done + options.epochs;
@@ -133,79 +212,88 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
     const std::vector<size_t> order = epoch_order(train_count, options.seed, epoch);
     double loss_sum = 0, norm_sum = 0;
     int64_t steps = 0;
-    // Step `begin`'s forward pass, recorded (not run): its trace and mean loss.
-    struct Step {
-      std::unique_ptr<Trace> trace;  // before `loss`, which must not outlive it
-      Expr loss;
-      size_t begin = 0, end = 0;
+    auto report = [&](size_t done) {
+      if (!options.progress) return;
+      const double seconds = ms_since(epoch_start) / 1000.0;
+      options.progress(TrainProgress{epoch, last_epoch, int64_t(done), int64_t(train_count), loss_sum / double(done),
+                                     seconds > 0 ? double(done) / seconds : 0.0});
     };
-    // Recording ahead overlaps execution only when the engine executes in the background (two
-    // or more threads); with one thread it would only keep two traces' memory alive (a TreeLSTM
-    // epoch's resident memory 115 -> 157 MiB), so the next step is recorded after this one.
-    // Ahead, a step's backward pass is recorded (and both passes batched) with its forward pass,
-    // and both run as one evaluation while the next step records: recording reads no values, and
-    // the next trace runs only after this step's update, when the loop comes round to its run().
-    const bool ahead = engine.options().threads >= 2;
-    e.overlapped = ahead;
-    auto record = [&](size_t begin) {
-      Step step{std::make_unique<Trace>(engine), Expr(), begin, std::min(train_count, begin + size_t(options.batch))};
-      std::vector<Expr> losses;
-      for (size_t k = step.begin; k < step.end; ++k) losses.push_back(model.record_loss(*step.trace, order[k]));
-      step.loss = sum(losses) * (1.0f / float(step.end - step.begin));
-      if (ahead) step.trace->record_backward(step.loss);
-      return step;
-    };
-    auto recorded = [&](size_t begin) {  // record(), its time counted in the forward pass
-      const auto start = Clock::now();
-      Step step = record(begin);
-      e.forward_ms += ms_since(start);
-      return step;
-    };
-    // Ahead, the next step is recorded and batched (counted in the engine's stats) during this
-    // step: the epoch's stats are taken whole, from before its first step is recorded.
-    const Stats epoch_before = ahead ? engine.stats() : Stats{};
-    Step step = recorded(0);
-    for (;;) {
-      const Stats before_forward = ahead ? Stats{} : engine.stats();  // nothing runs between steps: no wait
-      auto start = Clock::now();
-      step.trace->run();
-      Step next = ahead && step.end < train_count ? record(step.end) : Step{};
-      float loss = 0;
-      if (ahead) {
+    if (options.parallel) {
+      train_epoch_across_ranks(model, engine, optimizer, options, order, train_count, gradients, e, loss_sum, norm_sum,
+                               steps, report);
+      options.parallel->check_weights("after epoch " + std::to_string(epoch));
+    } else {
+      // Step `begin`'s forward pass, recorded (not run): its trace and mean loss.
+      struct Step {
+        std::unique_ptr<Trace> trace;  // before `loss`, which must not outlive it
+        Expr loss;
+        size_t begin = 0, end = 0;
+      };
+      // Recording ahead overlaps execution only when the engine executes in the background (two
+      // or more threads); with one thread it would only keep two traces' memory alive (a TreeLSTM
+      // epoch's resident memory 115 -> 157 MiB), so the next step is recorded after this one.
+      // Ahead, a step's backward pass is recorded (and both passes batched) with its forward pass,
+      // and both run as one evaluation while the next step records: recording reads no values, and
+      // the next trace runs only after this step's update, when the loop comes round to its run().
+      const bool ahead = engine.options().threads >= 2;
+      e.overlapped = ahead;
+      auto record = [&](size_t begin) {
+        Step step{std::make_unique<Trace>(engine), Expr(), begin, std::min(train_count, begin + size_t(options.batch))};
+        std::vector<Expr> losses;
+        for (size_t k = step.begin; k < step.end; ++k) losses.push_back(model.record_loss(*step.trace, order[k]));
+        step.loss = sum(losses) * (1.0f / float(step.end - step.begin));
+        if (ahead) step.trace->record_backward(step.loss);
+        return step;
+      };
+      auto recorded = [&](size_t begin) {  // record(), its time counted in the forward pass
+        const auto start = Clock::now();
+        Step step = record(begin);
         e.forward_ms += ms_since(start);
+        return step;
+      };
+      // Ahead, the next step is recorded and batched (counted in the engine's stats) during this
+      // step: the epoch's stats are taken whole, from before its first step is recorded.
+      const Stats epoch_before = ahead ? engine.stats() : Stats{};
+      Step step = recorded(0);
+      for (;;) {
+        const Stats before_forward = ahead ? Stats{} : engine.stats();  // nothing runs between steps: no wait
+        auto start = Clock::now();
+        step.trace->run();
+        Step next = ahead && step.end < train_count ? record(step.end) : Step{};
+        float loss = 0;
+        if (ahead) {
+          e.forward_ms += ms_since(start);
+          start = Clock::now();
+          step.trace->gradients(gradients);
+          loss = gradients.loss;
+          e.backward_ms += ms_since(start);
+        } else {
+          loss = step.loss.scalar();
+          e.forward_ms += ms_since(start);
+          const Stats after_forward = engine.stats();
+          (e.forward_stats += after_forward) -= before_forward;
+          start = Clock::now();
+          step.trace->backward(step.loss, gradients);
+          e.backward_ms += ms_since(start);
+          (e.backward_stats += engine.stats()) -= after_forward;
+        }
+        loss_sum += double(loss) * double(step.end - step.begin);
+        e.step_losses.push_back(loss);
         start = Clock::now();
-        step.trace->gradients(gradients);
-        loss = gradients.loss;
-        e.backward_ms += ms_since(start);
-      } else {
-        loss = step.loss.scalar();
-        e.forward_ms += ms_since(start);
-        const Stats after_forward = engine.stats();
-        (e.forward_stats += after_forward) -= before_forward;
-        start = Clock::now();
-        step.trace->backward(step.loss, gradients);
-        e.backward_ms += ms_since(start);
-        (e.backward_stats += engine.stats()) -= after_forward;
+        norm_sum += optimizer.step(gradients);
+        e.optimizer_ms += ms_since(start);
+        ++steps;
+        report(step.end);
+        if (step.end == train_count) break;
+        if (!ahead) {
+          const size_t next_begin = step.end;
+          step = Step{};  // this step's trace ends first: the next one takes its place
+          next = recorded(next_begin);
+        }
+        step = std::move(next);
       }
-      loss_sum += double(loss) * double(step.end - step.begin);
-      start = Clock::now();
-      norm_sum += optimizer.step(gradients);
-      e.optimizer_ms += ms_since(start);
-      ++steps;
-      if (options.progress) {
-        const double seconds = ms_since(epoch_start) / 1000.0;
-        options.progress(TrainProgress{epoch, last_epoch, int64_t(step.end), int64_t(train_count),
-                                       loss_sum / double(step.end), seconds > 0 ? double(step.end) / seconds : 0.0});
-      }
-      if (step.end == train_count) break;
-      if (!ahead) {
-        const size_t next_begin = step.end;
-        step = Step{};  // this step's trace ends first: the next one takes its place
-        next = recorded(next_begin);
-      }
-      step = std::move(next);
+      if (ahead) (e.forward_stats = engine.stats()) -= epoch_before;
     }
-    if (ahead) (e.forward_stats = engine.stats()) -= epoch_before;
     e.total_ms = ms_since(epoch_start);
     e.train_loss = loss_sum / double(train_count);
     e.gradient_norm = norm_sum / double(steps);

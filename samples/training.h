@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include <edbatch/distributed.h>
 #include <edbatch/edbatch.h>
 #include <edbatch/train.h>
 
@@ -64,6 +65,12 @@ struct TrainOptions {
   uint64_t seed = 1;         // epoch e's shuffle is drawn from (seed, e) alone
   int epochs_done = 0;       // epochs run before (a loaded model): numbering and shuffles go on
   std::function<void(const TrainProgress&)> progress;  // optional, called per batch
+  // Data-parallel across MPI ranks (optional): `batch` is then the global batch, each rank records
+  // and runs its share (DataParallel::share) with loss (sum of its losses) / batch, the gradients
+  // are summed across the ranks while the next step records, and every rank steps its optimizer
+  // on the sums. Every rank must call train() with the same model, data and options; fewer
+  // training instances, or a smaller batch, than ranks is a UsageError on every rank.
+  DataParallel* parallel = nullptr;
 };
 
 struct EpochResult {
@@ -86,6 +93,10 @@ struct EpochResult {
   Stats backward_stats;          // and while running Trace::backward
   int64_t resident_kb = 0;       // the process's resident memory after the epoch (0: unknown)
   CacheSizes caches;             // the engine's caches after the epoch (Stats::caches)
+  std::vector<float> step_losses;  // each optimizer step's loss (the global batch's mean), in order
+  // With `parallel`: the ranks, and this rank's reductions over the epoch (DataParallel::stats).
+  int ranks = 1;
+  ReductionStats reduction;
   // 0 when overlapped: the passes run as one evaluation.
   double backward_over_forward() const { return !overlapped && forward_ms > 0 ? backward_ms / forward_ms : 0.0; }
 };

@@ -19,6 +19,7 @@ declare -A may_include=(
   [nvrtc]="ir jit"
   [runtime]="ir scheduler memplan jit nvrtc"
   [trace]="ir scheduler runtime"
+  [dist]="ir"
   [samples]=""
   [examples]=""
   [docs]=""
@@ -27,7 +28,7 @@ declare -A may_include=(
   [bench]="any"
   [tests]="any"
 )
-ours="ir scheduler memplan jit nvrtc runtime trace samples tools bench tests"
+ours="ir scheduler memplan jit nvrtc runtime trace dist samples tools bench tests"
 
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   # Tracked files and new ones not ignored, less those deleted from the work tree.

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <nlohmann/json.hpp>
 
+#include <edbatch/distributed.h>
 #include <edbatch/edbatch.h>
 #include <edbatch/train.h>
 
@@ -102,6 +103,9 @@ void print_help() {
       "                     two files of different saves); checked before training starts\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
+      "Under mpirun (mpirun -np N edb-run MODEL --train ...), every rank trains its share of each\n"
+      "global --batch and the gradients are summed over MPI before each step; rank 0 prints and saves\n"
+      "(docs/training.md). Inference under more than one rank is an error.\n\n"
       "Environment: EDB_DUMP=ir,schedule,batches,plan (or all) prints each stage's output to stderr\n"
       "(schedule: the graph with batches as clusters, graphviz dot; batches: the same as text); with\n"
       "EDB_DUMP_DIR=DIR each goes to DIR/STAGE-N.txt instead, the schedule as DIR/schedule-N.dot.\n"
@@ -319,6 +323,7 @@ struct TrainingReport {
   edb::OptimizerOptions optimizer;
   double holdout = 0;
   std::string accuracy_unit, loaded, saved, optimizer_note;
+  int ranks = 1;
   edb::samples::TrainResult result;
 };
 
@@ -367,6 +372,16 @@ nlohmann::json training_json(const Report& r, const TrainingReport& t) {
     j["backward_over_forward"] = e.backward_over_forward();
     j["forward"] = phase_json(e.forward_stats);
     j["backward"] = phase_json(e.backward_stats);
+    j["step_losses"] = e.step_losses;
+    if (e.ranks > 1 || e.reduction.steps > 0) {
+      const double steps = double(std::max<int64_t>(1, e.reduction.steps));
+      j["distributed"] = {{"ranks", e.ranks},
+                          {"steps", e.reduction.steps},
+                          {"bytes_reduced_per_step", double(e.reduction.bytes) / steps},
+                          {"reduce_start_ms_per_step", e.reduction.start_ms / steps},
+                          {"reduce_wait_ms_per_step", e.reduction.wait_ms / steps},
+                          {"reduce_wait_fraction", e.total_ms > 0 ? e.reduction.wait_ms / e.total_ms : 0.0}};
+    }
     epochs.push_back(j);
   }
   nlohmann::json j = {
@@ -376,6 +391,7 @@ nlohmann::json training_json(const Report& r, const TrainingReport& t) {
       {"optimizer", {{"kind", t.optimizer.kind}, {"learning_rate", t.optimizer.learning_rate},
                      {"momentum", t.optimizer.momentum}, {"clip", t.optimizer.clip_norm}}},
       {"holdout", t.holdout},
+      {"ranks", t.ranks},
       {"train_instances", t.result.split.train},
       {"heldout_instances", t.result.split.heldout},
       {"accuracy_unit", t.accuracy_unit},
@@ -433,9 +449,16 @@ void print_training_table(const Report& r, const TrainingReport& t) {
 
 // Trains after --load (the optimizer state too when PATH.optimizer exists: its steps say how many
 // epochs of this split and batch were done, so numbering and shuffles continue), then --save.
+// Across ranks (`parallel`), every rank trains its share; rank 0 alone shows progress, prints the
+// report and saves, after every rank has checked that its weights are rank 0's.
 int run_training(edb::samples::SampleModel& model, edb::Engine& engine, TrainingSetup setup, const Report& report,
-                 const std::string& load_path, bool json) {
+                 const std::string& load_path, bool json, edb::DataParallel* parallel) {
   TrainingReport t;
+  const bool first_rank = !parallel || parallel->rank() == 0;
+  if (parallel) {
+    t.ranks = parallel->size();
+    setup.options.parallel = parallel;
+  }
   t.optimizer = setup.optimizer;
   t.holdout = setup.options.holdout;
   t.accuracy_unit = model.accuracy_unit();
@@ -460,17 +483,18 @@ int run_training(edb::samples::SampleModel& model, edb::Engine& engine, Training
       const int64_t per_epoch = int64_t((split.train + size_t(setup.options.batch) - 1) / size_t(setup.options.batch));
       setup.options.epochs_done = int(optimizer.steps() / per_epoch);
       t.optimizer_note = " and its optimizer state (" + std::to_string(optimizer.steps()) + " steps)";
-      if (optimizer.steps() % per_epoch != 0)
+      if (optimizer.steps() % per_epoch != 0 && first_rank)
         std::fprintf(stderr, "edb-run: %s holds %lld steps, not whole epochs of %lld; epochs count on from %d\n",
                      state.c_str(), static_cast<long long>(optimizer.steps()), static_cast<long long>(per_epoch),
                      setup.options.epochs_done);
     } else {
       t.optimizer_note = " (no optimizer state at " + state + ": the optimizer starts fresh)";
-      std::fprintf(stderr, "edb-run: no optimizer state at %s; the optimizer starts fresh\n", state.c_str());
+      if (first_rank) std::fprintf(stderr, "edb-run: no optimizer state at %s; the optimizer starts fresh\n", state.c_str());
     }
   }
+  if (parallel) parallel->check_weights(load_path.empty() ? "at the start" : "after --load " + load_path);
   edb::tools::ProgressBar bar("edb-run " + report.model + " --train");
-  setup.options.progress = [&](const edb::samples::TrainProgress& p) {
+  if (first_rank) setup.options.progress = [&](const edb::samples::TrainProgress& p) {
     char note[128];
     std::snprintf(note, sizeof note, "epoch %d/%d, loss %.4f, %.1f instances/s", p.epoch, p.last_epoch, p.loss,
                   p.instances_per_sec);
@@ -478,6 +502,8 @@ int run_training(edb::samples::SampleModel& model, edb::Engine& engine, Training
   };
   t.result = edb::samples::train(model, engine, optimizer, setup.options);
   bar.done();
+  if (parallel) parallel->check_weights("at the end, before --save");  // no save from diverged weights
+  if (!first_rank) return 0;
   // A save that fails (a full disk) still leaves the run's results on the screen.
   std::string save_error;
   if (!setup.save_path.empty()) {
@@ -620,6 +646,32 @@ int run(int argc, char** argv) {
   edb::Engine engine(options);  // rejects unknown or unavailable names before any work
   const std::unique_ptr<edb::samples::SampleModel> model = make_model(*entry, config, flags, training.has_value());
   if (!load_path.empty()) model->model().load(load_path);
+  // Started by mpirun: every rank trains its share of each global batch (--train only).
+  std::unique_ptr<edb::DataParallel> parallel;
+  if (edb::DataParallel::launched()) {
+    const int ranks = edb::DataParallel::launched_size();
+    if (!training && ranks > 1)
+      throw edb::UsageError("edb-run: started by an MPI launcher with " + std::to_string(ranks) +
+                            " ranks: only --train runs across ranks; run inference without mpirun");
+    if (training) {
+      if (!edb::DataParallel::available() && ranks > 1)
+        throw edb::UsageError("edb-run: started by an MPI launcher with " + std::to_string(ranks) +
+                              " ranks, but this edb-run was built without MPI (configure with -DEDB_MPI=ON after "
+                              "installing libopenmpi-dev): each rank would train alone");
+      if (edb::DataParallel::available()) parallel = std::make_unique<edb::DataParallel>(model->model());
+    }
+  }
+  if (parallel) {
+    try {
+      std::string arguments;
+      for (int i = 1; i < argc; ++i) arguments += std::string(i > 1 ? " " : "") + argv[i];
+      parallel->check_same("the command lines", arguments);
+      parallel->check_same("the data (description and instance count)",
+                           model->describe_data() + ", " + std::to_string(model->instance_count()) + " instances");
+    } catch (const std::exception& e) {
+      parallel->abort("edb-run", e.what(), 2);
+    }
+  }
 
   Report report;
   report.model = entry->name;
@@ -637,7 +689,19 @@ int run(int argc, char** argv) {
   if (!train_path.empty())
     learn_policy(*model, engine, train_traces, run_options.batch, policy_training, train_path, report);
   if (!schedule_path.empty()) dump_schedule(*model, engine, run_options.batch, schedule_path);
-  if (training) return run_training(*model, engine, *training, report, load_path, flags.has("json"));
+  if (training && parallel) {
+    // A failure on one rank would leave the others waiting in a collective: it ends them all.
+    try {
+      return run_training(*model, engine, *training, report, load_path, flags.has("json"), parallel.get());
+    } catch (const edb::UsageError& e) {
+      std::string_view message = e.what();
+      if (message.starts_with("edb-run: ")) message.remove_prefix(9);
+      parallel->abort("edb-run", std::string(message), 2);
+    } catch (const std::exception& e) {
+      parallel->abort("edb-run", e.what(), 1);
+    }
+  }
+  if (training) return run_training(*model, engine, *training, report, load_path, flags.has("json"), nullptr);
 
   edb::tools::ProgressBar bar("edb-run " + entry->name);
   run_options.progress = [&](int64_t done, int64_t total) { bar.update(done, total, "instances"); };
