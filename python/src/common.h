@@ -139,6 +139,7 @@ void bind_trace(py::module_& m);
 void bind_ops(py::module_& m);
 void bind_cell(py::module_& m);
 void bind_training(py::module_& m);
+void bind_distributed(py::module_& m);  // DataParallel (python/src/distributed.cpp)
 
 }  // namespace edbpy
 

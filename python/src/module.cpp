@@ -470,6 +470,8 @@ void declare_training_classes(py::module_& m) {
 
 void bind_training(py::module_& m) {
   py::reinterpret_borrow<py::class_<PyGradients>>(m.attr("Gradients"))
+      .def(py::init<>(), "Empty gradients (no loss, no parameter): what a rank whose share of a batch is empty\n"
+                         "passes to DataParallel.reduce, or a sum to add() batches into.")
       .def_property_readonly("loss", [](const PyGradients& g) { return g.gradients.loss; })
       .def(
           "of",
@@ -607,5 +609,6 @@ See docs/python.md for the guide.)doc";
   edbpy::bind_ops(m);
   edbpy::bind_cell(m);
   edbpy::bind_training(m);
+  edbpy::bind_distributed(m);
   edbpy::bind_fast(m);
 }
