@@ -20,6 +20,8 @@ class CudaExecutor final : public Executor {
   explicit CudaExecutor(const std::string& cache_directory, const std::string& library = {});
   ~CudaExecutor() override;
   std::string_view name() const override { return "cuda"; }
+  // Cell calls reach it copied as their bodies (trace/cell.cpp).
+  Capabilities capabilities() const override { return {.runs_calls = false, .lowers_cells = false, .threads = false}; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
   void set_cache_entries(size_t entries) override;
   void cache_sizes(CacheSizes& sizes) const override;

@@ -280,10 +280,10 @@ Driver::Driver(const EngineOptions& options)
   // options().device then says which one runs.
   // threads = 0: every core (the reference executor runs on one thread only); options() says how
   // many that was.
-  if (options_.threads == 0)
-    options_.threads = options.executor == "reference" ? 1 : int(std::max(1u, std::thread::hardware_concurrency()));
+  const bool one_thread = !executor_capabilities(options.executor).value_or(Capabilities{}).threads;
+  if (options_.threads == 0) options_.threads = one_thread ? 1 : int(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options_.threads;
-  const bool pipelined = threads >= 2 && options.executor != "reference";
+  const bool pipelined = threads >= 2 && !one_thread;
   // More threads than cores only take turns on them: said once per process.
   static std::atomic<bool> warned_threads{false};
   if (const unsigned cores = std::thread::hardware_concurrency();
@@ -430,7 +430,7 @@ void Driver::schedule(TraceData& trace) {
   // With cell calls the policies see each call as one node; the schedule is then expanded into
   // the cells' own batches, and checked and bounded over the nodes themselves. The sequential
   // baseline stays one node per batch.
-  const bool calls = !trace.calls.empty() && options_.policy != "sequential";
+  const bool calls = !trace.calls.empty() && policy_->batches();
   scheduler::ScheduleInput input{trace.graph, trace.types, begin, &analysis_, &signatures, calls ? &trace.calls : nullptr};
   // Local types and same-type chains, the way the policy reads them: its analysis, and the bound's.
   analysis_.build(input, policy_->chains());

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,10 +47,18 @@ inline StatsWeight stats_weight(const ir::Graph& graph, ir::NodeId member) {
 
 class ThreadPool;  // runtime/thread_pool.h
 
+// What an executor can do, so that the engine decides by what it can do, never by its name.
+struct Capabilities {
+  bool runs_calls = true;     // runs batches of `call` nodes (a cell call as one node)
+  bool lowers_cells = false;  // compiles a cell's body into one kernel per batch of calls
+  bool threads = true;        // splits work across a thread pool (false: one thread only)
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
   virtual std::string_view name() const = 0;
+  virtual Capabilities capabilities() const = 0;
   // Runs every batch of `schedule`; adds kernel calls and bytes gathered to `stats` (the driver
   // counts nodes and batches from the schedule, the same whichever executor runs it).
   virtual void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) = 0;
@@ -78,6 +87,8 @@ class ReferenceExecutor final : public Executor {
   ReferenceExecutor();
   ~ReferenceExecutor() override;
   std::string_view name() const override { return "reference"; }
+  static constexpr Capabilities kCapabilities{.runs_calls = true, .lowers_cells = false, .threads = false};
+  Capabilities capabilities() const override { return kCapabilities; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
   void set_cache_entries(size_t entries) override;
   void cache_sizes(CacheSizes& sizes) const override;
@@ -92,6 +103,9 @@ class ReferenceExecutor final : public Executor {
 void evaluate_node(const Values& values, ir::NodeId id);
 
 std::vector<std::string> executor_names();
+// The capabilities of the CPU executor `name` before one is made; nullopt when there is none
+// (make_executor says so).
+std::optional<Capabilities> executor_capabilities(std::string_view name);
 // UsageError naming the accepted executors when `name` is unknown. `cache_directory` is the kernel
 // cache of executors that compile kernels (empty: jit::KernelCache::default_directory()).
 std::unique_ptr<Executor> make_executor(std::string_view name, int threads,

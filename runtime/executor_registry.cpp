@@ -14,6 +14,23 @@ namespace edb::runtime {
 
 std::vector<std::string> executor_names() { return {"reference", "batched", "jit"}; }
 
+namespace {
+
+std::string unknown_executor(std::string_view name) {
+  std::string known;
+  for (const std::string& n : executor_names()) known += (known.empty() ? "" : ", ") + n;
+  return "edb::Engine: unknown executor '" + std::string(name) + "' (available: " + known + ")";
+}
+
+}  // namespace
+
+std::optional<Capabilities> executor_capabilities(std::string_view name) {
+  if (name == "reference") return ReferenceExecutor::kCapabilities;
+  if (name == "batched") return BatchedExecutor::kCapabilities;
+  if (name == "jit") return JitExecutor::kCapabilities;
+  return std::nullopt;
+}
+
 std::unique_ptr<Executor> make_executor(std::string_view name, int threads, const std::string& cache_directory) {
   if (threads < 1) throw UsageError("edb::Engine: threads must be at least 1, got " + std::to_string(threads));
   if (name == "reference") {
@@ -24,9 +41,7 @@ std::unique_ptr<Executor> make_executor(std::string_view name, int threads, cons
   }
   if (name == "batched") return std::make_unique<BatchedExecutor>(threads);
   if (name == "jit") return std::make_unique<JitExecutor>(threads, cache_directory);
-  std::string known;
-  for (const std::string& n : executor_names()) known += (known.empty() ? "" : ", ") + n;
-  throw UsageError("edb::Engine: unknown executor '" + std::string(name) + "' (available: " + known + ")");
+  throw UsageError(unknown_executor(name));
 }
 
 // Devices (issue #8): cpu, cuda, and auto, which falls back to the CPU with one line saying why.

@@ -146,6 +146,8 @@ class Policy {
   virtual void schedule(const ScheduleInput& input, Schedule& out) = 0;
   // The chains to build the input's Analysis with; given the other way, a policy builds its own.
   virtual ChainDirection chains() const { return ChainDirection::ranks; }
+  // Whether it batches at all: false for the unbatched baseline, which runs one node per batch.
+  virtual bool batches() const { return true; }
 };
 
 // One node per batch in recording order: the unbatched baseline.
@@ -153,6 +155,7 @@ class SequentialPolicy final : public Policy {
  public:
   std::string_view name() const override { return "sequential"; }
   void schedule(const ScheduleInput& input, Schedule& out) override;
+  bool batches() const override { return false; }
 };
 
 // The names make_policy() accepts, in the order --help lists them.

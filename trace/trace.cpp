@@ -97,8 +97,9 @@ void TraceState::release_all(EngineState* engine) {
 
 EngineState::EngineState(const EngineOptions& options) : driver(options) {
   const EngineOptions& chosen = driver.options();  // with the device auto resolves to
-  single_node_calls = chosen.cells && chosen.device == "cpu" && chosen.policy != "sequential" && !chosen.check_finite;
-  lower_cells = chosen.executor == "jit" && !chosen.check_finite;
+  const runtime::Capabilities can = driver.capabilities();
+  single_node_calls = chosen.cells && can.runs_calls && driver.policy_batches() && !chosen.check_finite;
+  lower_cells = can.lowers_cells && !chosen.check_finite;
   cell_gradients = chosen.cell_gradients.value_or(lower_cells);
   cell_gradients_by_default = cell_gradients && !chosen.cell_gradients.has_value();
   driver.cell_records.max_entries = chosen.cache_entries;
