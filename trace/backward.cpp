@@ -14,6 +14,7 @@
 #include <map>
 
 #include "scheduler/schedule.h"
+#include "trace/backward.h"
 #include "trace/state.h"
 
 namespace edb {
@@ -48,18 +49,6 @@ struct ParameterPairs {
   std::vector<Term> terms;
 };
 
-// A value of `shape` that lies at rows [at, at + its size) of column `source`: a slice of them,
-// reshaped when the value is a matrix.
-NodeId read_rows(detail::TraceState& s, NodeId source, int64_t at, ir::Shape shape) {
-  ir::Attributes rows;
-  rows.begin = int32_t(at);
-  rows.end = rows.begin + int32_t(shape.size());
-  const NodeId read = s.add(Op::slice, std::span(&source, 1), ir::Shape{rows.end - rows.begin, 1}, rows).node_id();
-  if (shape.cols == 1) return read;
-  ir::Attributes target;
-  target.target = shape;
-  return s.add(Op::reshape, std::span(&read, 1), shape, target).node_id();
-}
 
 struct SlicePart {
   int32_t begin, end;
@@ -132,19 +121,8 @@ class Backward {
     return leaves;
   }
 
-  // A cell body's gradients (trace/cell.cpp derives each cell's backward body with this): `seeds`
-  // pair each output with its gradient, a node of the same graph; `arguments` are the body's
-  // placeholders. A parameter's products are kept as pairs, so that the trace adds every call's
-  // into one contraction per weight. The body holds no lookup (its caller checks).
-  struct BodyGradients {
-    std::vector<NodeId> arguments;  // per argument: its gradient, or kNoNode when none flows
-    struct Parameter {
-      NodeId node = ir::kNoNode;
-      NodeId whole = ir::kNoNode;  // the sum of its other terms, or kNoNode
-      std::vector<std::pair<NodeId, NodeId>> pairs;  // (dy, x): a term dy x^T each
-    };
-    std::vector<Parameter> parameters;
-  };
+  // Declared in trace/backward.h: a cell body's gradients.
+  using BodyGradients = detail::BodyGradients;
   BodyGradients record_body(NodeId last, std::span<const std::pair<NodeId, NodeId>> seeds,
                             std::span<const NodeId> arguments) {
     std::vector<NodeId> seed_nodes;
@@ -340,7 +318,7 @@ class Backward {
     }
     for (const auto& [rows, node] : b_.frame_reads)
       if (rows.first == value.at && rows.second == value.shape) return node;
-    const NodeId read = read_rows(s_, n, value.at, value.shape);
+    const NodeId read = detail::read_rows(s_, n, value.at, value.shape);
     b_.frame_reads.emplace_back(std::make_pair(value.at, value.shape), read);
     return read;
   }
@@ -640,210 +618,25 @@ class Backward {
   detail::CellRecord* last_record_ = nullptr;
 };
 
-// Why a value of the forward body cannot be found after its call, or "" (then `value` says where).
-std::string forward_value(const runtime::CallCell& cell, NodeId id, detail::BackwardCell::Value& value) {
-  const ir::Graph& body = cell.body;
-  const ir::Node& n = body.node(id);
-  value.shape = n.shape;
-  if (id < cell.first) {
-    const auto argument = std::find(cell.placeholders.begin(), cell.placeholders.end(), id);
-    if (argument != cell.placeholders.end()) {
-      value.kind = detail::BackwardCell::Value::argument;
-      value.at = argument - cell.placeholders.begin();
-      return "";
-    }
-    if (n.op != Op::input) return "a parameter is a product's right factor";
-    value.kind = detail::BackwardCell::Value::constant;
-    value.values.assign(body.leaf_data(id), body.leaf_data(id) + n.shape.size());
-    return "";
-  }
-  const int64_t at = cell.frame_at[id - cell.first];
-  if (at >= 0) {
-    value.kind = detail::BackwardCell::Value::frame;
-    value.at = at;
-    return "";
-  }
-  if (n.op == Op::slice && n.shape.cols == 1) {  // a view of its source's rows
-    const std::string why = forward_value(cell, body.args(n)[0], value);
-    if (!why.empty() || value.kind == detail::BackwardCell::Value::argument) return why.empty() ? "a slice of an argument" : why;
-    if (value.kind == detail::BackwardCell::Value::frame) value.at += n.attrs.begin;
-    else value.values = std::vector<float>(value.values.begin() + n.attrs.begin, value.values.begin() + n.attrs.end);
-    value.shape = n.shape;
-    return "";
-  }
-  return "body node %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) + ") is not kept in the frame";
-}
-
 }  // namespace
 
-// The backward body of `record`'s cell: its rules (Backward::record_body) over a copy of the
-// forward body, then rewritten so that every forward value it reads comes from the call: an
-// argument, rows of the frame, or a constant. A cell of its own, planned and lowered as any.
-void detail::derive_backward(EngineState& engine, CellRecord& record) {
-  record.backward_derived = true;
-  const runtime::CallCell& cell = *record.call_cell;
-  const ir::Graph& body = cell.body;
-  for (NodeId id = 0; id < body.size(); ++id)
-    if (body.node(id).op == Op::lookup) {
-      record.why_no_backward = "the body looks up a table";
-      return;
-    }
-  // 1. The forward body again (same node ids), a gradient input per output the frame holds, and
-  // the rules.
-  // Scopes of their own on the engine, returned to the pool at the end.
-  struct Scope {
-    TraceState* state;
-    ~Scope() { state->release(); }
-  };
-  TraceState* rules_state = TraceState::acquire(&engine);
-  const Scope rules_scope{rules_state};
-  rules_state->cell_scope = record.schedule.name;
-  ir::Graph& g = rules_state->data.graph;
-  for (const ir::ParameterInfo& info : body.parameters()) g.add_parameter(info);
-  for (NodeId id = 0; id < body.size(); ++id) {
-    const ir::Node& n = body.node(id);
-    ir::Attributes attrs = n.attrs;
-    if (n.op == Op::input) attrs.index = g.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
-    const auto args = body.args(n);
-    rules_state->add(n.op, std::vector<NodeId>(args.begin(), args.end()), n.shape, attrs);
-  }
-  const NodeId last = NodeId(body.size() - 1);
-  auto backward = std::make_unique<BackwardCell>();
-  std::vector<std::pair<NodeId, NodeId>> seeds;
-  std::vector<NodeId> seed_inputs;
-  for (size_t k = 0; k < cell.outputs.size(); ++k) {
-    if (cell.output_offsets[k] < 0 || cell.first_alike[k] != k)
-      continue;  // a leaf, or the same value returned twice: one view, whose gradient the trace sums
-    const ir::Shape shape = body.node(cell.outputs[k]).shape;
-    backward->seed_offsets.push_back(cell.output_offsets[k]);
-    backward->seed_floats.push_back(shape.size());
-    const std::vector<float> zeros(size_t(shape.size()), 0.0f);
-    ir::Attributes attrs;
-    attrs.index = g.add_constants(zeros);
-    NodeId dy = rules_state->add(Op::input, {}, ir::Shape{int32_t(shape.size()), 1}, attrs).node_id();
-    seed_inputs.push_back(dy);
-    if (shape.cols > 1) {
-      ir::Attributes target;
-      target.target = shape;
-      dy = rules_state->add(Op::reshape, std::span(&dy, 1), shape, target).node_id();
-    }
-    seeds.emplace_back(cell.outputs[k], dy);
-  }
-  const Backward::BodyGradients grads = Backward(*rules_state).record_body(last, seeds, cell.placeholders);
-
-  // 2. The backward body: its arguments (the forward frame, the forward arguments, the gradients),
-  // each forward value it reads from them, and the rules' nodes.
-  TraceState* state = TraceState::acquire(&engine);
-  const Scope scope{state};
-  state->cell_scope = record.schedule.name;
-  ir::Graph& out = state->data.graph;
-  CellRecord& result = backward->cell;
-  auto placeholder = [&](ir::Shape shape) {
-    const std::vector<float> zeros(size_t(shape.size()), 0.0f);
-    ir::Attributes attrs;
-    attrs.index = out.add_constants(zeros);
-    const NodeId id = state->add(Op::input, {}, shape, attrs).node_id();
-    result.placeholders.push_back(id);
-    return id;
-  };
-  const NodeId frame = placeholder(ir::Shape{int32_t(cell.frame_floats), 1});
-  std::vector<NodeId> arguments;
-  for (NodeId p : cell.placeholders) arguments.push_back(placeholder(body.node(p).shape));
-  std::vector<NodeId> to(g.size(), ir::kNoNode);
-  for (size_t j = 0; j < seed_inputs.size(); ++j) to[seed_inputs[j]] = placeholder(g.node(seed_inputs[j]).shape);
-  for (size_t i = 0; i < cell.placeholders.size(); ++i) to[cell.placeholders[i]] = arguments[i];
-  std::string why;
-  // Forward value `id` in the backward body.
-  std::function<NodeId(NodeId)> forward = [&](NodeId id) -> NodeId {
-    if (to[id] != ir::kNoNode) return to[id];
-    const ir::Node& n = g.node(id);
-    if (n.op == Op::parameter) {
-      ir::Attributes attrs;
-      attrs.parameter = out.add_parameter(g.parameter(n.attrs.parameter));
-      return to[id] = state->add(Op::parameter, {}, n.shape, attrs).node_id();
-    }
-    BackwardCell::Value value;
-    if (const std::string not_found = forward_value(cell, id, value); !not_found.empty()) {
-      if (why.empty()) why = not_found;
-      return to[id] = arguments.empty() ? frame : arguments[0];  // never run: the derivation fails
-    }
-    if (value.kind == BackwardCell::Value::constant) {
-      ir::Attributes attrs;
-      attrs.index = out.add_constants(value.values);
-      return to[id] = state->add(Op::input, {}, n.shape, attrs).node_id();
-    }
-    return to[id] = read_rows(*state, frame, value.at, n.shape);
-  };
-  for (NodeId id = last + 1; id < g.size(); ++id) {
-    if (to[id] != ir::kNoNode) continue;
-    const ir::Node& n = g.node(id);
-    ir::Attributes attrs = n.attrs;
-    if (n.op == Op::input) attrs.index = out.add_constants(std::span<const float>(g.leaf_data(id), size_t(n.shape.size())));
-    std::vector<NodeId> args;
-    for (NodeId a : g.args(n)) args.push_back(a <= last ? forward(a) : to[a]);
-    to[id] = state->add(n.op, args, n.shape, attrs).node_id();
-  }
-  // 3. Its outputs, and what each is to the trace.
-  auto output = [&](NodeId node, BackwardCell::Output what) {
-    result.outputs.push_back(node <= last ? forward(node) : to[node]);
-    backward->outputs.push_back(std::move(what));
-  };
-  for (size_t i = 0; i < grads.arguments.size(); ++i)
-    if (grads.arguments[i] != ir::kNoNode) output(grads.arguments[i], {BackwardCell::Output::argument, uint32_t(i), {}});
-  for (const Backward::BodyGradients::Parameter& p : grads.parameters) {
-    const uint32_t index = g.node(p.node).attrs.parameter;
-    if (p.whole != ir::kNoNode) output(p.whole, {BackwardCell::Output::whole, index, {}});
-    for (const auto& [dy, x] : p.pairs) {
-      BackwardCell::Output pair{BackwardCell::Output::pair, index, {}};
-      if (x <= last) {
-        if (const std::string not_found = forward_value(cell, x, pair.x); !not_found.empty() && why.empty()) why = not_found;
-      } else if (g.node(x).op == Op::input) {
-        pair.x.kind = BackwardCell::Value::constant;
-        pair.x.shape = g.node(x).shape;
-        pair.x.values.assign(g.leaf_data(x), g.leaf_data(x) + pair.x.shape.size());
-      } else if (why.empty()) {
-        why = "a product's right factor is computed by the backward pass";
-      }
-      output(dy, std::move(pair));
-    }
-  }
-  if (!why.empty()) {
-    record.why_no_backward = why;
-    return;
-  }
-  if (result.outputs.empty()) return;  // no gradient flows through the body: calls send nothing
-  result.body = out;
-  result.types = state->data.types;
-  detail::plan_cell(engine, result, "backward " + record.call_key, "backward of " + record.call_name,
-                    "backward of " + record.schedule.name, false);
-  result.call_cell->is_backward = true;
-  record.backward = std::move(backward);
+// A value of `shape` that lies at rows [at, at + its size) of column `source`: a slice of them,
+// reshaped when the value is a matrix.
+NodeId detail::read_rows(TraceState& s, NodeId source, int64_t at, ir::Shape shape) {
+  ir::Attributes rows;
+  rows.begin = int32_t(at);
+  rows.end = rows.begin + int32_t(shape.size());
+  const NodeId read = s.add(Op::slice, std::span(&source, 1), ir::Shape{rows.end - rows.begin, 1}, rows).node_id();
+  if (shape.cols == 1) return read;
+  ir::Attributes target;
+  target.target = shape;
+  return s.add(Op::reshape, std::span(&read, 1), shape, target).node_id();
 }
 
-namespace {
-
-// Row `g` (dim floats) of `entry`, after rows in ascending order of entry: added to the last row
-// when it is the same entry, else appended.
-void add_row(std::vector<int64_t>& entries, std::vector<float>& gradients, int64_t entry, const float* g, size_t dim) {
-  if (!entries.empty() && entries.back() == entry) {
-    float* sum = gradients.data() + gradients.size() - dim;
-    for (size_t k = 0; k < dim; ++k) sum[k] += g[k];
-    return;
-  }
-  entries.push_back(entry);
-  gradients.insert(gradients.end(), g, g + dim);
+detail::BodyGradients detail::body_gradients(TraceState& s, NodeId last, std::span<const std::pair<NodeId, NodeId>> seeds,
+                                             std::span<const NodeId> arguments) {
+  return Backward(s).record_body(last, seeds, arguments);
 }
-
-// Node id's value into `tensor`, whose storage is reused.
-void copy_into(Tensor& tensor, const runtime::Values& values, const ir::Graph& graph, NodeId id) {
-  const ir::Shape shape = graph.node(id).shape;
-  const float* v = values.in(id);
-  tensor.rows = shape.rows;
-  tensor.cols = shape.cols;
-  tensor.data.assign(v, v + shape.size());
-}
-
-}  // namespace
 
 Gradients Trace::backward(const Expr& loss) {
   Gradients gradients;
@@ -909,128 +702,6 @@ void Trace::record_backward(const Expr& loss, const char* function) {
   s.backward_loss = s.id(loss);
   s.backward_leaves = Backward(s).record(s.backward_loss);
   s.engine->driver.prepare(s.data);
-}
-
-void Trace::gradients(Gradients& out) {
-  if (!active()) throw UsageError("edb::Trace::gradients(): the trace has finished (or its Engine was destroyed)");
-  detail::TraceState& s = *state_;
-  if (s.backward_loss == ir::kNoNode)
-    throw UsageError("edb::Trace::gradients(): this trace has no backward pass; record one with record_backward(loss)");
-  if (s.data.evaluated < s.data.graph.size()) s.engine->driver.submit(s.data);
-  s.engine->driver.wait(s.data);
-  const runtime::Values values = s.data.values();
-  const ir::Graph& graph = s.data.graph;
-  const std::vector<std::pair<NodeId, NodeId>>& leaves = s.backward_leaves;
-  const NodeId loss = s.backward_loss;
-
-  out.loss = values.in(loss)[0];
-  // The previous gradients' storage, taken over by the same parameter's or table's new gradient.
-  std::vector<Gradients::Dense> old_parameters = std::move(out.parameters);
-  std::vector<Gradients::Rows> old_tables = std::move(out.tables);
-  out.parameters.clear();
-  out.tables.clear();
-  // Lookups of one entry (a word read twice) add up; entries come out ascending per table.
-  struct Read {
-    uint32_t table;  // the graph's parameter index
-    int64_t entry;
-    NodeId gradient;
-  };
-  std::vector<Read> reads;
-  for (const auto& [leaf, gradient] : leaves) {
-    const ir::Node& node = graph.node(leaf);
-    if (node.op == Op::lookup) {
-      reads.push_back({node.attrs.parameter, node.attrs.index, gradient});
-      continue;
-    }
-    const auto [model, index] = detail::find_parameter(graph.parameter(node.attrs.parameter).uid);
-    if (!model) throw UsageError("edb::Trace::backward(): a parameter's Model was destroyed during the trace");
-    // A trace holds one node per parameter; were there two, their gradients add up all the same.
-    const Parameter parameter(model, index);
-    if (Tensor* seen = const_cast<Tensor*>(out.of(parameter))) {
-      const float* g = values.in(gradient);
-      for (size_t k = 0; k < seen->data.size(); ++k) seen->data[k] += g[k];
-      continue;
-    }
-    Gradients::Dense& dense = out.parameters.emplace_back(Gradients::Dense{parameter, {}});
-    for (Gradients::Dense& old : old_parameters)
-      if (old.parameter == parameter) {
-        dense.gradient = std::move(old.gradient);
-        break;
-      }
-    copy_into(dense.gradient, values, graph, gradient);
-  }
-  std::sort(reads.begin(), reads.end(), [](const Read& x, const Read& y) {
-    return std::tie(x.table, x.entry, x.gradient) < std::tie(y.table, y.entry, y.gradient);
-  });
-  for (size_t i = 0; i < reads.size();) {
-    const auto [model, index] = detail::find_parameter(graph.parameter(reads[i].table).uid);
-    if (!model) throw UsageError("edb::Trace::backward(): a lookup table's Model was destroyed during the trace");
-    Gradients::Rows& r = out.tables.emplace_back(Gradients::Rows{LookupTable(model, index), {}, {}});
-    for (Gradients::Rows& old : old_tables)
-      if (old.table == r.table) {
-        r.entries = std::move(old.entries);
-        r.gradients = std::move(old.gradients);
-        r.entries.clear();
-        r.gradients.clear();
-        break;
-      }
-    const size_t dim = size_t(graph.parameter(reads[i].table).shape.rows);
-    for (const uint32_t table = reads[i].table; i < reads.size() && reads[i].table == table; ++i)
-      add_row(r.entries, r.gradients, reads[i].entry, values.in(reads[i].gradient), dim);
-  }
-}
-
-const Tensor* Gradients::of(const Parameter& parameter) const {
-  for (const Dense& d : parameters)
-    if (d.parameter == parameter) return &d.gradient;
-  return nullptr;
-}
-
-const Gradients::Rows* Gradients::of(const LookupTable& table) const {
-  for (const Rows& r : tables)
-    if (r.table == table) return &r;
-  return nullptr;
-}
-
-void Gradients::add(const Gradients& other) {
-  loss += other.loss;
-  for (const Dense& d : other.parameters) {
-    Tensor* mine = const_cast<Tensor*>(of(d.parameter));
-    if (!mine) {
-      parameters.push_back(d);
-      continue;
-    }
-    if (mine->data.size() != d.gradient.data.size())
-      throw UsageError("edb::Gradients::add(): gradients of '" + d.parameter.name() + "' differ in shape");
-    for (size_t i = 0; i < mine->data.size(); ++i) mine->data[i] += d.gradient.data[i];
-  }
-  for (const Rows& r : other.tables) {
-    Rows* mine = const_cast<Rows*>(of(r.table));
-    if (!mine) {
-      tables.push_back(r);
-      continue;
-    }
-    const size_t dim = size_t(r.table.dim());
-    for (const Rows* source : {static_cast<const Rows*>(mine), &r})
-      if (source->gradients.size() != source->entries.size() * dim)
-        throw UsageError("edb::Gradients::add(): the rows of '" + r.table.name() + "' hold " +
-                         std::to_string(source->gradients.size()) + " floats for " + std::to_string(source->entries.size()) +
-                         " entries of " + std::to_string(dim));
-    // Both sides' rows sorted by entry (stably: this side's before the other's, each side's in its
-    // own order), then summed per entry; rows a caller filled in any order add up the same way.
-    std::vector<std::pair<int64_t, const float*>> rows;
-    rows.reserve(mine->entries.size() + r.entries.size());
-    for (const Rows* source : {static_cast<const Rows*>(mine), &r})
-      for (size_t i = 0; i < source->entries.size(); ++i)
-        rows.emplace_back(source->entries[i], source->gradients.data() + i * dim);
-    std::stable_sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-    std::vector<int64_t> entries;
-    std::vector<float> gradients;
-    gradients.reserve(rows.size() * dim);
-    for (const auto& [entry, g] : rows) add_row(entries, gradients, entry, g, dim);
-    mine->entries = std::move(entries);
-    mine->gradients = std::move(gradients);
-  }
 }
 
 }  // namespace edb
