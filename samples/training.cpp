@@ -75,10 +75,16 @@ void train_epoch_across_ranks(SampleModel& model, Engine& engine, Optimizer& opt
     Expr loss;
     size_t begin = 0, end = 0;
   };
+  std::vector<double> costs;
   auto record = [&](size_t begin) {
     const auto start = Clock::now();
     Step step{nullptr, Expr(), begin, std::min(train_count, begin + size_t(options.batch))};
-    const auto [first, last] = parallel.share(step.begin, step.end);
+    // Shares of about equal cost (a tree's nodes), so that no rank waits long for another.
+    costs.clear();
+    for (size_t k = step.begin; k < step.end; ++k) costs.push_back(model.instance_cost(order[k]));
+    auto [first, last] = parallel.share(costs);
+    first += step.begin;
+    last += step.begin;
     if (first < last) {
       step.trace = std::make_unique<Trace>(engine);
       std::vector<Expr> losses;

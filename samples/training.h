@@ -66,7 +66,8 @@ struct TrainOptions {
   int epochs_done = 0;       // epochs run before (a loaded model): numbering and shuffles go on
   std::function<void(const TrainProgress&)> progress;  // optional, called per batch
   // Data-parallel across MPI ranks (optional): `batch` is then the global batch, each rank records
-  // and runs its share (DataParallel::share) with loss (sum of its losses) / batch, the gradients
+  // and runs its share (DataParallel::share by SampleModel::instance_cost, so shares cost about the
+  // same) with loss (sum of its losses) / batch, the gradients
   // are summed across the ranks while the next step records, and every rank steps its optimizer
   // on the sums. Every rank must call train() with the same model, data and options; fewer
   // training instances, or a smaller batch, than ranks is a UsageError on every rank.

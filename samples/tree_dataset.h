@@ -27,6 +27,7 @@ class TreeSample : public SampleModel {
   size_t instance_count() const override { return data_.trees.size(); }
   Model& model() override { return model_; }
   std::string describe_data() const override { return data_.describe(); }
+  double instance_cost(size_t i) const override { return double(data_.trees.at(i).nodes.size()); }
 
  protected:
   TreeSample(const std::string& name, const ModelConfig& config)

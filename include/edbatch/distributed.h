@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -61,6 +62,10 @@ class DataParallel {
   // This rank's share [first, last) of the instances [begin, end): contiguous, in rank order, the
   // sizes differing by at most one (empty when there are fewer instances than ranks).
   std::pair<size_t, size_t> share(size_t begin, size_t end) const;
+  // The same over instances of the given costs (>= 0; a tree's nodes, a sentence's words), indices
+  // into `costs`: contiguous, in rank order, each cut where the running cost is nearest to its
+  // fraction of the total, and at least one instance each when there are as many as ranks.
+  std::pair<size_t, size_t> share(std::span<const double> costs) const;
 
   // Collective: a UsageError on every rank when `value` differs between ranks, naming `what`, the
   // first rank whose value differs from rank 0's and both values (shortened).

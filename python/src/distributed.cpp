@@ -53,6 +53,15 @@ void bind_distributed(py::module_& m) {
       .def("share", [](const PyDataParallel& d, size_t begin, size_t end) { return d.parallel.share(begin, end); },
            py::arg("begin"), py::arg("end"),
            "This rank's share (first, last) of the instances [begin, end): contiguous, in rank order.")
+      .def("share", [](const PyDataParallel& d, const py::sequence& sequence) {
+             std::vector<double> costs;
+             costs.reserve(py::len(sequence));
+             for (py::handle cost : sequence) costs.push_back(cost.cast<double>());
+             return d.parallel.share(costs);
+           },
+           py::arg("costs"),
+           "This rank's share (first, last) of instances of these costs (indices into costs): contiguous,\n"
+           "cut where the running cost is nearest to each rank's fraction of the total.")
       .def("check_same", [](PyDataParallel& d, const std::string& what, const std::string& value) {
              d.parallel.check_same(what, value);
            }, py::arg("what"), py::arg("value"),
