@@ -22,10 +22,13 @@ void check_operand(const CellProgram& program, const CellProgram::Operand& opera
   if (operand.slot < 0 || operand.slot >= slots)
     invalid(program, std::string(what) + " reads " + (operand.shared ? "shared" : "call") + " slot " +
                          std::to_string(operand.slot) + " of " + std::to_string(slots));
+  if (operand.stride < 0) invalid(program, std::string(what) + " has a negative column stride");
 }
 
+// "c3", "s0", or "c3*64" for an operand whose columns are 64 floats apart.
 std::string operand_text(const CellProgram::Operand& operand) {
-  return (operand.shared ? "s" : "c") + std::to_string(operand.slot);
+  return (operand.shared ? "s" : "c") + std::to_string(operand.slot) +
+         (operand.stride ? "*" + std::to_string(operand.stride) : std::string());
 }
 
 std::string segment_text(const CellProgram::Segment& segment) {
@@ -48,9 +51,22 @@ void verify(const CellProgram& program) {
   for (size_t s = 0; s < program.stages.size(); ++s) {
     const CellProgram::Stage& stage = program.stages[s];
     const std::string where = "stage " + std::to_string(s);
+    if (stage.columns < 1) invalid(program, where + ": " + std::to_string(stage.columns) + " columns");
     for (const CellProgram::Contraction& c : stage.contractions) {
-      if (c.blocks <= 0 || c.x.empty() || c.weight < 0) invalid(program, where + ": a contraction without blocks, x or weight");
-      ++weight_uses[size_t(c.weight)];
+      if (c.x_step < 1 || (c.x_step != 1 && c.x.size() != 1))
+        invalid(program, where + ": x read with step " + std::to_string(c.x_step) + " (only x of one segment has a step)");
+      if (c.blocks <= 0 || c.x.empty() || (c.weight < 0) != c.has_matrix)
+        invalid(program, where + ": a contraction without blocks or x, or without one of a weight and a matrix");
+      if (c.has_matrix) {
+        check_operand(program, c.matrix.operand, "a contraction's matrix");
+        if (c.matrix.rows <= 0 || c.matrix.row < 0) invalid(program, where + ": an empty matrix");
+        if (c.leading <= 0) invalid(program, where + ": a matrix of leading dimension " + std::to_string(c.leading));
+        if (c.transposed && c.x.size() != 1) invalid(program, where + ": a transposed matrix times x of several segments");
+        if (c.transposed && c.x_step != 1) invalid(program, where + ": a transposed matrix times x read with a step");
+      } else {
+        if (c.transposed) invalid(program, where + ": a packed weight marked transposed");
+        ++weight_uses[size_t(c.weight)];
+      }
       for (const CellProgram::Segment& x : c.x) {
         check_operand(program, x.operand, "a contraction");
         if (x.rows <= 0 || x.row < 0) invalid(program, where + ": an empty x segment");
@@ -97,11 +113,19 @@ std::string describe(const CellProgram& program) {
   out << "rows " << program.rows << " call_slots " << program.call_slots << " shared_slots " << program.shared_slots << '\n';
   for (size_t s = 0; s < program.stages.size(); ++s) {
     const CellProgram::Stage& stage = program.stages[s];
-    out << "stage " << s << '\n';
+    out << "stage " << s;
+    if (stage.columns != 1) out << " columns " << stage.columns;
+    out << '\n';
     for (size_t c = 0; c < stage.contractions.size(); ++c) {
       const CellProgram::Contraction& k = stage.contractions[c];
-      out << "  contraction " << c << " blocks " << k.blocks << " weight " << k.weight << " x";
+      out << "  contraction " << c << " blocks " << k.blocks;
+      if (k.has_matrix)
+        out << " matrix " << segment_text(k.matrix) << " leading " << k.leading << (k.transposed ? " transposed" : "");
+      else
+        out << " weight " << k.weight;
+      out << " x";
       for (const CellProgram::Segment& x : k.x) out << ' ' << segment_text(x);
+      if (k.x_step != 1) out << " step " << k.x_step;
       if (k.has_bias) out << " bias " << segment_text(k.bias);
       out << '\n';
     }
@@ -129,10 +153,13 @@ std::string describe(const CellProgram& program) {
 
 namespace {
 
-// "c3" or "s0": a call or shared slot.
+// "c3" or "s0": a call or shared slot; "c3*64": its columns 64 floats apart.
 CellProgram::Operand parse_operand(const LineReader& in, std::string_view word) {
   if (word.empty() || (word[0] != 'c' && word[0] != 's')) in.fail("expected a slot cN or sN, got '" + std::string(word) + "'");
-  return {in.number(word, word[0]), word[0] == 's'};
+  const size_t star = word.find('*');
+  CellProgram::Operand operand{in.number(word.substr(0, star), word[0]), word[0] == 's'};
+  if (star != std::string_view::npos) operand.stride = in.number("n" + std::string(word.substr(star + 1)), 'n');
+  return operand;
 }
 
 // "c3[0+128]": rows [0, 0 + 128) of call slot 3.
@@ -180,6 +207,11 @@ CellProgram parse_cell_program(std::string_view text) {
     if (first == "stage") {
       if (in.number("n" + std::string(in.word()), 'n') != int32_t(program.stages.size())) in.fail("stages must be numbered 0, 1, ... in order");
       program.stages.emplace_back();
+      const std::string_view columns = in.word_or_end();
+      if (!columns.empty()) {
+        if (columns != "columns") in.fail("expected 'columns N' or the end of the line");
+        program.stages.back().columns = in.number("n" + std::string(in.word()), 'n');
+      }
       in.end();
       continue;
     }
@@ -190,11 +222,30 @@ CellProgram parse_cell_program(std::string_view text) {
         in.fail("contractions must be numbered 0, 1, ... in order");
       CellProgram::Contraction c;
       c.blocks = parse_count(in, "blocks");
-      c.weight = parse_count(in, "weight");
-      in.expect("x");
+      const std::string_view source = in.word();
+      if (source == "weight") {
+        c.weight = in.number("n" + std::string(in.word()), 'n');
+        in.expect("x");
+      } else if (source == "matrix") {
+        c.has_matrix = true;
+        c.matrix = parse_segment(in, in.word());
+        c.leading = parse_count(in, "leading");
+        std::string_view next = in.word();
+        if (next == "transposed") {
+          c.transposed = true;
+          next = in.word();
+        }
+        if (next != "x") in.fail("expected 'x', got '" + std::string(next) + "'");
+      } else {
+        in.fail("expected 'weight N' or 'matrix cN[ROW+ROWS] leading N', got '" + std::string(source) + "'");
+      }
       for (;;) {
         const std::string_view word = in.word_or_end();
         if (word.empty()) break;
+        if (word == "step") {
+          c.x_step = in.number("n" + std::string(in.word()), 'n');
+          continue;
+        }
         if (word == "bias") {
           c.has_bias = true;
           c.bias = parse_segment(in, in.word());

@@ -22,10 +22,18 @@ namespace edb::jit {
 // loads) are accumulated in registers, then its body runs on the accumulators tile by tile and
 // its stores write blocks out. A stage reads only what earlier stages stored, so a contraction
 // over a value computed in the same cell starts a new stage.
+//
+// A stage of several `columns` computes matrices (column-major): it runs once per column of every
+// call, as if each column were a call of its own, each operand's pointer moved by the column
+// times its `stride` (a matrix's rows; 1 to read one element of a vector per column; 0 to read
+// the same rows in every column). A contraction's W may be a per-call matrix instead of a packed
+// weight (MV-RNN's matvec, a product's gradient dy x^T or B^T dy of per-call factors): its columns
+// `leading` floats apart, read in place and, `transposed`, as rows (each output row a dot product).
 struct CellProgram {
   struct Operand {
     int32_t slot = -1;
     bool shared = false;  // a shared slot (one pointer for every call), else a call slot
+    int32_t stride = 0;   // in a stage of several columns: floats from one column to the next
   };
   // Rows [row, row + rows) of an operand: one piece of a contraction's x.
   struct Segment {
@@ -38,7 +46,17 @@ struct CellProgram {
     std::vector<Segment> x;        // its K = the sum of their rows, the packed weight's columns
     bool has_bias = false;
     Segment bias;                  // blocks * rows rows, added to the product
-    int32_t weight = -1;           // which packed weight (CellArgs::weights)
+    int32_t weight = -1;           // which packed weight (CellArgs::weights), or -1: `matrix`
+    // A per-call W of blocks * rows rows (transposed: of K rows and blocks * rows columns):
+    // column k (transposed: output row i's) at `matrix.row` + `leading` * k floats from the
+    // operand's pointer; matrix.rows is the rows of W as it lies (blocks * rows, or K).
+    bool has_matrix = false;
+    Segment matrix;
+    int32_t leading = 0;
+    bool transposed = false;
+    // Floats from one element of x to the next (x of one segment when not 1): matmul_nt reads a
+    // row of a per-call matrix as x.
+    int32_t x_step = 1;
   };
   // One block-sized value of the stage body. `op` is a kernel op (jit/kernel_ir.h); `load` reads
   // block `block` of an operand, `accumulator` is block `block` of contraction `contraction`.
@@ -58,6 +76,7 @@ struct CellProgram {
     int32_t block = 0;   // rows [block * rows, (block + 1) * rows) of it
   };
   struct Stage {
+    int32_t columns = 1;
     std::vector<Contraction> contractions;
     std::vector<Instruction> body;
     std::vector<Store> stores;

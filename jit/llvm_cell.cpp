@@ -2,7 +2,8 @@
 // over register blocks of calls. A block keeps every contraction's accumulators (blocks x calls
 // vectors) in registers while it streams the tile's packed weights and broadcasts each call's x
 // element (read through the call's pointer), then leaves them in a stack buffer for the stage's
-// one epilogue, which runs the stage body call by call and stores.
+// one epilogue, which runs the stage body call by call and stores. A stage of several columns runs
+// each column of each call as a unit of its own (a call's pointers moved by the column's stride).
 #include "jit/llvm_cell.h"
 
 #include <algorithm>
@@ -45,15 +46,17 @@ int64_t cell_tile_step(const CellProgram& program) {
 std::vector<CellPass> cell_passes(const CellProgram::Stage& stage) {
   std::vector<CellPass> passes;
   for (size_t c = 0; c < stage.contractions.size(); ++c) {
+    if (stage.contractions[c].transposed) continue;  // dot products of its own (CellRenderer::dots)
     int64_t k_begin = 0;
     size_t after = 0;  // a contraction's segments go to passes in their order: its sums add k in order
     for (const CellProgram::Segment& x : stage.contractions[c].x) {
       auto same = [&](const CellPass& pass) {
-        return pass.x.operand.slot == x.operand.slot && pass.x.operand.shared == x.operand.shared && pass.x.row == x.row &&
-               pass.x.rows == x.rows;
+        return pass.x.operand.slot == x.operand.slot && pass.x.operand.shared == x.operand.shared &&
+               pass.x.operand.stride == x.operand.stride && pass.x.row == x.row && pass.x.rows == x.rows &&
+               pass.step == stage.contractions[c].x_step;
       };
       auto pass = std::find_if(passes.begin() + std::ptrdiff_t(after), passes.end(), same);
-      if (pass == passes.end()) pass = passes.insert(passes.end(), CellPass{x, {}});
+      if (pass == passes.end()) pass = passes.insert(passes.end(), CellPass{x, stage.contractions[c].x_step, {}});
       pass->members.push_back({int32_t(c), k_begin});
       after = size_t(pass - passes.begin()) + 1;
       k_begin += x.rows;
@@ -132,6 +135,8 @@ class CellRenderer {
   }
 
   void stage(llvm::Function* function, const CellProgram::Stage& stage, int index) {
+    columns_ = stage.columns;
+    llvm::Value* units = stage.columns == 1 ? calls_ : b_.CreateMul(calls_, b_.getInt64(uint64_t(stage.columns)));
     const CellBlocking blocking = cell_blocking(stage, cell_vector_registers());
     const int64_t tiles = (program_.rows + vector_ - 1) / vector_;
     const int32_t tiles_per_block = int32_t(std::min<int64_t>(blocking.tiles, tiles));
@@ -168,7 +173,7 @@ class CellRenderer {
       for (int32_t width = 1; width < blocking.calls; width *= 2)
         narrow.emplace(narrow.begin(), width, block_function(stage, index, width, variant.tiles, variant.masked));
       counted_loop(function, variant.begin, variant.end, variant.tiles, (prefix + ".tiles").c_str(), [&](llvm::Value* tile) {
-        llvm::Value* whole = b_.CreateMul(b_.CreateSDiv(calls_, b_.getInt64(blocking.calls)), b_.getInt64(blocking.calls));
+        llvm::Value* whole = b_.CreateMul(b_.CreateSDiv(units, b_.getInt64(blocking.calls)), b_.getInt64(blocking.calls));
         counted_loop(function, b_.getInt64(0), whole, blocking.calls, (prefix + ".blocks").c_str(), [&](llvm::Value* j) {
           b_.CreateCall(wide, {shared_, weights_, pointers_, tile, j});
         });
@@ -178,7 +183,7 @@ class CellRenderer {
           auto* take = llvm::BasicBlock::Create(context(), prefix + ".rest" + std::to_string(width), function);
           auto* after = llvm::BasicBlock::Create(context(), prefix + ".rest" + std::to_string(width) + ".done", function);
           llvm::BasicBlock* before = b_.GetInsertBlock();
-          b_.CreateCondBr(b_.CreateICmpSGE(b_.CreateSub(calls_, next), b_.getInt64(width)), take, after);
+          b_.CreateCondBr(b_.CreateICmpSGE(b_.CreateSub(units, next), b_.getInt64(width)), take, after);
           b_.SetInsertPoint(take);
           b_.CreateCall(block, {shared_, weights_, pointers_, tile, next});
           llvm::Value* taken = b_.CreateAdd(next, b_.getInt64(width));
@@ -207,12 +212,11 @@ class CellRenderer {
     const llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
     b_.SetInsertPoint(llvm::BasicBlock::Create(context(), "entry", function));
     Block block{function->getArg(0), function->getArg(1), function->getArg(2), function->getArg(3), function->getArg(4),
-                calls, tiles, masked, {}, {}, {}};
+                calls, tiles, masked, {}, {}, {}, {}};
     // Per tile: its first row inside a block, and the lanes whose row is inside it (the last tile
     // may be partial).
     tile_rows(block);
-    for (int32_t j = 0; j < calls; ++j)
-      block.call_table.push_back(call_table(block.pointers, b_.CreateAdd(block.first_call, b_.getInt64(uint64_t(j)))));
+    for (int32_t j = 0; j < calls; ++j) unit(block, b_.CreateAdd(block.first_call, b_.getInt64(uint64_t(j))));
     if (!stage.contractions.empty()) prefetch_epilogue(stage, block);  // else nothing would hide the wait
     const std::vector<Accumulators> accumulators = contract(function, block, stage);  // per contraction
     // The accumulators go to a stack buffer, [contraction block][tile][call], and one epilogue per
@@ -273,14 +277,16 @@ class CellRenderer {
     const llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
     b_.SetInsertPoint(llvm::BasicBlock::Create(context(), "entry", function));
     Block block{function->getArg(0), nullptr, function->getArg(1), function->getArg(2), function->getArg(3),
-                1, tiles, masked, {}, {}, {}};
+                1, tiles, masked, {}, {}, {}, {}};
     llvm::Value* calls = function->getArg(4);
     llvm::Value* buffer = function->getArg(5);
     tile_rows(block);
     llvm::Value* pairs = b_.CreateMul(calls, b_.getInt64(uint64_t(tiles)));
     const std::vector<int32_t> first_block = first_blocks(stage);
     counted_loop(function, b_.getInt64(0), calls, 1, "call", [&](llvm::Value* j) {
-      block.call_table = {call_table(block.pointers, b_.CreateAdd(block.first_call, j))};
+      block.call_table.clear();
+      block.column.clear();
+      unit(block, b_.CreateAdd(block.first_call, j));
       MathEmitter math(b_, vf_);
       for (int32_t u = 0; u < tiles; ++u) {
         llvm::Value* q = b_.CreateAdd(b_.CreateMul(b_.getInt64(uint64_t(u)), calls), j);
@@ -322,9 +328,23 @@ class CellRenderer {
     std::vector<llvm::Value*> row;   // per tile: its first row inside a block
     std::vector<llvm::Value*> mask;  // per tile: lanes inside the block
     std::vector<llvm::Value*> call_table;  // per call: its pointer table
+    std::vector<llvm::Value*> column;      // per call: its column (an i64), or null in a stage of one
     // The (tile, call) pairs of a block, q = tile * calls + call.
     int32_t pairs() const { return calls * tiles; }
   };
+  // Adds unit `unit` (an i64) to the block: its call's pointer table and its column (unit = call *
+  // columns + column).
+  void unit(Block& block, llvm::Value* unit) {
+    if (columns_ == 1) {
+      block.call_table.push_back(call_table(block.pointers, unit));
+      block.column.push_back(nullptr);
+      return;
+    }
+    llvm::Value* columns = b_.getInt64(uint64_t(columns_));
+    block.call_table.push_back(call_table(block.pointers, b_.CreateUDiv(unit, columns)));
+    block.column.push_back(b_.CreateURem(unit, columns));
+  }
+
   // [block of the contraction][tile * calls + call]
   using Accumulators = std::vector<std::vector<llvm::Value*>>;
 
@@ -369,10 +389,13 @@ class CellRenderer {
     }
   }
 
-  // The float pointer of an operand for call j.
+  // The float pointer of an operand for call j (at its column's values in a stage of several).
   llvm::Value* operand_pointer(const Block& block, const CellProgram::Operand& operand, int32_t j) {
     llvm::Value* table = operand.shared ? block.shared : block.call_table[size_t(j)];
-    return b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, table, uint64_t(operand.slot)));
+    llvm::Value* base = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, table, uint64_t(operand.slot)));
+    llvm::Value* column = block.column[size_t(j)];
+    if (!column || operand.stride == 0) return base;
+    return b_.CreateInBoundsGEP(f32_, base, b_.CreateMul(column, b_.getInt64(uint64_t(operand.stride))));
   }
   // Rows [row0 + tile u's row, + vector) of an operand, lanes outside the block zero.
   llvm::Value* load_tile(const Block& block, int32_t u, llvm::Value* base, int64_t row0) {
@@ -411,6 +434,10 @@ class CellRenderer {
       int64_t k_total = 0;
       for (const CellProgram::Segment& x : c.x) k_total += x.rows;
       tile_floats.push_back(uint64_t(k_total * c.blocks * vector_));
+      if (c.has_matrix) {  // read in place, call by call
+        packed.push_back(nullptr);
+        continue;
+      }
       llvm::Value* weight = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, block.weights, uint64_t(c.weight)));
       packed.push_back(b_.CreateInBoundsGEP(f32_, weight, b_.CreateMul(block.tile, b_.getInt64(tile_floats.back()))));
     }
@@ -418,11 +445,20 @@ class CellRenderer {
       std::vector<llvm::Value*> xs;
       for (int32_t j = 0; j < block.calls; ++j)
         xs.push_back(b_.CreateConstInBoundsGEP1_64(f32_, operand_pointer(block, pass.x.operand, j), uint64_t(pass.x.row)));
-      std::vector<llvm::Value*> w_segment;  // per member
+      std::vector<llvm::Value*> w_segment;  // per member: a packed weight's segment, or null
+      std::vector<std::vector<llvm::Value*>> matrices;  // per member: a per-call matrix's column k_begin, per call
       for (const CellPass::Member& m : pass.members) {
-        const int32_t blocks = stage.contractions[size_t(m.contraction)].blocks;
+        const CellProgram::Contraction& c = stage.contractions[size_t(m.contraction)];
+        matrices.emplace_back();
+        if (c.has_matrix) {
+          w_segment.push_back(nullptr);
+          for (int32_t j = 0; j < block.calls; ++j)
+            matrices.back().push_back(b_.CreateConstInBoundsGEP1_64(
+                f32_, operand_pointer(block, c.matrix.operand, j), uint64_t(c.matrix.row + m.k_begin * c.leading)));
+          continue;
+        }
         w_segment.push_back(
-            b_.CreateConstInBoundsGEP1_64(f32_, packed[size_t(m.contraction)], uint64_t(m.k_begin * blocks * vector_)));
+            b_.CreateConstInBoundsGEP1_64(f32_, packed[size_t(m.contraction)], uint64_t(m.k_begin * c.blocks * vector_)));
       }
       // The k loop carries the members' accumulators in phis.
       llvm::BasicBlock* before = b_.GetInsertBlock();
@@ -443,9 +479,13 @@ class CellRenderer {
             phis.back()[g].push_back(phi);
           }
       }
-      std::vector<std::vector<std::vector<llvm::Value*>>> ws;  // [member][tile][block]
+      std::vector<std::vector<std::vector<llvm::Value*>>> ws;  // [member][tile][block]; per call for a matrix
       for (size_t i = 0; i < pass.members.size(); ++i) {
         const int32_t blocks = stage.contractions[size_t(pass.members[i].contraction)].blocks;
+        if (!w_segment[i]) {
+          ws.emplace_back();
+          continue;
+        }
         llvm::Value* w_row = b_.CreateInBoundsGEP(f32_, w_segment[i], b_.CreateMul(k, b_.getInt64(uint64_t(blocks * vector_))));
         ws.emplace_back(size_t(block.tiles));
         for (int32_t u = 0; u < block.tiles; ++u)
@@ -457,16 +497,23 @@ class CellRenderer {
                 llvm::Align(size_t(vector_) * 4)));
       }
       for (int32_t j = 0; j < block.calls; ++j) {
-        llvm::Value* element = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, xs[size_t(j)], k));
+        llvm::Value* at = pass.step == 1 ? k : b_.CreateMul(k, b_.getInt64(uint64_t(pass.step)));
+        llvm::Value* element = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, xs[size_t(j)], at));
         llvm::Value* broadcast = b_.CreateVectorSplat(unsigned(vector_), element);
         for (size_t i = 0; i < pass.members.size(); ++i) {
+          const CellProgram::Contraction& c = stage.contractions[size_t(pass.members[i].contraction)];
           Accumulators& a = acc[size_t(pass.members[i].contraction)];
+          // A per-call matrix: this call's column k, block by block (no reuse across calls).
+          llvm::Value* column =
+              c.has_matrix ? b_.CreateInBoundsGEP(f32_, matrices[i][size_t(j)], b_.CreateMul(k, b_.getInt64(uint64_t(c.leading))))
+                           : nullptr;
           for (int32_t u = 0; u < block.tiles; ++u)
             for (size_t g = 0; g < a.size(); ++g) {
               const size_t q = size_t(u * block.calls + j);
+              llvm::Value* w = column ? load_tile(block, u, column, int64_t(g) * program_.rows) : ws[i][size_t(u)][g];
               // fmuladd: one FMA where the ISA has it, a multiply and an add where it has not
               // (llvm.fma would call fmaf lane by lane there).
-              a[g][q] = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vf_}, {ws[i][size_t(u)][g], broadcast, phis[i][g][q]});
+              a[g][q] = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vf_}, {w, broadcast, phis[i][g][q]});
             }
         }
       }
@@ -490,7 +537,111 @@ class CellRenderer {
           }
       }
     }
+    for (size_t c = 0; c < stage.contractions.size(); ++c)
+      if (stage.contractions[c].transposed) dots(function, block, stage.contractions[c], acc[c]);
     return acc;
+  }
+
+  // acc += W^T x for a transposed per-call matrix W (K x blocks * rows, columns `leading` apart):
+  // lane l of tile u of block g is the dot product of x with W's column g * rows + row(u) + l,
+  // computed by one shared function per (K, leading) (dot_function).
+  void dots(llvm::Function*, const Block& block, const CellProgram::Contraction& c, Accumulators& acc) {
+    const CellProgram::Segment& x = c.x[0];
+    llvm::Function* dot = dot_function(x.rows, c.leading);
+    for (int32_t j = 0; j < block.calls; ++j) {
+      llvm::Value* xs = b_.CreateConstInBoundsGEP1_64(f32_, operand_pointer(block, x.operand, j), uint64_t(x.row));
+      llvm::Value* matrix = b_.CreateConstInBoundsGEP1_64(f32_, operand_pointer(block, c.matrix.operand, j), uint64_t(c.matrix.row));
+      for (int32_t u = 0; u < block.tiles; ++u)
+        for (int32_t g = 0; g < c.blocks; ++g) {
+          const size_t q = size_t(u * block.calls + j);
+          llvm::Value* columns = b_.CreateInBoundsGEP(
+              f32_, matrix, b_.CreateMul(b_.getInt64(uint64_t(int64_t(g) * program_.rows)), b_.getInt64(uint64_t(c.leading))));
+          acc[size_t(g)][q] = b_.CreateFAdd(acc[size_t(g)][q], b_.CreateCall(dot, {columns, xs, block.row[size_t(u)]}));
+        }
+    }
+  }
+
+  // <vector x float> dot(ptr columns, ptr x, i64 row): lane l the dot product of x's K floats with
+  // column row + l of the matrix at `columns` (columns `leading` apart), one accumulator per lane
+  // over K a vector at a time, then summed across its lanes. A lane past the block's rows reads
+  // the block's last column (its sum is never stored). Not inlined: one copy for every block width.
+  llvm::Function* dot_function(int32_t k_rows, int32_t leading) {
+    llvm::Function*& cached = dots_[{k_rows, leading}];
+    if (cached) return cached;
+    auto* type = llvm::FunctionType::get(vf_, {ptr_, ptr_, i64_}, false);
+    auto* function = llvm::Function::Create(type, llvm::Function::InternalLinkage,
+                                            "dot_k" + std::to_string(k_rows) + "_l" + std::to_string(leading), module_);
+    function->addFnAttr(llvm::Attribute::NoUnwind);
+    function->addFnAttr(llvm::Attribute::NoInline);
+    cached = function;
+    const llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+    b_.SetInsertPoint(llvm::BasicBlock::Create(context(), "entry", function));
+    llvm::Value* matrix = function->getArg(0);
+    llvm::Value* xs = function->getArg(1);
+    llvm::Value* row0 = function->getArg(2);
+    const int64_t whole = k_rows / vector_, tail = k_rows % vector_;
+    std::vector<llvm::Constant*> tail_lanes;
+    for (int32_t l = 0; l < vector_; ++l) tail_lanes.push_back(b_.getInt1(l < tail));
+    llvm::Value* tail_mask = llvm::ConstantVector::get(tail_lanes);
+    llvm::Value* zero = llvm::Constant::getNullValue(vf_);
+    std::vector<llvm::Value*> columns;  // per lane
+    for (int32_t l = 0; l < vector_; ++l) {
+      llvm::Value* row = b_.CreateAdd(row0, b_.getInt64(uint64_t(l)));
+      row = b_.CreateSelect(b_.CreateICmpSLT(row, b_.getInt64(uint64_t(program_.rows))), row,
+                            b_.getInt64(uint64_t(program_.rows - 1)));
+      columns.push_back(b_.CreateInBoundsGEP(f32_, matrix, b_.CreateMul(row, b_.getInt64(uint64_t(leading)))));
+    }
+    std::vector<llvm::Value*> sums(size_t(vector_), zero);
+    auto step = [&](llvm::Value* k, llvm::Value* mask, std::vector<llvm::Value*>& into) {
+      auto load = [&](llvm::Value* base) -> llvm::Value* {
+        llvm::Value* at = b_.CreateInBoundsGEP(f32_, base, k);
+        if (mask) return b_.CreateMaskedLoad(vf_, at, llvm::Align(4), mask, zero);
+        return b_.CreateAlignedLoad(vf_, at, llvm::Align(4));
+      };
+      llvm::Value* xv = load(xs);
+      for (int32_t l = 0; l < vector_; ++l)
+        into[size_t(l)] = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vf_}, {load(columns[size_t(l)]), xv, into[size_t(l)]});
+    };
+    if (whole > 0) {
+      llvm::BasicBlock* before = b_.GetInsertBlock();
+      auto* loop = llvm::BasicBlock::Create(context(), "dot", function);
+      auto* exit = llvm::BasicBlock::Create(context(), "dot.exit", function);
+      b_.CreateBr(loop);
+      b_.SetInsertPoint(loop);
+      llvm::PHINode* k = b_.CreatePHI(i64_, 2, "k");
+      k->addIncoming(b_.getInt64(0), before);
+      std::vector<llvm::PHINode*> phis;
+      std::vector<llvm::Value*> next_sums;
+      for (int32_t l = 0; l < vector_; ++l) {
+        phis.push_back(b_.CreatePHI(vf_, 2));
+        phis.back()->addIncoming(sums[size_t(l)], before);
+        next_sums.push_back(phis.back());
+      }
+      step(b_.CreateMul(k, b_.getInt64(uint64_t(vector_))), nullptr, next_sums);
+      llvm::Value* next = b_.CreateNSWAdd(k, b_.getInt64(1));
+      k->addIncoming(next, loop);
+      for (int32_t l = 0; l < vector_; ++l) phis[size_t(l)]->addIncoming(next_sums[size_t(l)], loop);
+      llvm::BranchInst* back = b_.CreateCondBr(b_.CreateICmpSLT(next, b_.getInt64(uint64_t(whole))), loop, exit);
+      back->setMetadata(llvm::LLVMContext::MD_loop, no_unrolling());
+      b_.SetInsertPoint(exit);
+      for (int32_t l = 0; l < vector_; ++l) {
+        llvm::PHINode* out = b_.CreatePHI(vf_, 1);
+        out->addIncoming(next_sums[size_t(l)], loop);
+        sums[size_t(l)] = out;
+      }
+    }
+    if (tail > 0) step(b_.getInt64(uint64_t(whole * vector_)), tail_mask, sums);
+    llvm::FastMathFlags reassociate;
+    reassociate.setAllowReassoc();
+    llvm::Value* dot = zero;
+    for (int32_t l = 0; l < vector_; ++l) {
+      llvm::CallInst* sum = b_.CreateIntrinsic(llvm::Intrinsic::vector_reduce_fadd, {vf_}, {llvm::ConstantFP::get(f32_, 0.0), sums[size_t(l)]});
+      sum->setFastMathFlags(reassociate);
+      dot = b_.CreateInsertElement(dot, sum, b_.getInt64(uint64_t(l)));
+    }
+    b_.CreateRet(dot);
+    b_.restoreIP(saved);
+    return function;
   }
 
   llvm::Module& module_;
@@ -502,6 +653,8 @@ class CellRenderer {
   llvm::Value *calls_ = nullptr, *shared_ = nullptr, *weights_ = nullptr, *pointers_ = nullptr;
   llvm::Value *tile_begin_ = nullptr, *tile_end_ = nullptr;  // the tile range, tile_end resolved
   std::map<std::tuple<int, int32_t, bool>, llvm::Function*> epilogues_;  // by (stage, tiles, masked)
+  int32_t columns_ = 1;  // the stage being rendered's
+  std::map<std::pair<int32_t, int32_t>, llvm::Function*> dots_;  // by (K, leading)
 };
 
 }  // namespace

@@ -24,6 +24,7 @@ struct CellPass {
     int64_t k_begin = 0;
   };
   CellProgram::Segment x;
+  int32_t step = 1;  // the contraction's x_step
   std::vector<Member> members;
 };
 std::vector<CellPass> cell_passes(const CellProgram::Stage& stage);

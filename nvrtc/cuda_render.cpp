@@ -62,8 +62,10 @@ std::string expression(const jit::Kernel& kernel, const jit::Instruction& in) {
 }
 
 // The float pointer of a cell program operand in the kernel below.
+// An operand's pointer; in a stage of several columns, at column `col`'s values.
 std::string operand_pointer(const jit::CellProgram::Operand& operand) {
-  return (operand.shared ? "shared[" : "p[") + std::to_string(operand.slot) + "]";
+  const std::string base = (operand.shared ? "shared[" : "p[") + std::to_string(operand.slot) + "]";
+  return operand.stride ? "(" + base + " + col * " + std::to_string(operand.stride) + ")" : base;
 }
 
 }  // namespace
@@ -102,12 +104,39 @@ std::string render_cell(const jit::CellProgram& program, const std::string& symb
       << "    (void)p; (void)shared; (void)weights;\n";
   for (size_t s = 0; s < program.stages.size(); ++s) {
     const jit::CellProgram::Stage& stage = program.stages[s];
-    out << "    // stage " << s << "\n"
-        << "    for (int r = threadIdx.x; r < " << rows << "; r += blockDim.x) {\n"
+    out << "    // stage " << s << "\n";
+    if (stage.columns > 1) out << "    for (long long col = 0; col < " << stage.columns << "; ++col)\n";
+    out << "    for (int r = threadIdx.x; r < " << rows << "; r += blockDim.x) {\n"
         << "      const long long tile = r / " << v << ", lane = r - tile * " << v << ";\n"
         << "      (void)tile; (void)lane;\n";
     for (size_t c = 0; c < stage.contractions.size(); ++c) {
       const jit::CellProgram::Contraction& k = stage.contractions[c];
+      if (k.has_matrix) {  // a per-call W read in place: column k, or (transposed) output row r's column
+        const std::string m = operand_pointer(k.matrix.operand) + " + " + std::to_string(k.matrix.row);
+        const std::string leading = std::to_string(k.leading);
+        const jit::CellProgram::Segment& x = k.x[0];
+        for (int32_t g = 0; g < k.blocks; ++g) {
+          const std::string a = "a" + std::to_string(c) + "_" + std::to_string(g);
+          const std::string row = "(" + std::to_string(int64_t(g) * program.rows) + " + r)";
+          out << "      float " << a << " = "
+              << (k.has_bias ? operand_pointer(k.bias.operand) + "[" + std::to_string(k.bias.row + int64_t(g) * program.rows) + " + r]"
+                             : std::string("0.0f"))
+              << ";\n";
+          if (k.transposed) {
+            out << "      for (int k = 0; k < " << x.rows << "; ++k) " << a << " += (" << m << ")[" << row << " * " << leading
+                << " + k] * " << operand_pointer(x.operand) << "[" << x.row << " + k];\n";
+            continue;
+          }
+          int64_t k_begin = 0;
+          for (const jit::CellProgram::Segment& piece : k.x) {
+            out << "      for (int k = 0; k < " << piece.rows << "; ++k) " << a << " += (" << m << ")[(" << k_begin
+                << " + k) * " << leading << " + " << row << "] * " << operand_pointer(piece.operand) << "[" << piece.row
+                << " + k * " << k.x_step << "];\n";
+            k_begin += piece.rows;
+          }
+        }
+        continue;
+      }
       int64_t depth = 0;
       for (const jit::CellProgram::Segment& x : k.x) depth += x.rows;
       for (int32_t g = 0; g < k.blocks; ++g)

@@ -117,7 +117,7 @@ void CellKernels::compile(Cell& cell, Stats& stats) {
     for (const Program::Contraction& c : stage.contractions) {
       int64_t k = 0;
       for (const Program::Segment& x : c.x) k += x.rows;
-      cell.flops_per_call += 2 * int64_t(c.blocks) * program.rows * k;
+      cell.flops_per_call += 2 * int64_t(c.blocks) * program.rows * k * stage.columns;
     }
   cell.tiles = jit::cell_tiles(program);
   cell.tile_step = jit::cell_tile_step(program);

@@ -28,9 +28,14 @@ bool lowers_elementwise(ir::Op op) {
   jit::KernelOp kernel_op;
   return jit::kernel_op_for(op, kernel_op) || jit::is_activation_gradient(op);
 }
-// A product W x of a weight parameter W: affine and matmul, or matmul_tn (W^T x, the backward
-// pass's dx = W^T dy, whose weight is packed transposed).
-bool is_product(ir::Op op) { return op == ir::Op::affine || op == ir::Op::matmul || op == ir::Op::matmul_tn; }
+// A product W x: affine, matmul and matvec, or matmul_tn (W^T x, the backward pass's dx = W^T dy,
+// whose weight is packed transposed), of a weight parameter W; or, but for affine, of a per-call
+// W (a matvec's matrix), and matmul_nt of two vectors (the backward pass's dW = dy x^T of a
+// per-call W), whose W is read in place.
+bool is_product(ir::Op op) {
+  return op == ir::Op::affine || op == ir::Op::matmul || op == ir::Op::matvec || op == ir::Op::matmul_tn ||
+         op == ir::Op::matmul_nt;
+}
 
 class Lowerer {
  public:
@@ -59,11 +64,17 @@ class Lowerer {
     for (uint32_t o = count_; o-- > 0;)
       if (needed_[o] && forms_[o].kind == Form::slice && plan_.is_view(first_ + o) && forms_[o].sources[0] < int32_t(count_))
         needed_[size_t(forms_[o].sources[0])] = true;
-    // Stages in order; within one, nodes in recording order (a topological order).
-    int32_t stages = 0;
-    for (const Form& f : forms_) stages = std::max(stages, f.stage);
-    out_.program.stages.resize(size_t(stages));
-    loads_.assign(size_t(stages), {});
+    // Stages in order of level, then of columns (a value of other columns than its reader's is
+    // read from memory, so from an earlier level); within one, nodes in recording order (a
+    // topological order).
+    for (uint32_t o = 0; o < count_; ++o)
+      if (forms_[o].stage > 0) stage_of_.try_emplace({forms_[o].stage, forms_[o].cols}, 0);
+    for (auto& [key, index] : stage_of_) {
+      index = int32_t(out_.program.stages.size());
+      out_.program.stages.emplace_back().columns = key.second;
+      level_.push_back(key.first);
+    }
+    loads_.assign(out_.program.stages.size(), {});
     for (uint32_t o = 0; o < count_; ++o) emit(o);
     out_.program.rows = rows_;
     out_.program.call_slots = int32_t(out_.call_slots.size());
@@ -74,6 +85,7 @@ class Lowerer {
     std::vector<CellLowering::Weight> weights;  // the kept contractions' weights, renumbered
     for (Program::Stage& stage : out_.program.stages)
       for (Program::Contraction& c : stage.contractions) {
+        if (c.has_matrix) continue;
         weights.push_back(std::move(out_.weights[size_t(c.weight)]));
         c.weight = int32_t(weights.size() - 1);
       }
@@ -86,19 +98,21 @@ class Lowerer {
  private:
   // What the lowering knows of a body node, or of one reference to a node outside the body.
   struct Form {
-    enum Kind : uint8_t { external, contraction, elementwise, slice, concat };
+    enum Kind : uint8_t { external, contraction, elementwise, slice, concat, reshape };
     Kind kind = external;
     int32_t rows = 0;
-    int32_t stage = 0;  // the stage that computes it (0: outside the body)
+    int32_t cols = 1;   // a matrix's columns (column-major, `rows` apart in memory)
+    int32_t stage = 0;  // the level of the stage that computes it (0: outside the body)
     Program::Operand memory;  // where its values are: an external's slot, or its own call slot
     // contraction: its index in its stage; elementwise: its block values in its stage.
     int32_t contraction_index = -1;
     std::vector<int32_t> values;
     std::vector<int32_t> accumulators;  // contraction: accumulator values, made on first use
-    // contraction: its x (form ids); slice: its source; concat and elementwise: their operands
+    // contraction: its x (form ids); slice and reshape: its source; concat and elementwise: their operands
     std::vector<int32_t> sources;
     int32_t begin = 0;  // slice: its first row
     int32_t bias = -1;  // contraction: the bias's form, or none
+    int32_t matrix = -1;  // contraction of a per-call W: W's form (read in place)
   };
 
   const ir::Node& body_node(uint32_t o) const { return graph_.node(first_ + o); }
@@ -121,18 +135,18 @@ class Lowerer {
     const ir::NodeId arg = graph_.args(first_ + o)[size_t(argument)];
     if (inside(arg)) return int32_t(arg - first_);
     const ir::Node& n = graph_.node(arg);
-    if (n.shape.cols != 1) throw Unsupported{"an argument that is not a column vector"};
     Form f;
     f.kind = Form::external;
     f.rows = n.shape.rows;
+    f.cols = n.shape.cols;
     if (n.op == ir::Op::parameter) {
       // The same node in every call: one shared slot per parameter.
       auto [it, added] = shared_of_.try_emplace(arg, int32_t(out_.shared_slots.size()));
       if (added) out_.shared_slots.push_back({o, argument});
-      f.memory = {it->second, true};
+      f.memory = {it->second, true, column_stride(f)};
     } else {
       // One call slot per reference: two references may be one node in this call and two in another.
-      f.memory = {int32_t(out_.call_slots.size()), false};
+      f.memory = {int32_t(out_.call_slots.size()), false, column_stride(f)};
       out_.call_slots.push_back({o, argument});
     }
     forms_.push_back(f);
@@ -140,13 +154,23 @@ class Lowerer {
   }
 
   bool block_aligned(int32_t rows) const { return rows % rows_ == 0; }
+  // A matrix's columns lie its rows apart; a vector's one column is the same in every column.
+  static int32_t column_stride(const Form& f) { return f.cols > 1 ? f.rows : 0; }
 
   void classify(uint32_t o) {
     const ir::Node& n = body_node(o);
     Form& f = forms_[o];
     f.rows = n.shape.rows;
-    if (n.shape.cols != 1) throw Unsupported{std::string(ir::op_name(n.op)) + " of a matrix (cols " + std::to_string(n.shape.cols) + ")"};
+    f.cols = n.shape.cols;
+    // A matrix is cut into blocks column by column: its rows must be whole blocks.
+    if (n.shape.cols != 1 && !block_aligned(n.shape.rows))
+      throw Unsupported{std::string(ir::op_name(n.op)) + " of a matrix of " + std::to_string(n.shape.rows) +
+                        " rows, not blocks of " + std::to_string(rows_)};
     const auto args = graph_.args(n);
+    if (is_product(n.op) && (n.op == ir::Op::matmul_nt || (n.op != ir::Op::affine && (inside(args[0]) || graph_.node(args[0]).op != ir::Op::parameter)))) {
+      classify_per_call_product(o);
+      return;
+    }
     if (is_product(n.op)) {
       if (!block_aligned(n.shape.rows) && (!padding_ || n.op == ir::Op::affine))
         throw Unsupported{"a product of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
@@ -171,6 +195,19 @@ class Lowerer {
       g.stage = stage;
       g.sources = x_forms;
       g.bias = bias;
+      return;
+    }
+    if (n.op == ir::Op::reshape) {
+      // The same floats seen as another shape: read in place from the source's memory, so the
+      // source is stored (the backward body's gradient seeds and frame reads, vectors seen as matrices).
+      const int32_t source = argument_form(o, 0);
+      const Form& from = forms_[size_t(source)];
+      if (from.cols != 1 && n.shape.cols != 1) throw Unsupported{"a reshape of a matrix into a matrix"};
+      need_in_memory(source);
+      Form& g = forms_[o];
+      g.kind = Form::reshape;
+      g.sources = {source};
+      g.stage = memory_stage(source) + 1;
       return;
     }
     if (n.op == ir::Op::slice) {
@@ -210,6 +247,25 @@ class Lowerer {
     throw Unsupported{std::string("op ") + std::string(ir::op_name(n.op))};
   }
 
+  // W x of a per-call W (read in place, call by call): matmul and matvec (column k of W times
+  // element k of x's column), matmul_tn (each row of the product a dot product of a column of W
+  // with x's column) and matmul_nt of two vectors (dy x^T: column j is dy times element j of x).
+  void classify_per_call_product(uint32_t o) {
+    const ir::Node& n = body_node(o);
+    const std::string op(ir::op_name(n.op));
+    if (graph_.args(n).size() != 2) throw Unsupported{op + " of several products"};
+    if (!block_aligned(n.shape.rows))
+      throw Unsupported{op + " of a per-call matrix, of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
+    const int32_t matrix = argument_form(o, 0), x = argument_form(o, 1);
+    need_in_memory(matrix);
+    need_in_memory(x);
+    Form& g = forms_[o];  // forms_ may have grown
+    g.kind = Form::contraction;
+    g.stage = std::max(memory_stage(matrix), memory_stage(x)) + 1;
+    g.sources = {x};
+    g.matrix = matrix;
+  }
+
   // A concat that is stored anyway (an output: a backward cell's gate gradients, which the
   // weight's gradient reads) of values the body computes: a reader in a later stage reads its
   // place rather than each part's, so the parts need no stores of their own (they were written
@@ -228,7 +284,7 @@ class Lowerer {
   void need_in_memory(int32_t f) {
     const Form& form = forms_[size_t(f)];
     if (form.kind == Form::external || read_in_place(f)) return;
-    if (form.kind == Form::slice || form.kind == Form::concat) {
+    if (form.kind == Form::slice || form.kind == Form::concat || form.kind == Form::reshape) {
       for (int32_t source : form.sources) need_in_memory(source);
       return;
     }
@@ -240,8 +296,8 @@ class Lowerer {
       if (forms_[size_t(f)].stage < stage) need_in_memory(f);
   }
   // What the backward pass's rule for body node o reads of the forward values (trace/backward.cpp):
-  // a product's right factors, both factors of cmult, max and min, log's argument, div's divisor
-  // and output, the outputs of activations and exp.
+  // a product's factors (a parameter's are outside the body), both factors of cmult, max and min,
+  // log's argument, div's divisor and output, the outputs of activations and exp.
   void need_for_backward(uint32_t o) {
     const ir::Node& n = body_node(o);
     const auto args = graph_.args(n);
@@ -249,7 +305,8 @@ class Lowerer {
       if (inside(id)) needed_[id - first_] = true;
     };
     switch (n.op) {
-      case ir::Op::matmul: need(args[1]); break;
+      case ir::Op::matmul:
+      case ir::Op::matvec: need(args[0]); need(args[1]); break;
       case ir::Op::affine:
         for (size_t i = 1; i + 1 < args.size(); i += 2) need(args[i + 1]);
         break;
@@ -271,7 +328,8 @@ class Lowerer {
     const Form& form = forms_[size_t(f)];
     switch (form.kind) {
       case Form::external: return 0;
-      case Form::slice: return memory_stage(form.sources[0]);
+      case Form::slice:
+      case Form::reshape: return memory_stage(form.sources[0]);
       case Form::concat: {
         int32_t stage = 0;  // read_in_place: its own stage, which is its parts' last
         for (int32_t part : form.sources) stage = std::max(stage, memory_stage(part));
@@ -285,6 +343,18 @@ class Lowerer {
   void segments(int32_t f, int32_t row, int32_t rows, std::vector<Program::Segment>& out) {
     const Form& form = forms_[size_t(f)];
     if (form.kind == Form::slice) return segments(form.sources[0], form.begin + row, rows, out);
+    if (form.kind == Form::reshape) {
+      // Rows of every column of a vector seen as a matrix, or of a contiguous matrix seen as a vector.
+      const Form& source = forms_[size_t(form.sources[0])];
+      std::vector<Program::Segment> whole;
+      segments(form.sources[0], 0, source.rows, whole);
+      if (whole.size() != 1 || (source.cols > 1 && whole[0].operand.stride != source.rows))
+        throw Unsupported{"a reshape of a value that is not one value in memory"};
+      Program::Operand operand = whole[0].operand;
+      operand.stride = column_stride(form);
+      out.push_back({operand, whole[0].row + row, rows});
+      return;
+    }
     if (form.kind == Form::concat && !read_in_place(f)) {
       int32_t at = 0;
       for (int32_t part : form.sources) {
@@ -312,52 +382,65 @@ class Lowerer {
     return add(stage, in);
   }
 
-  // A load of rows [row, row + rows_) of memory operand `operand` into stage s (once per stage).
-  int32_t load(int32_t s, Program::Operand operand, int32_t row) {
+  // A load of rows [row, row + rows_) of memory operand `operand` into program stage p (once per
+  // stage).
+  int32_t load(int32_t p, Program::Operand operand, int32_t row) {
     if (row % rows_ != 0) throw Unsupported{"a block read at a row off the block boundaries"};
-    const auto key = std::make_tuple(operand.slot, operand.shared, row);
-    auto [it, added] = loads_[size_t(s - 1)].try_emplace(key, -1);
+    const auto key = std::make_tuple(operand.slot, operand.shared, operand.stride, row);
+    auto [it, added] = loads_[size_t(p)].try_emplace(key, -1);
     if (added) {
       Program::Instruction in;
       in.kind = Program::Instruction::load;
       in.operand = operand;
       in.block = row / rows_;
-      it->second = add(out_.program.stages[size_t(s - 1)], in);
+      it->second = add(out_.program.stages[size_t(p)], in);
     }
     return it->second;
   }
 
-  // Block g of form f as a value of stage s (s >= f's stage).
-  int32_t block(int32_t f, int32_t g, int32_t s) {
+  // The program stage that computes form f.
+  int32_t stage_index(const Form& f) const { return stage_of_.at({f.stage, f.cols}); }
+
+  // Block g of form f as a value of program stage p (whose level is at least f's): f's own value
+  // where p computes it, else a load (a value of other columns is always of an earlier level).
+  int32_t block(int32_t f, int32_t g, int32_t p) {
     Form& form = forms_[size_t(f)];
+    const int32_t s = level_[size_t(p)];
+    if (form.kind != Form::external && form.stage == s && form.cols != out_.program.stages[size_t(p)].columns)
+      throw InternalError("lower_cell: a value of " + std::to_string(form.cols) + " columns read in a stage of its level of other columns");
     switch (form.kind) {
-      case Form::external: return load(s, form.memory, g * rows_);
+      case Form::external: return load(p, form.memory, g * rows_);
+      case Form::reshape: {
+        std::vector<Program::Segment> rows;
+        segments(f, g * rows_, rows_, rows);
+        return load(p, rows[0].operand, rows[0].row);
+      }
       case Form::slice:
         // Blocks of a slice are blocks of its source only where it starts on a block boundary.
         if (form.begin % rows_ != 0)
           throw Unsupported{"a slice from row " + std::to_string(form.begin) + " read in blocks of " + std::to_string(rows_) + " rows"};
-        return block(form.sources[0], form.begin / rows_ + g, s);
+        return block(form.sources[0], form.begin / rows_ + g, p);
       case Form::concat: {
-        if (form.stage != s && read_in_place(f)) return load(s, form.memory, g * rows_);
+        if (form.stage != s && read_in_place(f)) return load(p, form.memory, g * rows_);
         for (int32_t part : form.sources) {
           const int32_t blocks = forms_[size_t(part)].rows / rows_;
-          if (g < blocks) return block(part, g, s);
+          if (g < blocks) return block(part, g, p);
           g -= blocks;
         }
         throw InternalError("lower_cell: a concat block out of range");
       }
       case Form::contraction:
-        if (form.stage != s) return load(s, form.memory, g * rows_);
+        if (form.stage != s) return load(p, form.memory, g * rows_);
         if (form.accumulators[size_t(g)] < 0) {
           Program::Instruction in;
           in.kind = Program::Instruction::accumulator;
           in.contraction = form.contraction_index;
           in.block = g;
-          form.accumulators[size_t(g)] = add(out_.program.stages[size_t(s - 1)], in);
+          form.accumulators[size_t(g)] = add(out_.program.stages[size_t(p)], in);
         }
         return form.accumulators[size_t(g)];
       case Form::elementwise:
-        if (form.stage != s) return load(s, form.memory, g * rows_);
+        if (form.stage != s) return load(p, form.memory, g * rows_);
         return form.values[size_t(g)];
     }
     throw InternalError("lower_cell: a form of no kind");
@@ -366,10 +449,38 @@ class Lowerer {
   void emit(uint32_t o) {
     Form& form = forms_[o];
     const ir::Node& n = body_node(o);
-    const int32_t s = form.stage;
-    Program::Stage& stage = out_.program.stages[size_t(s - 1)];
+    if (form.stage == 0) return;
+    const int32_t s = stage_index(form);  // a program stage, not a level, from here on
+    Program::Stage& stage = out_.program.stages[size_t(s)];
     const int32_t blocks = (form.rows + rows_ - 1) / rows_;  // a padded product's last block is partly past its rows
-    if (form.kind == Form::contraction) {
+    if (form.kind == Form::contraction && form.matrix >= 0) {
+      Program::Contraction c;
+      c.blocks = blocks;
+      c.has_matrix = true;
+      c.transposed = n.op == ir::Op::matmul_tn;
+      std::vector<Program::Segment> matrix;
+      const Form& m = forms_[size_t(form.matrix)];
+      segments(form.matrix, 0, m.rows, matrix);
+      if (matrix.size() != 1) throw Unsupported{std::string(ir::op_name(n.op)) + " whose matrix is not one value in memory"};
+      c.matrix = matrix[0];
+      c.leading = m.cols > 1 ? c.matrix.operand.stride : m.rows;
+      c.matrix.operand.stride = 0;  // the same W for every column of the product
+      const int32_t x = form.sources[0];
+      segments(x, 0, forms_[size_t(x)].rows, c.x);
+      if (n.op == ir::Op::matmul_nt) {
+        // Column j of Y X^T (Y R x K, X C x K) is Y times row j of X: K elements, C floats apart.
+        const Form& xf = forms_[size_t(x)];
+        if (c.x.size() != 1 || (xf.cols > 1 && c.x[0].operand.stride != xf.rows))
+          throw Unsupported{"matmul_nt whose x is not one value in memory"};
+        c.x[0].operand.stride = 1;
+        c.x[0].rows = xf.cols;
+        c.x_step = xf.cols > 1 ? xf.rows : 1;
+      }
+      if (c.transposed && c.x.size() != 1) throw Unsupported{"matmul_tn of a per-call matrix whose x is not one value in memory"};
+      form.contraction_index = int32_t(stage.contractions.size());
+      stage.contractions.push_back(std::move(c));
+      form.accumulators.assign(size_t(blocks), -1);
+    } else if (form.kind == Form::contraction) {
       Program::Contraction c;
       c.blocks = blocks;
       CellLowering::Weight weight;
@@ -422,7 +533,7 @@ class Lowerer {
     // later stage is written to its arena place, unless it is a view of another value.
     if (form.kind == Form::slice && plan_.is_view(first_ + o)) return;
     if (!needed_[o]) return;
-    form.memory = {int32_t(out_.call_slots.size()), false};
+    form.memory = {int32_t(out_.call_slots.size()), false, column_stride(form)};
     out_.call_slots.push_back({o, -1, block_aligned(form.rows) ? 0 : int64_t(blocks) * rows_});
     for (int32_t g = 0; g < blocks; ++g) stage.stores.push_back({block(int32_t(o), g, s), form.memory, g});
   }
@@ -437,7 +548,9 @@ class Lowerer {
   std::vector<Form> forms_;  // body nodes by offset, then external references
   std::vector<uint8_t> needed_;  // per body node: its value must be in the arena after the kernel
   std::map<ir::NodeId, int32_t> shared_of_;
-  std::vector<std::map<std::tuple<int32_t, bool, int32_t>, int32_t>> loads_;  // per stage
+  std::vector<std::map<std::tuple<int32_t, bool, int32_t, int32_t>, int32_t>> loads_;  // per program stage
+  std::map<std::pair<int32_t, int32_t>, int32_t> stage_of_;  // (level, columns) -> program stage
+  std::vector<int32_t> level_;  // per program stage
   CellLowering out_;
 };
 

@@ -272,14 +272,14 @@ TEST(CompiledCells, BackwardThroughCallsRecordedAsSingleNodes) {
   }
 }
 
-// By default, a cell the jit does not compile (a per-call matrix: matvec) trains through copied
-// bodies, as with cell_gradients off: as single nodes its batches would run expanded, copying every
-// argument in and every value out. Gradients are the reference's; later traces record bodies.
+// By default, a cell the jit does not compile (softmax) trains through copied bodies, as with
+// cell_gradients off: as single nodes its batches would run expanded, copying every argument in and
+// every value out. Gradients are the reference's; later traces record bodies.
 TEST(CompiledCells, ACellThatDoesNotCompileTrainsThroughCopiedBodiesByDefault) {
   Model model("odd", 3);
   const Parameter w = model.add_parameter("w", 4, 4);
   const Cell odd("odd", {{4, 1}, {4, 4}}, [](Trace&, std::span<const Expr> in) {
-    return std::vector<Expr>{tanh(matvec(in[1], in[0]) + in[0])};
+    return std::vector<Expr>{tanh(matvec(in[1], softmax(in[0])) + in[0])};
   });
   auto loss_of = [&](Trace& t) {
     std::vector<Expr> outputs;
@@ -408,6 +408,145 @@ TEST_P(CompiledBackward, MatchesFiniteDifferences) {
       EXPECT_NEAR(analytic->data[i], difference, 3e-3 + 2e-2 * std::abs(difference)) << param.name() << "[" << i << "]";
     }
   }
+}
+
+// MV-RNN's composition (samples/mvrnn.cpp) as a cell of per-call matrices: p = tanh(W [B a; A b]
+// + b_W) by matvec, P = W_M [A; B] a weight times a per-call matrix, and a third output that is
+// elementwise over matrices and a per-call matrix times a per-call matrix (A B, a stage of several
+// columns over a matrix contraction read in place). Over trees of calls whose leaves are different
+// matrices made from parameters (so that gradients flow into the calls' matrix arguments too).
+struct MvCell {
+  Model model{"mv", 7};
+  int n;
+  Parameter w, b_w, w_m, leaf, out;
+  Cell cell;
+  explicit MvCell(int size)
+      : n(size), w(model.add_parameter("W", size, 2 * size)), b_w(model.add_parameter("b_W", size, 1)),
+        w_m(model.add_parameter("W_M", size, 2 * size)), leaf(model.add_parameter("leaf", size, size)),
+        out(model.add_parameter("out", 3, size)),
+        cell("mv", {{size, 1}, {size, size}, {size, 1}, {size, size}}, [this](Trace& t, std::span<const Expr> in) {
+          const Expr p = tanh(affine({t.param(b_w), t.param(w), concat({matvec(in[3], in[0]), matvec(in[1], in[2])})}));
+          const Expr m = matmul(t.param(w_m), concat({in[1], in[3]}));
+          return std::vector<Expr>{p, m, tanh(matmul(in[1], in[3])) * 0.5f + in[1]};
+        }) {
+    for (float& v : w_m.values()) v *= 0.5f;
+  }
+
+  // A balanced tree over `leaves` leaves per instance (instances of 2, 3, ... leaves), each leaf
+  // (a_i, A_i) with A_i = tanh(leaf) * 0.3 + a matrix of its own; the loss reads every node's p
+  // and the root's matrices.
+  Expr loss(Trace& t, int instances) const {
+    std::vector<Expr> terms;
+    for (int k = 0; k < instances; ++k) {
+      struct Node { Expr v, m; };
+      std::vector<Node> level;
+      for (int i = 0; i < 2 + k; ++i) {
+        std::vector<float> values(size_t(n) * size_t(n));
+        for (size_t e = 0; e < values.size(); ++e) values[e] = 0.2f * std::sin(0.3f * float(e) + float(7 * k + i));
+        for (int d = 0; d < n; ++d) values[size_t(d) * size_t(n) + size_t(d)] += 1.0f;
+        level.push_back({tanh(t.input(column(n, float(k * 5 + i)))), tanh(t.param(leaf)) * 0.3f + t.input(n, n, values)});
+      }
+      while (level.size() > 1) {
+        std::vector<Node> next;
+        for (size_t i = 0; i + 1 < level.size(); i += 2) {
+          const std::vector<Expr> o = cell(t, {level[i].v, level[i].m, level[i + 1].v, level[i + 1].m});
+          terms.push_back(pick_neg_log_softmax(matmul(t.param(out), o[0]), int64_t(i % 3)));
+          next.push_back({o[0], o[1] + o[2] * 0.25f});
+        }
+        if (level.size() % 2) next.push_back(level.back());
+        level = std::move(next);
+      }
+      terms.push_back(sum_elements(cmult(level[0].m, level[0].m)) * 0.01f);
+    }
+    return sum(terms);
+  }
+};
+
+TEST(CompiledCells, PerCallMatricesLowerAndEqualTheReference) {
+  for (int n : {4, 16, 19}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const MvCell mv(n);
+    EngineOptions options;
+    options.executor = "jit";
+    options.verify = true;
+    options.cell_gradients = false;  // inference: the calls stay nodes
+    Engine engine(options);
+    Trace trace(engine);
+    const Expr loss = mv.loss(trace, 5);
+    const float got = loss.scalar();
+    EXPECT_EQ(expect_lowered_cells(loss).forward, 1);
+    EngineOptions reference_options;
+    reference_options.executor = "reference";
+    Engine reference(reference_options);
+    Trace want_trace(reference);
+    const float want = mv.loss(want_trace, 5).scalar();
+    EXPECT_NEAR(got, want, 2e-5f * (1 + std::abs(want)));
+  }
+}
+
+// Training through the compiled forward and backward bodies of per-call matrices (matvec's
+// backward rule: dx = B^T dy as dot products, dB = dy a^T an outer product; matmul_tn of a weight
+// and of a per-call matrix over several columns; slices and sums of matrices): every parameter's
+// gradient equals the reference's, on the engine's first and later passes.
+TEST(CompiledCells, PerCallMatricesTrainThroughCompiledBackwardBodies) {
+  for (int n : {4, 16, 19}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    MvCell mv(n);
+    EngineOptions jit_options, reference_options;
+    jit_options.executor = "jit";
+    jit_options.verify = true;
+    reference_options.executor = "reference";
+    Engine jit(jit_options), reference(reference_options);
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE("trace " + std::to_string(round + 1) + " on the jit engine");
+      Trace want_trace(reference);
+      const Gradients want = want_trace.backward(mv.loss(want_trace, 4));
+      Trace trace(jit);
+      const Expr loss = mv.loss(trace, 4);
+      const Gradients got = trace.backward(loss);
+      const CellCounts cells = expect_lowered_cells(loss);
+      EXPECT_EQ(cells.forward, 1);
+      EXPECT_EQ(cells.backward, 1);
+      EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
+      for (const Parameter* p : {&mv.w, &mv.b_w, &mv.w_m, &mv.leaf, &mv.out}) {
+        const Tensor* g = got.of(*p);
+        const Tensor* w = want.of(*p);
+        ASSERT_TRUE(g && w) << p->name();
+        ASSERT_EQ(g->data.size(), w->data.size()) << p->name();
+        for (size_t e = 0; e < w->data.size(); ++e)
+          ASSERT_NEAR(g->data[e], w->data[e], 1e-4f * (1 + std::abs(w->data[e]))) << p->name() << " " << e;
+      }
+    }
+  }
+}
+
+// What a cell program cannot express is refused with the reason, and the calls run batch by batch
+// with the reference's values: a per-call matrix product whose rows are not whole blocks.
+TEST(CompiledCells, PerCallMatricesOffTheBlocksAreRefusedWithTheReason) {
+  const Cell odd("odd", {{4, 1}, {6, 4}}, [](Trace&, std::span<const Expr> in) {
+    return std::vector<Expr>{tanh(in[0]), matvec(in[1], in[0])};
+  });
+  const Record record = [&](Trace& t) {
+    std::vector<Expr> outputs;
+    for (int k = 0; k < 3; ++k) {
+      std::vector<float> m(24);
+      for (int i = 0; i < 24; ++i) m[size_t(i)] = 0.1f * float(i - k);
+      for (const Expr& e : odd(t, {t.input(column(4, float(k))), t.input(6, 4, m)})) outputs.push_back(e);
+    }
+    return outputs;
+  };
+  EngineOptions options;
+  options.executor = "jit";
+  options.cell_gradients = false;
+  Engine engine(options);
+  Trace trace(engine);
+  const std::vector<Expr> outputs = record(trace);
+  const detail::EvaluatedTrace evaluated = detail::evaluated_trace(outputs[0]);
+  ASSERT_EQ(evaluated.graph.cell_count(), 1u);
+  const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(0));
+  EXPECT_FALSE(cell.lowered);
+  EXPECT_EQ(cell.why_not, "matvec of a per-call matrix, of 6 rows, not blocks of 4");
+  expect_same(evaluate("jit", record), evaluate("reference", record), "odd");
 }
 
 TEST(CompiledCells, PackedWeightsFollowEveryChangeOfTheParameters) {

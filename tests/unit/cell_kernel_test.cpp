@@ -158,6 +158,95 @@ TEST(CellKernel, ActivationsOnTheAccumulatorsMatchLibm) {
   for (KernelOp op : {KernelOp::tanh, KernelOp::sigmoid, KernelOp::relu}) check(backend, {23, 2, {11}, 6, true}, op);
 }
 
+// out = W X per call, W a per-call matrix read in place (blocks * rows rows, or transposed K rows)
+// and X a per-call matrix of `columns` columns (a stage of that many columns, each column a unit of
+// its own) or, with `step`, the rows of X as matmul_nt reads them (X^T's column j is X's row j).
+struct MatrixCase {
+  int rows, blocks, k, columns, calls;
+  bool transposed, step;
+};
+
+void check_matrix(LlvmBackend& backend, const MatrixCase& c) {
+  const int out_rows = c.rows * c.blocks;
+  const int w_rows = c.transposed ? c.k : out_rows, w_cols = c.transposed ? out_rows : c.k;
+  const int w_leading = w_rows + 3;                     // columns apart by more than their rows
+  const int x_leading = c.step ? c.columns : c.k + 2;   // X: k x columns, or columns x k (step)
+  Program p;
+  p.name = "test matrix";
+  p.rows = c.rows;
+  p.call_slots = 3;
+  Program::Stage stage;
+  stage.columns = c.columns;
+  Program::Contraction m;
+  m.blocks = c.blocks;
+  m.has_matrix = true;
+  m.matrix = {{0, false}, 1, w_rows};  // from the second float of slot 0
+  m.leading = w_leading;
+  m.transposed = c.transposed;
+  if (c.step) {
+    m.x.push_back({{1, false, 1}, 0, c.k});
+    m.x_step = x_leading;
+  } else {
+    m.x.push_back({{1, false, x_leading}, 0, c.k});
+  }
+  stage.contractions.push_back(m);
+  for (int g = 0; g < c.blocks; ++g) {
+    Program::Instruction in;
+    in.kind = Program::Instruction::accumulator;
+    in.contraction = 0;
+    in.block = g;
+    stage.body.push_back(in);
+    stage.stores.push_back({int32_t(stage.body.size() - 1), {2, false, out_rows}, g});
+  }
+  p.stages.push_back(stage);
+  const CompiledKernel kernel = backend.compile(p);
+  std::mt19937 random(uint32_t(c.rows * 7 + c.k * 131 + c.calls));
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const size_t w_floats = 1 + size_t(w_leading) * size_t(w_cols), x_floats = size_t(x_leading) * size_t(c.step ? c.k : c.columns);
+  const size_t out_floats = size_t(out_rows) * size_t(c.columns);
+  std::vector<std::vector<float>> ws, xs, outs;
+  std::vector<float*> pointers;
+  for (int j = 0; j < c.calls; ++j) {
+    ws.emplace_back(w_floats);
+    xs.emplace_back(x_floats);
+    outs.emplace_back(out_floats + 2, 7.0f);
+    for (float& v : ws.back()) v = uniform(random);
+    for (float& v : xs.back()) v = uniform(random);
+    pointers.insert(pointers.end(), {ws.back().data(), xs.back().data(), outs.back().data()});
+  }
+  const CellArgs args{c.calls, nullptr, nullptr, pointers.data()};
+  kernel.cell()(&args);
+  for (int j = 0; j < c.calls; ++j)
+    for (int col = 0; col < c.columns; ++col)
+      for (int r = 0; r < out_rows; ++r) {
+        double want = 0;
+        for (int k = 0; k < c.k; ++k) {
+          const float* w = ws[size_t(j)].data() + 1;
+          const double w_rk = c.transposed ? w[r * w_leading + k] : w[k * w_leading + r];
+          const double x_kc = c.step ? xs[size_t(j)][size_t(k * x_leading + col)] : xs[size_t(j)][size_t(col * x_leading + k)];
+          want += w_rk * x_kc;
+        }
+        ASSERT_NEAR(outs[size_t(j)][size_t(col * out_rows + r)], want, 2e-5 * (1 + std::abs(want)) + 1e-5 * std::sqrt(double(c.k)))
+            << "rows " << c.rows << " blocks " << c.blocks << " K " << c.k << " columns " << c.columns
+            << (c.transposed ? " transposed" : "") << (c.step ? " step" : "") << ": call " << j << " column " << col << " row " << r;
+      }
+  for (int j = 0; j < c.calls; ++j)
+    for (size_t e = out_floats; e < out_floats + 2; ++e) ASSERT_EQ(outs[size_t(j)][e], 7.0f) << "write past a store";
+}
+
+TEST(CellKernel, PerCallMatrixContractionsEqualPlainProducts) {
+  LlvmBackend backend;
+  for (bool transposed : {false, true})
+    for (bool step : {false, true}) {
+      if (transposed && step) continue;  // matmul_tn reads x's columns
+      for (const MatrixCase& c : std::vector<MatrixCase>{{1, 1, 1, 1, 1, false, false},  {5, 1, 7, 1, 3, false, false},
+                                                         {16, 2, 16, 1, 9, false, false}, {19, 1, 19, 19, 5, false, false},
+                                                         {8, 3, 33, 4, 17, false, false}, {37, 1, 5, 2, 2, false, false},
+                                                         {64, 1, 64, 3, 6, false, false}})
+        check_matrix(backend, {c.rows, c.blocks, c.k, c.columns, c.calls, transposed, step});
+    }
+}
+
 TEST(CellKernel, PackingLaysTilesOutBlockByBlockWithZeroPadding) {
   // rows 3, blocks 2, K 2, vector 4: tile 0 holds, per k, block 0's rows 0-2 then block 1's.
   const std::vector<float> w = {1, 2, 3, 4, 5, 6, /* column 1 */ 7, 8, 9, 10, 11, 12};
@@ -207,7 +296,30 @@ TEST(CellKernel, TextReadsBackToTheSameProgram) {
   second.body.push_back(load);
   second.stores.push_back({0, {1, false}, 0});
   p.stages.push_back(second);
+  Program::Stage columns;  // per-call matrices: a stage of columns, strides, a matrix and a step
+  columns.columns = 3;
+  Program::Contraction m;
+  m.has_matrix = true;
+  m.matrix = {{0, false}, 8, 16};
+  m.leading = 16;
+  m.transposed = true;
+  m.x.push_back({{1, false, 4}, 0, 4});
+  columns.contractions.push_back(m);
+  m.transposed = false;
+  m.x_step = 3;
+  m.x = {{{1, false, 1}, 0, 4}};
+  columns.contractions.push_back(m);
+  Program::Instruction accumulator;
+  accumulator.kind = Program::Instruction::accumulator;
+  accumulator.contraction = 1;
+  columns.body.push_back(accumulator);
+  columns.stores.push_back({0, {1, false, 8}, 0});
+  p.stages.push_back(columns);
   const std::string text = describe(p);
+  EXPECT_NE(text.find("stage 2 columns 3\n  contraction 0 blocks 1 matrix c0[8+16] leading 16 transposed x c1*4[0+4]\n"
+                      "  contraction 1 blocks 1 matrix c0[8+16] leading 16 x c1*1[0+4] step 3\n"),
+            std::string::npos)
+      << text;
   EXPECT_EQ(describe(parse_cell_program(text)), text);
   EXPECT_THROW(parse_cell_program("cell x\nrows 8 call_slots 3 shared_slots 1\n  %0 = load c0 block 0\n"), UsageError);
   EXPECT_THROW(parse_cell_program("kernel f32 elementwise add\n"), UsageError);

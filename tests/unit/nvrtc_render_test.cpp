@@ -7,6 +7,7 @@
 #include <set>
 
 #include <edbatch/edbatch.h>
+#include <edbatch/train.h>
 
 #include "edbatch/errors.h"
 #include "jit/kernel_cache.h"
@@ -16,6 +17,7 @@
 #include "nvrtc/nvrtc_compiler.h"
 #include "samples/models.h"
 #include "samples/runner.h"
+#include "samples/training.h"
 #include "tests/support/test_support.h"
 
 namespace edb {
@@ -176,6 +178,43 @@ TEST(NvrtcCompile, EverySampleModelKernelCompilesToPtxForSm80AndSm90) {
   }
   EXPECT_GT(compiled, 0);
   EXPECT_GT(cells, 0);  // the tree and sequence models' cells compile
+}
+
+// MV-RNN's cells, forward and backward (a training step on the jit), are programs of per-call
+// matrices: stages of several columns, matrices read in place, transposed (dot products) and read
+// with a step. Each renders and compiles to PTX.
+TEST(NvrtcCompile, PerCallMatrixCellsCompileToPtx) {
+  REQUIRE_NVRTC(nvrtc);
+  TempDir cache;
+  samples::ModelConfig config;
+  config.limit = 8;
+  config.hidden = 8;
+  EngineOptions options;
+  options.executor = "jit";
+  options.cache_directory = cache.path();
+  Engine engine(options);
+  const auto model = samples::make_mvrnn(config);
+  Optimizer optimizer(model->model(), {.kind = "sgd", .learning_rate = 0.1f});
+  samples::TrainOptions train;
+  train.batch = 4;
+  samples::train(*model, engine, optimizer, train);
+  jit::KernelCacheOptions cache_options;
+  cache_options.directory = cache.path();
+  const jit::KernelCache kernels(cache_options);
+  std::set<std::string> constructs;
+  for (const jit::KernelInfo& info : kernels.list()) {
+    const std::optional<jit::KernelEntry> stored = kernels.read(info.key);
+    ASSERT_TRUE(stored);
+    if (!stored->description.starts_with("cell ")) continue;
+    const jit::CellProgram program = jit::parse_cell_program(stored->description);
+    for (const char* construct : {" columns ", " matrix ", " transposed ", " step "})
+      if (stored->description.find(construct) != std::string::npos) constructs.insert(construct);
+    const jit::KernelKey key = jit::kernel_key(stored->description, "cuda", "compute_80", "test");
+    const std::string source = nvrtc::render_cell(program, key.symbol());
+    const nvrtc::CompiledImage image = nvrtc->compile(source, key.symbol(), 8, 0, true);
+    EXPECT_NE(image.ptx.find(".entry " + key.symbol()), std::string::npos) << source;
+  }
+  EXPECT_EQ(constructs, (std::set<std::string>{" columns ", " matrix ", " transposed "}));
 }
 
 TEST(NvrtcCompile, CudaImagesGoThroughTheKernelCache) {
