@@ -629,7 +629,7 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
     }
     if (values.plan.is_view(schedule.batch(b)[0])) continue;  // the planner made the whole batch a view
     if (values.graph.node(schedule.batch(b)[0]).op == ir::Op::call) {  // a batch of calls: the body's batches
-      calls_->run(*this, schedule.batch(b), values, stats);
+      calls_->run(*this, schedule.batch(b), values, stats, schedule.node_by_node);
       continue;
     }
     scratch_.reset();

@@ -34,8 +34,8 @@ CacheSize CallExpansion::sizes() const {
   return size;
 }
 
-CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t calls) {
-  const auto key = std::make_pair(&cell, calls);
+CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t calls, bool node_by_node) {
+  const auto key = std::make_pair(&cell, node_by_node ? -int64_t(calls) : int64_t(calls));
   if (std::unique_ptr<Expanded>* found = expanded_.find(key)) return **found;
   // Full: the least recently used expansion goes (a workload of many batch sizes keeps the ones
   // it runs most, rather than all of them going at once).
@@ -87,7 +87,11 @@ CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t ca
         e.at[c * size + id] = e.graph.add(n.op, args, n.shape, n.attrs);
         members.push_back(e.at[c * size + id]);
       }
-    e.schedule.add_batch(cell.types[cell.first + cell.body_batches[b][0]], members);
+    if (!node_by_node) {
+      e.schedule.add_batch(cell.types[cell.first + cell.body_batches[b][0]], members);
+      continue;
+    }
+    for (ir::NodeId member : members) e.schedule.add_batch(cell.types[cell.first + cell.body_batches[b][0]], std::span(&member, 1));
   }
   e.plan.offset.assign(e.graph.size(), -1);
   e.plan.view.assign(e.graph.size(), 0);
@@ -97,11 +101,12 @@ CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t ca
   return e;
 }
 
-void CallExpansion::run(Executor& executor, std::span<const ir::NodeId> calls, const Values& values, Stats& stats) {
+void CallExpansion::run(Executor& executor, std::span<const ir::NodeId> calls, const Values& values, Stats& stats,
+                        bool node_by_node) {
   const ir::Graph& graph = values.graph;
   const auto& cell = static_cast<const CallCell&>(graph.cell(graph.node(calls[0]).attrs.index));
   if (cell.operations == 0) return;
-  Expanded& e = expanded(cell, calls.size());
+  Expanded& e = expanded(cell, calls.size(), node_by_node);
   if (arena_.size() < size_t(e.plan.arena_floats)) arena_.resize(size_t(e.plan.arena_floats));
   const Values inner{e.graph, e.plan, arena_.data()};
   const size_t size = cell.body.size();

@@ -25,8 +25,10 @@ class CallExpansion {
   CallExpansion();
   ~CallExpansion();
   // Runs the calls (one cell's, in the graph of `values`) on `executor`, which must not be
-  // running this expansion already (bodies do not call cells).
-  void run(Executor& executor, std::span<const ir::NodeId> calls, const Values& values, Stats& stats);
+  // running this expansion already (bodies do not call cells); `node_by_node`: each body node a
+  // batch of its own (the unbatched baseline, scheduler::Schedule::node_by_node).
+  void run(Executor& executor, std::span<const ir::NodeId> calls, const Values& values, Stats& stats,
+           bool node_by_node = false);
 
   // Expansions kept, by cell and number of calls: EngineOptions::cache_entries, at most
   // kMaxExpansions; the least recently used goes when a new one would exceed them.
@@ -38,9 +40,10 @@ class CallExpansion {
 
  private:
   struct Expanded;
-  Expanded& expanded(const CallCell& cell, size_t calls);
+  Expanded& expanded(const CallCell& cell, size_t calls, bool node_by_node);
 
-  ir::BoundedCache<std::pair<const CallCell*, size_t>, std::unique_ptr<Expanded>, ir::PairHash> expanded_;
+  // By cell and number of calls (negative: node by node).
+  ir::BoundedCache<std::pair<const CallCell*, int64_t>, std::unique_ptr<Expanded>, ir::PairHash> expanded_;
   std::vector<float> arena_;
 };
 

@@ -19,6 +19,7 @@
 #include "ir/isa.h"
 #include "jit/cached_compiler.h"
 #include "memplan/layout.h"
+#include "runtime/cell_lowering.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/thread_pool.h"
 #include "scheduler/lower_bound.h"
@@ -121,6 +122,56 @@ std::string call_context(const scheduler::CallGroups& calls, ir::NodeId id) {
 
 }  // namespace
 
+namespace {
+
+// The first value of call `id`'s body that is not finite, as check_finite's error: the call's node
+// id, the body node's op and shape, which call of its cell in the trace and which body node.
+void check_call(const Values& values, ir::NodeId id, size_t batch) {
+  const ir::Graph& graph = values.graph;
+  const auto& cell = static_cast<const CallCell&>(graph.cell(graph.node(id).attrs.index));
+  const float* frame = values.in(id);
+  for (uint32_t o = 0; o < cell.frame_at.size(); ++o) {
+    if (cell.frame_at[o] < 0) continue;  // not kept: a lowered cell's value no one reads
+    const ir::NodeId body_id = cell.first + o;
+    const ir::Node& n = cell.body.node(body_id);
+    const float* value = frame + cell.frame_at[o];
+    const int64_t at = first_non_finite(value, n.shape.size());
+    if (at < 0) continue;
+    uint32_t number = 0;
+    for (ir::NodeId c = 0; c <= id; ++c)
+      number += graph.node(c).op == ir::Op::call && graph.cell(graph.node(c).attrs.index).key == cell.key;
+    std::string message = "edb: node %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) + ", " +
+                          std::to_string(n.shape.rows) + "x" + std::to_string(n.shape.cols) + ", batch " +
+                          std::to_string(batch) + " of its evaluation, call " + std::to_string(number) + " of cell '" +
+                          cell.name + "', its body node " + std::to_string(o + 1) + " of " +
+                          std::to_string(cell.frame_at.size()) + ") produced " + describe_value(value, at, n.shape);
+    // Values computed in the trace or the body were checked before it; the call's leaves were not.
+    std::string cause = "; its arguments were finite";
+    const auto body_args = cell.body.args(n);
+    for (size_t i = 0; i < body_args.size(); ++i) {
+      // A leaf of the trace passed as an argument, or a leaf of the body (a parameter, a constant).
+      const auto placeholder = std::find(cell.placeholders.begin(), cell.placeholders.end(), body_args[i]);
+      const bool passed = placeholder != cell.placeholders.end();
+      if (!passed && body_args[i] >= cell.first) continue;
+      const ir::Graph& from = passed ? graph : cell.body;
+      const ir::NodeId arg = passed ? graph.args(id)[size_t(placeholder - cell.placeholders.begin())] : body_args[i];
+      const float* leaf = from.leaf_data(arg);
+      const ir::Node& a = from.node(arg);
+      const int64_t bad = leaf ? first_non_finite(leaf, a.shape.size()) : -1;
+      if (bad < 0) continue;
+      cause = "; its argument " + std::to_string(i + 1) + " (" + std::string(ir::op_name(a.op)) +
+              (passed ? " %" + std::to_string(arg) : std::string(" of the cell's body")) + ") already held " +
+              describe_value(leaf, bad, a.shape);
+      break;
+    }
+    throw NumericError(message + cause +
+                       " (EngineOptions::check_finite; Trace::dump() or EDB_DUMP=ir prints the recorded IR, "
+                       "one line per node id)");
+  }
+}
+
+}  // namespace
+
 void check_finite(TraceData& trace) {
   const Values values = trace.values();
   const ir::Graph& graph = trace.graph;
@@ -128,6 +179,10 @@ void check_finite(TraceData& trace) {
     for (ir::NodeId id : trace.schedule.batch(b)) {
       if (trace.plan.is_view(id)) continue;  // its values are checked where they live
       const ir::Node& n = graph.node(id);
+      if (n.op == ir::Op::call) {
+        check_call(values, id, b);
+        continue;
+      }
       const int64_t at = first_non_finite(values.in(id), n.shape.size());
       if (at < 0) continue;
       std::string message = "edb: node %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) + ", " +
@@ -500,8 +555,9 @@ void Driver::submit(TraceData& trace) {
   for (size_t b = 0; b < trace.schedule.batch_count(); ++b) {
     const auto members = trace.schedule.batch(b);  // one signature: the same flops each
     stats_.flops += ir::node_flops(trace.graph, members[0]) * static_cast<int64_t>(members.size());
-    stats_.nodes += stats_weight(trace.graph, members[0]).nodes * static_cast<int64_t>(members.size());
-    stats_.batches += stats_weight(trace.graph, members[0]).batches;  // the schedule's, whatever runs it
+    const StatsWeight weight = stats_weight(trace.graph, members[0], trace.schedule.node_by_node);
+    stats_.nodes += weight.nodes * static_cast<int64_t>(members.size());
+    stats_.batches += weight.batches;  // the schedule's, whatever runs it
   }
   trace.evaluated = static_cast<ir::NodeId>(trace.graph.size());
 

@@ -30,17 +30,17 @@ struct Values {
 };
 
 // What one member of a batch counts for in Stats (nodes, batches): a single-node cell call as its
-// cell's operations and batches, as if the call had copied the body into the trace (its outputs'
-// views are never scheduled); every other node as one.
+// cell's operations and batches (node by node: as many batches as operations), as if the call had
+// copied the body into the trace (its outputs' views are never scheduled); every other node as one.
 struct StatsWeight {
   int64_t nodes = 1;
   int64_t batches = 1;
 };
-inline StatsWeight stats_weight(const ir::Graph& graph, ir::NodeId member) {
+inline StatsWeight stats_weight(const ir::Graph& graph, ir::NodeId member, bool node_by_node) {
   const ir::Node& n = graph.node(member);
   if (n.op == ir::Op::call) {
     const ir::CellBody& cell = graph.cell(n.attrs.index);
-    return {cell.operations, cell.batches};
+    return {cell.operations, node_by_node ? cell.operations : cell.batches};
   }
   return {};
 }

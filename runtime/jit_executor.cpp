@@ -214,7 +214,7 @@ size_t JitExecutor::run_compiled(const scheduler::Schedule& schedule, const Valu
   if (values.plan.is_view(batch[0])) return b;
   // A batch of call nodes as one compiled kernel, where the cell lowers.
   if (const ir::Node& first = values.graph.node(batch[0]); first.op == ir::Op::call) {
-    if (!static_cast<const CallCell&>(values.graph.cell(first.attrs.index)).lowered) return b;
+    if (schedule.node_by_node || !static_cast<const CallCell&>(values.graph.cell(first.attrs.index)).lowered) return b;
     cells_->run_calls(batch, values, pool(), stats);
     return b + 1;
   }

@@ -197,7 +197,7 @@ void ReferenceExecutor::execute(const scheduler::Schedule& schedule, const Value
   for (ir::NodeId id : schedule.nodes) {
     if (values.plan.is_view(id)) continue;
     if (values.graph.node(id).op == ir::Op::call) {
-      calls_->run(*this, std::span(&id, 1), values, stats);
+      calls_->run(*this, std::span(&id, 1), values, stats, schedule.node_by_node);
       continue;
     }
     evaluate_node(values, id);

@@ -24,6 +24,7 @@ void Schedule::append(const Schedule& other) {
   const auto node_base = static_cast<uint32_t>(nodes.size());
   const auto batch_base = static_cast<uint32_t>(batch_count());
   const auto call_base = static_cast<uint32_t>(call_firsts.size());
+  node_by_node = node_by_node || other.node_by_node;
   nodes.insert(nodes.end(), other.nodes.begin(), other.nodes.end());
   for (size_t b = 1; b < other.batch_begin.size(); ++b) batch_begin.push_back(node_base + other.batch_begin[b]);
   batch_type.insert(batch_type.end(), other.batch_type.begin(), other.batch_type.end());
@@ -43,10 +44,12 @@ void Schedule::clear() {
   batch_type.clear();
   call_batches.clear();
   call_firsts.clear();
+  node_by_node = false;
 }
 
 void SequentialPolicy::schedule(const ScheduleInput& input, Schedule& out) {
   out.clear();
+  out.node_by_node = true;
   for (ir::NodeId id = input.begin; id < input.graph.size(); ++id)
     if (const ir::TypeId type = scheduled_type(input, id); type != ir::kNoType) out.add_batch(type, std::span(&id, 1));
 }

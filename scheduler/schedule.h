@@ -32,6 +32,9 @@ struct Schedule {
   };
   std::vector<CallBatch> call_batches;
   std::vector<ir::NodeId> call_firsts;
+  // The unbatched baseline's (SequentialPolicy): a batch of one cell call runs its body node by
+  // node too, not in the cell's batches, and counts as many batches as the body has operations.
+  bool node_by_node = false;
 
   size_t batch_count() const { return batch_type.size(); }
   std::span<const ir::NodeId> batch(size_t b) const {

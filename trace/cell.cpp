@@ -160,9 +160,10 @@ void detail::plan_cell(EngineState& engine, CellRecord& record, const std::strin
   }
   for (char c : name) record.schedule.name += c >= ' ' && c != 127 ? c : '?';
   if (engine.single_node_calls) {
+    // check_finite reads every value: the frame keeps them all, as for a backward pass.
     record.call_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
                                                 record.schedule.batches, record.schedule.name, engine.lower_cells,
-                                                for_backward);
+                                                for_backward || engine.driver.options().check_finite);
     if (for_backward && engine.cell_gradients_by_default)
       record.inference_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
                                                       record.schedule.batches, record.schedule.name, engine.lower_cells,

@@ -98,7 +98,7 @@ void TraceState::release_all(EngineState* engine) {
 EngineState::EngineState(const EngineOptions& options) : driver(options) {
   const EngineOptions& chosen = driver.options();  // with the device auto resolves to
   const runtime::Capabilities can = driver.capabilities();
-  single_node_calls = chosen.cells && can.runs_calls && driver.policy_batches() && !chosen.check_finite;
+  single_node_calls = chosen.cells && can.runs_calls;
   lower_cells = can.lowers_cells && !chosen.check_finite;
   cell_gradients = chosen.cell_gradients.value_or(lower_cells);
   cell_gradients_by_default = cell_gradients && !chosen.cell_gradients.has_value();

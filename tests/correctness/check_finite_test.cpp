@@ -82,10 +82,14 @@ TEST(CheckFinite, TheMessageNamesTheCellAndCallAndHowToFindTheNode) {
     EXPECT_NE(message.find("Trace::dump() or EDB_DUMP=ir prints the recorded IR"), std::string::npos) << message;
     const bool names_the_call = message.find(", call 3 of cell 'logged', its body node 2 of 3)") != std::string::npos;
     EXPECT_EQ(names_the_call, cells) << message;  // with cells off the body is recorded inline
-    // The id the message names is the log node in the trace's dump.
+    // The id the message names is, in the trace's dump, the log node (cells off) or the call node
+    // whose body holds it (a call is one node).
     const size_t at = message.find("node %") + 6;
     const std::string id = message.substr(at, message.find(' ', at) - at);
-    EXPECT_NE(trace.dump().find("%" + id + " = log("), std::string::npos) << message << "\n" << trace.dump();
+    const std::string line = cells ? "%" + id + " = call(" : "%" + id + " = log(";
+    const size_t found = trace.dump().find(line);
+    ASSERT_NE(found, std::string::npos) << message << "\n" << trace.dump();
+    if (cells) EXPECT_NE(trace.dump().find("cell=logged", found), std::string::npos) << trace.dump();
   }
 }
 
