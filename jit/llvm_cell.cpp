@@ -37,7 +37,7 @@ int64_t cell_tile_step(const CellProgram& program) {
   const int64_t tiles = cell_tiles(program);
   int64_t step = 1;
   for (const CellProgram::Stage& stage : program.stages) {
-    const int64_t per_block = std::min<int64_t>(cell_blocking(stage, cell_vector_registers()).tiles, tiles);
+    const int64_t per_block = std::min<int64_t>(cell_blocking(stage, cell_vector_registers(), tiles).tiles, tiles);
     step = std::lcm(step, per_block);
   }
   return step;
@@ -65,7 +65,7 @@ std::vector<CellPass> cell_passes(const CellProgram::Stage& stage) {
   return passes;
 }
 
-CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers) {
+CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers, int64_t row_tiles) {
   int32_t accumulators = 0, widest = 0;
   for (const CellProgram::Contraction& c : stage.contractions) accumulators += c.blocks;
   for (const CellPass& pass : cell_passes(stage)) {
@@ -76,8 +76,13 @@ CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers) {
   if (accumulators == 0) return {4, 1};
   // Few gate blocks: several row tiles per register block, so that each broadcast x element feeds
   // enough FMAs (a block of one tile and one gate would load as often as it multiplies).
-  const int32_t tiles = accumulators == 1 ? 3 : accumulators == 2 ? 2 : 1;
-  return {std::clamp((registers - tiles * widest - 2) / (tiles * accumulators), 1, 8), tiles};
+  int32_t tiles = accumulators == 1 ? 3 : accumulators == 2 ? 2 : 1;
+  auto calls = [&](int32_t t) { return std::clamp((registers - t * widest - 2) / (t * accumulators), 1, 8); };
+  // One tile more where it covers the rows in whole blocks and still holds a few calls: the rest
+  // would run one tile at a time, loading as often as it multiplies (64 rows of 16-float vectors:
+  // a block of 3 tiles and one of 1, instead of one of 4 for W_M [A; B]'s 64 columns of MV-RNN).
+  if (row_tiles > 0 && tiles > 1 && row_tiles % tiles != 0 && row_tiles % (tiles + 1) == 0 && calls(tiles + 1) >= 3) ++tiles;
+  return {calls(tiles), tiles};
 }
 
 namespace {
@@ -137,8 +142,8 @@ class CellRenderer {
   void stage(llvm::Function* function, const CellProgram::Stage& stage, int index) {
     columns_ = stage.columns;
     llvm::Value* units = stage.columns == 1 ? calls_ : b_.CreateMul(calls_, b_.getInt64(uint64_t(stage.columns)));
-    const CellBlocking blocking = cell_blocking(stage, cell_vector_registers());
     const int64_t tiles = (program_.rows + vector_ - 1) / vector_;
+    const CellBlocking blocking = cell_blocking(stage, cell_vector_registers(), tiles);
     const int32_t tiles_per_block = int32_t(std::min<int64_t>(blocking.tiles, tiles));
     const int64_t whole_tiles = tiles / tiles_per_block * tiles_per_block;
     const std::string prefix = "stage" + std::to_string(index);

@@ -30,13 +30,14 @@ struct CellPass {
 std::vector<CellPass> cell_passes(const CellProgram::Stage& stage);
 
 // Vector registers of the host's vector width, and how many calls and row tiles one register
-// block of `stage` holds (its accumulators, the weight vectors of a k step and a broadcast fit).
+// block of `stage` holds (its accumulators, the weight vectors of a k step and a broadcast fit),
+// for blocks of `row_tiles` row tiles (0: unknown).
 int32_t cell_vector_registers();
 struct CellBlocking {
   int32_t calls = 1;
   int32_t tiles = 1;
 };
-CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers);
+CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers, int64_t row_tiles = 0);
 
 // Defines `extern "C" void <symbol>(const CellArgs*)` in `module`.
 void render_cell(llvm::Module& module, const CellProgram& program, const std::string& symbol);
