@@ -67,8 +67,9 @@ struct DataParallel::State {
   std::vector<int64_t> all_entries;     // gathered: per rank, every table's entries
   std::vector<int> receive_counts, receive_offsets;
   std::vector<std::vector<int64_t>> unions;  // per table
-  std::vector<float> rows;              // per table, its union's rows, one after another
-  MPI_Request table_request = MPI_REQUEST_NULL;
+  std::vector<std::vector<float>> rows;      // per table, its union's rows (swapped into the gradients)
+  MPI_Request table_request = MPI_REQUEST_NULL;   // the counts, then the entries
+  std::vector<MPI_Request> row_requests;          // the rows, one per table some rank read
 
   static constexpr size_t npos = size_t(-1);
 
@@ -113,6 +114,8 @@ DataParallel::~DataParallel() {
   for (MPI_Request& r : state_->dense_requests)
     if (r != MPI_REQUEST_NULL) MPI_Wait(&r, MPI_STATUS_IGNORE);
   if (state_->table_request != MPI_REQUEST_NULL) MPI_Wait(&state_->table_request, MPI_STATUS_IGNORE);
+  for (MPI_Request& r : state_->row_requests)
+    if (r != MPI_REQUEST_NULL) MPI_Wait(&r, MPI_STATUS_IGNORE);
   if (state_->comm != MPI_COMM_NULL) MPI_Comm_free(&state_->comm);
 }
 
@@ -251,8 +254,14 @@ bool DataParallel::State::advance_tables(bool wait) {
   for (;;) {
     if (table_phase == TablePhase::done || table_phase == TablePhase::idle) return true;
     int complete = 0;
-    if (wait) check(MPI_Wait(&table_request, MPI_STATUS_IGNORE), "MPI_Wait");
-    else check(MPI_Test(&table_request, &complete, MPI_STATUS_IGNORE), "MPI_Test");
+    if (table_phase == TablePhase::rows) {
+      if (wait) check(MPI_Waitall(int(row_requests.size()), row_requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+      else check(MPI_Testall(int(row_requests.size()), row_requests.data(), &complete, MPI_STATUSES_IGNORE), "MPI_Testall");
+    } else if (wait) {
+      check(MPI_Wait(&table_request, MPI_STATUS_IGNORE), "MPI_Wait");
+    } else {
+      check(MPI_Test(&table_request, &complete, MPI_STATUS_IGNORE), "MPI_Test");
+    }
     if (!wait && !complete) return false;
     const size_t table_count = tables.size();
     if (table_phase == TablePhase::counts) {
@@ -285,29 +294,27 @@ bool DataParallel::State::advance_tables(bool wait) {
           unions[t].insert(unions[t].end(), all_entries.begin() + ptrdiff_t(at), all_entries.begin() + ptrdiff_t(at) + count);
           cursor[size_t(r)] += size_t(count);
         }
-      size_t row_values = 0;
+      rows.resize(table_count);
+      row_requests.clear();
       for (size_t t = 0; t < table_count; ++t) {
         std::sort(unions[t].begin(), unions[t].end());
         unions[t].erase(std::unique(unions[t].begin(), unions[t].end()), unions[t].end());
-        row_values += unions[t].size() * size_t(tables[t].dim());
-      }
-      rows.assign(row_values, 0.0f);
-      size_t base = 0;
-      for (size_t t = 0; t < table_count; ++t) {
         const size_t dim = size_t(tables[t].dim());
+        rows[t].assign(unions[t].size() * dim, 0.0f);
+        if (unions[t].empty()) continue;
         if (slot_of_table[t] >= 0) {
           const Gradients::Rows& mine = gradients->tables[size_t(slot_of_table[t])];
           size_t u = 0;
           for (size_t i = 0; i < mine.entries.size(); ++i) {
             while (unions[t][u] != mine.entries[i]) ++u;
-            std::memcpy(rows.data() + base + u * dim, mine.gradients.data() + i * dim, dim * sizeof(float));
+            std::memcpy(rows[t].data() + u * dim, mine.gradients.data() + i * dim, dim * sizeof(float));
           }
         }
-        base += unions[t].size() * dim;
+        MPI_Request& r = row_requests.emplace_back(MPI_REQUEST_NULL);
+        check(MPI_Iallreduce(MPI_IN_PLACE, rows[t].data(), int(rows[t].size()), MPI_FLOAT, MPI_SUM, comm, &r),
+              "MPI_Iallreduce");
+        stats.bytes += int64_t(rows[t].size() * sizeof(float));
       }
-      check(MPI_Iallreduce(MPI_IN_PLACE, rows.data(), int(rows.size()), MPI_FLOAT, MPI_SUM, comm, &table_request),
-            "MPI_Iallreduce");
-      stats.bytes += int64_t(rows.size() * sizeof(float));
       table_phase = TablePhase::rows;
       continue;
     }
@@ -317,20 +324,17 @@ bool DataParallel::State::advance_tables(bool wait) {
 
 void DataParallel::State::finish_tables() {
   if (tables.empty()) return;
-  // Every table some rank read gets the union's rows; a table no rank read stays out.
-  size_t base = 0;
+  // Every table some rank read gets the union's rows, swapped in (its old storage holds the next
+  // step's rows); a table no rank read stays out.
   for (size_t t = 0; t < tables.size(); ++t) {
-    const size_t dim = size_t(tables[t].dim()), values = unions[t].size() * dim;
-    if (!unions[t].empty()) {
-      if (slot_of_table[t] < 0) {
-        slot_of_table[t] = int(gradients->tables.size());
-        gradients->tables.push_back({tables[t], {}, {}});
-      }
-      Gradients::Rows& out = gradients->tables[size_t(slot_of_table[t])];
-      out.entries = unions[t];
-      out.gradients.assign(rows.begin() + ptrdiff_t(base), rows.begin() + ptrdiff_t(base + values));
+    if (unions[t].empty()) continue;
+    if (slot_of_table[t] < 0) {
+      slot_of_table[t] = int(gradients->tables.size());
+      gradients->tables.push_back({tables[t], {}, {}});
     }
-    base += values;
+    Gradients::Rows& out = gradients->tables[size_t(slot_of_table[t])];
+    out.entries.swap(unions[t]);
+    out.gradients.swap(rows[t]);
   }
   std::erase_if(gradients->tables, [](const Gradients::Rows& r) { return r.entries.empty(); });
 }

@@ -43,6 +43,7 @@ class BiLstmTagger final : public SampleModel {
   }
 
   size_t instance_count() const override { return sentences_.size(); }
+  double instance_cost(size_t i) const override { return double(word_ids_.at(i).size()); }
   Model& model() override { return model_; }
   std::string describe_data() const override {
     return std::to_string(sentences_.size()) + " sentences, " + std::to_string(vocabulary_.size()) +

@@ -47,8 +47,8 @@ class SampleModel {
   virtual std::string describe_data() const = 0;  // "2000 trees from FILE", "generated ..."
   // What one accuracy count is: "root" (tree models: the root's class), "word", "char".
   virtual std::string accuracy_unit() const = 0;
-  // A rough relative cost of instance `i` (a tree's nodes), by which data-parallel training splits
-  // a batch across ranks evenly; 1 (an even count) for models that do not say.
+  // A rough relative cost of instance `i` (a tree's nodes, a sentence's words), by which
+  // data-parallel training splits a batch across ranks evenly; 1 for models that do not say.
   virtual double instance_cost(size_t i) const { return i < instance_count() ? 1.0 : 0.0; }
 
  protected:

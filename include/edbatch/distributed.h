@@ -18,7 +18,7 @@ struct DataParallelOptions {
   // Dense gradients of at least this many bytes are reduced in place, one MPI_Iallreduce each, on
   // the Gradients' own storage; smaller ones (biases, small classifiers) and the loss are packed
   // into buckets of about this size, one MPI_Iallreduce per bucket. Must be > 0.
-  size_t bucket_bytes = size_t{256} << 10;
+  size_t bucket_bytes = size_t{64} << 10;
 };
 
 // What the reductions cost, summed over the steps so far.

@@ -10,7 +10,7 @@ namespace {
 
 const char* const kDataParallelDoc = R"doc(One rank of a data-parallel training run over MPI.
 
-DataParallel(model, *, bucket_bytes=262144)
+DataParallel(model, *, bucket_bytes=65536)
 
 Run the script under mpirun (mpirun -np N python3 train.py): every rank makes one with the same
 model, records and runs its share of each global batch of B instances, share(begin, end), with
