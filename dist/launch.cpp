@@ -26,6 +26,12 @@ int DataParallel::launched_size() {
   return 1;
 }
 
+int DataParallel::launched_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char* value = environment(name)) return std::max(0, std::atoi(value));
+  return 0;
+}
+
 bool DataParallel::launched() {
   return environment("OMPI_COMM_WORLD_SIZE") || environment("PMI_SIZE") || environment("PMIX_RANK");
 }

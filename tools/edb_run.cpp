@@ -315,7 +315,8 @@ std::optional<TrainingSetup> training_setup(const edb::tools::Flags& flags, int 
   setup.momentum_given = flags.has("momentum");
   setup.clip_given = flags.has("clip");
   setup.save_path = flags.get("save", "");
-  if (flags.has("save")) check_writable("--save", setup.save_path);
+  // Under mpirun rank 0 alone writes --save: the path need not exist on the other ranks' machines.
+  if (flags.has("save") && edb::DataParallel::launched_rank() == 0) check_writable("--save", setup.save_path);
   return setup;
 }
 

@@ -49,6 +49,7 @@ class DataParallel {
   // without initialising MPI; and the number of ranks it says (1 when not launched).
   static bool launched();
   static int launched_size();
+  static int launched_rank();  // this process's rank the launcher says (0 when not launched)
 
   // Collective. `model` must outlive this object; its parameters and lookup tables, in order, are
   // what the gradients are reduced over (checked to match across ranks: names and shapes).

@@ -101,6 +101,15 @@ TEST_F(DataParallelTraining, ThreeRanksWithUnevenSharesTrainAsOneRank) {
   expect_same_training(run_json(1, args), run_json(3, args), "3 ranks against 1 rank");
 }
 
+TEST_F(DataParallelTraining, ARankWithAnEmptyShareTrainsAsOneRank) {
+  // 18 trees trained in batches of 8: the last batch of 2 leaves one of 3 ranks without an instance,
+  // which then reduces empty gradients (no loss, no parameter, no table row).
+  const std::string args = "treelstm --limit 20 --hidden 16 --embed 16 --batch 8 --train --json --epochs 2";
+  const nlohmann::json one = run_json(1, args), three = run_json(3, args);
+  EXPECT_EQ(one.value("train_instances", 0), 18);
+  expect_same_training(one, three, "3 ranks, one with an empty share, against 1 rank");
+}
+
 TEST_F(DataParallelTraining, DeterministicFromRunToRun) {
   TempDir dir;
   const std::string args = kSmall + " --epochs 2 --save ";
