@@ -659,7 +659,7 @@ void Trace::record_backward(const Expr& loss, const char* function) {
     throw UsageError(std::string(function) + ": the loss must be 1x1, got " +
                      ir::to_string(s.data.graph.node(s.id(loss)).shape));
   // A call of a cell stays one node: its gradient is one call of the cell's backward body. A cell
-  // whose backward body cannot be derived (a lookup in its body; a value its frame does not keep)
+  // whose backward body cannot be derived (a value its frame does not keep)
   // has its trace's calls copied as bodies (the forward pass then runs again), and the engine's
   // later calls record their bodies.
   // By default, the engine's first backward pass finds calls laid out for inference (their frames
@@ -682,7 +682,7 @@ void Trace::record_backward(const Expr& loss, const char* function) {
       // runtime/call_expansion.h, copying each call's arguments in and every value out (MV-RNN,
       // whose cells multiply per-word matrices, trained 1.8x slower that way).
       const runtime::CallCell& layout = *record.call_cell;
-      copy |= s.engine->cell_gradients_by_default && layout.operations > 0 &&
+      copy |= s.engine->cell_gradients_by_default && s.engine->lower_cells && layout.operations > 0 &&
               (!layout.lowered || (record.backward && !record.backward->cell.call_cell->lowered));
     }
     s.engine->trained = true;

@@ -80,6 +80,47 @@ void read_arguments_from_concats(ir::Graph& body, std::vector<ir::TypeId>& types
   types = std::move(out_types);
 }
 
+// Each lookup of the body becomes an argument after the cell's own: its placeholder (an input of
+// the row's shape) stands where the lookup stood, and `lookups` gets its table and entry, which
+// every call looks up in its own trace and passes. A call's gradient then reaches the table's row
+// through the caller's lookup node, as any argument's does, and the body holds no lookup for the
+// backward body or the lowering to refuse. Rebuilds `body` (and its `types`, `placeholders`,
+// `outputs`) when it holds a lookup.
+void hoist_lookups(ir::Graph& body, std::vector<ir::TypeId>& types, std::vector<ir::NodeId>& placeholders,
+                   std::vector<ir::NodeId>& outputs, std::vector<std::pair<ir::ParameterInfo, int64_t>>& lookups,
+                   ir::SignatureTable& signatures) {
+  bool any = false;
+  for (ir::NodeId id = 0; id < body.size(); ++id) any |= body.node(id).op == ir::Op::lookup;
+  if (!any) return;
+  ir::Graph out;
+  std::vector<ir::TypeId> out_types;
+  std::vector<ir::NodeId> to(body.size(), ir::kNoNode), args, hoisted;
+  for (const ir::ParameterInfo& info : body.parameters()) out.add_parameter(info);
+  for (ir::NodeId id = 0; id < body.size(); ++id) {
+    const ir::Node& n = body.node(id);
+    ir::Attributes attrs = n.attrs;
+    if (n.op == ir::Op::lookup) {
+      lookups.emplace_back(body.parameter(n.attrs.parameter), n.attrs.index);
+      attrs = ir::Attributes{};
+      attrs.index = out.add_constants(std::vector<float>(size_t(n.shape.size()), 0.0f));
+      to[id] = out.add(ir::Op::input, {}, n.shape, attrs);
+      hoisted.push_back(to[id]);
+    } else {
+      args.clear();
+      for (ir::NodeId arg : body.args(n)) args.push_back(to[arg]);
+      if (n.op == ir::Op::input)
+        attrs.index = out.add_constants(std::span<const float>(body.leaf_data(id), size_t(n.shape.size())));
+      to[id] = out.add(n.op, args, n.shape, attrs);
+    }
+    out_types.push_back(signatures.intern_recorded(out, to[id], out_types));
+  }
+  for (ir::NodeId& p : placeholders) p = to[p];
+  placeholders.insert(placeholders.end(), hoisted.begin(), hoisted.end());
+  for (ir::NodeId& o : outputs) o = to[o];
+  body = std::move(out);
+  types = std::move(out_types);
+}
+
 }  // namespace
 
 Cell::Cell(std::string name, std::vector<std::pair<int, int>> inputs, Body body)
@@ -106,6 +147,7 @@ std::string structure_key(const Cell& cell, const CellRecord& record) {
       key.append(reinterpret_cast<const char*>(record.body.leaf_data(id)),
                  size_t(record.body.node(id).shape.size()) * sizeof(float));
   for (ir::NodeId p : record.placeholders) key += "arg %" + std::to_string(p) + '\n';
+  for (const auto& [table, entry] : record.lookups) key += "lookup " + std::to_string(table.uid) + " " + std::to_string(entry) + '\n';
   for (ir::NodeId o : record.outputs) key += "out %" + std::to_string(o) + '\n';
   return key;
 }
@@ -164,7 +206,7 @@ void detail::plan_cell(EngineState& engine, CellRecord& record, const std::strin
     record.call_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
                                                 record.schedule.batches, record.schedule.name, engine.lower_cells,
                                                 for_backward || engine.driver.options().check_finite);
-    if (for_backward && engine.cell_gradients_by_default)
+    if (for_backward && engine.cell_gradients_by_default && !engine.driver.options().check_finite)
       record.inference_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
                                                       record.schedule.batches, record.schedule.name, engine.lower_cells,
                                                       false);
@@ -206,6 +248,8 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
   record->body = state->data.graph;
   record->types = state->data.types;
   for (const Expr& p : placeholders) record->placeholders.push_back(p.node_id());
+  hoist_lookups(record->body, record->types, record->placeholders, record->outputs, record->lookups,
+                engine.driver.signatures);
   read_arguments_from_concats(record->body, record->types, record->placeholders, record->outputs,
                               engine.driver.signatures);
   // A body may record no operations (it returns its arguments, parameters or constants): its
@@ -515,6 +559,12 @@ void Cell::record(Trace& trace, std::span<const Expr> arguments, std::vector<Exp
   }
   CellRecord& cell = *engine.last_cell;
   if (!vector && span.size() != cell.outputs.size()) deliver(cell.outputs.size(), [](size_t) { return Expr(); });
+  for (const auto& [table, entry] : cell.lookups) {  // the body's lookups, made arguments
+    ir::Attributes attrs;
+    attrs.parameter = s.table_index(table);
+    attrs.index = entry;
+    argument_ids.push_back(s.add(ir::Op::lookup, {}, ir::Shape{table.shape.rows, 1}, attrs).node_id());
+  }
   output_ids.clear();
   const ir::TypeId type = call_type(engine, cell, s.data.graph, argument_ids);
   if (cell.call_cell && !s.engine->differentiates) record_call_node(s, cell, type, argument_ids, output_ids);

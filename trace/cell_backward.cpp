@@ -58,11 +58,7 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
   record.backward_derived = true;
   const runtime::CallCell& cell = *record.call_cell;
   const ir::Graph& body = cell.body;
-  for (NodeId id = 0; id < body.size(); ++id)
-    if (body.node(id).op == Op::lookup) {
-      record.why_no_backward = "the body looks up a table";
-      return;
-    }
+  // A body's lookups are arguments of its calls (trace/cell.cpp, hoist_lookups): it holds none.
   // 1. The forward body again (same node ids), a gradient input per output the frame holds, and
   // the rules.
   // Scopes of their own on the engine, returned to the pool at the end.

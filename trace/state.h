@@ -62,6 +62,10 @@ struct CellRecord {
   ir::Graph body;
   std::vector<ir::TypeId> types;          // per body node, in the engine's signature table
   std::vector<ir::NodeId> placeholders;   // the body node standing for argument i
+  // The body's lookups, each made an argument after the cell's own (hoist_lookups): each call
+  // looks the row up in its trace and passes it, so a call's gradient reaches the table's row
+  // through the trace's lookup node. Per lookup: the table and the entry.
+  std::vector<std::pair<ir::ParameterInfo, int64_t>> lookups;
   std::vector<ir::NodeId> outputs;
   std::vector<ir::NodeId> operations;     // body nodes that run, in order; a call copies them
                                           // contiguously, so offsets into this list name them
@@ -188,12 +192,12 @@ struct TraceState {
   std::vector<std::pair<ir::NodeId, ir::NodeId>> backward_leaves;
 
   // The graph's parameter index of a lookup table, registering it on first use.
-  uint32_t table_index(ModelState& model, uint32_t index) {
-    const uint64_t uid = model.at(index).uid;
+  uint32_t table_index(ModelState& model, uint32_t index) { return table_index(model.info(index)); }
+  uint32_t table_index(const ir::ParameterInfo& table) {
     for (const auto& [seen, graph_index] : tables)
-      if (seen == uid) return graph_index;
-    const uint32_t graph_index = data.graph.add_parameter(model.info(index));
-    tables.emplace_back(uid, graph_index);
+      if (seen == table.uid) return graph_index;
+    const uint32_t graph_index = data.graph.add_parameter(table);
+    tables.emplace_back(table.uid, graph_index);
     return graph_index;
   }
 

@@ -100,7 +100,7 @@ EngineState::EngineState(const EngineOptions& options) : driver(options) {
   const runtime::Capabilities can = driver.capabilities();
   single_node_calls = chosen.cells && can.runs_calls;
   lower_cells = can.lowers_cells && !chosen.check_finite;
-  cell_gradients = chosen.cell_gradients.value_or(lower_cells);
+  cell_gradients = chosen.cell_gradients.value_or(true);
   cell_gradients_by_default = cell_gradients && !chosen.cell_gradients.has_value();
   driver.cell_records.max_entries = chosen.cache_entries;
 }

@@ -216,6 +216,71 @@ TEST(Cells, ABodyMayReturnItsArgumentsAndParametersUnchanged) {
     }
 }
 
+// A lookup in a cell's body is an argument of each call (looked up in the caller's trace): the
+// calls stay single nodes through a backward pass under every executor, the table's rows get the
+// gradients the body sends them, and the values equal the reference with cells off.
+TEST(Cells, ALookupInTheBodyIsAnArgumentAndItsRowGetsTheGradient) {
+  Model model("looked", 5);
+  const Parameter w = model.add_parameter("W", 3, 3);
+  const LookupTable table = model.add_lookup("E", 6, 3);
+  const Cell cell("looked", {{3, 1}}, [&](Trace& t, std::span<const Expr> in) {
+    const Expr h = tanh(matmul(t.param(w), in[0]) + t.lookup(table, 2));
+    return std::vector<Expr>{h, cmult(t.lookup(table, 4), in[0]) + t.lookup(table, 2)};
+  });
+  struct Result {
+    float loss = 0;
+    Tensor w_gradient;
+    std::vector<int64_t> entries;
+    std::vector<float> rows;
+    std::string dump;
+  };
+  auto run = [&](const EngineOptions& options) {
+    Engine engine(options);
+    Result result;
+    for (int step = 0; step < 2; ++step) {  // the second trace runs on an engine that has trained
+      Trace trace(engine);
+      std::vector<Expr> losses;
+      for (int i = 0; i < 4; ++i) {
+        Expr x = trace.lookup(table, i);
+        for (int k = 0; k < 3; ++k) {
+          const std::vector<Expr> out = cell(trace, {x});
+          losses.push_back(sum_elements(cmult(out[1], out[1])));
+          x = out[0];
+        }
+      }
+      const Gradients g = trace.backward(sum(losses));
+      result.loss = g.loss;
+      result.w_gradient = *g.of(w);
+      result.entries = g.of(table)->entries;
+      result.rows = g.of(table)->gradients;
+      result.dump = trace.dump();
+    }
+    return result;
+  };
+  EngineOptions reference;
+  reference.executor = "reference";
+  reference.cells = false;
+  const Result expected = run(reference);
+  EXPECT_EQ(expected.entries, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  testing::TempDir cache;
+  for (const char* executor : {"reference", "batched", "jit"}) {
+    EngineOptions options = testing::checked_options(executor);
+    options.cache_directory = cache.path();
+    const Result actual = run(options);
+    EXPECT_TRUE(testing::near_relative(actual.loss, expected.loss)) << executor;
+    EXPECT_TRUE(testing::near_relative(actual.w_gradient, expected.w_gradient)) << executor;
+    EXPECT_EQ(actual.entries, expected.entries) << executor;
+    ASSERT_EQ(actual.rows.size(), expected.rows.size()) << executor;
+    for (size_t k = 0; k < actual.rows.size(); ++k)
+      EXPECT_TRUE(testing::near_relative(actual.rows[k], expected.rows[k], 1e-4)) << executor << " row float " << k;
+    // Twelve calls, each still one node, each passing its two lookups.
+    size_t calls = 0;
+    for (size_t at = actual.dump.find("= call("); at != std::string::npos; at = actual.dump.find("= call(", at + 1))
+      ++calls;
+    EXPECT_GE(calls, 12u) << executor << "\n" << actual.dump;
+  }
+}
+
 TEST(Cells, ArgumentsCopiedIntoAConcatAreReadFromTheCopy) {
   Model model("cells", 11);
   const Parameter w = model.add_parameter("W", 4, 6), u = model.add_parameter("U", 3, 3);
