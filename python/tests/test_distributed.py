@@ -50,3 +50,31 @@ def test_without_mpirun_one_rank():
     parallel = edbatch.DataParallel(model)
     assert (parallel.rank, parallel.size) == (0, 1)
     assert parallel.share(0, 5) == (0, 5)
+
+
+DIVERGED = """
+import numpy as np, edbatch
+model = edbatch.Model("m", seed=1)
+W = model.add_parameter("W", 2, 2)
+parallel = edbatch.DataParallel(model)
+if parallel.rank == 1:
+    W.set_values(W.values() + np.float32(1e-3))
+try:
+    parallel.check_weights("before the save")
+except edbatch.UsageError as error:
+    print(parallel.rank, error)
+else:
+    print(parallel.rank, "no error")
+"""
+
+
+def test_diverged_weights_are_an_error_on_every_rank():
+    # What edb-run checks before --save: weights that differ on one rank are refused on all of them.
+    command = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2", sys.executable, "-c", DIVERGED]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=WAIT_SECONDS * 4, env=os.environ)
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = sorted(result.stdout.splitlines())
+    assert len(lines) == 2, result.stdout
+    for rank, line in enumerate(lines):
+        assert line.startswith(f"{rank} edb::DataParallel: the model's values before the save differ between ranks: "
+                               "rank 1 has 'checksum "), line
