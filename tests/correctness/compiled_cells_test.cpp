@@ -17,6 +17,7 @@
 #include <edbatch/train.h>
 
 #include "runtime/cell_kernels.h"
+#include "samples/models.h"
 #include "trace/inspect.h"
 
 namespace edb {
@@ -518,6 +519,39 @@ TEST(CompiledCells, PerCallMatricesTrainThroughCompiledBackwardBodies) {
       }
     }
   }
+}
+
+// The MV-RNN sample's cells (samples/mvrnn.cpp) compile, forward and backward, so the jit trains
+// it through compiled call nodes by default; its loss and every gradient are the reference's.
+TEST(CompiledCells, MvRnnCellsCompileForwardAndBackward) {
+  samples::ModelConfig config;
+  config.limit = 6;
+  config.hidden = 8;
+  auto gradients_of = [&](const std::string& executor, CellCounts* cells) {
+    EngineOptions options;
+    options.executor = executor;
+    options.verify = true;
+    Engine engine(options);
+    const auto sample = samples::make_mvrnn(config);
+    Trace trace(engine);
+    std::vector<Expr> losses;
+    for (size_t i = 0; i < sample->instance_count(); ++i) losses.push_back(sample->record_loss(trace, i));
+    const Expr loss = sum(losses);
+    Gradients gradients = trace.backward(loss);
+    if (cells) *cells = expect_lowered_cells(loss);
+    std::vector<std::pair<std::string, std::vector<float>>> out{{"loss", {gradients.loss}}};
+    for (const char* name : {"W", "b_W", "W_M", "W_out", "b_out"}) out.emplace_back(name, gradients.of(sample->model().parameter(name))->data);
+    return out;
+  };
+  CellCounts cells;
+  const auto got = gradients_of("jit", &cells);
+  EXPECT_EQ(cells.forward, 2);  // mvrnn_internal and mvrnn_root
+  EXPECT_EQ(cells.backward, 2);
+  const auto want = gradients_of("reference", nullptr);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t p = 0; p < want.size(); ++p)
+    for (size_t e = 0; e < want[p].second.size(); ++e)
+      ASSERT_NEAR(got[p].second[e], want[p].second[e], 1e-4f * (1 + std::abs(want[p].second[e]))) << want[p].first << " " << e;
 }
 
 // What a cell program cannot express is refused with the reason, and the calls run batch by batch
