@@ -62,7 +62,7 @@ class Lowerer {
       for (uint32_t o = 0; o < count_; ++o) need_for_backward(o);
     // A view keeps nothing of its own: readers after the kernel find it in its source's place.
     for (uint32_t o = count_; o-- > 0;)
-      if (needed_[o] && forms_[o].kind == Form::slice && plan_.is_view(first_ + o) && forms_[o].sources[0] < int32_t(count_))
+      if (needed_[o] && is_view(o) && forms_[o].sources[0] < int32_t(count_))
         needed_[size_t(forms_[o].sources[0])] = true;
     // Stages in order of level, then of columns (a value of other columns than its reader's is
     // read from memory, so from an earlier level); within one, nodes in recording order (a
@@ -154,6 +154,10 @@ class Lowerer {
   }
 
   bool block_aligned(int32_t rows) const { return rows % rows_ == 0; }
+  // A slice or reshape the plan places in its source's memory.
+  bool is_view(uint32_t o) const {
+    return (forms_[o].kind == Form::slice || forms_[o].kind == Form::reshape) && plan_.is_view(first_ + o);
+  }
   // A matrix's columns lie its rows apart; a vector's one column is the same in every column.
   static int32_t column_stride(const Form& f) { return f.cols > 1 ? f.rows : 0; }
 
@@ -531,7 +535,7 @@ class Lowerer {
     }
     // What is read after the kernel (the call's outputs, the backward pass's operands) or by a
     // later stage is written to its arena place, unless it is a view of another value.
-    if (form.kind == Form::slice && plan_.is_view(first_ + o)) return;
+    if (is_view(o)) return;
     if (!needed_[o]) return;
     form.memory = {int32_t(out_.call_slots.size()), false, column_stride(form)};
     out_.call_slots.push_back({o, -1, block_aligned(form.rows) ? 0 : int64_t(blocks) * rows_});
