@@ -101,6 +101,12 @@ TEST_F(DataParallelTraining, ThreeRanksWithUnevenSharesTrainAsOneRank) {
   expect_same_training(run_json(1, args), run_json(3, args), "3 ranks against 1 rank");
 }
 
+TEST_F(DataParallelTraining, RanksOfTwoThreadsTrainAsOneRankOfOne) {
+  // With threads the next step records while this one runs, not while MPI reduces.
+  expect_same_training(run_json(1, kSmall + " --epochs 2"), run_json(2, kSmall + " --epochs 2 --threads 2"),
+                       "2 ranks x 2 threads against 1 rank x 1 thread");
+}
+
 TEST_F(DataParallelTraining, ARankWithAnEmptyShareTrainsAsOneRank) {
   // 18 trees trained in batches of 8: the last batch of 2 leaves one of 3 ranks without an instance,
   // which then reduces empty gradients (no loss, no parameter, no table row).
