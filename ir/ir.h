@@ -145,6 +145,9 @@ class Graph {
   }
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
   const ParameterInfo& parameter(uint32_t index) const { return parameters_[index]; }
+  // Points parameter `index` at other data: for a graph whose parameters stand for values that
+  // lie elsewhere (runtime/call_expansion.h: each call's arguments, read where they lie).
+  void set_parameter_data(uint32_t index, const float* data) { parameters_[index].data = data; }
   int64_t constant_count() const { return static_cast<int64_t>(constants_.size()); }
   // Registers a cell (deduplicated) and returns its index, for a call node's attrs.index.
   uint32_t add_cell(const CellBody* cell);

@@ -10,13 +10,15 @@
 namespace edb::runtime {
 
 // The body of one cell over `calls` calls: its leaves once (parameters and constants), each
-// call's arguments as inputs placed in the arena (copied in before a run), and each batch of the
-// body's schedule over every call, call by call.
+// call's arguments as leaves of their own read where they lie (a parameter of the expansion's
+// graph pointed at the argument's value before each run), and each batch of the body's schedule
+// over every call, call by call.
 struct CallExpansion::Expanded {
   ir::Graph graph;
   scheduler::Schedule schedule;
   memplan::Plan plan;
-  std::vector<ir::NodeId> at;  // call c's node for body node id: at[c * body size + id]
+  std::vector<ir::NodeId> at;          // call c's node for body node id: at[c * body size + id]
+  std::vector<uint32_t> argument_of;   // call c's argument i: parameter argument_of[c * arguments + i]
 };
 
 CallExpansion::CallExpansion() : expanded_(kMaxExpansions) {}
@@ -55,25 +57,20 @@ CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t ca
     const ir::NodeId leaf = e.graph.add(n.op, {}, n.shape, attrs);
     for (size_t c = 0; c < calls; ++c) e.at[c * size + id] = leaf;
   }
-  // The arguments: inputs whose values the arena holds, each call's side by side. Their constant
-  // data is never read (run() copies each call's argument in), so the calls share one copy of it:
-  // a backward body's frame argument can be hundreds of thousands of floats.
-  std::vector<int64_t> placeholder_constants;
-  for (ir::NodeId p : cell.placeholders)
-    placeholder_constants.push_back(
-        e.graph.add_constants(std::span<const float>(body.leaf_data(p), size_t(body.node(p).shape.size()))));
-  int64_t floats = 0;
-  std::vector<std::pair<ir::NodeId, int64_t>> placed;
+  // The arguments: parameters of the expansion's graph, with uids of their own (above every
+  // model's, which count up from 1, so add_parameter keeps them apart), pointed at each run.
+  constexpr uint64_t kArgumentUids = uint64_t{1} << 63;
   for (size_t c = 0; c < calls; ++c)
     for (size_t i = 0; i < cell.placeholders.size(); ++i) {
       const ir::NodeId p = cell.placeholders[i];
-      const ir::Node& n = body.node(p);
-      ir::Attributes attrs = n.attrs;
-      attrs.index = placeholder_constants[i];
-      const ir::NodeId node = e.graph.add(ir::Op::input, {}, n.shape, attrs);
-      e.at[c * size + p] = node;
-      placed.emplace_back(node, floats);
-      floats += n.shape.size();
+      ir::ParameterInfo info;
+      info.uid = kArgumentUids + c * cell.placeholders.size() + i;
+      info.name = "argument " + std::to_string(i + 1);
+      info.shape = body.node(p).shape;
+      ir::Attributes attrs;
+      attrs.parameter = e.graph.add_parameter(info);
+      e.argument_of.push_back(attrs.parameter);
+      e.at[c * size + p] = e.graph.add(ir::Op::parameter, {}, info.shape, attrs);
     }
   std::vector<ir::NodeId> members, args;
   for (size_t b = 0; b < cell.body_batches.size(); ++b) {
@@ -95,8 +92,7 @@ CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t ca
   }
   e.plan.offset.assign(e.graph.size(), -1);
   e.plan.view.assign(e.graph.size(), 0);
-  for (const auto& [node, offset] : placed) e.plan.offset[node] = offset;
-  e.plan.arena_floats = floats;
+  e.plan.arena_floats = 0;
   memplan::plan_batch_order(e.graph, e.schedule, e.plan);
   return e;
 }
@@ -110,14 +106,12 @@ void CallExpansion::run(Executor& executor, std::span<const ir::NodeId> calls, c
   if (arena_.size() < size_t(e.plan.arena_floats)) arena_.resize(size_t(e.plan.arena_floats));
   const Values inner{e.graph, e.plan, arena_.data()};
   const size_t size = cell.body.size();
+  const size_t arguments = cell.placeholders.size();
   for (size_t c = 0; c < calls.size(); ++c) {
     const auto args = graph.args(calls[c]);
     if (graph.cell(graph.node(calls[c]).attrs.index).key != cell.key)
       throw InternalError("CallExpansion: a batch holds calls of two cells");
-    for (size_t i = 0; i < cell.placeholders.size(); ++i) {
-      const ir::NodeId node = e.at[c * size + cell.placeholders[i]];
-      std::memcpy(inner.out(node), values.in(args[i]), size_t(e.graph.node(node).shape.size()) * sizeof(float));
-    }
+    for (size_t i = 0; i < arguments; ++i) e.graph.set_parameter_data(e.argument_of[c * arguments + i], values.in(args[i]));
   }
   executor.execute(e.schedule, inner, stats);
   for (size_t c = 0; c < calls.size(); ++c) {

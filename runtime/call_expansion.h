@@ -1,7 +1,7 @@
 // Batches of cell calls (ir::Op::call nodes of one runtime::CallCell) run by any executor: the
 // cell's body is expanded over the batch's calls once (the body's schedule, each of its batches
-// over every call), the executor runs that expansion as it runs a trace, and each call's frame
-// receives what its cell's frame holds. Executors that compile a cell (the jit) run its calls as
+// over every call), the executor runs that expansion as it runs a trace, reading each call's
+// arguments where they lie, and each call's frame receives what its cell's frame holds. Executors that compile a cell (the jit) run its calls as
 // one kernel instead; this is the path for every other executor, and for cells that do not lower.
 #pragma once
 

@@ -682,7 +682,7 @@ void Trace::record_backward(const Expr& loss, const char* function) {
       // runtime/call_expansion.h, copying each call's arguments in and every value out (MV-RNN,
       // whose cells multiply per-word matrices, trained 1.8x slower that way).
       const runtime::CallCell& layout = *record.call_cell;
-      copy |= s.engine->cell_gradients_by_default && s.engine->lower_cells && layout.operations > 0 &&
+      copy |= s.engine->cell_gradients_by_default && layout.operations > 0 &&
               (!layout.lowered || (record.backward && !record.backward->cell.call_cell->lowered));
     }
     s.engine->trained = true;
