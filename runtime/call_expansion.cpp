@@ -84,11 +84,12 @@ CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t ca
         e.at[c * size + id] = e.graph.add(n.op, args, n.shape, n.attrs);
         members.push_back(e.at[c * size + id]);
       }
+    const ir::TypeId type = cell.types[cell.first + cell.body_batches[b][0]];
     if (!node_by_node) {
-      e.schedule.add_batch(cell.types[cell.first + cell.body_batches[b][0]], members);
+      e.schedule.add_batch(type, members);
       continue;
     }
-    for (ir::NodeId member : members) e.schedule.add_batch(cell.types[cell.first + cell.body_batches[b][0]], std::span(&member, 1));
+    for (ir::NodeId member : members) e.schedule.add_batch(type, std::span(&member, 1));
   }
   e.plan.offset.assign(e.graph.size(), -1);
   e.plan.view.assign(e.graph.size(), 0);

@@ -108,21 +108,48 @@ int64_t first_non_finite(const float* values, int64_t n) {
   return -1;
 }
 
-// Where node `id` came from when a cell call recorded it: ", call 3 of cell 'lstm', its body node 2
-// of 9", counting that cell's calls in this trace and the body's operations from 1; "" outside calls.
+// ", call 3 of cell 'lstm', its body node 2 of 9": the cell's calls in the trace and the body's
+// operations counted from 1.
+std::string call_text(uint32_t number, const std::string& cell, size_t node, size_t operations) {
+  return ", call " + std::to_string(number) + " of cell '" + cell + "', its body node " + std::to_string(node) +
+         " of " + std::to_string(operations);
+}
+
+// Where node `id` came from when a copied cell call recorded it (call_text); "" outside calls.
 std::string call_context(const scheduler::CallGroups& calls, ir::NodeId id) {
   const uint32_t c = calls.call(id);
   if (c == scheduler::CallGroups::kNone) return "";
   const scheduler::CallGroups::Call& call = calls.calls[c];
   uint32_t number = 0;
   for (uint32_t i = 0; i <= c; ++i) number += calls.calls[i].schedule == call.schedule;
-  return ", call " + std::to_string(number) + " of cell '" + call.schedule->name + "', its body node " +
-         std::to_string(id - call.first + 1) + " of " + std::to_string(call.last - call.first + 1);
+  return call_text(number, call.schedule->name, id - call.first + 1, call.last - call.first + 1);
 }
 
-}  // namespace
+// check_finite's error for node `id` (whose op and shape `n` gives: the body node's for a call)
+// in batch `batch`, whose value holds a non-finite float at `at`; `context` says where in a call.
+[[noreturn]] void non_finite(ir::NodeId id, const ir::Node& n, size_t batch, const std::string& context,
+                             const float* value, int64_t at, const std::string& cause) {
+  throw NumericError("edb: node %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) + ", " +
+                     std::to_string(n.shape.rows) + "x" + std::to_string(n.shape.cols) + ", batch " +
+                     std::to_string(batch) + " of its evaluation" + context + ") produced " +
+                     describe_value(value, at, n.shape) + cause +
+                     " (EngineOptions::check_finite; Trace::dump() or EDB_DUMP=ir prints the recorded IR, "
+                     "one line per node id)");
+}
 
-namespace {
+// Argument i of a node that failed, when it is a leaf of `graph` that already held a non-finite
+// float (values computed before it were checked before it; leaves were not): what to say of it,
+// naming it with `name`; "" otherwise.
+std::string leaf_cause(size_t i, const ir::Graph& graph, ir::NodeId arg, const std::string& name) {
+  const float* leaf = graph.leaf_data(arg);
+  const ir::Node& a = graph.node(arg);
+  const int64_t bad = leaf ? first_non_finite(leaf, a.shape.size()) : -1;
+  if (bad < 0) return "";
+  return "; its argument " + std::to_string(i + 1) + " (" + std::string(ir::op_name(a.op)) + name + ") already held " +
+         describe_value(leaf, bad, a.shape);
+}
+
+constexpr const char* kFiniteArguments = "; its arguments were finite";
 
 // The first value of call `id`'s body that is not finite, as check_finite's error: the call's node
 // id, the body node's op and shape, which call of its cell in the trace and which body node.
@@ -132,41 +159,27 @@ void check_call(const Values& values, ir::NodeId id, size_t batch) {
   const float* frame = values.in(id);
   for (uint32_t o = 0; o < cell.frame_at.size(); ++o) {
     if (cell.frame_at[o] < 0) continue;  // not kept: a lowered cell's value no one reads
-    const ir::NodeId body_id = cell.first + o;
-    const ir::Node& n = cell.body.node(body_id);
+    const ir::Node& n = cell.body.node(cell.first + o);
     const float* value = frame + cell.frame_at[o];
     const int64_t at = first_non_finite(value, n.shape.size());
     if (at < 0) continue;
     uint32_t number = 0;
     for (ir::NodeId c = 0; c <= id; ++c)
       number += graph.node(c).op == ir::Op::call && graph.cell(graph.node(c).attrs.index).key == cell.key;
-    std::string message = "edb: node %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) + ", " +
-                          std::to_string(n.shape.rows) + "x" + std::to_string(n.shape.cols) + ", batch " +
-                          std::to_string(batch) + " of its evaluation, call " + std::to_string(number) + " of cell '" +
-                          cell.name + "', its body node " + std::to_string(o + 1) + " of " +
-                          std::to_string(cell.frame_at.size()) + ") produced " + describe_value(value, at, n.shape);
-    // Values computed in the trace or the body were checked before it; the call's leaves were not.
-    std::string cause = "; its arguments were finite";
+    // A leaf of the trace passed as an argument, or a leaf of the body (a parameter, a constant).
+    std::string cause;
     const auto body_args = cell.body.args(n);
-    for (size_t i = 0; i < body_args.size(); ++i) {
-      // A leaf of the trace passed as an argument, or a leaf of the body (a parameter, a constant).
+    for (size_t i = 0; i < body_args.size() && cause.empty(); ++i) {
       const auto placeholder = std::find(cell.placeholders.begin(), cell.placeholders.end(), body_args[i]);
-      const bool passed = placeholder != cell.placeholders.end();
-      if (!passed && body_args[i] >= cell.first) continue;
-      const ir::Graph& from = passed ? graph : cell.body;
-      const ir::NodeId arg = passed ? graph.args(id)[size_t(placeholder - cell.placeholders.begin())] : body_args[i];
-      const float* leaf = from.leaf_data(arg);
-      const ir::Node& a = from.node(arg);
-      const int64_t bad = leaf ? first_non_finite(leaf, a.shape.size()) : -1;
-      if (bad < 0) continue;
-      cause = "; its argument " + std::to_string(i + 1) + " (" + std::string(ir::op_name(a.op)) +
-              (passed ? " %" + std::to_string(arg) : std::string(" of the cell's body")) + ") already held " +
-              describe_value(leaf, bad, a.shape);
-      break;
+      if (placeholder != cell.placeholders.end()) {
+        const ir::NodeId arg = graph.args(id)[size_t(placeholder - cell.placeholders.begin())];
+        cause = leaf_cause(i, graph, arg, " %" + std::to_string(arg));
+      } else if (body_args[i] < cell.first) {
+        cause = leaf_cause(i, cell.body, body_args[i], " of the cell's body");
+      }
     }
-    throw NumericError(message + cause +
-                       " (EngineOptions::check_finite; Trace::dump() or EDB_DUMP=ir prints the recorded IR, "
-                       "one line per node id)");
+    non_finite(id, n, batch, call_text(number, cell.name, o + 1, cell.frame_at.size()), value, at,
+               cause.empty() ? kFiniteArguments : cause);
   }
 }
 
@@ -185,25 +198,11 @@ void check_finite(TraceData& trace) {
       }
       const int64_t at = first_non_finite(values.in(id), n.shape.size());
       if (at < 0) continue;
-      std::string message = "edb: node %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) + ", " +
-                            std::to_string(n.shape.rows) + "x" + std::to_string(n.shape.cols) + ", batch " +
-                            std::to_string(b) + " of its evaluation" + call_context(trace.calls, id) + ") produced " +
-                            describe_value(values.in(id), at, n.shape);
-      // Arguments computed here were checked before it (they ran earlier); leaves were not.
-      std::string cause = "; its arguments were finite";
+      std::string cause;
       const auto args = graph.args(n);
-      for (size_t i = 0; i < args.size(); ++i) {
-        const float* leaf = graph.leaf_data(args[i]);
-        const ir::Node& a = graph.node(args[i]);
-        const int64_t bad = leaf ? first_non_finite(leaf, a.shape.size()) : -1;
-        if (bad < 0) continue;
-        cause = "; its argument " + std::to_string(i + 1) + " (" + std::string(ir::op_name(a.op)) + " %" +
-                std::to_string(args[i]) + ") already held " + describe_value(leaf, bad, a.shape);
-        break;
-      }
-      throw NumericError(message + cause +
-                         " (EngineOptions::check_finite; Trace::dump() or EDB_DUMP=ir prints the recorded IR, "
-                         "one line per node id)");
+      for (size_t i = 0; i < args.size() && cause.empty(); ++i)
+        cause = leaf_cause(i, graph, args[i], " %" + std::to_string(args[i]));
+      non_finite(id, n, b, call_context(trace.calls, id), values.in(id), at, cause.empty() ? kFiniteArguments : cause);
     }
   }
 }

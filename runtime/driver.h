@@ -126,7 +126,6 @@ class Driver {
   const EngineOptions& options() const { return options_; }
   // What the executor it runs can do (on the device options().device names).
   Capabilities capabilities() const { return executor_->capabilities(); }
-  bool policy_batches() const { return policy_->batches(); }  // false: the unbatched baseline
   const Stats& stats();  // waits for queued executions
   // The learned policies' training and file (UsageError unless the policy is "fsm" or "learned").
   PolicyProgress train_policy(std::span<TraceData* const> traces, const PolicyTraining& training,
