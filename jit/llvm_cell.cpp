@@ -1,9 +1,10 @@
 // CellProgram -> LLVM IR: per stage, a loop over row tiles (one vector of each block) and, inside,
-// over register blocks of calls. A block keeps every contraction's accumulators (blocks x calls
-// vectors) in registers while it streams the tile's packed weights and broadcasts each call's x
-// element (read through the call's pointer), then leaves them in a stack buffer for the stage's
-// one epilogue, which runs the stage body call by call and stores. A stage of several columns runs
-// each column of each call as a unit of its own (a call's pointers moved by the column's stride).
+// over register blocks of calls. A block keeps a contraction's accumulators (blocks x calls vectors)
+// in registers from its first pass over an x segment to its last while it streams the tile's packed
+// weights and broadcasts each call's x element (read through the call's pointer), then leaves them
+// in a stack buffer for the stage's one epilogue, which runs the stage body call by call and stores.
+// A stage of several columns runs each column of each call as a unit of its own (a call's pointers
+// moved by the column's stride).
 #include "jit/llvm_cell.h"
 
 #include <algorithm>
@@ -65,14 +66,42 @@ std::vector<CellPass> cell_passes(const CellProgram::Stage& stage) {
   return passes;
 }
 
+namespace {
+
+// Per contraction of the stage: the first and the last of `passes` it is a member of (none, as a
+// transposed contraction: passes.size() and 0). The renderer opens a contraction's accumulators
+// at its first pass and leaves them for the buffer after its last.
+std::vector<std::pair<size_t, size_t>> pass_spans(const CellProgram::Stage& stage, const std::vector<CellPass>& passes) {
+  std::vector<std::pair<size_t, size_t>> spans(stage.contractions.size(), {passes.size(), 0});
+  for (size_t p = 0; p < passes.size(); ++p)
+    for (const CellPass::Member& member : passes[p].members) {
+      auto& [first, last] = spans[size_t(member.contraction)];
+      first = std::min(first, p);
+      last = p;
+    }
+  return spans;
+}
+
+}  // namespace
+
 CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers, int64_t row_tiles) {
+  // The accumulator blocks in registers: those of the contractions open during a pass, at the
+  // pass that has the most (BiLSTM's two directions, one contraction each, hold one at a time);
+  // a transposed contraction's alone.
+  const std::vector<CellPass> passes = cell_passes(stage);
+  const std::vector<std::pair<size_t, size_t>> spans = pass_spans(stage, passes);
   int32_t accumulators = 0, widest = 0;
-  for (const CellProgram::Contraction& c : stage.contractions) accumulators += c.blocks;
-  for (const CellPass& pass : cell_passes(stage)) {
+  for (size_t p = 0; p < passes.size(); ++p) {
+    int32_t open = 0;
+    for (size_t c = 0; c < stage.contractions.size(); ++c)
+      if (spans[c].first <= p && p <= spans[c].second) open += stage.contractions[c].blocks;
+    accumulators = std::max(accumulators, open);
     int32_t blocks = 0;  // the weight vectors of one k step of the pass
-    for (const CellPass::Member& member : pass.members) blocks += stage.contractions[size_t(member.contraction)].blocks;
+    for (const CellPass::Member& member : passes[p].members) blocks += stage.contractions[size_t(member.contraction)].blocks;
     widest = std::max(widest, blocks);
   }
+  for (const CellProgram::Contraction& c : stage.contractions)
+    if (c.transposed) accumulators = std::max(accumulators, c.blocks);
   if (accumulators == 0) return {4, 1};
   // Few gate blocks: several row tiles per register block, so that each broadcast x element feeds
   // enough FMAs (a block of one tile and one gate would load as often as it multiplies).
@@ -223,7 +252,6 @@ class CellRenderer {
     tile_rows(block);
     for (int32_t j = 0; j < calls; ++j) unit(block, b_.CreateAdd(block.first_call, b_.getInt64(uint64_t(j))));
     if (!stage.contractions.empty()) prefetch_epilogue(stage, block);  // else nothing would hide the wait
-    const std::vector<Accumulators> accumulators = contract(function, block, stage);  // per contraction
     // The accumulators go to a stack buffer, [contraction block][tile][call], and one epilogue per
     // stage and tile count runs the stage body call by call from there: one copy of the body's
     // code instead of one per (tile, call) of every block width, which was most of a cell kernel's
@@ -239,12 +267,14 @@ class CellRenderer {
       alloca->setAlignment(llvm::Align(size_t(vector_) * 4));
       buffer = alloca;
     }
-    for (size_t c = 0; c < stage.contractions.size(); ++c)
+    // Each contraction's accumulators go to the buffer as soon as its last pass ends.
+    contract(function, block, stage, [&](size_t c, const Accumulators& accumulators) {
       for (int32_t g = 0; g < stage.contractions[c].blocks; ++g)
         for (int32_t q = 0; q < block.pairs(); ++q)
-          b_.CreateAlignedStore(accumulators[c][size_t(g)][size_t(q)],
+          b_.CreateAlignedStore(accumulators[size_t(g)][size_t(q)],
                                 b_.CreateConstInBoundsGEP1_64(vf_, buffer, uint64_t((first[c] + g) * block.pairs() + q)),
                                 llvm::Align(size_t(vector_) * 4));
+    });
     b_.CreateCall(epilogue_function(stage, index, tiles, masked),
                   {block.shared, block.pointers, block.tile, block.first_call, b_.getInt64(uint64_t(calls)), buffer});
     b_.CreateRetVoid();
@@ -422,20 +452,27 @@ class CellRenderer {
   // contractions that read the same x segment share its broadcasts, so a one-block contraction
   // beside a wider one (TreeLSTM's forget gates) is no longer a loop that loads as often as it
   // multiplies. Each accumulator sums its k in the same order as a loop per contraction would.
-  std::vector<Accumulators> contract(llvm::Function* function, const Block& block, const CellProgram::Stage& stage) {
+  // finished(c, accumulators) takes contraction c's accumulators after its last pass.
+  template <typename Finished>
+  void contract(llvm::Function* function, const Block& block, const CellProgram::Stage& stage, Finished&& finished) {
     const int32_t pairs = block.pairs();
-    std::vector<Accumulators> acc;
+    std::vector<Accumulators> acc(stage.contractions.size());
     std::vector<llvm::Value*> packed;    // per contraction: its packed weight at the block's tile
     std::vector<uint64_t> tile_floats;   // per contraction: floats of one packed row tile
-    for (const CellProgram::Contraction& c : stage.contractions) {
-      acc.emplace_back(size_t(c.blocks), std::vector<llvm::Value*>(size_t(pairs)));
+    // A contraction's accumulators start (from its bias) at its first pass and leave for the
+    // buffer after its last, so that only the open contractions' accumulators hold registers.
+    auto open = [&](size_t index) {
+      const CellProgram::Contraction& c = stage.contractions[index];
+      acc[index].assign(size_t(c.blocks), std::vector<llvm::Value*>(size_t(pairs)));
       for (int32_t j = 0; j < block.calls; ++j) {
         llvm::Value* bias = c.has_bias ? operand_pointer(block, c.bias.operand, j) : nullptr;
         for (int32_t u = 0; u < block.tiles; ++u)
           for (int32_t g = 0; g < c.blocks; ++g)
-            acc.back()[size_t(g)][size_t(u * block.calls + j)] =
+            acc[index][size_t(g)][size_t(u * block.calls + j)] =
                 bias ? load_tile(block, u, bias, c.bias.row + int64_t(g) * program_.rows) : llvm::Constant::getNullValue(vf_);
       }
+    };
+    for (const CellProgram::Contraction& c : stage.contractions) {
       int64_t k_total = 0;
       for (const CellProgram::Segment& x : c.x) k_total += x.rows;
       tile_floats.push_back(uint64_t(k_total * c.blocks * vector_));
@@ -446,7 +483,12 @@ class CellRenderer {
       llvm::Value* weight = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, block.weights, uint64_t(c.weight)));
       packed.push_back(b_.CreateInBoundsGEP(f32_, weight, b_.CreateMul(block.tile, b_.getInt64(tile_floats.back()))));
     }
-    for (const CellPass& pass : cell_passes(stage)) {
+    const std::vector<CellPass> passes = cell_passes(stage);
+    const std::vector<std::pair<size_t, size_t>> spans = pass_spans(stage, passes);
+    for (size_t p = 0; p < passes.size(); ++p) {
+      const CellPass& pass = passes[p];
+      for (const CellPass::Member& m : pass.members)
+        if (acc[size_t(m.contraction)].empty()) open(size_t(m.contraction));
       std::vector<llvm::Value*> xs;
       for (int32_t j = 0; j < block.calls; ++j)
         xs.push_back(b_.CreateConstInBoundsGEP1_64(f32_, operand_pointer(block, pass.x.operand, j), uint64_t(pass.x.row)));
@@ -541,10 +583,15 @@ class CellRenderer {
             a[g][size_t(q)] = out;
           }
       }
+      for (const CellPass::Member& m : pass.members)
+        if (spans[size_t(m.contraction)].second == p) finished(size_t(m.contraction), acc[size_t(m.contraction)]);
     }
     for (size_t c = 0; c < stage.contractions.size(); ++c)
-      if (stage.contractions[c].transposed) dots(function, block, stage.contractions[c], acc[c]);
-    return acc;
+      if (stage.contractions[c].transposed) {
+        open(c);
+        dots(function, block, stage.contractions[c], acc[c]);
+        finished(c, acc[c]);
+      }
   }
 
   // acc += W^T x for a transposed per-call matrix W (K x blocks * rows, columns `leading` apart):
