@@ -112,6 +112,22 @@ struct CellBody {
   // The views recorded right after each call: a slice per output held in the frame, then a
   // reshape of the slice per such output that is a matrix.
   int64_t output_views = 0;
+  // How a batch of calls lays out its frames. Empty: call by call, call c's frame whole at c *
+  // frame_floats from the batch's first (a compiled cell's). Otherwise batch by batch, as the
+  // body's batches run over all the calls at once (runtime/call_expansion.h): one call's frame is
+  // split into blocks, block j at rows [frame_blocks[j], frame_blocks[j + 1]) of it, and a batch of
+  // n calls lies block after block, block j holding every call's rows of it, call after call. A
+  // row of a frame lies where locate() says; memplan places each view of a call there.
+  std::vector<int64_t> frame_blocks;  // ascending, from 0 to frame_floats
+  // Where row `at` of call `call`'s frame lies among the frames of a batch of `calls` calls, in
+  // floats from the first float of the batch's frames.
+  int64_t locate(int64_t at, int64_t call, int64_t calls) const {
+    if (frame_blocks.empty()) return call * frame_floats + at;
+    size_t j = 1;
+    while (j + 1 < frame_blocks.size() && frame_blocks[j] <= at) ++j;
+    const int64_t begin = frame_blocks[j - 1];
+    return calls * begin + call * (frame_blocks[j] - begin) + (at - begin);
+  }
 };
 
 struct Node {
@@ -148,6 +164,12 @@ class Graph {
   // Points parameter `index` at other data: for a graph whose parameters stand for values that
   // lie elsewhere (runtime/call_expansion.h: each call's arguments, read where they lie).
   void set_parameter_data(uint32_t index, const float* data) { parameters_[index].data = data; }
+  // Registers a parameter whose uid no parameter of the graph has (not checked: add_parameter
+  // scans them all, which a graph of thousands of such stand-ins cannot afford).
+  uint32_t add_new_parameter(const ParameterInfo& info) {
+    parameters_.push_back(info);
+    return static_cast<uint32_t>(parameters_.size() - 1);
+  }
   int64_t constant_count() const { return static_cast<int64_t>(constants_.size()); }
   // Registers a cell (deduplicated) and returns its index, for a call node's attrs.index.
   uint32_t add_cell(const CellBody* cell);

@@ -508,9 +508,12 @@ class Planner {
     }
     plan_.arena_floats = end;
     for (size_t b = 0; b < schedule_.batch_count(); ++b) {
+      const auto members = schedule_.batch(b);
+      if (!view_batch_[b] && graph_.node(members[0]).op == ir::Op::call) place_call_frames(graph_, members, plan_);
+    }
+    for (size_t b = 0; b < schedule_.batch_count(); ++b) {
       if (!view_batch_[b]) continue;
-      for (ir::NodeId id : schedule_.batch(b))
-        plan_.offset[id] = plan_.offset[graph_.args(id)[0]] + view_offset(graph_.node(id));
+      for (ir::NodeId id : schedule_.batch(b)) plan_.offset[id] = view_at(graph_, plan_, id);
     }
     for (size_t b = 0; b < schedule_.batch_count(); ++b) {
       const auto begin = schedule_.nodes.begin() + schedule_.batch_begin[b];

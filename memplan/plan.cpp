@@ -22,6 +22,28 @@ int64_t view_offset(const ir::Node& n) { return n.op == ir::Op::slice ? n.attrs.
 
 }  // namespace
 
+int64_t view_at(const ir::Graph& graph, const Plan& plan, ir::NodeId id) {
+  const ir::Node& n = graph.node(id);
+  const ir::NodeId source = graph.args(n)[0];
+  const ir::Node& s = graph.node(source);
+  if (n.op == ir::Op::slice && s.op == ir::Op::call) {
+    const ir::CellBody& cell = graph.cell(s.attrs.index);
+    if (!cell.frame_blocks.empty()) {
+      const Plan::Frames& f = plan.frames[source];
+      return f.first + cell.locate(n.attrs.begin, (plan.offset[source] - f.first) / cell.frame_floats, f.calls);
+    }
+  }
+  return plan.offset[source] + view_offset(n);
+}
+
+void place_call_frames(const ir::Graph& graph, std::span<const ir::NodeId> calls, Plan& plan) {
+  if (graph.cell(graph.node(calls[0]).attrs.index).frame_blocks.empty()) return;
+  int64_t first = plan.offset[calls[0]];
+  for (ir::NodeId call : calls) first = std::min(first, plan.offset[call]);
+  if (plan.frames.size() < graph.size()) plan.frames.resize(graph.size());
+  for (ir::NodeId call : calls) plan.frames[call] = {first, int64_t(calls.size())};
+}
+
 void plan_batch_order(const ir::Graph& graph, const scheduler::Schedule& schedule, Plan& plan) {
   plan.offset.resize(graph.size(), -1);
   plan.view.resize(graph.size(), 0);
@@ -32,14 +54,14 @@ void plan_batch_order(const ir::Graph& graph, const scheduler::Schedule& schedul
                                    [&](ir::NodeId id) { return can_view(graph, plan, id); });
     for (ir::NodeId id : members) {
       if (views) {
-        const ir::Node& n = graph.node(id);
-        plan.offset[id] = plan.offset[graph.args(n)[0]] + view_offset(n);
+        plan.offset[id] = view_at(graph, plan, id);
         plan.view[id] = 1;
       } else {
         plan.offset[id] = end;
         end += graph.node(id).shape.size();
       }
     }
+    if (!views && graph.node(members[0]).op == ir::Op::call) place_call_frames(graph, members, plan);
   }
   plan.arena_floats = end;
   place_call_outputs(graph, schedule, plan);
@@ -51,9 +73,7 @@ void place_call_outputs(const ir::Graph& graph, const scheduler::Schedule& sched
     for (ir::NodeId call : schedule.batch(b))
       for (ir::NodeId v = call + 1; v <= call + graph.cell(graph.node(call).attrs.index).output_views; ++v) {
         // Its outputs' slices, then reshapes of those (a matrix output).
-        const ir::Node& n = graph.node(v);
-        const ir::NodeId source = graph.args(n)[0];
-        plan.offset[v] = n.op == ir::Op::slice ? plan.offset[call] + n.attrs.begin : plan.offset[source];
+        plan.offset[v] = view_at(graph, plan, v);
         plan.view[v] = 1;
       }
   }
@@ -70,7 +90,7 @@ void verify(const ir::Graph& graph, const Plan& plan) {
     const ir::Node& n = graph.node(id);
     const ir::NodeId source = graph.args(n)[0];
     if ((n.op != ir::Op::slice && n.op != ir::Op::reshape) || plan.offset[source] < 0 ||
-        plan.offset[id] != plan.offset[source] + view_offset(n))
+        plan.offset[id] != view_at(graph, plan, id))
       throw InternalError("memplan::verify: view %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) +
                           ") does not start where its argument %" + std::to_string(source) + " says");
   }

@@ -19,6 +19,15 @@ struct CallExpansion::Expanded {
   memplan::Plan plan;
   std::vector<ir::NodeId> at;          // call c's node for body node id: at[c * body size + id]
   std::vector<uint32_t> argument_of;   // call c's argument i: parameter argument_of[c * arguments + i]
+  // A backward body's reads of its forward call's frame (slices of argument 0, and reshapes of
+  // those): each a parameter of its own per call, pointed at the rows where they lie.
+  struct FrameRead {
+    ir::NodeId node;  // in the body
+    int64_t at;       // the frame's first row it reads
+  };
+  std::vector<FrameRead> frame_reads;
+  std::vector<uint32_t> frame_read_of;  // call c's read r: parameter frame_read_of[c * reads + r]
+  bool in_place = false;  // the plan is the calls' frames, laid out batch by batch
 };
 
 CallExpansion::CallExpansion() : expanded_(kMaxExpansions) {}
@@ -68,22 +77,42 @@ CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t ca
       info.name = "argument " + std::to_string(i + 1);
       info.shape = body.node(p).shape;
       ir::Attributes attrs;
-      attrs.parameter = e.graph.add_parameter(info);
+      attrs.parameter = e.graph.add_new_parameter(info);
       e.argument_of.push_back(attrs.parameter);
       e.at[c * size + p] = e.graph.add(ir::Op::parameter, {}, info.shape, attrs);
     }
+  // A backward body reads its forward call's frame (argument 0) by rows (CallCell::frame_read):
+  // each read its own argument, read where the rows lie (a frame laid out batch by batch splits
+  // a call's rows).
+  for (uint32_t o = 0; o < cell.frame_read.size(); ++o)
+    if (cell.frame_read[o] >= 0) e.frame_reads.push_back({cell.first + o, cell.frame_read[o]});
+  if (!e.frame_reads.empty()) {
+    for (size_t c = 0; c < calls; ++c)
+      for (const Expanded::FrameRead& read : e.frame_reads) {
+        ir::ParameterInfo info;
+        info.uid = kArgumentUids + (uint64_t{1} << 62) + c * e.frame_reads.size() + (&read - e.frame_reads.data());
+        info.name = "frame rows " + std::to_string(read.at);
+        info.shape = body.node(read.node).shape;
+        ir::Attributes attrs;
+        attrs.parameter = e.graph.add_new_parameter(info);
+        e.frame_read_of.push_back(attrs.parameter);
+        e.at[c * size + read.node] = e.graph.add(ir::Op::parameter, {}, info.shape, attrs);
+      }
+  }
   std::vector<ir::NodeId> members, args;
   for (size_t b = 0; b < cell.body_batches.size(); ++b) {
     members.clear();
     for (size_t c = 0; c < calls; ++c)
       for (uint32_t o : cell.body_batches[b]) {
         const ir::NodeId id = cell.first + o;
+        if (e.at[c * size + id] != ir::kNoNode) continue;  // a frame read
         const ir::Node& n = body.node(id);
         args.clear();
         for (ir::NodeId arg : body.args(n)) args.push_back(e.at[c * size + arg]);
         e.at[c * size + id] = e.graph.add(n.op, args, n.shape, n.attrs);
         members.push_back(e.at[c * size + id]);
       }
+    if (members.empty()) continue;  // frame reads only
     const ir::TypeId type = cell.types[cell.first + cell.body_batches[b][0]];
     if (!node_by_node) {
       e.schedule.add_batch(type, members);
@@ -95,6 +124,19 @@ CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t ca
   e.plan.view.assign(e.graph.size(), 0);
   e.plan.arena_floats = 0;
   memplan::plan_batch_order(e.graph, e.schedule, e.plan);
+  // A frame laid out batch by batch is this plan for the batch's calls (runtime/cell_lowering.h):
+  // checked once per expansion, since running in place writes the frames through it.
+  if (!cell.frame_blocks.empty()) {
+    bool same = e.plan.arena_floats == int64_t(calls) * cell.frame_floats;
+    for (size_t c = 0; c < calls && same; ++c)
+      for (uint32_t o = 0; o < cell.frame_at.size() && same; ++o)
+        same = cell.frame_at[o] < 0 || e.plan.offset[e.at[c * size + cell.first + o]] ==
+                                            cell.locate(cell.frame_at[o], int64_t(c), int64_t(calls));
+    if (!same)
+      throw InternalError("CallExpansion: the frames of cell '" + cell.name + "' are not laid out as its expansion over " +
+                          std::to_string(calls) + " calls");
+    e.in_place = true;
+  }
   return e;
 }
 
@@ -104,25 +146,37 @@ void CallExpansion::run(Executor& executor, std::span<const ir::NodeId> calls, c
   const auto& cell = static_cast<const CallCell&>(graph.cell(graph.node(calls[0]).attrs.index));
   if (cell.operations == 0) return;
   Expanded& e = expanded(cell, calls.size(), node_by_node);
-  if (arena_.size() < size_t(e.plan.arena_floats)) arena_.resize(size_t(e.plan.arena_floats));
-  const Values inner{e.graph, e.plan, arena_.data()};
+  // In place where the calls are a whole batch of frames laid out batch by batch (the plan put
+  // them so): the expansion's plan is their frames. Otherwise (the reference executor runs calls
+  // one by one) in an arena of its own, each value copied to its rows of the frame after.
+  const memplan::Plan::Frames* whole =
+      e.in_place && cell.frame_floats > 0 && values.plan.frames[calls[0]].calls == int64_t(calls.size()) ? &values.plan.frames[calls[0]] : nullptr;
+  if (!whole && arena_.size() < size_t(e.plan.arena_floats)) arena_.resize(size_t(e.plan.arena_floats));
+  const Values inner{e.graph, e.plan, whole ? values.arena + whole->first : arena_.data()};
   const size_t size = cell.body.size();
   const size_t arguments = cell.placeholders.size();
-  for (size_t c = 0; c < calls.size(); ++c) {
-    const auto args = graph.args(calls[c]);
-    if (graph.cell(graph.node(calls[c]).attrs.index).key != cell.key)
+  const size_t reads = e.frame_reads.size();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const ir::NodeId call = calls[k];
+    const auto args = graph.args(call);
+    if (graph.cell(graph.node(call).attrs.index).key != cell.key)
       throw InternalError("CallExpansion: a batch holds calls of two cells");
+    const size_t c = whole ? size_t((values.plan.offset[call] - whole->first) / cell.frame_floats) : k;
+    if (whole && (c >= calls.size() || values.plan.frames[call].first != whole->first))
+      throw InternalError("CallExpansion: a batch's calls are not one batch's frames");
     for (size_t i = 0; i < arguments; ++i) e.graph.set_parameter_data(e.argument_of[c * arguments + i], values.in(args[i]));
+    for (size_t r = 0; r < reads; ++r)
+      e.graph.set_parameter_data(e.frame_read_of[c * reads + r], values.frame(args[0], e.frame_reads[r].at));
   }
   executor.execute(e.schedule, inner, stats);
-  for (size_t c = 0; c < calls.size(); ++c) {
-    float* frame = values.out(calls[c]);
+  if (whole) return;
+  for (size_t c = 0; c < calls.size(); ++c)
     for (size_t o = 0; o < cell.frame_at.size(); ++o) {
-      if (cell.frame_at[o] < 0) continue;
       const ir::NodeId node = e.at[c * size + cell.first + o];
-      std::memcpy(frame + cell.frame_at[o], inner.in(node), size_t(e.graph.node(node).shape.size()) * sizeof(float));
+      if (cell.frame_at[o] < 0 || e.plan.is_view(node)) continue;  // a view lies inside what is copied
+      std::memcpy(values.frame(calls[c], cell.frame_at[o]), inner.in(node),
+                  size_t(e.graph.node(node).shape.size()) * sizeof(float));
     }
-  }
 }
 
 }  // namespace edb::runtime

@@ -639,12 +639,71 @@ bool lower_into(CallCell& cell, std::span<const ir::NodeId> to, std::span<const 
 
 }  // namespace
 
+namespace {
+
+// The frame of a cell that runs by expansion (runtime/call_expansion.h), laid out as the
+// expansion's plan lays out one call (memplan::plan_batch_order): the body's batches in order,
+// each one block of its members' values, but for a batch of views (slices of a column, reshapes,
+// of values the frame holds), which takes no room and lies inside its sources. Every value is
+// kept, so a batch of n calls runs in place: the expansion's plan for n calls is the batch's
+// frames, block j holding each call's rows of it (ir::CellBody::frame_blocks).
+void lay_out_by_batch(CallCell& cell, std::span<const uint32_t> output_offsets) {
+  const ir::Graph& body = cell.body;
+  cell.frame_at.assign(size_t(body.size() - cell.first), -1);
+  // A backward body's rows of its forward frame: a slice of argument 0, or a reshape of one; read
+  // in place by the expansion, unless the body returns one.
+  cell.frame_read.assign(size_t(body.size() - cell.first), -1);
+  if (cell.is_backward && !cell.placeholders.empty())
+    for (uint32_t o = 0; o < cell.frame_read.size(); ++o) {
+      const ir::Node& n = body.node(cell.first + o);
+      if (n.op != ir::Op::slice && n.op != ir::Op::reshape) continue;
+      if (std::find(output_offsets.begin(), output_offsets.end(), o) != output_offsets.end()) continue;
+      const ir::NodeId source = body.args(n)[0];
+      if (n.op == ir::Op::slice && source == cell.placeholders[0]) cell.frame_read[o] = n.attrs.begin;
+      else if (n.op == ir::Op::reshape && source >= cell.first && cell.frame_read[source - cell.first] >= 0 &&
+               body.node(source).op == ir::Op::slice)
+        cell.frame_read[o] = cell.frame_read[source - cell.first];
+    }
+  cell.frame_blocks = {0};
+  int64_t end = 0;
+  auto viewed = [&](uint32_t o) {  // memplan's rule for a view, on the expansion's graph
+    const ir::Node& n = body.node(cell.first + o);
+    const bool viewable = (n.op == ir::Op::slice && n.shape.cols == 1) || n.op == ir::Op::reshape;
+    const ir::NodeId source = body.args(n)[0];
+    return viewable && source >= cell.first && cell.frame_at[source - cell.first] >= 0;
+  };
+  for (const std::vector<uint32_t>& batch : cell.body_batches) {
+    bool stored = false;  // a member takes room
+    for (uint32_t o : batch) stored |= cell.frame_read[o] < 0;
+    if (!stored) continue;
+    if (std::all_of(batch.begin(), batch.end(), [&](uint32_t o) { return cell.frame_read[o] >= 0 || viewed(o); })) {
+      for (uint32_t o : batch) {
+        if (cell.frame_read[o] >= 0) continue;
+        const ir::Node& n = body.node(cell.first + o);
+        cell.frame_at[o] = cell.frame_at[body.args(n)[0] - cell.first] + (n.op == ir::Op::slice ? n.attrs.begin : 0);
+      }
+      continue;
+    }
+    for (uint32_t o : batch) {
+      if (cell.frame_read[o] >= 0) continue;
+      cell.frame_at[o] = end;
+      end += body.node(cell.first + o).shape.size();
+    }
+    cell.frame_blocks.push_back(end);
+  }
+  cell.frame_floats = end;
+}
+
+}  // namespace
+
 std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const ir::TypeId> types,
                                          std::span<const ir::NodeId> placeholders, std::span<const ir::NodeId> outputs,
                                          const scheduler::Schedule& batches, const std::string& name, bool lower,
-                                         bool for_backward) {
+                                         bool for_backward, const CallCell* forward) {
   auto cell = std::make_unique<CallCell>();
   cell->name = name;
+  cell->is_backward = forward != nullptr;
+  lower = lower && (!forward || forward->lowered);
   // The body as a call's copy lies in a trace: its leaves, then its operations contiguously.
   std::vector<ir::NodeId> to(body.size(), ir::kNoNode);
   std::vector<int64_t> argument_of(body.size(), -1);
@@ -677,15 +736,7 @@ std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const 
   }
   cell->lowered = lower && count > 0 && lower_into(*cell, to, argument_of, output_offsets, for_backward);
   if (!lower) cell->why_not = "not lowered (every value is kept)";
-  if (!cell->lowered) {  // every value for a backward pass to read, or only the outputs
-    cell->frame_at.assign(count, -1);
-    cell->frame_floats = 0;
-    for (uint32_t o = 0; o < count; ++o) {
-      if (!for_backward && std::find(output_offsets.begin(), output_offsets.end(), o) == output_offsets.end()) continue;
-      cell->frame_at[o] = cell->frame_floats;
-      cell->frame_floats += copy.node(cell->first + o).shape.size();
-    }
-  }
+  if (!cell->lowered) lay_out_by_batch(*cell, output_offsets);
   for (size_t k = 0; k < outputs.size(); ++k) {
     const uint32_t o = output_offsets[k];
     cell->output_offsets.push_back(o == UINT32_MAX ? -1 : cell->frame_at[o]);

@@ -82,6 +82,9 @@ struct CallCell final : ir::CellBody {
   std::vector<ir::NodeId> outputs;  // the body node of output k
   bool lowered = false;  // the program below runs a batch of calls as one kernel (jit)
   bool is_backward = false;  // the backward body of another cell (trace/backward.cpp)
+  // A backward body's reads of its forward call's frame (argument 0), read where they lie rather
+  // than kept: per body node, the frame's first row it reads, or -1 (runtime/call_expansion.h).
+  std::vector<int64_t> frame_read;
   std::string why_not;   // otherwise, why not
   CellLowering lowering;
   std::vector<Slot> slots;              // per call slot of the program
@@ -92,10 +95,13 @@ struct CallCell final : ir::CellBody {
 // types; `batches` its schedule over its operations, in order), laid out for calls as single
 // nodes. With `lower`, the body is lowered to a cell program where it can be (why_not says why
 // not), whose frame keeps the outputs and, `for_backward`, what the backward pass's rules read;
-// without, or when it cannot, the frame keeps the outputs and, `for_backward`, every value.
+// without, or when it cannot, the frame keeps every value but the rows a backward body reads of
+// its forward frame, laid out batch by batch (ir::CellBody::frame_blocks). `forward`: the cell
+// whose backward body this is (argument 0 its frame); it lowers only where `forward` lowered,
+// whose frames lie call by call.
 std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const ir::TypeId> types,
                                          std::span<const ir::NodeId> placeholders, std::span<const ir::NodeId> outputs,
                                          const scheduler::Schedule& batches, const std::string& name, bool lower,
-                                         bool for_backward);
+                                         bool for_backward, const CallCell* forward = nullptr);
 
 }  // namespace edb::runtime

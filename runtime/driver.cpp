@@ -156,11 +156,10 @@ constexpr const char* kFiniteArguments = "; its arguments were finite";
 void check_call(const Values& values, ir::NodeId id, size_t batch) {
   const ir::Graph& graph = values.graph;
   const auto& cell = static_cast<const CallCell&>(graph.cell(graph.node(id).attrs.index));
-  const float* frame = values.in(id);
   for (uint32_t o = 0; o < cell.frame_at.size(); ++o) {
     if (cell.frame_at[o] < 0) continue;  // not kept: a lowered cell's value no one reads
     const ir::Node& n = cell.body.node(cell.first + o);
-    const float* value = frame + cell.frame_at[o];
+    const float* value = values.frame(id, cell.frame_at[o]);
     const int64_t at = first_non_finite(value, n.shape.size());
     if (at < 0) continue;
     uint32_t number = 0;

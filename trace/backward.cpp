@@ -677,13 +677,6 @@ void Trace::record_backward(const Expr& loss, const char* function) {
       if (record.inference_cell.get() == &cell) inference = true;
       if (!record.backward_derived) detail::derive_backward(*s.engine, record);
       copy |= !record.backward && !record.why_no_backward.empty();
-      // By default, a cell the jit does not compile, forward or backward, trains through copied
-      // bodies, whose batches run in place in the trace: as call nodes they would run through
-      // runtime/call_expansion.h, copying each call's arguments in and every value out (MV-RNN,
-      // whose cells multiply per-word matrices, trained 1.8x slower that way).
-      const runtime::CallCell& layout = *record.call_cell;
-      copy |= s.engine->cell_gradients_by_default && layout.operations > 0 &&
-              (!layout.lowered || (record.backward && !record.backward->cell.call_cell->lowered));
     }
     s.engine->trained = true;
     if (copy || inference) {

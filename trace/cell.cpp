@@ -174,7 +174,7 @@ void detail::bound_cell_records(EngineState& engine, bool all) {
 }
 
 void detail::plan_cell(EngineState& engine, CellRecord& record, const std::string& key, const std::string& printed,
-                       const std::string& name, bool for_backward) {
+                       const std::string& name, bool for_backward, const runtime::CallCell* forward) {
   std::vector<uint32_t> offset_of(record.body.size(), 0);
   for (ir::NodeId id = 0; id < record.body.size(); ++id)
     if (!ir::has_flag(record.body.node(id).op, ir::kLeaf)) {
@@ -205,11 +205,14 @@ void detail::plan_cell(EngineState& engine, CellRecord& record, const std::strin
     // check_finite reads every value: the frame keeps them all, as for a backward pass.
     record.call_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
                                                 record.schedule.batches, record.schedule.name, engine.lower_cells,
-                                                for_backward || engine.driver.options().check_finite);
+                                                for_backward || engine.driver.options().check_finite, forward);
     if (for_backward && engine.cell_gradients_by_default && !engine.driver.options().check_finite)
       record.inference_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
                                                       record.schedule.batches, record.schedule.name, engine.lower_cells,
                                                       false);
+    // Neither lowers: both keep every value, laid out alike (runtime/cell_lowering.h).
+    if (record.inference_cell && !record.inference_cell->lowered && !record.call_cell->lowered)
+      record.inference_cell.reset();
     record.why_not_single = record.call_cell->why_not;
     for (runtime::CallCell* cell : {record.call_cell.get(), record.inference_cell.get()}) {
       if (!cell) continue;

@@ -186,8 +186,7 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
   result.body = out;
   result.types = state->data.types;
   detail::plan_cell(engine, result, "backward " + record.call_key, "backward of " + record.call_name,
-                    "backward of " + record.schedule.name, false);
-  result.call_cell->is_backward = true;
+                    "backward of " + record.schedule.name, false, record.call_cell.get());
   record.backward = std::move(backward);
 }
 

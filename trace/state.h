@@ -80,9 +80,9 @@ struct CellRecord {
   // The body laid out for calls as single nodes (and, where it lowers, the jit's program; why_not
   // says why not), or null: every call copies the body (device cuda).
   std::unique_ptr<runtime::CallCell> call_cell;
-  // With cell_gradients unset (on by default): the same layout keeping only what the calls return,
-  // which calls use until the engine's first backward pass (inference pays no stores for a
-  // backward pass that never comes); null otherwise.
+  // With cell_gradients unset (on by default), where the jit lowers the body: the same layout
+  // keeping only what the calls return, which calls use until the engine's first backward pass
+  // (inference pays no stores for a backward pass that never comes); null otherwise.
   std::unique_ptr<runtime::CallCell> inference_cell;
   std::string why_not_single;
   // The cell's backward body as a cell of its own (trace/backward.cpp), derived at the first
@@ -121,9 +121,10 @@ struct BackwardCell {
 struct TraceState;
 // What a cell's calls need from a trace, and how its backward pass is derived (trace/cell.cpp):
 // Plans a recorded body (its operations, fewest-batch schedule, call type and, with single-node
-// calls, its CallCell, whose frames keep what a backward pass reads when `for_backward`).
+// calls, its CallCell, whose frames keep what a backward pass reads when `for_backward`);
+// `forward`: the cell whose backward body this is.
 void plan_cell(struct EngineState& engine, CellRecord& record, const std::string& key, const std::string& printed,
-               const std::string& name, bool for_backward);
+               const std::string& name, bool for_backward, const runtime::CallCell* forward = nullptr);
 // The type of a call of `record` on `arguments`: the cell's, or where arguments are parameters
 // the cell's with which parameter each one is.
 ir::TypeId call_type(EngineState& engine, CellRecord& record, const ir::Graph& graph,

@@ -100,10 +100,9 @@ EngineState::EngineState(const EngineOptions& options) : driver(options) {
   const runtime::Capabilities can = driver.capabilities();
   single_node_calls = chosen.cells && can.runs_calls;
   lower_cells = can.lowers_cells && !chosen.check_finite;
-  // Unset: where the jit compiles cells. Elsewhere a backward call runs its body expanded per batch
-  // of calls, copying every forward value into the frames: batched training of Lattice LSTM and
-  // MV-RNN ran 0.86-0.89x as fast as through copied bodies (TreeLSTM about even, BiLSTM 1.24x).
-  cell_gradients = chosen.cell_gradients.value_or(lower_cells);
+  // Unset: on. A cell the jit does not compile runs its calls, forward and backward, expanded per
+  // batch of calls in place in their frames (runtime/call_expansion.h).
+  cell_gradients = chosen.cell_gradients.value_or(true);
   cell_gradients_by_default = cell_gradients && !chosen.cell_gradients.has_value();
   driver.cell_records.max_entries = chosen.cache_entries;
 }

@@ -142,11 +142,9 @@ struct EngineOptions {
   bool cells = true;    // false: a Cell call records its body inline, node by node, as if there
                         // were no cell (the baseline cells are measured against)
   // Trace::backward through a cell's calls: true, each call stays one node and its gradient is
-  // one call of the cell's backward body (derived once per cell, compiled by the jit); false,
-  // each call's body is copied into the trace first. Unset (the default): true exactly where the
-  // jit compiles the cells a trace calls, forward and backward (executor jit without
-  // check_finite), whose compiled backward bodies are the faster path; elsewhere a backward body
-  // runs expanded per batch of calls, which copies every forward value into the frames.
+  // one call of the cell's backward body (derived once per cell, compiled by the jit, run in place
+  // per batch of calls by every other executor); false, each call's body is copied into the trace
+  // first. Unset (the default): true.
   std::optional<bool> cell_gradients;
   bool memplan = false; // true: lay values out with the PQ-tree planner so batched operands sit in
                         // place (memplan/layout.h); false: each batch's outputs in schedule order
