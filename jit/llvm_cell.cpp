@@ -1,10 +1,10 @@
 // CellProgram -> LLVM IR: per stage, a loop over row tiles (one vector of each block) and, inside,
-// over register blocks of calls. A block keeps a contraction's accumulators (blocks x calls vectors)
-// in registers from its first pass over an x segment to its last while it streams the tile's packed
-// weights and broadcasts each call's x element (read through the call's pointer), then leaves them
-// in a stack buffer for the stage's one epilogue, which runs the stage body call by call and stores.
-// A stage of several columns runs each column of each call as a unit of its own (a call's pointers
-// moved by the column's stride).
+// over register blocks of calls. A block's k loops each keep a few weight vectors' accumulators for
+// every call of the block in registers (as many as the ISA's registers hold: jit::cell_blocking)
+// while they stream the tile's packed weights and broadcast each call's x element (read through the
+// call's pointer); between loops the accumulators lie in a stack buffer, from which the stage's one
+// epilogue runs the stage body, two calls at a time, and stores. A stage of several columns runs
+// each column of each call as a unit of its own (a call's pointers moved by the column's stride).
 #include "jit/llvm_cell.h"
 
 #include <algorithm>
@@ -66,52 +66,44 @@ std::vector<CellPass> cell_passes(const CellProgram::Stage& stage) {
   return passes;
 }
 
-namespace {
-
-// Per contraction of the stage: the first and the last of `passes` it is a member of (none, as a
-// transposed contraction: passes.size() and 0). The renderer opens a contraction's accumulators
-// at its first pass and leaves them for the buffer after its last.
-std::vector<std::pair<size_t, size_t>> pass_spans(const CellProgram::Stage& stage, const std::vector<CellPass>& passes) {
-  std::vector<std::pair<size_t, size_t>> spans(stage.contractions.size(), {passes.size(), 0});
-  for (size_t p = 0; p < passes.size(); ++p)
-    for (const CellPass::Member& member : passes[p].members) {
-      auto& [first, last] = spans[size_t(member.contraction)];
-      first = std::min(first, p);
-      last = p;
-    }
-  return spans;
+std::vector<int32_t> cell_loop_widths(int32_t vectors, int32_t group) {
+  const int32_t loops = std::max(1, (vectors + group - 1) / group);
+  std::vector<int32_t> widths(size_t(loops), vectors / loops);
+  for (int32_t i = 0; i < vectors % loops; ++i) ++widths[size_t(i)];
+  return widths;
 }
 
-}  // namespace
-
 CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers, int64_t row_tiles) {
-  // The accumulator blocks in registers: those of the contractions open during a pass, at the
-  // pass that has the most (BiLSTM's two directions, one contraction each, hold one at a time);
-  // a transposed contraction's alone.
-  const std::vector<CellPass> passes = cell_passes(stage);
-  const std::vector<std::pair<size_t, size_t>> spans = pass_spans(stage, passes);
-  int32_t accumulators = 0, widest = 0;
-  for (size_t p = 0; p < passes.size(); ++p) {
-    int32_t open = 0;
-    for (size_t c = 0; c < stage.contractions.size(); ++c)
-      if (spans[c].first <= p && p <= spans[c].second) open += stage.contractions[c].blocks;
-    accumulators = std::max(accumulators, open);
-    int32_t blocks = 0;  // the weight vectors of one k step of the pass
-    for (const CellPass::Member& member : passes[p].members) blocks += stage.contractions[size_t(member.contraction)].blocks;
+  int32_t widest = 0;  // the weight vectors of one row tile of a pass, at the widest pass
+  for (const CellPass& pass : cell_passes(stage)) {
+    int32_t blocks = 0;
+    for (const CellPass::Member& member : pass.members) blocks += stage.contractions[size_t(member.contraction)].blocks;
     widest = std::max(widest, blocks);
   }
-  for (const CellProgram::Contraction& c : stage.contractions)
-    if (c.transposed) accumulators = std::max(accumulators, c.blocks);
-  if (accumulators == 0) return {4, 1};
-  // Few gate blocks: several row tiles per register block, so that each broadcast x element feeds
-  // enough FMAs (a block of one tile and one gate would load as often as it multiplies).
-  int32_t tiles = accumulators == 1 ? 3 : accumulators == 2 ? 2 : 1;
-  auto calls = [&](int32_t t) { return std::clamp((registers - t * widest - 2) / (t * accumulators), 1, 8); };
-  // One tile more where it covers the rows in whole blocks and still holds a few calls: the rest
-  // would run one tile at a time, loading as often as it multiplies (64 rows of 16-float vectors:
-  // a block of 3 tiles and one of 1, instead of one of 4 for W_M [A; B]'s 64 columns of MV-RNN).
-  if (row_tiles > 0 && tiles > 1 && row_tiles % tiles != 0 && row_tiles % (tiles + 1) == 0 && calls(tiles + 1) >= 3) ++tiles;
-  return {calls(tiles), tiles};
+  if (widest == 0) {  // no contraction, or only transposed ones (dot products, no register block)
+    int32_t accumulators = 0;
+    for (const CellProgram::Contraction& c : stage.contractions) accumulators += c.blocks;
+    return {accumulators == 0 ? 4 : std::clamp((registers - 2) / accumulators, 1, 8), 1, 1};
+  }
+  // A k loop accumulates up to `group` weight vectors (row tiles of gate blocks) for each of
+  // `calls` calls: vectors x calls accumulators, the vectors and a broadcast in registers. Two
+  // vectors of six calls on 16 registers (as the weight-gradient kernel's 16x6 tile on AVX2), four
+  // of six on 32. A pass of more vectors runs k loops of about equal width (cell_loop_widths),
+  // the accumulators kept in the block's buffer between loops.
+  const int32_t group = std::max(1, registers / 8);
+  // Row tiles per block: enough that a pass's narrowest k loop holds about a group (a loop of one
+  // vector loads as often as it multiplies), then tiles that cover the rows in whole blocks, then
+  // the fewest.
+  const int32_t enough = (3 * group + 3) / 4;
+  int32_t tiles = 1;
+  std::tuple<int32_t, bool, int32_t> best{-1, false, 0};
+  for (int32_t t = 1; t <= group && (row_tiles <= 0 || t <= row_tiles); ++t) {
+    const std::vector<int32_t> widths = cell_loop_widths(t * widest, group);
+    const std::tuple<int32_t, bool, int32_t> score{std::min(widths.back(), enough), row_tiles <= 0 || row_tiles % t == 0, -t};
+    if (score > best) best = score, tiles = t;
+  }
+  const int32_t size = cell_loop_widths(tiles * widest, group).front();
+  return {std::clamp((registers - size - 2) / size, 1, 8), tiles, size};
 }
 
 namespace {
@@ -173,6 +165,7 @@ class CellRenderer {
     llvm::Value* units = stage.columns == 1 ? calls_ : b_.CreateMul(calls_, b_.getInt64(uint64_t(stage.columns)));
     const int64_t tiles = (program_.rows + vector_ - 1) / vector_;
     const CellBlocking blocking = cell_blocking(stage, cell_vector_registers(), tiles);
+    group_ = blocking.group;
     const int32_t tiles_per_block = int32_t(std::min<int64_t>(blocking.tiles, tiles));
     const int64_t whole_tiles = tiles / tiles_per_block * tiles_per_block;
     const std::string prefix = "stage" + std::to_string(index);
@@ -252,10 +245,10 @@ class CellRenderer {
     tile_rows(block);
     for (int32_t j = 0; j < calls; ++j) unit(block, b_.CreateAdd(block.first_call, b_.getInt64(uint64_t(j))));
     if (!stage.contractions.empty()) prefetch_epilogue(stage, block);  // else nothing would hide the wait
-    // The accumulators go to a stack buffer, [contraction block][tile][call], and one epilogue per
-    // stage and tile count runs the stage body call by call from there: one copy of the body's
-    // code instead of one per (tile, call) of every block width, which was most of a cell kernel's
-    // code and of its compile time.
+    // The accumulators live in a stack buffer, [contraction block][tile][call], between k loops,
+    // and one epilogue per stage and tile count runs the stage body call by call from there: one
+    // copy of the body's code instead of one per (tile, call) of every block width, which was most
+    // of a cell kernel's code and of its compile time.
     const std::vector<int32_t> first = first_blocks(stage);
     const int32_t accumulator_blocks = first.back();
     llvm::Value* buffer = llvm::ConstantPointerNull::get(llvm::PointerType::get(context(), 0));
@@ -267,20 +260,31 @@ class CellRenderer {
       alloca->setAlignment(llvm::Align(size_t(vector_) * 4));
       buffer = alloca;
     }
-    // Each contraction's accumulators go to the buffer as soon as its last pass ends.
-    contract(function, block, stage, [&](size_t c, const Accumulators& accumulators) {
-      for (int32_t g = 0; g < stage.contractions[c].blocks; ++g)
-        for (int32_t q = 0; q < block.pairs(); ++q)
-          b_.CreateAlignedStore(accumulators[size_t(g)][size_t(q)],
-                                b_.CreateConstInBoundsGEP1_64(vf_, buffer, uint64_t((first[c] + g) * block.pairs() + q)),
-                                llvm::Align(size_t(vector_) * 4));
-    });
+    contract(function, block, stage, Buffer{*this, buffer, first, block.pairs(), calls});
     b_.CreateCall(epilogue_function(stage, index, tiles, masked),
                   {block.shared, block.pointers, block.tile, block.first_call, b_.getInt64(uint64_t(calls)), buffer});
     b_.CreateRetVoid();
     b_.restoreIP(saved);
     return function;
   }
+
+  // A block's accumulators in its stack buffer: contraction c's block g, tile u, call j at
+  // (B_c + g) * pairs + u * calls + j (B_c: first_blocks).
+  struct Buffer {
+    CellRenderer& r;
+    llvm::Value* data;
+    const std::vector<int32_t>& first;
+    int32_t pairs, calls;
+    llvm::Value* at(size_t c, int32_t g, int32_t u, int32_t j) const {
+      return r.b_.CreateConstInBoundsGEP1_64(r.vf_, data, uint64_t((first[c] + g) * pairs + u * calls + j));
+    }
+    llvm::Value* load(size_t c, int32_t g, int32_t u, int32_t j) const {
+      return r.b_.CreateAlignedLoad(r.vf_, at(c, g, u, j), llvm::Align(size_t(r.vector_) * 4));
+    }
+    void store(size_t c, int32_t g, int32_t u, int32_t j, llvm::Value* value) const {
+      r.b_.CreateAlignedStore(value, at(c, g, u, j), llvm::Align(size_t(r.vector_) * 4));
+    }
+  };
 
   // Per contraction c, B_c: the accumulator blocks of the contractions before it; last, all of them.
   static std::vector<int32_t> first_blocks(const CellProgram::Stage& stage) {
@@ -318,39 +322,51 @@ class CellRenderer {
     tile_rows(block);
     llvm::Value* pairs = b_.CreateMul(calls, b_.getInt64(uint64_t(tiles)));
     const std::vector<int32_t> first_block = first_blocks(stage);
-    counted_loop(function, b_.getInt64(0), calls, 1, "call", [&](llvm::Value* j) {
+    // The body of calls [j, j + group), their instructions interleaved.
+    auto body = [&](llvm::Value* j, int32_t group) {
       block.call_table.clear();
       block.column.clear();
-      unit(block, b_.CreateAdd(block.first_call, j));
+      for (int32_t g = 0; g < group; ++g) unit(block, b_.CreateAdd(block.first_call, b_.CreateAdd(j, b_.getInt64(uint64_t(g)))));
       MathEmitter math(b_, vf_);
       for (int32_t u = 0; u < tiles; ++u) {
-        llvm::Value* q = b_.CreateAdd(b_.CreateMul(b_.getInt64(uint64_t(u)), calls), j);
-        std::vector<llvm::Value*> values(stage.body.size());
+        std::vector<std::vector<llvm::Value*>> values(size_t(group), std::vector<llvm::Value*>(stage.body.size()));
         for (size_t i = 0; i < stage.body.size(); ++i) {
           const CellProgram::Instruction& in = stage.body[i];
-          switch (in.kind) {
-            case CellProgram::Instruction::load:
-              values[i] = load_tile(block, u, operand_pointer(block, in.operand, 0), int64_t(in.block) * program_.rows);
-              break;
-            case CellProgram::Instruction::accumulator: {
-              llvm::Value* at = b_.CreateAdd(
-                  b_.CreateMul(b_.getInt64(uint64_t(first_block[size_t(in.contraction)] + in.block)), pairs), q);
-              values[i] = b_.CreateAlignedLoad(vf_, b_.CreateInBoundsGEP(vf_, buffer, at), llvm::Align(size_t(vector_) * 4));
-              break;
+          for (int32_t g = 0; g < group; ++g) {
+            llvm::Value*& value = values[size_t(g)][i];
+            switch (in.kind) {
+              case CellProgram::Instruction::load:
+                value = load_tile(block, u, operand_pointer(block, in.operand, g), int64_t(in.block) * program_.rows);
+                break;
+              case CellProgram::Instruction::accumulator: {
+                llvm::Value* q = b_.CreateAdd(b_.CreateMul(b_.getInt64(uint64_t(u)), calls), b_.CreateAdd(j, b_.getInt64(uint64_t(g))));
+                llvm::Value* at = b_.CreateAdd(
+                    b_.CreateMul(b_.getInt64(uint64_t(first_block[size_t(in.contraction)] + in.block)), pairs), q);
+                value = b_.CreateAlignedLoad(vf_, b_.CreateInBoundsGEP(vf_, buffer, at), llvm::Align(size_t(vector_) * 4));
+                break;
+              }
+              case CellProgram::Instruction::compute:
+                value = math.op(in.op, values[size_t(g)][size_t(in.a)], in.b >= 0 ? values[size_t(g)][size_t(in.b)] : nullptr,
+                                in.constant);
+                break;
             }
-            case CellProgram::Instruction::compute:
-              values[i] = math.op(in.op, values[size_t(in.a)], in.b >= 0 ? values[size_t(in.b)] : nullptr, in.constant);
-              break;
           }
         }
-        for (const CellProgram::Store& store : stage.stores) {
-          llvm::Value* base = operand_pointer(block, store.operand, 0);
-          llvm::Value* at = b_.CreateInBoundsGEP(
-              f32_, base, b_.CreateAdd(block.row[size_t(u)], b_.getInt64(uint64_t(int64_t(store.block) * program_.rows))));
-          b_.CreateMaskedStore(values[size_t(store.value)], at, llvm::Align(4), block.mask[size_t(u)]);
-        }
+        for (int32_t g = 0; g < group; ++g)
+          for (const CellProgram::Store& store : stage.stores) {
+            llvm::Value* base = operand_pointer(block, store.operand, g);
+            llvm::Value* at = b_.CreateInBoundsGEP(
+                f32_, base, b_.CreateAdd(block.row[size_t(u)], b_.getInt64(uint64_t(int64_t(store.block) * program_.rows))));
+            b_.CreateMaskedStore(values[size_t(g)][size_t(store.value)], at, llvm::Align(4), block.mask[size_t(u)]);
+          }
       }
-    });
+    };
+    // Two calls at a time where a block is one tile: the body is a chain of dependent steps
+    // (exp, a division, exp again), and one call's chain alone left the vector units waiting.
+    const int32_t group = tiles == 1 ? 2 : 1;
+    llvm::Value* whole = group == 1 ? calls : b_.CreateMul(b_.CreateSDiv(calls, b_.getInt64(uint64_t(group))), b_.getInt64(uint64_t(group)));
+    counted_loop(function, b_.getInt64(0), whole, group, "call", [&](llvm::Value* j) { body(j, group); });
+    if (group > 1) counted_loop(function, whole, calls, 1, "call.rest", [&](llvm::Value* j) { body(j, 1); });
     b_.CreateRetVoid();
     b_.restoreIP(saved);
     return function;
@@ -448,30 +464,16 @@ class CellRenderer {
   }
 
   // acc_c = bias_c + W_c x_c for every contraction c of the stage over the block's tiles, each
-  // packed tile streamed once for all its calls, in one k loop per pass (jit::cell_passes): the
+  // packed tile streamed once for all its calls, in k loops per pass (jit::cell_passes): the
   // contractions that read the same x segment share its broadcasts, so a one-block contraction
   // beside a wider one (TreeLSTM's forget gates) is no longer a loop that loads as often as it
-  // multiplies. Each accumulator sums its k in the same order as a loop per contraction would.
-  // finished(c, accumulators) takes contraction c's accumulators after its last pass.
-  template <typename Finished>
-  void contract(llvm::Function* function, const Block& block, const CellProgram::Stage& stage, Finished&& finished) {
-    const int32_t pairs = block.pairs();
-    std::vector<Accumulators> acc(stage.contractions.size());
+  // multiplies. A pass's weight vectors (member, tile, block) go to k loops of at most group_
+  // (CellBlocking::group, cell_loop_widths), each loop's accumulators taken from the buffer (at a contraction's
+  // first pass, its bias) and left there after it. Each accumulator sums its k in the same order
+  // as a loop per contraction would.
+  void contract(llvm::Function* function, const Block& block, const CellProgram::Stage& stage, const Buffer& buffer) {
     std::vector<llvm::Value*> packed;    // per contraction: its packed weight at the block's tile
     std::vector<uint64_t> tile_floats;   // per contraction: floats of one packed row tile
-    // A contraction's accumulators start (from its bias) at its first pass and leave for the
-    // buffer after its last, so that only the open contractions' accumulators hold registers.
-    auto open = [&](size_t index) {
-      const CellProgram::Contraction& c = stage.contractions[index];
-      acc[index].assign(size_t(c.blocks), std::vector<llvm::Value*>(size_t(pairs)));
-      for (int32_t j = 0; j < block.calls; ++j) {
-        llvm::Value* bias = c.has_bias ? operand_pointer(block, c.bias.operand, j) : nullptr;
-        for (int32_t u = 0; u < block.tiles; ++u)
-          for (int32_t g = 0; g < c.blocks; ++g)
-            acc[index][size_t(g)][size_t(u * block.calls + j)] =
-                bias ? load_tile(block, u, bias, c.bias.row + int64_t(g) * program_.rows) : llvm::Constant::getNullValue(vf_);
-      }
-    };
     for (const CellProgram::Contraction& c : stage.contractions) {
       int64_t k_total = 0;
       for (const CellProgram::Segment& x : c.x) k_total += x.rows;
@@ -483,115 +485,139 @@ class CellRenderer {
       llvm::Value* weight = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, block.weights, uint64_t(c.weight)));
       packed.push_back(b_.CreateInBoundsGEP(f32_, weight, b_.CreateMul(block.tile, b_.getInt64(tile_floats.back()))));
     }
-    const std::vector<CellPass> passes = cell_passes(stage);
-    const std::vector<std::pair<size_t, size_t>> spans = pass_spans(stage, passes);
-    for (size_t p = 0; p < passes.size(); ++p) {
-      const CellPass& pass = passes[p];
-      for (const CellPass::Member& m : pass.members)
-        if (acc[size_t(m.contraction)].empty()) open(size_t(m.contraction));
+    // A contraction's accumulator before its first k step: its bias (or zero), then where the
+    // last k loop left it.
+    std::vector<bool> started(stage.contractions.size(), false);
+    auto initial = [&](size_t c, int32_t g, int32_t u, int32_t j) -> llvm::Value* {
+      if (started[c]) return buffer.load(c, g, u, j);
+      const CellProgram::Contraction& contraction = stage.contractions[c];
+      if (!contraction.has_bias) return llvm::Constant::getNullValue(vf_);
+      return load_tile(block, u, operand_pointer(block, contraction.bias.operand, j),
+                       contraction.bias.row + int64_t(g) * program_.rows);
+    };
+    for (const CellPass& pass : cell_passes(stage)) {
       std::vector<llvm::Value*> xs;
       for (int32_t j = 0; j < block.calls; ++j)
         xs.push_back(b_.CreateConstInBoundsGEP1_64(f32_, operand_pointer(block, pass.x.operand, j), uint64_t(pass.x.row)));
-      std::vector<llvm::Value*> w_segment;  // per member: a packed weight's segment, or null
-      std::vector<std::vector<llvm::Value*>> matrices;  // per member: a per-call matrix's column k_begin, per call
-      for (const CellPass::Member& m : pass.members) {
-        const CellProgram::Contraction& c = stage.contractions[size_t(m.contraction)];
-        matrices.emplace_back();
-        if (c.has_matrix) {
-          w_segment.push_back(nullptr);
-          for (int32_t j = 0; j < block.calls; ++j)
-            matrices.back().push_back(b_.CreateConstInBoundsGEP1_64(
-                f32_, operand_pointer(block, c.matrix.operand, j), uint64_t(c.matrix.row + m.k_begin * c.leading)));
-          continue;
-        }
-        w_segment.push_back(
-            b_.CreateConstInBoundsGEP1_64(f32_, packed[size_t(m.contraction)], uint64_t(m.k_begin * c.blocks * vector_)));
-      }
-      // The k loop carries the members' accumulators in phis.
-      llvm::BasicBlock* before = b_.GetInsertBlock();
-      auto* loop = llvm::BasicBlock::Create(context(), "k", function);
-      auto* exit = llvm::BasicBlock::Create(context(), "k.exit", function);
-      b_.CreateBr(loop);
-      b_.SetInsertPoint(loop);
-      llvm::PHINode* k = b_.CreatePHI(i64_, 2, "k");
-      k->addIncoming(b_.getInt64(0), before);
-      std::vector<std::vector<std::vector<llvm::PHINode*>>> phis;  // [member][block][pair]
-      for (const CellPass::Member& m : pass.members) {
-        Accumulators& a = acc[size_t(m.contraction)];
-        phis.emplace_back(a.size());
-        for (size_t g = 0; g < a.size(); ++g)
-          for (int32_t q = 0; q < pairs; ++q) {
-            llvm::PHINode* phi = b_.CreatePHI(vf_, 2);
-            phi->addIncoming(a[g][size_t(q)], before);
-            phis.back()[g].push_back(phi);
-          }
-      }
-      std::vector<std::vector<std::vector<llvm::Value*>>> ws;  // [member][tile][block]; per call for a matrix
-      for (size_t i = 0; i < pass.members.size(); ++i) {
-        const int32_t blocks = stage.contractions[size_t(pass.members[i].contraction)].blocks;
-        if (!w_segment[i]) {
-          ws.emplace_back();
-          continue;
-        }
-        llvm::Value* w_row = b_.CreateInBoundsGEP(f32_, w_segment[i], b_.CreateMul(k, b_.getInt64(uint64_t(blocks * vector_))));
-        ws.emplace_back(size_t(block.tiles));
+      struct Vector {
+        size_t member;
+        int32_t tile, block;
+      };
+      std::vector<Vector> vectors;
+      for (size_t i = 0; i < pass.members.size(); ++i)
         for (int32_t u = 0; u < block.tiles; ++u)
-          for (int32_t g = 0; g < blocks; ++g)
-            ws.back()[size_t(u)].push_back(b_.CreateAlignedLoad(
-                vf_,
-                b_.CreateConstInBoundsGEP1_64(f32_, w_row, uint64_t(u) * tile_floats[size_t(pass.members[i].contraction)] +
-                                                                uint64_t(g * vector_)),
-                llvm::Align(size_t(vector_) * 4)));
+          for (int32_t g = 0; g < stage.contractions[size_t(pass.members[i].contraction)].blocks; ++g)
+            vectors.push_back({i, u, g});
+      size_t first = 0;
+      for (int32_t width : cell_loop_widths(int32_t(vectors.size()), group_)) {
+        const std::vector<Vector> loop_vectors(vectors.begin() + std::ptrdiff_t(first),
+                                               vectors.begin() + std::ptrdiff_t(first + size_t(width)));
+        k_loop(function, block, stage, pass, xs, packed, tile_floats, loop_vectors, initial, buffer);
+        first += size_t(width);
       }
-      for (int32_t j = 0; j < block.calls; ++j) {
-        llvm::Value* at = pass.step == 1 ? k : b_.CreateMul(k, b_.getInt64(uint64_t(pass.step)));
-        llvm::Value* element = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, xs[size_t(j)], at));
-        llvm::Value* broadcast = b_.CreateVectorSplat(unsigned(vector_), element);
-        for (size_t i = 0; i < pass.members.size(); ++i) {
-          const CellProgram::Contraction& c = stage.contractions[size_t(pass.members[i].contraction)];
-          Accumulators& a = acc[size_t(pass.members[i].contraction)];
-          // A per-call matrix: this call's column k, block by block (no reuse across calls).
-          llvm::Value* column =
-              c.has_matrix ? b_.CreateInBoundsGEP(f32_, matrices[i][size_t(j)], b_.CreateMul(k, b_.getInt64(uint64_t(c.leading))))
-                           : nullptr;
-          for (int32_t u = 0; u < block.tiles; ++u)
-            for (size_t g = 0; g < a.size(); ++g) {
-              const size_t q = size_t(u * block.calls + j);
-              llvm::Value* w = column ? load_tile(block, u, column, int64_t(g) * program_.rows) : ws[i][size_t(u)][g];
-              // fmuladd: one FMA where the ISA has it, a multiply and an add where it has not
-              // (llvm.fma would call fmaf lane by lane there).
-              a[g][q] = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vf_}, {w, broadcast, phis[i][g][q]});
-            }
-        }
-      }
-      llvm::Value* next = b_.CreateNSWAdd(k, b_.getInt64(1));
-      k->addIncoming(next, loop);
-      for (size_t i = 0; i < pass.members.size(); ++i) {
-        Accumulators& a = acc[size_t(pass.members[i].contraction)];
-        for (size_t g = 0; g < a.size(); ++g)
-          for (int32_t q = 0; q < pairs; ++q) phis[i][g][size_t(q)]->addIncoming(a[g][size_t(q)], loop);
-      }
-      llvm::BranchInst* back = b_.CreateCondBr(b_.CreateICmpSLT(next, b_.getInt64(uint64_t(pass.x.rows))), loop, exit);
-      back->setMetadata(llvm::LLVMContext::MD_loop, no_unrolling());
-      b_.SetInsertPoint(exit);
-      for (const CellPass::Member& m : pass.members) {
-        Accumulators& a = acc[size_t(m.contraction)];
-        for (size_t g = 0; g < a.size(); ++g)
-          for (int32_t q = 0; q < pairs; ++q) {
-            llvm::PHINode* out = b_.CreatePHI(vf_, 1);
-            out->addIncoming(a[g][size_t(q)], loop);
-            a[g][size_t(q)] = out;
-          }
-      }
-      for (const CellPass::Member& m : pass.members)
-        if (spans[size_t(m.contraction)].second == p) finished(size_t(m.contraction), acc[size_t(m.contraction)]);
+      for (const CellPass::Member& m : pass.members) started[size_t(m.contraction)] = true;
     }
-    for (size_t c = 0; c < stage.contractions.size(); ++c)
-      if (stage.contractions[c].transposed) {
-        open(c);
-        dots(function, block, stage.contractions[c], acc[c]);
-        finished(c, acc[c]);
+    for (size_t c = 0; c < stage.contractions.size(); ++c) {
+      if (!stage.contractions[c].transposed) continue;
+      Accumulators acc(size_t(stage.contractions[c].blocks), std::vector<llvm::Value*>(size_t(block.pairs())));
+      for (int32_t g = 0; g < stage.contractions[c].blocks; ++g)
+        for (int32_t u = 0; u < block.tiles; ++u)
+          for (int32_t j = 0; j < block.calls; ++j) acc[size_t(g)][size_t(u * block.calls + j)] = initial(c, g, u, j);
+      dots(function, block, stage.contractions[c], acc);
+      for (int32_t g = 0; g < stage.contractions[c].blocks; ++g)
+        for (int32_t u = 0; u < block.tiles; ++u)
+          for (int32_t j = 0; j < block.calls; ++j) buffer.store(c, g, u, j, acc[size_t(g)][size_t(u * block.calls + j)]);
+    }
+  }
+
+  // One k loop of a pass over `vectors` (of its members' weight vectors) for every call of the
+  // block: its accumulators start from initial(c, g, u, j), are carried in phis, and go to the
+  // buffer.
+  template <typename Vector, typename Initial>
+  void k_loop(llvm::Function* function, const Block& block, const CellProgram::Stage& stage, const CellPass& pass,
+              const std::vector<llvm::Value*>& xs, const std::vector<llvm::Value*>& packed,
+              const std::vector<uint64_t>& tile_floats, const std::vector<Vector>& vectors, Initial&& initial,
+              const Buffer& buffer) {
+    const size_t calls = size_t(block.calls);
+    auto contraction_of = [&](const Vector& v) { return size_t(pass.members[v.member].contraction); };
+    std::vector<llvm::Value*> start;  // [vector * calls + call]
+    for (const Vector& v : vectors)
+      for (int32_t j = 0; j < block.calls; ++j) start.push_back(initial(contraction_of(v), v.block, v.tile, j));
+    // Per vector: its packed weight's segment (k = 0), or null for a per-call matrix, whose
+    // columns (k_begin on) are per call.
+    std::vector<llvm::Value*> w_segment;
+    std::vector<std::vector<llvm::Value*>> matrices;
+    for (const Vector& v : vectors) {
+      const CellPass::Member& m = pass.members[v.member];
+      const CellProgram::Contraction& c = stage.contractions[contraction_of(v)];
+      matrices.emplace_back();
+      if (c.has_matrix) {
+        w_segment.push_back(nullptr);
+        for (int32_t j = 0; j < block.calls; ++j)
+          matrices.back().push_back(b_.CreateConstInBoundsGEP1_64(
+              f32_, operand_pointer(block, c.matrix.operand, j), uint64_t(c.matrix.row + m.k_begin * c.leading)));
+        continue;
       }
+      w_segment.push_back(b_.CreateConstInBoundsGEP1_64(
+          f32_, packed[contraction_of(v)],
+          uint64_t(m.k_begin * c.blocks * vector_) + uint64_t(v.tile) * tile_floats[contraction_of(v)] + uint64_t(v.block * vector_)));
+    }
+    llvm::BasicBlock* before = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(context(), "k", function);
+    auto* exit = llvm::BasicBlock::Create(context(), "k.exit", function);
+    b_.CreateBr(loop);
+    b_.SetInsertPoint(loop);
+    llvm::PHINode* k = b_.CreatePHI(i64_, 2, "k");
+    k->addIncoming(b_.getInt64(0), before);
+    std::vector<llvm::PHINode*> phis;
+    for (llvm::Value* value : start) {
+      phis.push_back(b_.CreatePHI(vf_, 2));
+      phis.back()->addIncoming(value, before);
+    }
+    std::vector<llvm::Value*> ws;  // per vector: its weight at k, or null (a per-call matrix)
+    for (size_t v = 0; v < vectors.size(); ++v) {
+      if (!w_segment[v]) {
+        ws.push_back(nullptr);
+        continue;
+      }
+      const int32_t blocks = stage.contractions[contraction_of(vectors[v])].blocks;
+      ws.push_back(b_.CreateAlignedLoad(
+          vf_, b_.CreateInBoundsGEP(f32_, w_segment[v], b_.CreateMul(k, b_.getInt64(uint64_t(blocks * vector_)))),
+          llvm::Align(size_t(vector_) * 4)));
+    }
+    std::vector<llvm::Value*> next_values(phis.begin(), phis.end());
+    for (int32_t j = 0; j < block.calls; ++j) {
+      llvm::Value* at = pass.step == 1 ? k : b_.CreateMul(k, b_.getInt64(uint64_t(pass.step)));
+      llvm::Value* element = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, xs[size_t(j)], at));
+      llvm::Value* broadcast = b_.CreateVectorSplat(unsigned(vector_), element);
+      for (size_t v = 0; v < vectors.size(); ++v) {
+        llvm::Value* w = ws[v];
+        if (!w) {  // a per-call matrix: this call's column k, block by block (no reuse across calls)
+          const CellProgram::Contraction& c = stage.contractions[contraction_of(vectors[v])];
+          llvm::Value* column = b_.CreateInBoundsGEP(f32_, matrices[v][size_t(j)], b_.CreateMul(k, b_.getInt64(uint64_t(c.leading))));
+          w = load_tile(block, vectors[v].tile, column, int64_t(vectors[v].block) * program_.rows);
+        }
+        // fmuladd: one FMA where the ISA has it, a multiply and an add where it has not (llvm.fma
+        // would call fmaf lane by lane there).
+        llvm::Value*& sum = next_values[v * calls + size_t(j)];
+        sum = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vf_}, {w, broadcast, sum});
+      }
+    }
+    llvm::Value* next = b_.CreateNSWAdd(k, b_.getInt64(1));
+    k->addIncoming(next, loop);
+    for (size_t i = 0; i < phis.size(); ++i) phis[i]->addIncoming(next_values[i], loop);
+    llvm::BranchInst* back = b_.CreateCondBr(b_.CreateICmpSLT(next, b_.getInt64(uint64_t(pass.x.rows))), loop, exit);
+    back->setMetadata(llvm::LLVMContext::MD_loop, no_unrolling());
+    b_.SetInsertPoint(exit);
+    std::vector<llvm::Value*> out;
+    for (size_t i = 0; i < phis.size(); ++i) {
+      llvm::PHINode* phi = b_.CreatePHI(vf_, 1);
+      phi->addIncoming(next_values[i], loop);
+      out.push_back(phi);
+    }
+    for (size_t v = 0; v < vectors.size(); ++v)
+      for (int32_t j = 0; j < block.calls; ++j)
+        buffer.store(contraction_of(vectors[v]), vectors[v].block, vectors[v].tile, j, out[v * calls + size_t(j)]);
   }
 
   // acc += W^T x for a transposed per-call matrix W (K x blocks * rows, columns `leading` apart):
@@ -706,6 +732,7 @@ class CellRenderer {
   llvm::Value *tile_begin_ = nullptr, *tile_end_ = nullptr;  // the tile range, tile_end resolved
   std::map<std::tuple<int, int32_t, bool>, llvm::Function*> epilogues_;  // by (stage, tiles, masked)
   int32_t columns_ = 1;  // the stage being rendered's
+  int32_t group_ = 1;    // the stage being rendered's weight vectors per k loop (CellBlocking::group)
   std::map<std::pair<int32_t, int32_t>, llvm::Function*> dots_;  // by (K, leading)
 };
 

@@ -29,15 +29,20 @@ struct CellPass {
 };
 std::vector<CellPass> cell_passes(const CellProgram::Stage& stage);
 
-// Vector registers of the host's vector width, and how many calls and row tiles one register
-// block of `stage` holds (its accumulators, the weight vectors of a k step and a broadcast fit),
-// for blocks of `row_tiles` row tiles (0: unknown).
+// Vector registers of the host's vector width, and the register block of `stage`'s k loops: how
+// many calls and row tiles one block holds, and how many weight vectors (row tiles of gate blocks)
+// one k loop accumulates for each of the calls (`group`: group x calls accumulators, the group's
+// weight vectors and a broadcast fit), for blocks of `row_tiles` row tiles (0: unknown).
 int32_t cell_vector_registers();
 struct CellBlocking {
   int32_t calls = 1;
   int32_t tiles = 1;
+  int32_t group = 1;
 };
 CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers, int64_t row_tiles = 0);
+// The widths of the k loops a pass of `vectors` weight vectors runs as, at most `group` each and
+// about equal, the wider first.
+std::vector<int32_t> cell_loop_widths(int32_t vectors, int32_t group);
 
 // Defines `extern "C" void <symbol>(const CellArgs*)` in `module`.
 void render_cell(llvm::Module& module, const CellProgram& program, const std::string& symbol);
