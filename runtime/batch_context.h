@@ -30,6 +30,8 @@ struct Operand {
   const float* const* pointers = nullptr;  // gathered: one per member
   const uint32_t* run_end = nullptr;       // gathered: run_end[k], the end of member k's strided run
   ir::Shape shape;                 // of one member
+  // Shared (or one member's) and a model parameter: which (a GEMM keeps its weight packed).
+  const ir::ParameterInfo* parameter = nullptr;
 
   // Whether member k + 1 may follow member k in one strided view (the executor's stride rule).
   static bool stride_fits(int64_t stride, const ir::Shape& shape) {
@@ -82,8 +84,11 @@ struct BatchContext {
     op.shape = values.graph.node(arg(0, slot)).shape;
     const int64_t size = op.shape.size();
     op.base = values.in(arg(0, slot));
+    const ir::Node& leaf = values.graph.node(arg(0, slot));
+    const ir::ParameterInfo* parameter = leaf.op == ir::Op::parameter ? &values.graph.parameter(leaf.attrs.parameter) : nullptr;
     if (members.size() == 1) {
       op.stride = size;
+      op.parameter = parameter;
       return op;
     }
     const int64_t stride = values.in(arg(1, slot)) - op.base;
@@ -93,6 +98,7 @@ struct BatchContext {
     if (regular) {
       op.kind = stride == 0 ? Operand::kShared : Operand::kStrided;
       op.stride = stride;
+      if (stride == 0) op.parameter = parameter;
       return op;
     }
     const float** pointers = scratch.allocate_pointers(members.size());

@@ -164,7 +164,7 @@ void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Opera
   // 48 rows on AVX-512), which W's few rows would mostly pad.
   // Otherwise the selected ISA's GEMM (runtime/outer_kernel.h), so that a build for any -march
   // runs its widest vectors.
-  auto add = [](auto&& out_block, const auto& rows, const auto& x) {
+  auto add = [](auto&& out_block, const auto& rows, const auto& x, const ir::ParameterInfo* weight) {
     if (rows.rows() < kFewRows && x.cols() >= 4 * kFewRows) {
       out_block.transpose().noalias() += x.transpose() * rows.transpose();
       return;
@@ -176,22 +176,23 @@ void gemm_rows(const BatchContext& c, const std::vector<std::pair<Operand, Opera
     if (c_row != 1) throw InternalError("gemm_rows: an output block whose rows are not contiguous");
     product.c = const_cast<float*>(c);
     product.ldc = c_col;
-    gemm(product);
+    gemm(product, weight);
   };
   // Members [first, last)'s columns of out (rows [begin, end)) += rows * their X of product i, run
   // by run where it reads runs in place.
   auto add_products = [&](size_t i, int64_t begin, int64_t end, const auto& rows, int64_t first, int64_t last,
                           const StridedConst& copied) {
     const Operand& x = products[i].second;
+    const ir::ParameterInfo* weight = products[i].first.parameter;
     const int64_t cols = x.shape.cols;
     if (!by_runs[i]) {
       add(out.block(begin, first * cols, end - begin, (last - first) * cols), rows,
-          copied.middleCols(first * cols, (last - first) * cols));
+          copied.middleCols(first * cols, (last - first) * cols), weight);
       return;
     }
     for (int64_t k = first; k < last; k = std::min<int64_t>(x.run_end[k], last)) {
       const int64_t count = std::min<int64_t>(x.run_end[k], last) - k;
-      add(out.block(begin, k * cols, end - begin, count * cols), rows, x.view(k, count));
+      add(out.block(begin, k * cols, end - begin, count * cols), rows, x.view(k, count), weight);
     }
   };
   // Too few output rows to cut by rows (a classifier's logits over every node): cut by columns,

@@ -26,6 +26,9 @@ struct OuterKernel {
                          float* out) = nullptr;
   // product.c += product.a product.b (Gemm, below) over `panels` of gemm_panel_floats(m, n) floats.
   void (*gemm)(const Gemm& product, float* panels) = nullptr;
+  // product.a's row panels for every depth block, block after block (packed_a_floats(m, depth)):
+  // what gemm packs per call, packed once for a Gemm::packed_a.
+  void (*pack_a)(const Gemm& product, float* packed) = nullptr;
 };
 
 // A GEMM over strided operands: c (m x n, column j at c + j * ldc) += a b, where a is m x depth
@@ -39,12 +42,17 @@ struct Gemm {
   int64_t b_row = 1, b_col = 0;
   float* c = nullptr;
   int64_t ldc = 0;
+  // a already packed (OuterKernel::pack_a), or null: gemm packs a's panels itself.
+  const float* packed_a = nullptr;
 };
 
 // The GEMM's blocking: panels of at most kGemmDepth columns of a and kGemmColumns columns of b.
 constexpr int64_t kGemmDepth = 256, kGemmColumns = 480;
 // The scratch floats `kernel`'s gemm needs for an m x n product.
 int64_t gemm_panel_floats(const OuterKernel& kernel, int64_t m, int64_t n);
+inline int64_t packed_a_floats(const OuterKernel& kernel, int64_t m, int64_t depth) {
+  return (m + kernel.rows - 1) / kernel.rows * kernel.rows * depth;
+}
 
 extern const OuterKernel outer_kernel_generic;
 #if defined(__x86_64__)

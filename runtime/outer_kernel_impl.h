@@ -151,15 +151,22 @@ void gemm(const Gemm& p, float* panels) {
   const int64_t row_tiles = (p.m + kRows - 1) / kRows;
   for (int64_t k0 = 0; k0 < p.depth; k0 += kGemmDepth) {
     const int64_t depth = smaller(kGemmDepth, p.depth - k0);
-    float* row_panels = panels;
+    const float* row_panels = p.packed_a ? p.packed_a + k0 * row_tiles * kRows : panels;
     float* col_panels = panels + row_tiles * kRows * depth;
-    pack_strided<kRows>(p.a, p.a_row, p.a_col, k0, depth, p.m, row_panels);
+    if (!p.packed_a) pack_strided<kRows>(p.a, p.a_row, p.a_col, k0, depth, p.m, panels);
     for (int64_t j0 = 0; j0 < p.n; j0 += kGemmColumns) {
       const int64_t cols = smaller(kGemmColumns, p.n - j0);
       pack_strided<kCols>(p.b + j0 * p.b_col, p.b_col, p.b_row, k0, depth, cols, col_panels);
       tiles(row_panels, col_panels, depth, p.c + j0 * p.ldc, p.ldc, p.m, cols, 0, (cols + kCols - 1) / kCols);
     }
   }
+}
+
+void pack_a(const Gemm& p, float* packed) {
+  const int64_t row_tiles = (p.m + kRows - 1) / kRows;
+  for (int64_t k0 = 0; k0 < p.depth; k0 += kGemmDepth)
+    pack_strided<kRows>(p.a, p.a_row, p.a_col, k0, smaller(kGemmDepth, p.depth - k0), p.m,
+                        packed + k0 * row_tiles * kRows);
 }
 
 void add_by_columns(const float* const* x, const float* const* y, int64_t count, int64_t rows, int64_t cols,
@@ -181,6 +188,6 @@ void add_by_columns(const float* const* x, const float* const* y, int64_t count,
 }  // namespace
 
 extern const OuterKernel EDB_OUTER_KERNEL;
-const OuterKernel EDB_OUTER_KERNEL{kRows, kCols, pack_rows, pack_cols, tiles, add_by_columns, gemm};
+const OuterKernel EDB_OUTER_KERNEL{kRows, kCols, pack_rows, pack_cols, tiles, add_by_columns, gemm, pack_a};
 
 }  // namespace edb::runtime

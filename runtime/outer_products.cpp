@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "edbatch/errors.h"
+#include "ir/ir.h"
 #include "ir/isa.h"
 #include "runtime/outer_kernel.h"
 
@@ -57,12 +58,77 @@ int64_t gemm_panel_floats(const OuterKernel& kernel, int64_t m, int64_t n) {
   return (tiles(m, kernel.rows) * kernel.rows + tiles(cols, kernel.cols) * kernel.cols) * depth;
 }
 
-void gemm(const Gemm& product) {
+namespace {
+
+// A weight's row panels as one thread packed them: which rows of which parameter, from which data
+// and version.
+struct PackedA {
+  uint64_t uid = 0;
+  const float* a = nullptr;
+  int64_t a_row = 0, a_col = 0, m = 0, depth = 0;
+  const OuterKernel* kernel = nullptr;
+  const float* data = nullptr;
+  uint64_t version = 0;
+  std::vector<float> panels;
+};
+
+struct PackedWeights {
+  std::vector<PackedA> entries;
+  int64_t floats = 0;
+};
+
+// a's panels packed from `weight` at its current version, or null where they would not fit.
+const float* packed_a(const OuterKernel& kernel, const Gemm& p, const ir::ParameterInfo& weight) {
+  thread_local PackedWeights packed;
+  for (PackedA& e : packed.entries) {
+    if (e.uid != weight.uid || e.a != p.a || e.a_row != p.a_row || e.a_col != p.a_col || e.m != p.m ||
+        e.depth != p.depth || e.kernel != &kernel)
+      continue;
+    if (e.data != weight.data || e.version != *weight.version) {
+      kernel.pack_a(p, e.panels.data());
+      e.data = weight.data;
+      e.version = *weight.version;
+    }
+    return e.panels.data();
+  }
+  const int64_t floats = packed_a_floats(kernel, p.m, p.depth);
+  constexpr int64_t kMaxFloats = kPackedWeightBytes / int64_t(sizeof(float));
+  if (floats > kMaxFloats) return nullptr;
+  if (packed.floats + floats > kMaxFloats) {  // full: start again (weights of models gone, mostly)
+    packed.entries.clear();
+    packed.floats = 0;
+  }
+  PackedA& e = packed.entries.emplace_back();
+  e.uid = weight.uid;
+  e.a = p.a;
+  e.a_row = p.a_row;
+  e.a_col = p.a_col;
+  e.m = p.m;
+  e.depth = p.depth;
+  e.kernel = &kernel;
+  e.data = weight.data;
+  e.version = *weight.version;
+  e.panels.resize(size_t(floats));
+  kernel.pack_a(p, e.panels.data());
+  packed.floats += floats;
+  return e.panels.data();
+}
+
+}  // namespace
+
+void gemm(const Gemm& product, const ir::ParameterInfo* weight) {
   if (product.m <= 0 || product.n <= 0 || product.depth <= 0) return;
   const OuterKernel& kernel = OuterProducts::selected_kernel();
   thread_local std::vector<float> panels;
   const size_t floats = size_t(gemm_panel_floats(kernel, product.m, product.n));
   if (panels.size() < floats) panels.resize(floats);
+  // Only a versioned parameter whose every write moves its version (ir::ParameterInfo): a value
+  // that stands in for others (a cell call's argument) has no version.
+  if (weight && weight->version && !(weight->written_unversioned && *weight->written_unversioned)) {
+    Gemm p = product;
+    p.packed_a = packed_a(kernel, p, *weight);
+    return kernel.gemm(p, panels.data());
+  }
   kernel.gemm(product, panels.data());
 }
 

@@ -11,14 +11,22 @@
 #include <functional>
 #include <span>
 
+namespace edb::ir {
+struct ParameterInfo;
+}
+
 namespace edb::runtime {
 
 struct OuterKernel;
 struct Gemm;
 
 // product.c += product.a product.b (runtime/outer_kernel.h's Gemm: strided, either factor may be
-// transposed) by the selected ISA's micro-kernel, with panels of this thread's own.
-void gemm(const Gemm& product);
+// transposed) by the selected ISA's micro-kernel, with panels of this thread's own. With `weight`
+// (a is that parameter's data, or rows of it), a's panels are packed once per parameter version
+// and kept by the thread (at most kPackedWeightBytes), instead of once per call: a weight's
+// transpose (matmul_tn) is a gather each time it is packed.
+void gemm(const Gemm& product, const ir::ParameterInfo* weight = nullptr);
+constexpr int64_t kPackedWeightBytes = int64_t{64} << 20;
 
 struct OuterProducts {
   static constexpr int64_t kDepth = 256; // columns per panel at most: a row panel and a column panel fit L1 and L2

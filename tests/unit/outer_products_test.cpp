@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "edbatch/errors.h"
+#include "ir/ir.h"
 #include "ir/isa.h"
 #include "runtime/outer_kernel.h"
 #include "tests/support/rng.h"
@@ -82,6 +83,81 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OuterProductsTest, ::testing::Combine(::testing
                            return std::get<1>(info.param) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + "x" +
                                   std::to_string(c.count);
                          });
+
+// A GEMM on a weight packed once (OuterKernel::pack_a, Gemm::packed_a) gives what packing it per
+// call gives, bit for bit, for the weight and its transpose, over several depth blocks and partial
+// tiles, under every ISA this CPU runs.
+TEST(OuterProducts, APackedWeightMultipliesAsThePerCallPacking) {
+  for (const std::string& isa : host_isas())
+    for (bool transposed : {false, true}) {
+      SCOPED_TRACE(isa + (transposed ? " transposed" : ""));
+      const OuterKernel& kernel = OuterProducts::kernel_for(isa.c_str());
+      const int64_t rows = 70, cols = 600, n = 37;  // W is rows x cols: three depth blocks untransposed
+      testing::Rng rng(7);
+      std::vector<float> w(size_t(rows * cols)), x(size_t((transposed ? rows : cols) * n));
+      for (float& v : w) v = float(2 * rng.unit() - 1);
+      for (float& v : x) v = float(2 * rng.unit() - 1);
+      Gemm p;
+      p.m = transposed ? cols : rows;
+      p.depth = transposed ? rows : cols;
+      p.n = n;
+      p.a = w.data();
+      std::tie(p.a_row, p.a_col) = transposed ? std::pair<int64_t, int64_t>{rows, 1} : std::pair<int64_t, int64_t>{1, rows};
+      p.b = x.data();
+      p.b_row = 1;
+      p.b_col = p.depth;
+      std::vector<float> panels(size_t(gemm_panel_floats(kernel, p.m, p.n)));
+      std::vector<float> want(size_t(p.m * n), 0.5f), got = want;
+      p.c = want.data();
+      p.ldc = p.m;
+      kernel.gemm(p, panels.data());
+      std::vector<float> packed(size_t(packed_a_floats(kernel, p.m, p.depth)));
+      kernel.pack_a(p, packed.data());
+      p.c = got.data();
+      p.packed_a = packed.data();
+      kernel.gemm(p, panels.data());
+      ASSERT_EQ(got, want);
+    }
+}
+
+// runtime::gemm keeps a parameter's packing until its version moves, and never keeps one whose
+// values may be written without moving it.
+TEST(OuterProducts, AKeptWeightIsRepackedWhenItsVersionMoves) {
+  const int64_t rows = 40, cols = 30, n = 5;
+  std::vector<float> w(size_t(rows * cols), 1.0f), x(size_t(cols * n), 1.0f);
+  uint64_t version = 1;
+  bool written = false;
+  ir::ParameterInfo info;
+  info.uid = 987654321;
+  info.shape = {int32_t(rows), int32_t(cols)};
+  info.data = w.data();
+  info.version = &version;
+  info.written_unversioned = &written;
+  auto product = [&] {
+    std::vector<float> out(size_t(rows * n), 0.0f);
+    Gemm p;
+    p.m = rows;
+    p.depth = cols;
+    p.n = n;
+    p.a = w.data();
+    p.a_row = 1;
+    p.a_col = rows;
+    p.b = x.data();
+    p.b_row = 1;
+    p.b_col = cols;
+    p.c = out.data();
+    p.ldc = rows;
+    gemm(p, &info);
+    return out[0];
+  };
+  EXPECT_EQ(product(), float(cols));
+  std::fill(w.begin(), w.end(), 2.0f);
+  ++version;
+  EXPECT_EQ(product(), float(2 * cols)) << "the version moved: packed again";
+  std::fill(w.begin(), w.end(), 3.0f);
+  written = true;  // written through a span, the version unmoved
+  EXPECT_EQ(product(), float(3 * cols)) << "a weight written without a version is packed per call";
+}
 
 // Each ISA's tile fills its register file: two vectors a column, and as many columns as leave four
 // registers (the two row vectors, a broadcast, a spare), at most 12.
