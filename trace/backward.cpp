@@ -659,30 +659,34 @@ void Trace::record_backward(const Expr& loss, const char* function) {
     throw UsageError(std::string(function) + ": the loss must be 1x1, got " +
                      ir::to_string(s.data.graph.node(s.id(loss)).shape));
   // A call of a cell stays one node: its gradient is one call of the cell's backward body. A cell
-  // whose backward body cannot be derived (a value its frame does not keep)
-  // has its trace's calls copied as bodies (the forward pass then runs again), and the engine's
-  // later calls record their bodies.
+  // whose backward body cannot be derived (a value its frame does not keep), and every cell with
+  // cell_gradients off, has its trace's calls copied as bodies (the forward pass then runs again),
+  // and the engine's later calls of it record their bodies (CellRecord::copies); other cells'
+  // calls stay nodes.
   // By default, the engine's first backward pass finds calls laid out for inference (their frames
   // keep only what they return): that trace's calls are recorded again, and its forward pass runs
   // again, with the layout the backward bodies read, which the engine's later calls use too (the
   // same arithmetic: values and gradients do not depend on which trace came first).
   if (s.call_nodes) {
-    bool copy = s.engine->differentiates || !s.engine->cell_gradients;
-    bool inference = false;  // a call laid out for inference: copied this once
+    bool expand = false;  // a call to copy as its body, or laid out for inference: recorded again
     const ir::Graph& graph = s.data.graph;
-    for (size_t c = 0; c < graph.cell_count() && !copy; ++c) {  // the cells the trace calls
+    for (size_t c = 0; c < graph.cell_count(); ++c) {  // the cells the trace calls
       const auto& cell = static_cast<const runtime::CallCell&>(graph.cell(int64_t(c)));
       if (cell.is_backward) continue;  // a second derivative: refused by the pass
       detail::CellRecord& record = detail::record_of(*s.engine, cell);
-      if (record.inference_cell.get() == &cell) inference = true;
-      if (!record.backward_derived) detail::derive_backward(*s.engine, record);
-      copy |= !record.backward && !record.why_no_backward.empty();
+      if (record.inference_cell.get() == &cell) expand = true;
+      if (!record.copies && s.engine->cell_gradients) {
+        if (!record.backward_derived) detail::derive_backward(*s.engine, record);
+        record.copies = !record.backward && !record.why_no_backward.empty();
+      } else {
+        record.copies = true;
+      }
+      expand |= record.copies;
     }
     s.engine->trained = true;
-    if (copy || inference) {
-      if (copy) s.engine->differentiates = true;
+    if (expand) {
       s.engine->driver.drain(s.data);
-      s.expand_calls(/*relayout=*/!copy);
+      s.expand_calls();
       generation_ = s.generation;
     }
   }

@@ -402,7 +402,7 @@ namespace {
 
 }  // namespace
 
-void detail::TraceState::expand_calls(bool relayout) {
+void detail::TraceState::expand_calls() {
   if (call_nodes == 0) return;
   ir::Graph old;
   std::swap(old, data.graph);
@@ -417,7 +417,7 @@ void detail::TraceState::expand_calls(bool relayout) {
   std::vector<ir::NodeId> args, outputs;
   ir::NodeId call = ir::kNoNode;  // the last call node, whose output views follow it
   CellRecord* record = nullptr;
-  if (relayout) call_nodes = 0;  // counted again as they are recorded
+  call_nodes = 0;  // counted again as they are recorded
   for (ir::NodeId id = 0; id < old.size(); ++id) {
     const ir::Node& n = old.node(id);
     args.clear();
@@ -426,8 +426,8 @@ void detail::TraceState::expand_calls(bool relayout) {
       call = id;
       record = &record_of(*engine, old.cell(n.attrs.index));
       outputs.clear();
-      if (relayout) record_call_node(*this, *record, old_types[id], args, outputs);
-      else copy_call(*this, *record, old_types[id], args, outputs);
+      if (record->copies) copy_call(*this, *record, old_types[id], args, outputs);
+      else record_call_node(*this, *record, old_types[id], args, outputs);
       continue;
     }
     if (n.op == ir::Op::parameter) {
@@ -463,7 +463,6 @@ void detail::TraceState::expand_calls(bool relayout) {
   }
   renumbered = std::move(to);
   renumbered_generation = generation++;
-  if (!relayout) call_nodes = 0;
 }
 
 namespace {
@@ -570,7 +569,7 @@ void Cell::record(Trace& trace, std::span<const Expr> arguments, std::vector<Exp
   }
   output_ids.clear();
   const ir::TypeId type = call_type(engine, cell, s.data.graph, argument_ids);
-  if (cell.call_cell && !s.engine->differentiates) record_call_node(s, cell, type, argument_ids, output_ids);
+  if (cell.call_cell && !cell.copies) record_call_node(s, cell, type, argument_ids, output_ids);
   else copy_call(s, cell, type, argument_ids, output_ids);
   deliver(output_ids.size(), [&](size_t k) { return s.make(output_ids[k]); });
 }

@@ -91,6 +91,11 @@ struct CellRecord {
   std::unique_ptr<BackwardCell> backward;
   bool backward_derived = false;
   std::string why_no_backward;
+  // A backward pass met a call of this cell with no backward body to call (why_no_backward, or
+  // cell_gradients off): from then on its calls record their bodies, which the pass reads, and a
+  // trace's calls of it recorded before are copied as bodies when it differentiates. Other cells'
+  // calls stay nodes.
+  bool copies = false;
 };
 
 // A cell's backward body: a call of it takes the forward call's frame, the forward call's
@@ -164,9 +169,6 @@ struct EngineState {
   // (CellRecord::inference_cell) until the first backward pass, which sets `trained`.
   bool cell_gradients_by_default = false;
   bool trained = false;
-  // A backward pass ran on this engine: from then on calls copy their bodies, whose values the
-  // backward pass reads (a trace's single-node calls are expanded when it differentiates).
-  bool differentiates = false;
 };
 
 // One recording scope. States are pooled and never freed, so a stale Expr always points at a
@@ -218,12 +220,13 @@ struct TraceState {
   void settle() {
     if (data.pending.load(std::memory_order_acquire)) engine->driver.drain(data);
   }
-  // Replaces each single-node cell call by a copy of the body (trace/cell.cpp), renumbering every
-  // node; the trace evaluates again from its start. Exprs from before stay valid through
-  // `renumbered`; the generation moves on, so the caller's Trace must take the new one. With
-  // `relayout`, calls stay single nodes, each recorded again with its cell's current layout (an
-  // inference layout replaced by the one a backward pass reads).
-  void expand_calls(bool relayout = false);
+  // Records the trace again (trace/cell.cpp), renumbering every node: each single-node call of a
+  // cell that copies (CellRecord::copies) becomes a copy of the body; every other call stays a
+  // single node, recorded again with its cell's current layout (an inference layout replaced by
+  // the one a backward pass reads). The trace evaluates again from its start. Exprs from before
+  // stay valid through `renumbered`; the generation moves on, so the caller's Trace must take the
+  // new one.
+  void expand_calls();
   [[noreturn]] static void node_limit_error(int64_t limit);
   // A cell body read a value recorded outside it: argument `argument` (from 1) of `function`.
   [[noreturn]] static void captured_value_error(const std::string& cell, const std::string& function, size_t argument);

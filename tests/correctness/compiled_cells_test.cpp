@@ -324,6 +324,65 @@ TEST(CompiledCells, ACellThatDoesNotCompileTrainsAsCallNodesByDefault) {
   }
 }
 
+// A cell whose backward body cannot be derived (a parameter as a product's right factor: the
+// product of two weights, whose left one's gradient pairs dy with the right one) has its
+// calls copied as bodies for the backward pass, and the engine's later traces record its calls as
+// bodies; another cell of the same traces keeps its calls as nodes, forward and backward. The
+// gradients are the reference's (cells off) every time, under jit and batched.
+TEST(CompiledCells, OnlyTheCellWithoutABackwardBodyCopiesItsCalls) {
+  Model model("two", 5);
+  const Parameter w = model.add_parameter("w", 4, 4), u = model.add_parameter("u", 4, 4),
+                  v = model.add_parameter("v", 4, 4);
+  const Cell right("right", {{4, 1}}, [&](Trace& t, std::span<const Expr> in) {
+    return std::vector<Expr>{tanh(matmul(matmul(t.param(w), t.param(u)), in[0]))};
+  });
+  const Cell left("left", {{4, 1}}, [&](Trace& t, std::span<const Expr> in) {
+    return std::vector<Expr>{tanh(matmul(t.param(v), in[0]))};
+  });
+  auto loss_of = [&](Trace& t) {
+    std::vector<Expr> outputs;
+    for (int chain = 0; chain < 3; ++chain) {
+      Expr h = t.input(column(4, 0.3f + 0.1f * float(chain)));
+      for (int k = 0; k < 3; ++k) {
+        h = left(t, {h})[0];
+        h = right(t, {h})[0];
+        outputs.push_back(h);
+      }
+    }
+    return pick_loss(outputs);
+  };
+  EngineOptions reference_options;
+  reference_options.executor = "reference";
+  reference_options.cells = false;
+  Engine reference(reference_options);
+  Trace want_trace(reference);
+  const Gradients want = want_trace.backward(loss_of(want_trace));
+  for (const char* executor : {"jit", "batched"}) {
+    EngineOptions options;
+    options.executor = executor;
+    options.verify = true;
+    Engine engine(options);
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(std::string(executor) + ", trace " + std::to_string(round + 1));
+      Trace trace(engine);
+      const Expr loss = loss_of(trace);
+      EXPECT_EQ(trace.dump().find("cell=right") != std::string::npos, round == 0) << trace.dump();
+      const Gradients got = trace.backward(loss);
+      const std::string dump = trace.dump();
+      EXPECT_EQ(dump.find("cell=right"), std::string::npos) << "right's calls were copied: " << dump;
+      EXPECT_NE(dump.find("cell=backward of left"), std::string::npos) << "left's calls stayed nodes: " << dump;
+      EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
+      for (const Parameter* p : {&w, &u, &v}) {
+        const Tensor* g = got.of(*p);
+        const Tensor* r = want.of(*p);
+        ASSERT_TRUE(g && r);
+        for (size_t e = 0; e < r->data.size(); ++e)
+          ASSERT_NEAR(g->data[e], r->data[e], 1e-4f * (1 + std::abs(r->data[e]))) << e;
+      }
+    }
+  }
+}
+
 // By default (cell_gradients unset) the jit differentiates through the cells' compiled backward
 // bodies. Calls are laid out for inference until the engine's first backward pass, which records
 // that trace's calls again with the layout the backward bodies read; calls stay single nodes and
