@@ -60,13 +60,17 @@ int64_t gemm_panel_floats(const OuterKernel& kernel, int64_t m, int64_t n) {
 
 namespace {
 
-// A weight's row panels as one thread packed them: which rows of which parameter, from which data
-// and version.
+// A weight's row panels as one thread packed them: which rows of which parameter (the key), from
+// which data and version.
 struct PackedA {
-  uint64_t uid = 0;
-  const float* a = nullptr;
-  int64_t a_row = 0, a_col = 0, m = 0, depth = 0;
-  const OuterKernel* kernel = nullptr;
+  struct Key {
+    uint64_t uid = 0;
+    const float* a = nullptr;
+    int64_t a_row = 0, a_col = 0, m = 0, depth = 0;
+    const OuterKernel* kernel = nullptr;
+    bool operator==(const Key&) const = default;
+  };
+  Key key;
   const float* data = nullptr;
   uint64_t version = 0;
   std::vector<float> panels;
@@ -80,38 +84,29 @@ struct PackedWeights {
 // a's panels packed from `weight` at its current version, or null where they would not fit.
 const float* packed_a(const OuterKernel& kernel, const Gemm& p, const ir::ParameterInfo& weight) {
   thread_local PackedWeights packed;
-  for (PackedA& e : packed.entries) {
-    if (e.uid != weight.uid || e.a != p.a || e.a_row != p.a_row || e.a_col != p.a_col || e.m != p.m ||
-        e.depth != p.depth || e.kernel != &kernel)
-      continue;
-    if (e.data != weight.data || e.version != *weight.version) {
-      kernel.pack_a(p, e.panels.data());
-      e.data = weight.data;
-      e.version = *weight.version;
+  const PackedA::Key key{weight.uid, p.a, p.a_row, p.a_col, p.m, p.depth, &kernel};
+  PackedA* entry = nullptr;
+  for (PackedA& e : packed.entries)
+    if (e.key == key) entry = &e;
+  if (!entry) {
+    const int64_t floats = packed_a_floats(kernel, p.m, p.depth);
+    constexpr int64_t kMaxFloats = kPackedWeightBytes / int64_t(sizeof(float));
+    if (floats > kMaxFloats) return nullptr;
+    if (packed.floats + floats > kMaxFloats) {  // full: start again (weights of models gone, mostly)
+      packed.entries.clear();
+      packed.floats = 0;
     }
-    return e.panels.data();
+    entry = &packed.entries.emplace_back();
+    entry->key = key;
+    entry->panels.resize(size_t(floats));
+    packed.floats += floats;
+  } else if (entry->data == weight.data && entry->version == *weight.version) {
+    return entry->panels.data();
   }
-  const int64_t floats = packed_a_floats(kernel, p.m, p.depth);
-  constexpr int64_t kMaxFloats = kPackedWeightBytes / int64_t(sizeof(float));
-  if (floats > kMaxFloats) return nullptr;
-  if (packed.floats + floats > kMaxFloats) {  // full: start again (weights of models gone, mostly)
-    packed.entries.clear();
-    packed.floats = 0;
-  }
-  PackedA& e = packed.entries.emplace_back();
-  e.uid = weight.uid;
-  e.a = p.a;
-  e.a_row = p.a_row;
-  e.a_col = p.a_col;
-  e.m = p.m;
-  e.depth = p.depth;
-  e.kernel = &kernel;
-  e.data = weight.data;
-  e.version = *weight.version;
-  e.panels.resize(size_t(floats));
-  kernel.pack_a(p, e.panels.data());
-  packed.floats += floats;
-  return e.panels.data();
+  kernel.pack_a(p, entry->panels.data());
+  entry->data = weight.data;
+  entry->version = *weight.version;
+  return entry->panels.data();
 }
 
 }  // namespace
