@@ -89,7 +89,9 @@ TEST(CheckFinite, TheMessageNamesTheCellAndCallAndHowToFindTheNode) {
     const std::string line = cells ? "%" + id + " = call(" : "%" + id + " = log(";
     const size_t found = trace.dump().find(line);
     ASSERT_NE(found, std::string::npos) << message << "\n" << trace.dump();
-    if (cells) EXPECT_NE(trace.dump().find("cell=logged", found), std::string::npos) << trace.dump();
+    if (cells) {
+      EXPECT_NE(trace.dump().find("cell=logged", found), std::string::npos) << trace.dump();
+    }
   }
 }
 

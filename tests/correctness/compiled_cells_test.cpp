@@ -721,7 +721,9 @@ TEST(CompiledCells, WritesThroughAKeptValuesSpanAreSeen) {
     const CellRun after = outputs(*jit);
     expect_same(after, outputs(*reference), "jit after write " + std::to_string(round));
     expect_same(outputs(*batched), outputs(*reference), "batched after write " + std::to_string(round));
-    if (round == 0) EXPECT_NE(after.values[0].data, first.values[0].data);
+    if (round == 0) {
+      EXPECT_NE(after.values[0].data, first.values[0].data);
+    }
     if (round == 2) expect_same(after, first, "the original values written back");
   }
 }
