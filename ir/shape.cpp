@@ -125,6 +125,12 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
     case Op::relu:
     case Op::exp:
     case Op::log:
+    case Op::sqrt:
+    case Op::abs:
+    case Op::square:
+    case Op::cube:
+    case Op::softsign:
+    case Op::silu:
     case Op::softmax:
     case Op::log_softmax:
       return args[0];

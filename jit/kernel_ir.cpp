@@ -48,6 +48,12 @@ float apply(const Instruction& in, float a, float b) {
     case KernelOp::div: return a / b;
     case KernelOp::max: return ir::max_of(a, b);
     case KernelOp::min: return ir::min_of(a, b);
+    case KernelOp::sqrt: return std::sqrt(a);
+    case KernelOp::abs: return std::fabs(a);
+    case KernelOp::square: return a * a;
+    case KernelOp::cube: return a * a * a;
+    case KernelOp::softsign: return a / (1.0f + std::fabs(a));
+    case KernelOp::silu: return a / (1.0f + std::exp(-a));
   }
   throw InternalError("interpret: no scalar rule for kernel op " + std::string(kernel_op_name(in.op)));
 }
@@ -71,6 +77,12 @@ bool kernel_op_for(ir::Op op, KernelOp& out) {
     case ir::Op::div: out = KernelOp::div; return true;
     case ir::Op::max: out = KernelOp::max; return true;
     case ir::Op::min: out = KernelOp::min; return true;
+    case ir::Op::sqrt: out = KernelOp::sqrt; return true;
+    case ir::Op::abs: out = KernelOp::abs; return true;
+    case ir::Op::square: out = KernelOp::square; return true;
+    case ir::Op::cube: out = KernelOp::cube; return true;
+    case ir::Op::softsign: out = KernelOp::softsign; return true;
+    case ir::Op::silu: out = KernelOp::silu; return true;
     default: return false;
   }
 }

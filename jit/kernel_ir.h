@@ -31,7 +31,13 @@ namespace edb::jit {
   X(log, 1, false)        \
   X(div, 2, false)        \
   X(max, 2, false)        \
-  X(min, 2, false)
+  X(min, 2, false)        \
+  X(sqrt, 1, false)       \
+  X(abs, 1, false)        \
+  X(square, 1, false)     \
+  X(cube, 1, false)       \
+  X(softsign, 1, false)   \
+  X(silu, 1, false)
 
 enum class KernelOp : uint8_t {
 #define EDB_KERNEL_OP_ENUM(name, arity, has_constant) name,
@@ -127,7 +133,8 @@ struct KernelArgs {
 
 // The reference semantics, one element at a time in float, with libm's tanh, exp and log and
 // sigmoid(x) = 1 / (1 + exp(-x)); relu(x) = x < 0 ? 0 : x (NaN stays NaN); max and min as
-// ir::max_of and ir::min_of (a NaN in either gives NaN). Verifies the kernel first.
+// ir::max_of and ir::min_of (a NaN in either gives NaN); sqrt and abs from libm, square x x,
+// cube x x x, softsign x / (1 + |x|), silu x / (1 + exp(-x)). Verifies the kernel first.
 void interpret(const Kernel& kernel, const KernelArgs& args);
 
 }  // namespace edb::jit

@@ -1,4 +1,4 @@
-// Branch-free exp, log, tanh and sigmoid as LLVM IR over float scalars or float vectors (no libm
+// Branch-free exp, log, tanh, sigmoid and silu as LLVM IR over float scalars or float vectors (no libm
 // calls, so loops vectorise), and the other kernel ops. Shared by the LLVM renderers of jit/; only jit/
 // includes it.
 #pragma once
@@ -160,6 +160,15 @@ class MathEmitter {
       case KernelOp::div: return b_.CreateFDiv(a, c);  // exact: the user's division, not divide()'s estimate
       case KernelOp::max: return max(a, c);
       case KernelOp::min: return min(a, c);
+      // sqrt is one correctly rounded instruction (IEEE: NaN below 0), fabs a bit mask.
+      case KernelOp::sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a);
+      case KernelOp::abs: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a);
+      case KernelOp::square: return b_.CreateFMul(a, a);
+      case KernelOp::cube: return b_.CreateFMul(b_.CreateFMul(a, a), a);
+      // Exact divisions: both are the user's values, not an activation's intermediate.
+      case KernelOp::softsign:
+        return b_.CreateFDiv(a, b_.CreateFAdd(f(1.0f), b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a)));
+      case KernelOp::silu: return b_.CreateFDiv(a, b_.CreateFAdd(f(1.0f), exp(b_.CreateFNeg(a))));
     }
     throw InternalError("LlvmBackend::compile: no rule for kernel op " + std::string(kernel_op_name(op)));
   }

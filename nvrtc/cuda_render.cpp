@@ -52,6 +52,12 @@ std::string op_expression(jit::KernelOp op, const std::string& a, const std::str
     // ir::max_of and ir::min_of: a NaN in either argument gives NaN (fmaxf would drop it)
     case jit::KernelOp::max: return a + " != " + a + " || " + a + " >= " + b + " ? " + a + " : " + b;
     case jit::KernelOp::min: return a + " != " + a + " || " + a + " <= " + b + " ? " + a + " : " + b;
+    case jit::KernelOp::sqrt: return "sqrtf(" + a + ")";
+    case jit::KernelOp::abs: return "fabsf(" + a + ")";
+    case jit::KernelOp::square: return a + " * " + a;
+    case jit::KernelOp::cube: return a + " * " + a + " * " + a;
+    case jit::KernelOp::softsign: return a + " / (1.0f + fabsf(" + a + "))";
+    case jit::KernelOp::silu: return a + " / (1.0f + expf(-" + a + "))";
   }
   throw InternalError("render_kernel: no CUDA rule for kernel op " + std::string(jit::kernel_op_name(op)));
 }

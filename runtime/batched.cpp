@@ -516,6 +516,12 @@ void run_batch(const BatchContext& c) {
     }
     case ir::Op::exp: return unary(c, [](auto x) { return x.exp(); });
     case ir::Op::log: return unary(c, [](auto x) { return x.log(); });
+    case ir::Op::sqrt: return unary(c, [](auto x) { return x.sqrt(); });
+    case ir::Op::abs: return unary(c, [](auto x) { return x.abs(); });
+    case ir::Op::square: return unary(c, [](auto x) { return x.square(); });
+    case ir::Op::cube: return unary(c, [](auto x) { return x.cube(); });
+    case ir::Op::softsign: return unary(c, [](auto x) { return x / (x.abs() + 1.0f); });
+    case ir::Op::silu: return unary(c, [](auto x) { return x * x.logistic(); });
     case ir::Op::div: return binary(c, [](auto x, auto y) { return x / y; });
     case ir::Op::max: return binary(c, [](auto x, auto y) { return x.binaryExpr(y, [](float a, float b) { return ir::max_of(a, b); }); });
     case ir::Op::min: return binary(c, [](auto x, auto y) { return x.binaryExpr(y, [](float a, float b) { return ir::min_of(a, b); }); });

@@ -301,7 +301,8 @@ class Lowerer {
   }
   // What the backward pass's rule for body node o reads of the forward values (trace/backward.cpp):
   // a product's factors (a parameter's are outside the body), both factors of cmult, max and min,
-  // log's argument, div's divisor and output, the outputs of activations and exp.
+  // the arguments of log, abs, square, cube, softsign and silu, div's divisor and output, the
+  // outputs of activations, exp, sqrt and silu.
   void need_for_backward(uint32_t o) {
     const ir::Node& n = body_node(o);
     const auto args = graph_.args(n);
@@ -317,8 +318,14 @@ class Lowerer {
       case ir::Op::cmult:
       case ir::Op::max:
       case ir::Op::min: need(args[0]); need(args[1]); break;
-      case ir::Op::log: need(args[0]); break;
+      case ir::Op::log:
+      case ir::Op::abs:
+      case ir::Op::square:
+      case ir::Op::cube:
+      case ir::Op::softsign: need(args[0]); break;
+      case ir::Op::silu: need(args[0]); needed_[o] = true; break;
       case ir::Op::div: need(args[1]); needed_[o] = true; break;
+      case ir::Op::sqrt:
       case ir::Op::tanh:
       case ir::Op::sigmoid:
       case ir::Op::relu:

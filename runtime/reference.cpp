@@ -124,6 +124,17 @@ void eval_exp(const NodeContext& c) {
 void eval_log(const NodeContext& c) {
   c.out() = c.arg(0).unaryExpr([](float v) { return std::log(v); });
 }
+// The unary ops of issue 46, each as its formula in float (sigmoid as eval_sigmoid's).
+void eval_sqrt(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::sqrt(v); }); }
+void eval_abs(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::fabs(v); }); }
+void eval_square(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return v * v; }); }
+void eval_cube(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return v * v * v; }); }
+void eval_softsign(const NodeContext& c) {
+  c.out() = c.arg(0).unaryExpr([](float v) { return v / (1.0f + std::fabs(v)); });
+}
+void eval_silu(const NodeContext& c) {
+  c.out() = c.arg(0).unaryExpr([](float v) { return v / (1.0f + std::exp(-v)); });
+}
 void eval_div(const NodeContext& c) { c.out() = c.arg(0).cwiseQuotient(c.arg(1)); }
 void eval_max(const NodeContext& c) { c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return ir::max_of(a, b); }); }
 void eval_min(const NodeContext& c) { c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return ir::min_of(a, b); }); }

@@ -537,6 +537,27 @@ class Backward {
         return;
       case Op::exp: return to(0, emit(Op::cmult, {n, dy}));
       case Op::log: return to(0, emit(Op::div, {dy, args[0]}));
+      case Op::sqrt:  // dy / (2 y): infinite at 0, as the derivative
+        attrs.constant = 0.5f;
+        return to(0, emit(Op::div, {emit(Op::scale, {dy}, attrs), n}));
+      case Op::abs: {  // dy sign(x): dy where x > 0, -dy where x < 0, 0 at 0 (relu_grad's rule twice)
+        attrs.constant = -1.0f;
+        const NodeId negative = emit(Op::relu_grad, {emit(Op::scale, {args[0]}, attrs), dy});
+        return to(0, emit(Op::sub, {emit(Op::relu_grad, {args[0], dy}), negative}));
+      }
+      case Op::square:  // 2 x dy
+        attrs.constant = 2.0f;
+        return to(0, emit(Op::cmult, {dy, emit(Op::scale, {args[0]}, attrs)}));
+      case Op::cube:  // 3 x^2 dy
+        attrs.constant = 3.0f;
+        return to(0, emit(Op::cmult, {dy, emit(Op::scale, {emit(Op::square, {args[0]})}, attrs)}));
+      case Op::softsign:  // dy / (1 + |x|)^2
+        attrs.constant = 1.0f;
+        return to(0, emit(Op::div, {dy, emit(Op::square, {emit(Op::add_const, {emit(Op::abs, {args[0]})}, attrs)})}));
+      case Op::silu: {  // dy (s + y (1 - s)), s = sigmoid(x)
+        const NodeId s = emit(Op::sigmoid, {args[0]});
+        return to(0, emit(Op::cmult, {dy, emit(Op::add, {s, emit(Op::sub, {n, emit(Op::cmult, {n, s})})})}));
+      }
       case Op::div:
         if (flows_to(0)) to(0, emit(Op::div, {dy, args[1]}));
         if (flows_to(1)) {  // -dy a / b^2 = -(dy y) / b

@@ -325,6 +325,12 @@ Expr log_softmax(const Expr& x) { return record1(ir::Op::log_softmax, x); }
 
 Expr exp(const Expr& x) { return record1(ir::Op::exp, x); }
 Expr log(const Expr& x) { return record1(ir::Op::log, x); }
+Expr sqrt(const Expr& x) { return record1(ir::Op::sqrt, x); }
+Expr abs(const Expr& x) { return record1(ir::Op::abs, x); }
+Expr square(const Expr& x) { return record1(ir::Op::square, x); }
+Expr cube(const Expr& x) { return record1(ir::Op::cube, x); }
+Expr softsign(const Expr& x) { return record1(ir::Op::softsign, x); }
+Expr silu(const Expr& x) { return record1(ir::Op::silu, x); }
 Expr div(const Expr& a, const Expr& b) { return record2(ir::Op::div, a, b); }
 Expr max(const Expr& a, const Expr& b) { return record2(ir::Op::max, a, b); }
 Expr min(const Expr& a, const Expr& b) { return record2(ir::Op::min, a, b); }

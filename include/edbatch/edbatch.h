@@ -367,6 +367,13 @@ Expr log(const Expr& x);                   // natural log: NaN below 0, -inf at 
 Expr div(const Expr& a, const Expr& b);    // elementwise a / b
 Expr max(const Expr& a, const Expr& b);    // elementwise; a NaN in either gives NaN
 Expr min(const Expr& a, const Expr& b);
+// Unary elementwise ops (DyNet's names); docs/guide.md gives each one's derivative.
+Expr sqrt(const Expr& x);                  // NaN below 0; its gradient is infinite at 0
+Expr abs(const Expr& x);                   // gradient sign(x), 0 at 0
+Expr square(const Expr& x);                // x * x
+Expr cube(const Expr& x);                  // x * x * x
+Expr softsign(const Expr& x);              // x / (1 + |x|)
+Expr silu(const Expr& x);                  // x * sigmoid(x) (swish)
 Expr sum_elements(const Expr& x);          // the sum of all of x's values, 1x1
 Expr mean_elements(const Expr& x);         // their mean, 1x1
 Expr transpose(const Expr& x);             // rows x cols -> cols x rows

@@ -314,6 +314,18 @@ void bind_ops(py::module_& m) {
   m.def("exp", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::exp(v); }); }, py::arg("x"));
   m.def("log", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::log(v); }); }, py::arg("x"),
         "Natural log, elementwise: NaN below 0, -inf at 0.");
+  m.def("sqrt", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::sqrt(v); }); }, py::arg("x"),
+        "Square root, elementwise: NaN below 0.");
+  m.def("abs", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::abs(v); }); }, py::arg("x"),
+        "Absolute value, elementwise (gradient 0 at 0).");
+  m.def("square", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::square(v); }); }, py::arg("x"),
+        "x * x, elementwise.");
+  m.def("cube", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::cube(v); }); }, py::arg("x"),
+        "x * x * x, elementwise.");
+  m.def("softsign", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::softsign(v); }); },
+        py::arg("x"), "x / (1 + |x|), elementwise.");
+  m.def("silu", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::silu(v); }); }, py::arg("x"),
+        "x * sigmoid(x), elementwise (swish).");
   m.def("div", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::div(x, y); }); },
         py::arg("a"), py::arg("b"), "Elementwise quotient (also a / b).");
   m.def("max", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::max(x, y); }); },

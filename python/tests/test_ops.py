@@ -130,6 +130,35 @@ def test_model_author_ops(engine):
             edbatch.div(x, M)
 
 
+def _sigmoid(a):
+    return 1 / (1 + np.exp(-a))
+
+
+# The unary ops of issue 46: (name, its value, its derivative), in float64. sqrt reads x^2 + 0.5.
+UNARY = [
+    ("sqrt", lambda a: np.sqrt(a * a + 0.5), lambda a: a / np.sqrt(a * a + 0.5)),
+    ("abs", np.abs, np.sign),
+    ("square", lambda a: a * a, lambda a: 2 * a),
+    ("cube", lambda a: a ** 3, lambda a: 3 * a * a),
+    ("softsign", lambda a: a / (1 + np.abs(a)), lambda a: 1 / (1 + np.abs(a)) ** 2),
+    ("silu", lambda a: a * _sigmoid(a), lambda a: _sigmoid(a) * (1 + a * (1 - _sigmoid(a)))),
+]
+
+
+@pytest.mark.parametrize("name,value,derivative", UNARY, ids=[u[0] for u in UNARY])
+def test_unary_ops(engine, name, value, derivative):
+    model = edbatch.Model("unary", seed=5)
+    W = model.add_parameter("W", 4, 3)
+    w = W.values().astype(np.float64)
+    op = getattr(edbatch, name)
+    with edbatch.Trace(engine) as t:
+        x = t.param(W)
+        y = op(edbatch.square(x) + 0.5) if name == "sqrt" else op(x)
+        close(y.value(), value(w))
+        g = t.backward(edbatch.sum_elements(y))
+        np.testing.assert_allclose(g.of(W), derivative(w), rtol=1e-4, atol=1e-6)
+
+
 def test_loss(engine):
     a = rand(5, 1)
     with edbatch.Trace(engine) as t:

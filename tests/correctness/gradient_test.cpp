@@ -101,6 +101,13 @@ std::vector<OpCase> op_cases() {
       {"mean_elements", [=](Trace& t, Model& m) { return mean_elements(tanh(P(t, m, "W"))) * 3.0f; }},
       {"transpose", [=](Trace& t, Model& m) { return cmult(transpose(P(t, m, "W")), P(t, m, "Wt")); }},
       {"transpose of a vector", [=](Trace& t, Model& m) { return matmul(transpose(P(t, m, "b")), P(t, m, "W")); }},
+      // The unary ops of issue 46 (W is 0.15 or more from 0: abs's kink is never crossed).
+      {"sqrt", [=](Trace& t, Model& m) { return sqrt(cmult(P(t, m, "W"), P(t, m, "W")) + 0.25f); }},
+      {"abs", [=](Trace& t, Model& m) { return abs(P(t, m, "W")); }},
+      {"square", [=](Trace& t, Model& m) { return square(P(t, m, "W") * 2.0f); }},
+      {"cube", [=](Trace& t, Model& m) { return cube(P(t, m, "W") * 2.0f); }},
+      {"softsign", [=](Trace& t, Model& m) { return softsign(P(t, m, "W") * 3.0f); }},
+      {"silu", [=](Trace& t, Model& m) { return silu(P(t, m, "W") * 3.0f); }},
       {"dropout in training", [=](Trace& t, Model& m) {
          return dropout(tanh(P(t, m, "W")), 0.5f, {.training = true, .seed = 7});
        }},
@@ -175,6 +182,13 @@ TEST(Gradients, EveryOpMatchesFiniteDifferencesOnTheReference) {
   EngineOptions options;
   options.executor = "reference";
   options.policy = "sequential";
+  options.verify = true;
+  for (const OpCase& c : op_cases()) check_against_differences(c, options);
+}
+
+TEST(Gradients, EveryOpMatchesFiniteDifferencesOnTheBatchedExecutor) {
+  EngineOptions options;
+  options.executor = "batched";
   options.verify = true;
   for (const OpCase& c : op_cases()) check_against_differences(c, options);
 }

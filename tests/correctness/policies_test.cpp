@@ -211,7 +211,7 @@ TEST(RandomDag, SeedsCoverEveryOpSinksAndFanOut) {
                                        "add_const", "tanh", "sigmoid", "relu", "sum", "concat", "slice",
                                        "softmax", "log_softmax", "pick_neg_log_softmax", "lookup", "reshape",
                                        "exp", "log", "div", "max", "min", "sum_elements", "mean_elements",
-                                       "transpose"};
+                                       "transpose", "sqrt", "abs", "square", "cube", "softsign", "silu"};
   EXPECT_EQ(ops, every);
   EXPECT_GE(op_nodes, instances * 10);
   EXPECT_LE(op_nodes, instances * 22);

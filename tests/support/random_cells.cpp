@@ -47,6 +47,12 @@ const char* op_name(CellOp::Kind k) {
     case CellOp::sigmoid: return "sigmoid";
     case CellOp::relu: return "relu";
     case CellOp::exp_tanh: return "exp_tanh";
+    case CellOp::sqrt_square: return "sqrt_square";
+    case CellOp::abs: return "abs";
+    case CellOp::square: return "square";
+    case CellOp::cube_tanh: return "cube_tanh";
+    case CellOp::softsign: return "softsign";
+    case CellOp::silu: return "silu";
     case CellOp::constant_minus: return "constant_minus";
     case CellOp::minus_constant: return "minus_constant";
     case CellOp::negate: return "negate";
@@ -295,7 +301,9 @@ class Generator {
         static constexpr CellOp::Kind kUnary[] = {
             CellOp::tanh,           CellOp::sigmoid,        CellOp::relu,   CellOp::exp_tanh,
             CellOp::scale,          CellOp::add_const,      CellOp::negate, CellOp::constant_minus,
-            CellOp::minus_constant, CellOp::divide_by_constant, CellOp::constant_times, CellOp::constant_plus};
+            CellOp::minus_constant, CellOp::divide_by_constant, CellOp::constant_times, CellOp::constant_plus,
+            CellOp::sqrt_square,    CellOp::abs,            CellOp::square, CellOp::cube_tanh,
+            CellOp::softsign,       CellOp::silu};
         const CellOp::Kind k = kUnary[r_.below(int(std::size(kUnary)))];
         CellOp op = make_op(k, {pick_column(b)});
         static constexpr float kConstants[] = {0.5f, -1.5f, 2.0f, 0.25f};
@@ -523,6 +531,12 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
     case CellOp::sigmoid: return sigmoid(a[0]);
     case CellOp::relu: return relu(a[0]);
     case CellOp::exp_tanh: return edb::exp(edb::tanh(a[0]));
+    case CellOp::sqrt_square: return edb::sqrt(cmult(a[0], a[0]) + 0.5f);
+    case CellOp::abs: return edb::abs(a[0]);
+    case CellOp::square: return edb::square(a[0]);
+    case CellOp::cube_tanh: return edb::cube(edb::tanh(a[0]));
+    case CellOp::softsign: return edb::softsign(a[0]);
+    case CellOp::silu: return edb::silu(a[0]);
     case CellOp::constant_minus: return op.constant - a[0];
     case CellOp::minus_constant: return a[0] - op.constant;
     case CellOp::negate: return -a[0];

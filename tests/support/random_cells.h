@@ -38,6 +38,8 @@ struct CellOp {
     call_output,  // program: output `index` of the call args[0]
     matmul, affine, add, sub, cmult, max, div, scale, add_const, tanh, sigmoid, relu, exp_tanh,
     constant_minus, minus_constant, negate, divide_by_constant, constant_times, constant_plus,  // c - x, x - c, -x, x / c, c * x, c + x
+    sqrt_square,  // sqrt(x * x + 0.5): sqrt away from 0
+    abs, square, cube_tanh, softsign, silu,  // cube of tanh, as exp_tanh: magnitudes stay small
     slice,        // rows [begin, end) of args[0]
     concat, sum, softmax, sum_elements, transpose,
   };

@@ -41,6 +41,12 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::sigmoid: return "sigmoid(" + a[0] + ")";
     case CellOp::relu: return "relu(" + a[0] + ")";
     case CellOp::exp_tanh: return "exp(tanh(" + a[0] + "))";
+    case CellOp::sqrt_square: return "sqrt(cmult(" + a[0] + ", " + a[0] + ") + 0.5f)";
+    case CellOp::abs: return "abs(" + a[0] + ")";
+    case CellOp::square: return "square(" + a[0] + ")";
+    case CellOp::cube_tanh: return "cube(tanh(" + a[0] + "))";
+    case CellOp::softsign: return "softsign(" + a[0] + ")";
+    case CellOp::silu: return "silu(" + a[0] + ")";
     case CellOp::constant_minus: return constant + " - " + a[0];
     case CellOp::minus_constant: return a[0] + " - " + constant;
     case CellOp::negate: return "-" + a[0];

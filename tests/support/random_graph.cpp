@@ -23,7 +23,7 @@ bool is_size(int rows) { return size_index(rows) >= 0; }
 enum class Kind {
   affine1, affine2, matmul, matvec, add, sub, cmult, scale, add_const, tanh, sigmoid, relu, sum,
   concat, slice, softmax, log_softmax, pick, lookup, reshape, exp, log, div, max, min, sum_elements,
-  mean_elements, transpose, count
+  mean_elements, transpose, sqrt, abs, square, cube, softsign, silu, count
 };
 
 // Row splits whose totals are sizes, for concat.
@@ -256,6 +256,13 @@ class Recorder {
       case Kind::sum_elements: add(sum_elements(use(pick_any())), "sum_elements"); return;
       case Kind::mean_elements: add(mean_elements(use(pick_any())), "mean_elements"); return;
       case Kind::transpose: add(transpose(use(pick_any())), "transpose"); return;
+      // sqrt of x^2 + 0.5 (never near 0, where its slope is infinite), cube of tanh (as exp).
+      case Kind::sqrt: add(edb::sqrt(edb::square(use(pick_any())) + 0.5f), "sqrt"); return;
+      case Kind::abs: add(edb::abs(use(pick_any())), "abs"); return;
+      case Kind::square: add(edb::square(use(pick_any())), "square"); return;
+      case Kind::cube: add(edb::cube(edb::tanh(use(pick_any()))), "cube"); return;
+      case Kind::softsign: add(edb::softsign(use(pick_any())), "softsign"); return;
+      case Kind::silu: add(edb::silu(use(pick_any())), "silu"); return;
       case Kind::count: break;
     }
   }

@@ -48,6 +48,11 @@ jit::Kernel every_op_kernel() {
   k.store(k.unary(jit::KernelOp::exp, k.unary(jit::KernelOp::relu, difference)));
   k.store(k.binary(jit::KernelOp::max, k.unary(jit::KernelOp::log, a), k.binary(jit::KernelOp::div, b, c)));
   k.store(k.binary(jit::KernelOp::min, a, b));
+  jit::ValueId chain = a;  // issue 46's unary ops
+  for (jit::KernelOp op : {jit::KernelOp::sqrt, jit::KernelOp::abs, jit::KernelOp::square, jit::KernelOp::cube,
+                           jit::KernelOp::softsign, jit::KernelOp::silu})
+    chain = k.unary(op, chain);
+  k.store(chain);
   return k;
 }
 
@@ -65,6 +70,7 @@ TEST(NvrtcRender, KernelSourceHasNoIncludeAndTheKeySymbol) {
   for (size_t j = 0; j < kernel.outputs.size(); ++j)
     EXPECT_NE(source.find("outputs[" + std::to_string(j) + "][i]"), std::string::npos);
   EXPECT_NE(source.find("logf(v0)"), std::string::npos) << source;
+  EXPECT_NE(source.find("sqrtf(v0)"), std::string::npos) << source;
   // max and min keep a NaN of either argument (as ir::max_of and ir::min_of), unlike fmaxf
   EXPECT_NE(source.find(" != "), std::string::npos) << source;
   EXPECT_EQ(source.find("fmaxf"), std::string::npos) << source;

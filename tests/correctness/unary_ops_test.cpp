@@ -1,0 +1,129 @@
+// The unary elementwise ops of issue 46, by table: values against each op's formula in double on
+// small shapes (1e-5 relative), and gradients against its derivative in double, under every
+// executor, alone and inside a cell, over a batch of calls with different inputs (each op's
+// gradient against finite differences is in gradient_test.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+
+#include "tests/support/test_support.h"
+
+namespace edb {
+namespace {
+
+using testing::near_relative;
+
+struct UnaryCase {
+  const char* name;
+  Expr (*op)(const Expr&);
+  double (*value)(double);
+  double (*derivative)(double);
+  double low, high;  // the inputs' range: inside the op's domain, never within 0.02 of a kink
+};
+
+double sigmoid_of(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+const std::vector<UnaryCase>& unary_cases() {
+  static const std::vector<UnaryCase> cases = {
+      {"sqrt", edb::sqrt, [](double x) { return std::sqrt(x); }, [](double x) { return 0.5 / std::sqrt(x); }, 0.05, 4},
+      {"abs", edb::abs, [](double x) { return std::fabs(x); }, [](double x) { return x > 0 ? 1.0 : -1.0; }, -2, 2},
+      {"square", edb::square, [](double x) { return x * x; }, [](double x) { return 2 * x; }, -2, 2},
+      {"cube", edb::cube, [](double x) { return x * x * x; }, [](double x) { return 3 * x * x; }, -2, 2},
+      {"softsign", edb::softsign, [](double x) { return x / (1 + std::fabs(x)); },
+       [](double x) { return 1 / ((1 + std::fabs(x)) * (1 + std::fabs(x))); }, -4, 4},
+      {"silu", edb::silu, [](double x) { return x * sigmoid_of(x); },
+       [](double x) { return sigmoid_of(x) * (1 + x * (1 - sigmoid_of(x))); }, -6, 6},
+  };
+  return cases;
+}
+
+constexpr int kCalls = 8, kRows = 4;
+
+// Call i's input, row r: spread over [low, high] (a golden-ratio sequence), kept 0.02 from 0.
+float input_value(const UnaryCase& c, int i, int r) {
+  const double u = std::fmod(0.137 + 0.6180339887 * double(i * kRows + r), 1.0);
+  double x = c.low + (c.high - c.low) * u;
+  if (std::fabs(x) < 0.02) x = 0.02;
+  return float(x);
+}
+
+// Loss weights per row, so each row's gradient differs.
+constexpr float kWeights[kRows] = {0.7f, -1.3f, 0.4f, 1.1f};
+
+// The op of call i alone (from a lookup, so gradients reach the table) and through a cell whose
+// body is op(x) * 1 (fused with the scale), each weighed into the loss.
+struct Outcome {
+  std::vector<Tensor> plain, celled;
+  Gradients gradients;
+};
+
+Outcome run(const UnaryCase& c, const std::string& executor, bool cells, LookupTable table, Model&) {
+  EngineOptions options = testing::checked_options(executor);
+  options.cells = cells;
+  Engine engine(options);
+  const Cell cell(std::string("unary_") + c.name, {{kRows, 1}}, [&c](Trace&, std::span<const Expr> in) {
+    return std::vector<Expr>{c.op(in[0]) * 1.0f};
+  });
+  Outcome result;
+  Trace trace(engine);
+  const Expr weights = trace.input(1, kRows, std::vector<float>(kWeights, kWeights + kRows));
+  std::vector<Expr> plain, celled, terms;
+  for (int i = 0; i < kCalls; ++i) {
+    plain.push_back(c.op(trace.lookup(table, i)));
+    celled.push_back(cell(trace, {trace.lookup(table, kCalls + i)})[0]);
+    terms.push_back(matmul(weights, plain.back()));
+    terms.push_back(matmul(weights, celled.back()));
+  }
+  result.gradients = trace.backward(sum(terms));
+  for (int i = 0; i < kCalls; ++i) {
+    result.plain.push_back(plain[size_t(i)].value());
+    result.celled.push_back(celled[size_t(i)].value());
+  }
+  return result;
+}
+
+TEST(UnaryOps, ValuesAndGradientsMatchDoublePrecisionUnderEveryExecutorInAndOutOfCells) {
+  testing::TempDir cache;
+  for (const UnaryCase& c : unary_cases()) {
+    Model model(std::string("unary_") + c.name);
+    LookupTable table = model.add_lookup("E", 2 * kCalls, kRows);
+    for (int i = 0; i < 2 * kCalls; ++i)
+      for (int r = 0; r < kRows; ++r) table.values()[size_t(i * kRows + r)] = input_value(c, i % kCalls, r);
+    for (const char* executor : {"reference", "batched", "jit"})
+      for (bool cells : {false, true}) {
+        const std::string where = std::string(c.name) + " " + executor + (cells ? " cells on" : " cells off");
+        const Outcome r = run(c, executor, cells, table, model);
+        const Gradients::Rows* rows = r.gradients.of(table);
+        ASSERT_NE(rows, nullptr) << where;
+        ASSERT_EQ(rows->entries.size(), size_t(2 * kCalls)) << where;
+        for (int i = 0; i < kCalls; ++i) {
+          Tensor expected{kRows, 1, std::vector<float>(kRows)};
+          for (int row = 0; row < kRows; ++row) expected.data[size_t(row)] = float(c.value(input_value(c, i, row)));
+          EXPECT_TRUE(near_relative(r.plain[size_t(i)], expected)) << where << " call " << i;
+          EXPECT_TRUE(near_relative(r.celled[size_t(i)], expected)) << where << " call " << i << " in the cell";
+        }
+        for (size_t k = 0; k < rows->entries.size(); ++k) {
+          const int call = int(rows->entries[k] % kCalls);
+          for (int row = 0; row < kRows; ++row) {
+            const double want = kWeights[row] * c.derivative(input_value(c, call, row));
+            EXPECT_TRUE(near_relative(rows->gradients[k * kRows + size_t(row)], want, 1e-4))
+                << where << " gradient of entry " << rows->entries[k] << " row " << row;
+          }
+        }
+      }
+  }
+}
+
+// The ops' record-time checks are those of every unary op: an empty expression is refused by name.
+TEST(UnaryOps, EmptyExpressionsAreUsageErrorsNamingTheOp) {
+  for (const UnaryCase& c : unary_cases())
+    EXPECT_EQ(testing::usage_error([&] { c.op(Expr()); }),
+              "edb::" + std::string(c.name) + "(): the expression is empty (default-constructed)");
+}
+
+}  // namespace
+}  // namespace edb
