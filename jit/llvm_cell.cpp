@@ -468,9 +468,9 @@ class CellRenderer {
   // contractions that read the same x segment share its broadcasts, so a one-block contraction
   // beside a wider one (TreeLSTM's forget gates) is no longer a loop that loads as often as it
   // multiplies. A pass's weight vectors (member, tile, block) go to k loops of at most group_
-  // (CellBlocking::group, cell_loop_widths), each loop's accumulators taken from the buffer (at a contraction's
-  // first pass, its bias) and left there after it. Each accumulator sums its k in the same order
-  // as a loop per contraction would.
+  // (CellBlocking::group, cell_loop_widths; more in a block of fewer calls), each loop's
+  // accumulators taken from the buffer (at a contraction's first pass, its bias) and left there
+  // after it. Each accumulator sums its k in the same order as a loop per contraction would.
   void contract(llvm::Function* function, const Block& block, const CellProgram::Stage& stage, const Buffer& buffer) {
     std::vector<llvm::Value*> packed;    // per contraction: its packed weight at the block's tile
     std::vector<uint64_t> tile_floats;   // per contraction: floats of one packed row tile
@@ -485,6 +485,9 @@ class CellRenderer {
       llvm::Value* weight = b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, block.weights, uint64_t(c.weight)));
       packed.push_back(b_.CreateInBoundsGEP(f32_, weight, b_.CreateMul(block.tile, b_.getInt64(tile_floats.back()))));
     }
+    // A block of fewer calls than the stage's (the rest of a batch) takes more vectors a loop, as
+    // many as its registers hold: 2 vectors of one call would be 2 chains of dependent FMAs.
+    const int32_t group = std::max(group_, (cell_vector_registers() - 2) / (block.calls + 1));
     // A contraction's accumulator before its first k step: its bias (or zero), then where the
     // last k loop left it.
     std::vector<bool> started(stage.contractions.size(), false);
@@ -509,7 +512,7 @@ class CellRenderer {
           for (int32_t g = 0; g < stage.contractions[size_t(pass.members[i].contraction)].blocks; ++g)
             vectors.push_back({i, u, g});
       size_t first = 0;
-      for (int32_t width : cell_loop_widths(int32_t(vectors.size()), group_)) {
+      for (int32_t width : cell_loop_widths(int32_t(vectors.size()), group)) {
         const std::vector<Vector> loop_vectors(vectors.begin() + std::ptrdiff_t(first),
                                                vectors.begin() + std::ptrdiff_t(first + size_t(width)));
         k_loop(function, block, stage, pass, xs, packed, tile_floats, loop_vectors, initial, buffer);
