@@ -61,6 +61,9 @@ inline bool has_flag(Op op, OpFlag flag) { return (op_flags(op) & flag) != 0; }
 // NaN (std::max would drop a NaN in its second argument).
 inline float max_of(float a, float b) { return a != a || a >= b ? a : b; }
 inline float min_of(float a, float b) { return a != a || a <= b ? a : b; }
+// selu's constants (Klambauer et al. 2017, as DyNet): selu(x) = lambda elu(x, alpha).
+inline constexpr float kSeluLambda = 1.0507009873554804934f;
+inline constexpr float kSeluAlpha = 1.6732632423543772848f;
 
 // Column-major rows x cols; vectors are rows x 1.
 struct Shape {

@@ -131,6 +131,17 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
     case Op::cube:
     case Op::softsign:
     case Op::silu:
+    case Op::elu:
+    case Op::selu:
+    case Op::log_sigmoid:
+    case Op::erf:
+    case Op::sin:
+    case Op::cos:
+    case Op::sinh:
+    case Op::cosh:
+    case Op::round:
+    case Op::ceil:
+    case Op::floor:
     case Op::softmax:
     case Op::log_softmax:
       return args[0];

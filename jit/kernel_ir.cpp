@@ -54,6 +54,17 @@ float apply(const Instruction& in, float a, float b) {
     case KernelOp::cube: return a * a * a;
     case KernelOp::softsign: return a / (1.0f + std::fabs(a));
     case KernelOp::silu: return a / (1.0f + std::exp(-a));
+    case KernelOp::elu: return a > 0 ? a : in.constant * std::expm1(a);
+    case KernelOp::selu: return ir::kSeluLambda * (a > 0 ? a : ir::kSeluAlpha * std::expm1(a));
+    case KernelOp::log_sigmoid: return std::min(a, 0.0f) - std::log1p(std::exp(-std::fabs(a)));
+    case KernelOp::erf: return std::erf(a);
+    case KernelOp::sin: return std::sin(a);
+    case KernelOp::cos: return std::cos(a);
+    case KernelOp::sinh: return std::sinh(a);
+    case KernelOp::cosh: return std::cosh(a);
+    case KernelOp::round: return std::round(a);
+    case KernelOp::ceil: return std::ceil(a);
+    case KernelOp::floor: return std::floor(a);
   }
   throw InternalError("interpret: no scalar rule for kernel op " + std::string(kernel_op_name(in.op)));
 }
@@ -83,6 +94,17 @@ bool kernel_op_for(ir::Op op, KernelOp& out) {
     case ir::Op::cube: out = KernelOp::cube; return true;
     case ir::Op::softsign: out = KernelOp::softsign; return true;
     case ir::Op::silu: out = KernelOp::silu; return true;
+    case ir::Op::elu: out = KernelOp::elu; return true;
+    case ir::Op::selu: out = KernelOp::selu; return true;
+    case ir::Op::log_sigmoid: out = KernelOp::log_sigmoid; return true;
+    case ir::Op::erf: out = KernelOp::erf; return true;
+    case ir::Op::sin: out = KernelOp::sin; return true;
+    case ir::Op::cos: out = KernelOp::cos; return true;
+    case ir::Op::sinh: out = KernelOp::sinh; return true;
+    case ir::Op::cosh: out = KernelOp::cosh; return true;
+    case ir::Op::round: out = KernelOp::round; return true;
+    case ir::Op::ceil: out = KernelOp::ceil; return true;
+    case ir::Op::floor: out = KernelOp::floor; return true;
     default: return false;
   }
 }

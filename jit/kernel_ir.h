@@ -37,7 +37,18 @@ namespace edb::jit {
   X(square, 1, false)     \
   X(cube, 1, false)       \
   X(softsign, 1, false)   \
-  X(silu, 1, false)
+  X(silu, 1, false)       \
+  X(elu, 1, true)         \
+  X(selu, 1, false)       \
+  X(log_sigmoid, 1, false) \
+  X(erf, 1, false)        \
+  X(sin, 1, false)        \
+  X(cos, 1, false)        \
+  X(sinh, 1, false)       \
+  X(cosh, 1, false)       \
+  X(round, 1, false)      \
+  X(ceil, 1, false)       \
+  X(floor, 1, false)
 
 enum class KernelOp : uint8_t {
 #define EDB_KERNEL_OP_ENUM(name, arity, has_constant) name,
@@ -134,7 +145,9 @@ struct KernelArgs {
 // The reference semantics, one element at a time in float, with libm's tanh, exp and log and
 // sigmoid(x) = 1 / (1 + exp(-x)); relu(x) = x < 0 ? 0 : x (NaN stays NaN); max and min as
 // ir::max_of and ir::min_of (a NaN in either gives NaN); sqrt and abs from libm, square x x,
-// cube x x x, softsign x / (1 + |x|), silu x / (1 + exp(-x)). Verifies the kernel first.
+// cube x x x, softsign x / (1 + |x|), silu x / (1 + exp(-x)); elu, selu and log_sigmoid as the
+// reference executor writes them (expm1, log1p), erf, sin, cos, sinh, cosh, round (half away from
+// zero), ceil and floor from libm. Verifies the kernel first.
 void interpret(const Kernel& kernel, const KernelArgs& args);
 
 }  // namespace edb::jit

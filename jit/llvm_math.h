@@ -1,4 +1,4 @@
-// Branch-free exp, log, tanh, sigmoid and silu as LLVM IR over float scalars or float vectors (no libm
+// Branch-free exp, log, tanh, sigmoid, silu, expm1, erf, sin, cos, sinh, cosh and rounding as LLVM IR over float scalars or float vectors (no libm
 // calls, so loops vectorise), and the other kernel ops. Shared by the LLVM renderers of jit/; only jit/
 // includes it.
 #pragma once
@@ -123,6 +123,105 @@ class MathEmitter {
     return b_.CreateSelect(b_.CreateOr(b_.CreateFCmpUNO(a, a), b_.CreateFCmpOLE(a, c)), a, c);
   }
 
+  llvm::Value* fabs(llvm::Value* x) { return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
+
+  // e^x - 1 with relative accuracy near 0: below |x| = 0.35 its Taylor polynomial to x^7 (the
+  // truncation under 2e-8 relative), above it exp(x) - 1 (no cancellation left to lose digits to).
+  llvm::Value* expm1(llvm::Value* x) {
+    llvm::Value* small = b_.CreateFMul(polynomial(x, {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f}), x);
+    return b_.CreateSelect(b_.CreateFCmpOLT(fabs(x), f(0.35f)), small, b_.CreateFSub(exp(x), f(1.0f)));
+  }
+  // x above 0, else alpha (e^x - 1); a NaN stays NaN.
+  llvm::Value* elu(llvm::Value* x, float alpha) {
+    return b_.CreateSelect(b_.CreateFCmpOGT(x, f(0.0f)), x, b_.CreateFMul(f(alpha), expm1(x)));
+  }
+  // log(sigmoid(x)) = min(x, 0) - log(1 + e^-|x|), log1p by Goldberg's correction: with w = 1 + u
+  // rounded, log(w) u / (w - 1) (u itself where w rounds to 1), accurate to a few ulps.
+  llvm::Value* log_sigmoid(llvm::Value* x) {
+    llvm::Value* u = exp(b_.CreateFNeg(fabs(x)));
+    llvm::Value* w = b_.CreateFAdd(f(1.0f), u);
+    llvm::Value* log1p = b_.CreateSelect(b_.CreateFCmpOEQ(w, f(1.0f)), u,
+                                         b_.CreateFDiv(b_.CreateFMul(log(w), u), b_.CreateFSub(w, f(1.0f))));
+    llvm::Value* negative_part = b_.CreateSelect(b_.CreateFCmpOLT(x, f(0.0f)), x, f(0.0f));
+    return b_.CreateFSub(negative_part, log1p);
+  }
+  // erf: below |x| = 1 its Taylor series to x^21 (truncation under 1.5e-8); above, Abramowitz and
+  // Stegun 7.1.26, 1 - t (a1 + t (a2 + ...)) e^(-x^2) with t = 1 / (1 + p |x|) and the sign of x
+  // (absolute error under 1.5e-7 where erf is above 0.84, so relative under 2e-7).
+  llvm::Value* erf(llvm::Value* x) {
+    llvm::Value* z = b_.CreateFMul(x, x);
+    llvm::Value* small = b_.CreateFMul(
+        x, polynomial(z, {1.4807192815879218e-08f, -1.6365844691234924e-07f, 1.6462114365889246e-06f,
+                          -1.492565035840625e-05f, 0.00012055332981789664f, -0.0008548327023450852f,
+                          0.005223977625442188f, -0.026866170645131252f, 0.11283791670955126f,
+                          -0.37612638903183754f, 1.1283791670955126f}));
+    llvm::Value* a = fabs(x);
+    llvm::Value* t = b_.CreateFDiv(f(1.0f), fma(a, f(0.3275911f), f(1.0f)));
+    llvm::Value* p = b_.CreateFMul(t, polynomial(t, {1.061405429f, -1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f}));
+    llvm::Value* large = b_.CreateFSub(f(1.0f), b_.CreateFMul(p, exp(b_.CreateFNeg(z))));
+    large = b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, large, x);
+    return b_.CreateSelect(b_.CreateFCmpOLT(a, f(1.0f)), small, large);
+  }
+  // Cephes sinf and cosf: |x| = j pi/4 + r with j even (pi/4 in three parts, so j pi/4 is exact
+  // for |x| < 8192, where they are accurate), |r| <= pi/4, then sin's or cos's polynomial in r and
+  // the sign by j's octant. NaN for NaN and the infinities.
+  llvm::Value* sine(llvm::Value* x, bool cosine) {
+    llvm::Value* a = fabs(x);
+    llvm::Value* j = b_.CreateFPToSI(b_.CreateFMul(clamp(a, 0.0f, 1.0e7f), f(1.27323954473516f)), int_type_);
+    j = b_.CreateAnd(b_.CreateAdd(j, i(1)), i(~1));  // poison for NaN: that lane is replaced below
+    llvm::Value* y = b_.CreateSIToFP(j, type_);
+    llvm::Value* r = fma(y, f(-0.78515625f), a);
+    r = fma(y, f(-2.4187564849853515625e-4f), r);
+    r = fma(y, f(-3.77489497744594108e-8f), r);
+    llvm::Value* z = b_.CreateFMul(r, r);
+    llvm::Value* sin_r = fma(b_.CreateFMul(polynomial(z, {-1.9515295891e-4f, 8.3321608736e-3f, -1.6666654611e-1f}), z), r, r);
+    llvm::Value* cos_r = fma(b_.CreateFMul(polynomial(z, {2.443315711809948e-5f, -1.388731625493765e-3f, 4.166664568298827e-2f}),
+                                           b_.CreateFMul(z, z)),
+                             f(1.0f), fma(z, f(-0.5f), f(1.0f)));
+    llvm::Value* odd_quadrant = b_.CreateICmpNE(b_.CreateAnd(j, i(2)), i(0));
+    llvm::Value* upper_half = b_.CreateICmpNE(b_.CreateAnd(j, i(4)), i(0));
+    llvm::Value* value = b_.CreateSelect(odd_quadrant, cosine ? sin_r : cos_r, cosine ? cos_r : sin_r);
+    llvm::Value* negate = cosine ? b_.CreateXor(upper_half, odd_quadrant)
+                                 : b_.CreateXor(upper_half, b_.CreateFCmpOLT(x, f(0.0f)));
+    value = b_.CreateSelect(negate, b_.CreateFNeg(value), value);
+    llvm::Value* undefined = b_.CreateOr(b_.CreateFCmpUNO(x, x), b_.CreateFCmpOEQ(a, f(std::numeric_limits<float>::infinity())));
+    return b_.CreateSelect(undefined, f(std::numeric_limits<float>::quiet_NaN()), value);
+  }
+  // sinh: below |x| = 1 its odd Taylor polynomial to x^9 (relative accuracy near 0, truncation
+  // under 3e-8); above, e - 1 / (4 e) with e = e^(|x| - ln 2) = e^|x| / 2 and the sign of x, so it
+  // overflows only where sinh does. cosh: e + 1 / (4 e) everywhere (no cancellation).
+  llvm::Value* sinh(llvm::Value* x) {
+    llvm::Value* z = b_.CreateFMul(x, x);
+    llvm::Value* small = b_.CreateFMul(x, polynomial(z, {1.0f / 362880, 1.0f / 5040, 1.0f / 120, 1.0f / 6, 1.0f}));
+    llvm::Value* e = exp(b_.CreateFSub(fabs(x), f(0.693147180559945f)));
+    llvm::Value* large = b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign,
+                                                  b_.CreateFSub(e, b_.CreateFDiv(f(0.25f), e)), x);
+    return b_.CreateSelect(b_.CreateFCmpOLT(fabs(x), f(1.0f)), small, large);
+  }
+  llvm::Value* cosh(llvm::Value* x) {
+    llvm::Value* e = exp(b_.CreateFSub(fabs(x), f(0.693147180559945f)));
+    return b_.CreateFAdd(e, b_.CreateFDiv(f(0.25f), e));
+  }
+  // round (half away from zero, as std::round), ceil and floor for any float: below 2^23 from a
+  // truncation (|x| - trunc|x| is exact, so round never sees the 0.49999997 + 0.5 = 1 trap), above
+  // it x itself (already whole, or NaN or infinite). The sign of x is kept (ceil(-0.5) is -0).
+  enum class Rounding { nearest, up, down };
+  llvm::Value* rounded(llvm::Value* x, Rounding mode) {
+    llvm::Value* a = fabs(x);
+    llvm::Value* t = b_.CreateSIToFP(b_.CreateFPToSI(x, int_type_), type_);  // poison above 2^31: replaced below
+    llvm::Value* whole;
+    if (mode == Rounding::nearest) {
+      llvm::Value* ta = fabs(t);
+      whole = b_.CreateSelect(b_.CreateFCmpOGE(b_.CreateFSub(a, ta), f(0.5f)), b_.CreateFAdd(ta, f(1.0f)), ta);
+    } else if (mode == Rounding::up) {
+      whole = b_.CreateSelect(b_.CreateFCmpOLT(t, x), b_.CreateFAdd(t, f(1.0f)), t);
+    } else {
+      whole = b_.CreateSelect(b_.CreateFCmpOGT(t, x), b_.CreateFSub(t, f(1.0f)), t);
+    }
+    whole = b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, whole, x);
+    return b_.CreateSelect(b_.CreateFCmpOLT(a, f(8388608.0f)), whole, x);
+  }
+
   llvm::Value* sigmoid(llvm::Value* x) { return divide(f(1.0f), b_.CreateFAdd(f(1.0f), exp(b_.CreateFNeg(x)))); }
 
   // a / b allowed to go through a reciprocal estimate refined by Newton steps (see
@@ -169,6 +268,17 @@ class MathEmitter {
       case KernelOp::softsign:
         return b_.CreateFDiv(a, b_.CreateFAdd(f(1.0f), b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, a)));
       case KernelOp::silu: return b_.CreateFDiv(a, b_.CreateFAdd(f(1.0f), exp(b_.CreateFNeg(a))));
+      case KernelOp::elu: return elu(a, constant);
+      case KernelOp::selu: return b_.CreateFMul(f(ir::kSeluLambda), elu(a, ir::kSeluAlpha));
+      case KernelOp::log_sigmoid: return log_sigmoid(a);
+      case KernelOp::erf: return erf(a);
+      case KernelOp::sin: return sine(a, false);
+      case KernelOp::cos: return sine(a, true);
+      case KernelOp::sinh: return sinh(a);
+      case KernelOp::cosh: return cosh(a);
+      case KernelOp::round: return rounded(a, Rounding::nearest);
+      case KernelOp::ceil: return rounded(a, Rounding::up);
+      case KernelOp::floor: return rounded(a, Rounding::down);
     }
     throw InternalError("LlvmBackend::compile: no rule for kernel op " + std::string(kernel_op_name(op)));
   }

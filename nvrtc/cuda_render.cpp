@@ -58,6 +58,19 @@ std::string op_expression(jit::KernelOp op, const std::string& a, const std::str
     case jit::KernelOp::cube: return a + " * " + a + " * " + a;
     case jit::KernelOp::softsign: return a + " / (1.0f + fabsf(" + a + "))";
     case jit::KernelOp::silu: return a + " / (1.0f + expf(-" + a + "))";
+    case jit::KernelOp::elu: return a + " > 0.0f ? " + a + " : " + float_literal(constant) + " * expm1f(" + a + ")";
+    case jit::KernelOp::selu:
+      return float_literal(ir::kSeluLambda) + " * (" + a + " > 0.0f ? " + a + " : " + float_literal(ir::kSeluAlpha) +
+             " * expm1f(" + a + "))";
+    case jit::KernelOp::log_sigmoid: return "fminf(" + a + ", 0.0f) - log1pf(expf(-fabsf(" + a + ")))";
+    case jit::KernelOp::erf: return "erff(" + a + ")";
+    case jit::KernelOp::sin: return "sinf(" + a + ")";
+    case jit::KernelOp::cos: return "cosf(" + a + ")";
+    case jit::KernelOp::sinh: return "sinhf(" + a + ")";
+    case jit::KernelOp::cosh: return "coshf(" + a + ")";
+    case jit::KernelOp::round: return "roundf(" + a + ")";
+    case jit::KernelOp::ceil: return "ceilf(" + a + ")";
+    case jit::KernelOp::floor: return "floorf(" + a + ")";
   }
   throw InternalError("render_kernel: no CUDA rule for kernel op " + std::string(jit::kernel_op_name(op)));
 }

@@ -10,6 +10,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -522,6 +523,26 @@ void run_batch(const BatchContext& c) {
     case ir::Op::cube: return unary(c, [](auto x) { return x.cube(); });
     case ir::Op::softsign: return unary(c, [](auto x) { return x / (x.abs() + 1.0f); });
     case ir::Op::silu: return unary(c, [](auto x) { return x * x.logistic(); });
+    case ir::Op::elu: {
+      const float alpha = node.attrs.constant;
+      return unary(c, [alpha](auto x) { return x.unaryExpr([alpha](float v) { return v > 0 ? v : alpha * std::expm1(v); }); });
+    }
+    case ir::Op::selu:
+      return unary(c, [](auto x) {
+        return x.unaryExpr([](float v) { return ir::kSeluLambda * (v > 0 ? v : ir::kSeluAlpha * std::expm1(v)); });
+      });
+    case ir::Op::log_sigmoid:
+      return unary(c, [](auto x) {
+        return x.unaryExpr([](float v) { return std::min(v, 0.0f) - std::log1p(std::exp(-std::fabs(v))); });
+      });
+    case ir::Op::erf: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::erf(v); }); });
+    case ir::Op::sin: return unary(c, [](auto x) { return x.sin(); });
+    case ir::Op::cos: return unary(c, [](auto x) { return x.cos(); });
+    case ir::Op::sinh: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::sinh(v); }); });
+    case ir::Op::cosh: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::cosh(v); }); });
+    case ir::Op::round: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::round(v); }); });
+    case ir::Op::ceil: return unary(c, [](auto x) { return x.ceil(); });
+    case ir::Op::floor: return unary(c, [](auto x) { return x.floor(); });
     case ir::Op::div: return binary(c, [](auto x, auto y) { return x / y; });
     case ir::Op::max: return binary(c, [](auto x, auto y) { return x.binaryExpr(y, [](float a, float b) { return ir::max_of(a, b); }); });
     case ir::Op::min: return binary(c, [](auto x, auto y) { return x.binaryExpr(y, [](float a, float b) { return ir::min_of(a, b); }); });

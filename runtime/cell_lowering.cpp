@@ -301,8 +301,9 @@ class Lowerer {
   }
   // What the backward pass's rule for body node o reads of the forward values (trace/backward.cpp):
   // a product's factors (a parameter's are outside the body), both factors of cmult, max and min,
-  // the arguments of log, abs, square, cube, softsign and silu, div's divisor and output, the
-  // outputs of activations, exp, sqrt and silu.
+  // the arguments of log, abs, square, cube, softsign, silu, elu, selu, log_sigmoid, erf and the
+  // trigonometric and hyperbolic ops, div's divisor and output, the outputs of activations, exp,
+  // sqrt, silu, elu and selu (round, ceil and floor read nothing).
   void need_for_backward(uint32_t o) {
     const ir::Node& n = body_node(o);
     const auto args = graph_.args(n);
@@ -323,7 +324,15 @@ class Lowerer {
       case ir::Op::square:
       case ir::Op::cube:
       case ir::Op::softsign: need(args[0]); break;
-      case ir::Op::silu: need(args[0]); needed_[o] = true; break;
+      case ir::Op::log_sigmoid:
+      case ir::Op::erf:
+      case ir::Op::sin:
+      case ir::Op::cos:
+      case ir::Op::sinh:
+      case ir::Op::cosh: need(args[0]); break;
+      case ir::Op::silu:
+      case ir::Op::elu:
+      case ir::Op::selu: need(args[0]); needed_[o] = true; break;
       case ir::Op::div: need(args[1]); needed_[o] = true; break;
       case ir::Op::sqrt:
       case ir::Op::tanh:

@@ -135,6 +135,24 @@ void eval_softsign(const NodeContext& c) {
 void eval_silu(const NodeContext& c) {
   c.out() = c.arg(0).unaryExpr([](float v) { return v / (1.0f + std::exp(-v)); });
 }
+void eval_elu(const NodeContext& c) {
+  const float alpha = c.node.attrs.constant;
+  c.out() = c.arg(0).unaryExpr([alpha](float v) { return v > 0 ? v : alpha * std::expm1(v); });
+}
+void eval_selu(const NodeContext& c) {
+  c.out() = c.arg(0).unaryExpr([](float v) { return ir::kSeluLambda * (v > 0 ? v : ir::kSeluAlpha * std::expm1(v)); });
+}
+void eval_log_sigmoid(const NodeContext& c) {
+  c.out() = c.arg(0).unaryExpr([](float v) { return std::min(v, 0.0f) - std::log1p(std::exp(-std::fabs(v))); });
+}
+void eval_erf(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::erf(v); }); }
+void eval_sin(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::sin(v); }); }
+void eval_cos(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::cos(v); }); }
+void eval_sinh(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::sinh(v); }); }
+void eval_cosh(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::cosh(v); }); }
+void eval_round(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::round(v); }); }
+void eval_ceil(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::ceil(v); }); }
+void eval_floor(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::floor(v); }); }
 void eval_div(const NodeContext& c) { c.out() = c.arg(0).cwiseQuotient(c.arg(1)); }
 void eval_max(const NodeContext& c) { c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return ir::max_of(a, b); }); }
 void eval_min(const NodeContext& c) { c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return ir::min_of(a, b); }); }

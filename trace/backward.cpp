@@ -554,6 +554,40 @@ class Backward {
       case Op::softsign:  // dy / (1 + |x|)^2
         attrs.constant = 1.0f;
         return to(0, emit(Op::div, {dy, emit(Op::square, {emit(Op::add_const, {emit(Op::abs, {args[0]})}, attrs)})}));
+      case Op::elu:
+      case Op::selu: {
+        // Above 0 dy (times lambda for selu); at or below 0 dy (y + alpha) (lambda alpha for selu):
+        // relu_grad keeps x > 0's share, g - relu_grad(x, g) the rest (at 0 the left derivative).
+        const bool selu = node.op == Op::selu;
+        attrs.constant = selu ? ir::kSeluLambda * ir::kSeluAlpha : node.attrs.constant;
+        const NodeId g = emit(Op::cmult, {dy, emit(Op::add_const, {n}, attrs)});
+        NodeId above = emit(Op::relu_grad, {args[0], dy});
+        if (selu) {
+          attrs.constant = ir::kSeluLambda;
+          above = emit(Op::scale, {above}, attrs);
+        }
+        return to(0, emit(Op::add, {above, emit(Op::sub, {g, emit(Op::relu_grad, {args[0], g})})}));
+      }
+      case Op::log_sigmoid:  // dy sigmoid(-x)
+        attrs.constant = -1.0f;
+        return to(0, emit(Op::cmult, {dy, emit(Op::sigmoid, {emit(Op::scale, {args[0]}, attrs)})}));
+      case Op::erf: {  // dy 2 / sqrt(pi) e^(-x^2)
+        attrs.constant = -1.0f;
+        const NodeId gauss = emit(Op::exp, {emit(Op::scale, {emit(Op::square, {args[0]})}, attrs)});
+        attrs.constant = 1.1283791670955126f;
+        return to(0, emit(Op::cmult, {dy, emit(Op::scale, {gauss}, attrs)}));
+      }
+      case Op::sin: return to(0, emit(Op::cmult, {dy, emit(Op::cos, {args[0]})}));
+      case Op::cos:
+        attrs.constant = -1.0f;
+        return to(0, emit(Op::cmult, {dy, emit(Op::scale, {emit(Op::sin, {args[0]})}, attrs)}));
+      case Op::sinh: return to(0, emit(Op::cmult, {dy, emit(Op::cosh, {args[0]})}));
+      case Op::cosh: return to(0, emit(Op::cmult, {dy, emit(Op::sinh, {args[0]})}));
+      case Op::round:
+      case Op::ceil:
+      case Op::floor:  // piecewise constant: 0 (a choice at the jumps, where there is no derivative)
+        attrs.constant = 0.0f;
+        return to(0, emit(Op::scale, {dy}, attrs));
       case Op::silu: {  // dy (s + y (1 - s)), s = sigmoid(x)
         const NodeId s = emit(Op::sigmoid, {args[0]});
         return to(0, emit(Op::cmult, {dy, emit(Op::add, {s, emit(Op::sub, {n, emit(Op::cmult, {n, s})})})}));

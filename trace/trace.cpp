@@ -1,5 +1,6 @@
 // Trace scopes, Expr, the op functions (shape-checked at record time) and Engine.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 
@@ -331,6 +332,21 @@ Expr square(const Expr& x) { return record1(ir::Op::square, x); }
 Expr cube(const Expr& x) { return record1(ir::Op::cube, x); }
 Expr softsign(const Expr& x) { return record1(ir::Op::softsign, x); }
 Expr silu(const Expr& x) { return record1(ir::Op::silu, x); }
+Expr elu(const Expr& x, float alpha) {
+  if (!std::isfinite(alpha))
+    throw UsageError("edb::elu(): alpha is " + std::to_string(alpha) + "; expected a finite number");
+  return record1(ir::Op::elu, x, constant_attr(alpha));
+}
+Expr selu(const Expr& x) { return record1(ir::Op::selu, x); }
+Expr log_sigmoid(const Expr& x) { return record1(ir::Op::log_sigmoid, x); }
+Expr erf(const Expr& x) { return record1(ir::Op::erf, x); }
+Expr sin(const Expr& x) { return record1(ir::Op::sin, x); }
+Expr cos(const Expr& x) { return record1(ir::Op::cos, x); }
+Expr sinh(const Expr& x) { return record1(ir::Op::sinh, x); }
+Expr cosh(const Expr& x) { return record1(ir::Op::cosh, x); }
+Expr round(const Expr& x) { return record1(ir::Op::round, x); }
+Expr ceil(const Expr& x) { return record1(ir::Op::ceil, x); }
+Expr floor(const Expr& x) { return record1(ir::Op::floor, x); }
 Expr div(const Expr& a, const Expr& b) { return record2(ir::Op::div, a, b); }
 Expr max(const Expr& a, const Expr& b) { return record2(ir::Op::max, a, b); }
 Expr min(const Expr& a, const Expr& b) { return record2(ir::Op::min, a, b); }

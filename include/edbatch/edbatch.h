@@ -374,6 +374,17 @@ Expr square(const Expr& x);                // x * x
 Expr cube(const Expr& x);                  // x * x * x
 Expr softsign(const Expr& x);              // x / (1 + |x|)
 Expr silu(const Expr& x);                  // x * sigmoid(x) (swish)
+Expr elu(const Expr& x, float alpha = 1.0f);  // x above 0, else alpha (e^x - 1)
+Expr selu(const Expr& x);                  // 1.0507010 elu(x, 1.6732632): DyNet's and the paper's constants
+Expr log_sigmoid(const Expr& x);           // log(sigmoid(x)), without overflow
+Expr erf(const Expr& x);
+Expr sin(const Expr& x);                   // sin and cos: radians, accurate for |x| < 8192
+Expr cos(const Expr& x);
+Expr sinh(const Expr& x);
+Expr cosh(const Expr& x);
+Expr round(const Expr& x);                 // half away from zero; round, ceil, floor: gradient 0
+Expr ceil(const Expr& x);
+Expr floor(const Expr& x);
 Expr sum_elements(const Expr& x);          // the sum of all of x's values, 1x1
 Expr mean_elements(const Expr& x);         // their mean, 1x1
 Expr transpose(const Expr& x);             // rows x cols -> cols x rows

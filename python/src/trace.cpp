@@ -326,6 +326,23 @@ void bind_ops(py::module_& m) {
         py::arg("x"), "x / (1 + |x|), elementwise.");
   m.def("silu", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::silu(v); }); }, py::arg("x"),
         "x * sigmoid(x), elementwise (swish).");
+  m.def("elu", [](const PyExpr& x, float alpha) { return unary(x, [alpha](auto& v) { return edb::elu(v, alpha); }); },
+        py::arg("x"), py::arg("alpha") = 1.0f, "x above 0, else alpha (e^x - 1), elementwise.");
+  m.def("selu", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::selu(v); }); }, py::arg("x"),
+        "1.0507010 elu(x, 1.6732632), elementwise.");
+  m.def("log_sigmoid", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::log_sigmoid(v); }); },
+        py::arg("x"), "log(sigmoid(x)), elementwise, without overflow.");
+  m.def("erf", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::erf(v); }); }, py::arg("x"));
+  m.def("sin", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::sin(v); }); }, py::arg("x"));
+  m.def("cos", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::cos(v); }); }, py::arg("x"));
+  m.def("sinh", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::sinh(v); }); }, py::arg("x"));
+  m.def("cosh", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::cosh(v); }); }, py::arg("x"));
+  m.def("round", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::round(v); }); }, py::arg("x"),
+        "Half away from zero, elementwise; gradient 0.");
+  m.def("ceil", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::ceil(v); }); }, py::arg("x"),
+        "Gradient 0.");
+  m.def("floor", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::floor(v); }); }, py::arg("x"),
+        "Gradient 0.");
   m.def("div", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::div(x, y); }); },
         py::arg("a"), py::arg("b"), "Elementwise quotient (also a / b).");
   m.def("max", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::max(x, y); }); },

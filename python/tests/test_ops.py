@@ -1,4 +1,6 @@
 # Every op and operator against numpy, on the default engine and on the reference executor.
+import math
+
 import numpy as np
 import pytest
 
@@ -130,6 +132,9 @@ def test_model_author_ops(engine):
             edbatch.div(x, M)
 
 
+SELU_LAMBDA, SELU_ALPHA = 1.0507009873554805, 1.6732632423543772
+
+
 def _sigmoid(a):
     return 1 / (1 + np.exp(-a))
 
@@ -142,6 +147,18 @@ UNARY = [
     ("cube", lambda a: a ** 3, lambda a: 3 * a * a),
     ("softsign", lambda a: a / (1 + np.abs(a)), lambda a: 1 / (1 + np.abs(a)) ** 2),
     ("silu", lambda a: a * _sigmoid(a), lambda a: _sigmoid(a) * (1 + a * (1 - _sigmoid(a)))),
+    ("elu", lambda a: np.where(a > 0, a, np.expm1(a)), lambda a: np.where(a > 0, 1, np.exp(a))),
+    ("selu", lambda a: SELU_LAMBDA * np.where(a > 0, a, SELU_ALPHA * np.expm1(a)),
+     lambda a: SELU_LAMBDA * np.where(a > 0, 1, SELU_ALPHA * np.exp(a))),
+    ("log_sigmoid", lambda a: np.log(_sigmoid(a)), lambda a: _sigmoid(-a)),
+    ("erf", lambda a: np.vectorize(math.erf)(a), lambda a: 2 / np.sqrt(np.pi) * np.exp(-a * a)),
+    ("sin", np.sin, np.cos),
+    ("cos", np.cos, lambda a: -np.sin(a)),
+    ("sinh", np.sinh, np.cosh),
+    ("cosh", np.cosh, np.sinh),
+    ("round", lambda a: np.sign(a) * np.floor(np.abs(a) + 0.5), np.zeros_like),
+    ("ceil", np.ceil, np.zeros_like),
+    ("floor", np.floor, np.zeros_like),
 ]
 
 

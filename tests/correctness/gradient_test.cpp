@@ -108,6 +108,20 @@ std::vector<OpCase> op_cases() {
       {"cube", [=](Trace& t, Model& m) { return cube(P(t, m, "W") * 2.0f); }},
       {"softsign", [=](Trace& t, Model& m) { return softsign(P(t, m, "W") * 3.0f); }},
       {"silu", [=](Trace& t, Model& m) { return silu(P(t, m, "W") * 3.0f); }},
+      {"elu", [=](Trace& t, Model& m) { return elu(P(t, m, "W") * 3.0f); }},
+      {"elu with alpha 0.5", [=](Trace& t, Model& m) { return elu(P(t, m, "W") * 3.0f, 0.5f); }},
+      {"selu", [=](Trace& t, Model& m) { return selu(P(t, m, "W") * 3.0f); }},
+      {"log_sigmoid", [=](Trace& t, Model& m) { return log_sigmoid(P(t, m, "W") * 3.0f); }},
+      {"erf", [=](Trace& t, Model& m) { return erf(P(t, m, "W") * 3.0f); }},
+      {"sin", [=](Trace& t, Model& m) { return sin(P(t, m, "W") * 5.0f); }},
+      {"cos", [=](Trace& t, Model& m) { return cos(P(t, m, "W") * 5.0f); }},
+      {"sinh", [=](Trace& t, Model& m) { return sinh(P(t, m, "W") * 3.0f); }},
+      {"cosh", [=](Trace& t, Model& m) { return cosh(P(t, m, "W") * 3.0f); }},
+      // 0 (h = 1e-2 never crosses a jump: W is 0.15 to 0.45 from 0, so W never crosses 0 or 0.5)
+      {"round, ceil and floor", [=](Trace& t, Model& m) {
+         const Expr w = P(t, m, "W");
+         return round(w) + ceil(w) + floor(w) + w;
+       }},
       {"dropout in training", [=](Trace& t, Model& m) {
          return dropout(tanh(P(t, m, "W")), 0.5f, {.training = true, .seed = 7});
        }},

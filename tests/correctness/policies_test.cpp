@@ -211,7 +211,9 @@ TEST(RandomDag, SeedsCoverEveryOpSinksAndFanOut) {
                                        "add_const", "tanh", "sigmoid", "relu", "sum", "concat", "slice",
                                        "softmax", "log_softmax", "pick_neg_log_softmax", "lookup", "reshape",
                                        "exp", "log", "div", "max", "min", "sum_elements", "mean_elements",
-                                       "transpose", "sqrt", "abs", "square", "cube", "softsign", "silu"};
+                                       "transpose", "sqrt", "abs", "square", "cube", "softsign", "silu",
+                                       "elu", "selu", "log_sigmoid", "erf", "sin", "cos", "sinh", "cosh", "round",
+                                       "ceil", "floor"};
   EXPECT_EQ(ops, every);
   EXPECT_GE(op_nodes, instances * 10);
   EXPECT_LE(op_nodes, instances * 22);

@@ -26,6 +26,7 @@ struct UnaryCase {
 };
 
 double sigmoid_of(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+constexpr double kLambda = 1.0507009873554804934, kAlpha = 1.6732632423543772848;  // selu's
 
 const std::vector<UnaryCase>& unary_cases() {
   static const std::vector<UnaryCase> cases = {
@@ -37,6 +38,23 @@ const std::vector<UnaryCase>& unary_cases() {
        [](double x) { return 1 / ((1 + std::fabs(x)) * (1 + std::fabs(x))); }, -4, 4},
       {"silu", edb::silu, [](double x) { return x * sigmoid_of(x); },
        [](double x) { return sigmoid_of(x) * (1 + x * (1 - sigmoid_of(x))); }, -6, 6},
+      {"elu", [](const Expr& x) { return edb::elu(x); }, [](double x) { return x > 0 ? x : std::expm1(x); },
+       [](double x) { return x > 0 ? 1 : std::exp(x); }, -4, 3},
+      {"elu", [](const Expr& x) { return edb::elu(x, 0.5f); }, [](double x) { return x > 0 ? x : 0.5 * std::expm1(x); },
+       [](double x) { return x > 0 ? 1 : 0.5 * std::exp(x); }, -4, 3},
+      {"selu", edb::selu, [](double x) { return kLambda * (x > 0 ? x : kAlpha * std::expm1(x)); },
+       [](double x) { return kLambda * (x > 0 ? 1 : kAlpha * std::exp(x)); }, -4, 3},
+      {"log_sigmoid", edb::log_sigmoid, [](double x) { return -std::log1p(std::exp(-x)); },
+       [](double x) { return sigmoid_of(-x); }, -30, 30},
+      {"erf", edb::erf, [](double x) { return std::erf(x); },
+       [](double x) { return 2 / std::sqrt(M_PI) * std::exp(-x * x); }, -4, 4},
+      {"sin", edb::sin, [](double x) { return std::sin(x); }, [](double x) { return std::cos(x); }, -10, 10},
+      {"cos", edb::cos, [](double x) { return std::cos(x); }, [](double x) { return -std::sin(x); }, -10, 10},
+      {"sinh", edb::sinh, [](double x) { return std::sinh(x); }, [](double x) { return std::cosh(x); }, -5, 5},
+      {"cosh", edb::cosh, [](double x) { return std::cosh(x); }, [](double x) { return std::sinh(x); }, -5, 5},
+      {"round", edb::round, [](double x) { return std::round(x); }, [](double) { return 0.0; }, -3, 3},
+      {"ceil", edb::ceil, [](double x) { return std::ceil(x); }, [](double) { return 0.0; }, -3, 3},
+      {"floor", edb::floor, [](double x) { return std::floor(x); }, [](double) { return 0.0; }, -3, 3},
   };
   return cases;
 }
@@ -123,6 +141,16 @@ TEST(UnaryOps, EmptyExpressionsAreUsageErrorsNamingTheOp) {
   for (const UnaryCase& c : unary_cases())
     EXPECT_EQ(testing::usage_error([&] { c.op(Expr()); }),
               "edb::" + std::string(c.name) + "(): the expression is empty (default-constructed)");
+}
+
+// elu's alpha is part of the op (its signature, its kernels): a NaN or an infinity is refused.
+TEST(UnaryOps, EluRefusesANonFiniteAlpha) {
+  Engine engine;
+  Trace trace(engine);
+  const Expr x = trace.input({1.0f, -1.0f});
+  EXPECT_EQ(testing::usage_error([&] { edb::elu(x, std::nanf("")); }), "edb::elu(): alpha is nan; expected a finite number");
+  EXPECT_EQ(testing::usage_error([&] { edb::elu(x, INFINITY); }), "edb::elu(): alpha is inf; expected a finite number");
+  EXPECT_TRUE(near_relative(edb::elu(x, 2.0f).value().data[1], 2.0 * std::expm1(-1.0)));
 }
 
 }  // namespace

@@ -53,6 +53,14 @@ const char* op_name(CellOp::Kind k) {
     case CellOp::cube_tanh: return "cube_tanh";
     case CellOp::softsign: return "softsign";
     case CellOp::silu: return "silu";
+    case CellOp::elu: return "elu";
+    case CellOp::selu: return "selu";
+    case CellOp::log_sigmoid: return "log_sigmoid";
+    case CellOp::erf: return "erf";
+    case CellOp::sin_tanh: return "sin_tanh";
+    case CellOp::cos_tanh: return "cos_tanh";
+    case CellOp::sinh_tanh: return "sinh_tanh";
+    case CellOp::cosh_tanh: return "cosh_tanh";
     case CellOp::constant_minus: return "constant_minus";
     case CellOp::minus_constant: return "minus_constant";
     case CellOp::negate: return "negate";
@@ -303,7 +311,9 @@ class Generator {
             CellOp::scale,          CellOp::add_const,      CellOp::negate, CellOp::constant_minus,
             CellOp::minus_constant, CellOp::divide_by_constant, CellOp::constant_times, CellOp::constant_plus,
             CellOp::sqrt_square,    CellOp::abs,            CellOp::square, CellOp::cube_tanh,
-            CellOp::softsign,       CellOp::silu};
+            CellOp::softsign,       CellOp::silu,           CellOp::elu,    CellOp::selu,
+            CellOp::log_sigmoid,    CellOp::erf,            CellOp::sin_tanh, CellOp::cos_tanh,
+            CellOp::sinh_tanh,      CellOp::cosh_tanh};
         const CellOp::Kind k = kUnary[r_.below(int(std::size(kUnary)))];
         CellOp op = make_op(k, {pick_column(b)});
         static constexpr float kConstants[] = {0.5f, -1.5f, 2.0f, 0.25f};
@@ -537,6 +547,14 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
     case CellOp::cube_tanh: return edb::cube(edb::tanh(a[0]));
     case CellOp::softsign: return edb::softsign(a[0]);
     case CellOp::silu: return edb::silu(a[0]);
+    case CellOp::elu: return edb::elu(a[0], op.constant);
+    case CellOp::selu: return edb::selu(a[0]);
+    case CellOp::log_sigmoid: return edb::log_sigmoid(a[0]);
+    case CellOp::erf: return edb::erf(a[0]);
+    case CellOp::sin_tanh: return edb::sin(edb::tanh(a[0]) * 4.0f);
+    case CellOp::cos_tanh: return edb::cos(edb::tanh(a[0]) * 4.0f);
+    case CellOp::sinh_tanh: return edb::sinh(edb::tanh(a[0]));
+    case CellOp::cosh_tanh: return edb::cosh(edb::tanh(a[0]));
     case CellOp::constant_minus: return op.constant - a[0];
     case CellOp::minus_constant: return a[0] - op.constant;
     case CellOp::negate: return -a[0];

@@ -40,6 +40,7 @@ struct CellOp {
     constant_minus, minus_constant, negate, divide_by_constant, constant_times, constant_plus,  // c - x, x - c, -x, x / c, c * x, c + x
     sqrt_square,  // sqrt(x * x + 0.5): sqrt away from 0
     abs, square, cube_tanh, softsign, silu,  // cube of tanh, as exp_tanh: magnitudes stay small
+    elu, selu, log_sigmoid, erf, sin_tanh, cos_tanh, sinh_tanh, cosh_tanh,  // sin(4 tanh x), cos(4 tanh x), sinh(tanh x), cosh(tanh x)
     slice,        // rows [begin, end) of args[0]
     concat, sum, softmax, sum_elements, transpose,
   };

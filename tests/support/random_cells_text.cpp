@@ -47,6 +47,14 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::cube_tanh: return "cube(tanh(" + a[0] + "))";
     case CellOp::softsign: return "softsign(" + a[0] + ")";
     case CellOp::silu: return "silu(" + a[0] + ")";
+    case CellOp::elu: return "elu(" + a[0] + ", " + constant + ")";
+    case CellOp::selu: return "selu(" + a[0] + ")";
+    case CellOp::log_sigmoid: return "log_sigmoid(" + a[0] + ")";
+    case CellOp::erf: return "erf(" + a[0] + ")";
+    case CellOp::sin_tanh: return "sin(tanh(" + a[0] + ") * 4.0f)";
+    case CellOp::cos_tanh: return "cos(tanh(" + a[0] + ") * 4.0f)";
+    case CellOp::sinh_tanh: return "sinh(tanh(" + a[0] + "))";
+    case CellOp::cosh_tanh: return "cosh(tanh(" + a[0] + "))";
     case CellOp::constant_minus: return constant + " - " + a[0];
     case CellOp::minus_constant: return a[0] + " - " + constant;
     case CellOp::negate: return "-" + a[0];

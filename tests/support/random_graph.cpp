@@ -23,7 +23,8 @@ bool is_size(int rows) { return size_index(rows) >= 0; }
 enum class Kind {
   affine1, affine2, matmul, matvec, add, sub, cmult, scale, add_const, tanh, sigmoid, relu, sum,
   concat, slice, softmax, log_softmax, pick, lookup, reshape, exp, log, div, max, min, sum_elements,
-  mean_elements, transpose, sqrt, abs, square, cube, softsign, silu, count
+  mean_elements, transpose, sqrt, abs, square, cube, softsign, silu, elu, selu, log_sigmoid, erf, sin, cos,
+  sinh, cosh, round, ceil, floor, count
 };
 
 // Row splits whose totals are sizes, for concat.
@@ -263,6 +264,31 @@ class Recorder {
       case Kind::cube: add(edb::cube(edb::tanh(use(pick_any()))), "cube"); return;
       case Kind::softsign: add(edb::softsign(use(pick_any())), "softsign"); return;
       case Kind::silu: add(edb::silu(use(pick_any())), "silu"); return;
+      case Kind::elu: {
+        static constexpr float kAlphas[] = {1.0f, 0.5f};
+        add(edb::elu(use(pick_any()), kAlphas[s_->below(2)]), "elu");
+        return;
+      }
+      case Kind::selu: add(edb::selu(use(pick_any())), "selu"); return;
+      case Kind::log_sigmoid: add(edb::log_sigmoid(use(pick_any())), "log_sigmoid"); return;
+      case Kind::erf: add(edb::erf(use(pick_any())), "erf"); return;
+      // sin and cos of 4 tanh(x): a large x's rounding would move the phase past the tolerance;
+      // sinh and cosh of tanh, as exp.
+      case Kind::sin: add(edb::sin(edb::tanh(use(pick_any())) * 4.0f), "sin"); return;
+      case Kind::cos: add(edb::cos(edb::tanh(use(pick_any())) * 4.0f), "cos"); return;
+      case Kind::sinh: add(edb::sinh(edb::tanh(use(pick_any()))), "sinh"); return;
+      case Kind::cosh: add(edb::cosh(edb::tanh(use(pick_any()))), "cosh"); return;
+      // round, ceil and floor of a fresh input times 4 (exact): a computed value, rounded a little
+      // differently by each executor, could land on either side of a jump.
+      case Kind::round:
+      case Kind::ceil:
+      case Kind::floor: {
+        const Expr x = use(input(size(), 1)) * 4.0f;
+        if (kind == Kind::round) add(edb::round(x), "round");
+        else if (kind == Kind::ceil) add(edb::ceil(x), "ceil");
+        else add(edb::floor(x), "floor");
+        return;
+      }
       case Kind::count: break;
     }
   }

@@ -190,7 +190,7 @@ TEST(KernelIr, CanonicalTextIsStable) {
 TEST(KernelIr, DifferentKernelsHaveDifferentTexts) {
   std::vector<Kernel> kernels;
   for (OperandAccess access : kAccesses)
-    for (int op = 0; op <= int(KernelOp::silu); ++op)  // every kernel op
+    for (int op = 0; op <= int(KernelOp::floor); ++op)  // every kernel op
       if (kernel_op_arity(KernelOp(op)) < 2) kernels.push_back(unary_kernel(KernelOp(op), access, 2.0f));
   kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, std::nextafter(2.0f, 3.0f)));
   kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, -0.0f));
@@ -227,7 +227,7 @@ TEST(KernelIr, VerifyRejectsMalformedKernels) {
 TEST(KernelIr, TextParsesBackToTheSameKernel) {
   std::vector<Kernel> kernels = {lstm_kernel(true), lstm_kernel(false)};
   for (OperandAccess access : kAccesses)
-    for (int op = 0; op <= int(KernelOp::silu); ++op)  // every kernel op
+    for (int op = 0; op <= int(KernelOp::floor); ++op)  // every kernel op
       if (kernel_op_arity(KernelOp(op)) < 2) kernels.push_back(unary_kernel(KernelOp(op), access, -1.5e-7f));
   kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, -0.0f));
   kernels.push_back(unary_kernel(KernelOp::add_const, OperandAccess::strided, std::numeric_limits<float>::infinity()));
@@ -274,10 +274,14 @@ TEST(LlvmBackend, EveryOpAloneMatchesTheInterpreter) {
   uint32_t seed = 1;
   for (OperandAccess access : kAccesses) {
     for (KernelOp op : {KernelOp::load, KernelOp::tanh, KernelOp::sigmoid, KernelOp::relu, KernelOp::exp, KernelOp::log,
-                        KernelOp::sqrt, KernelOp::softsign, KernelOp::silu})
+                        KernelOp::sqrt, KernelOp::softsign, KernelOp::silu, KernelOp::selu, KernelOp::log_sigmoid,
+                        KernelOp::erf, KernelOp::sin, KernelOp::cos, KernelOp::sinh, KernelOp::cosh})
       expect_matches_interpreter(backend, unary_kernel(op, access), seed++);  // log, sqrt: NaN below 0 on both
     for (KernelOp op : {KernelOp::abs, KernelOp::square, KernelOp::cube})  // the same operations in the same order
       expect_matches_interpreter(backend, unary_kernel(op, access), seed++, 0.0);
+    for (KernelOp op : {KernelOp::round, KernelOp::ceil, KernelOp::floor})  // exact, as libm
+      expect_matches_interpreter(backend, unary_kernel(op, access), seed++, 0.0);
+    expect_matches_interpreter(backend, unary_kernel(KernelOp::elu, access, 0.75f), seed++);
     expect_matches_interpreter(backend, unary_kernel(KernelOp::scale, access, -1.75f), seed++);
     expect_matches_interpreter(backend, unary_kernel(KernelOp::add_const, access, 0.3f), seed++);
     for (OperandAccess second : kAccesses)
