@@ -405,6 +405,28 @@ TEST(LlvmBackend, TranscendentalsAreAccurate) {
   for (const Accuracy& a : {tanh, tanh_near_zero, sigmoid}) EXPECT_LE(a.max_absolute, 1e-7);
 }
 
+// Issue 46's inlined functions against libm in double: relative error where the function keeps
+// away from 0 (and near 0 for the odd ones), absolute for sin and cos (zeros inside the range).
+TEST(LlvmBackend, UnaryOpsOfIssue46AreAccurate) {
+  LlvmBackend backend;
+  const Accuracy erf = sweep(backend, KernelOp::erf, [](double x) { return std::erf(x); }, -6, 6, 1000000);
+  const Accuracy erf_near_zero = sweep(backend, KernelOp::erf, [](double x) { return std::erf(x); }, -1e-3f, 1e-3f, 100001);
+  const Accuracy selu = sweep(backend, KernelOp::selu, [](double x) {
+    return 1.0507009873554804934 * (x > 0 ? x : 1.6732632423543772848 * std::expm1(x));
+  }, -20, 20, 1000000);
+  const Accuracy log_sigmoid = sweep(backend, KernelOp::log_sigmoid, [](double x) { return -std::log1p(std::exp(-x)); },
+                                     -80, 80, 1000000);
+  const Accuracy sinh = sweep(backend, KernelOp::sinh, [](double x) { return std::sinh(x); }, -88, 88, 1000000);
+  const Accuracy sinh_near_zero = sweep(backend, KernelOp::sinh, [](double x) { return std::sinh(x); }, -1e-3f, 1e-3f, 100001);
+  const Accuracy cosh = sweep(backend, KernelOp::cosh, [](double x) { return std::cosh(x); }, -88, 88, 1000000);
+  for (const Accuracy& a : {erf, erf_near_zero, selu, log_sigmoid, sinh, sinh_near_zero, cosh}) EXPECT_LE(a.max_relative, 1e-6);
+  const Accuracy sin = sweep(backend, KernelOp::sin, [](double x) { return std::sin(x); }, -8192, 8192, 1000000);
+  const Accuracy cos = sweep(backend, KernelOp::cos, [](double x) { return std::cos(x); }, -8192, 8192, 1000000);
+  const Accuracy sin_near_zero = sweep(backend, KernelOp::sin, [](double x) { return std::sin(x); }, -1e-3f, 1e-3f, 100001);
+  for (const Accuracy& a : {sin, cos}) EXPECT_LE(a.max_absolute, 2e-7);
+  EXPECT_LE(sin_near_zero.max_relative, 1e-6);
+}
+
 TEST(LlvmBackend, TranscendentalsAtTheEdges) {
   LlvmBackend backend;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
