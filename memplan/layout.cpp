@@ -119,8 +119,6 @@ int64_t copied_members(const ir::Graph& graph, const ir::Node& first, ir::NodeId
   }
 }
 
-bool viewable(const ir::Node& n) { return (n.op == ir::Op::slice && n.shape.cols == 1) || n.op == ir::Op::reshape; }
-int64_t view_offset(const ir::Node& n) { return n.op == ir::Op::slice ? n.attrs.begin : 0; }
 
 // ---- The planner ----
 

@@ -9,30 +9,25 @@ namespace edb::memplan {
 
 namespace {
 
-// A slice of a planned column vector can alias its argument's rows, and a reshape of a planned
-// node is its argument's values as they lie.
+// A view of a planned node.
 bool can_view(const ir::Graph& graph, const Plan& plan, ir::NodeId id) {
   const ir::Node& n = graph.node(id);
-  const bool viewable = (n.op == ir::Op::slice && n.shape.cols == 1) || n.op == ir::Op::reshape;
-  return viewable && plan.offset[graph.args(n)[0]] >= 0;
+  return viewable(n) && plan.offset[graph.args(n)[0]] >= 0;
 }
 
-// Where a view starts inside its argument.
-int64_t view_offset(const ir::Node& n) { return n.op == ir::Op::slice ? n.attrs.begin : 0; }
-
 }  // namespace
+
+int64_t frame_row(const ir::Graph& graph, const Plan& plan, ir::NodeId call, int64_t at) {
+  const ir::CellBody& cell = graph.cell(graph.node(call).attrs.index);
+  if (cell.frame_blocks.empty()) return plan.offset[call] + at;
+  const Plan::Frames& f = plan.frames[call];
+  return f.first + cell.locate(at, (plan.offset[call] - f.first) / cell.frame_floats, f.calls);
+}
 
 int64_t view_at(const ir::Graph& graph, const Plan& plan, ir::NodeId id) {
   const ir::Node& n = graph.node(id);
   const ir::NodeId source = graph.args(n)[0];
-  const ir::Node& s = graph.node(source);
-  if (n.op == ir::Op::slice && s.op == ir::Op::call) {
-    const ir::CellBody& cell = graph.cell(s.attrs.index);
-    if (!cell.frame_blocks.empty()) {
-      const Plan::Frames& f = plan.frames[source];
-      return f.first + cell.locate(n.attrs.begin, (plan.offset[source] - f.first) / cell.frame_floats, f.calls);
-    }
-  }
+  if (n.op == ir::Op::slice && graph.node(source).op == ir::Op::call) return frame_row(graph, plan, source, n.attrs.begin);
   return plan.offset[source] + view_offset(n);
 }
 

@@ -31,9 +31,19 @@ struct Plan {
   bool is_view(ir::NodeId id) const { return view[id] != 0; }
 };
 
-// Where view `id` (a slice of a column or a reshape, planned as a view) starts: its argument's
-// offset plus the slice's first row; a slice of a call whose cell lays frames out batch by batch
-// lies where the cell's locate() puts that row of that call's frame.
+// A slice of a column and a reshape may alias their argument (when it is planned): the rows
+// [view_offset, + size) of it. Both planners, and a cell's frame laid out as an expansion plans
+// it (runtime/cell_lowering.cpp), follow this rule.
+inline bool viewable(const ir::Node& n) { return (n.op == ir::Op::slice && n.shape.cols == 1) || n.op == ir::Op::reshape; }
+inline int64_t view_offset(const ir::Node& n) { return n.op == ir::Op::slice ? n.attrs.begin : 0; }
+
+// Where row `at` of the frame of call node `call` (planned) lies in the arena: `at` floats past
+// the call's offset, or, where its cell lays a batch's frames out batch by batch, where the
+// cell's locate() puts that row of that call among its batch's frames (Plan::frames).
+int64_t frame_row(const ir::Graph& graph, const Plan& plan, ir::NodeId call, int64_t at);
+
+// Where view `id` (planned as a view) starts: its argument's offset plus view_offset, or for a
+// slice of a call, frame_row of its first row.
 int64_t view_at(const ir::Graph& graph, const Plan& plan, ir::NodeId id);
 
 // Records, for a planned batch of calls (`calls`, their offsets assigned, consecutive), where

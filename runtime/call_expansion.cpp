@@ -19,14 +19,8 @@ struct CallExpansion::Expanded {
   memplan::Plan plan;
   std::vector<ir::NodeId> at;          // call c's node for body node id: at[c * body size + id]
   std::vector<uint32_t> argument_of;   // call c's argument i: parameter argument_of[c * arguments + i]
-  // A backward body's reads of its forward call's frame (slices of argument 0, and reshapes of
-  // those): each a parameter of its own per call, pointed at the rows where they lie.
-  struct FrameRead {
-    ir::NodeId node;  // in the body
-    int64_t at;       // the frame's first row it reads
-  };
-  std::vector<FrameRead> frame_reads;
-  std::vector<uint32_t> frame_read_of;  // call c's read r: parameter frame_read_of[c * reads + r]
+  // Call c's read r of its forward frame (CallCell::frame_reads): parameter frame_read_of[c * reads + r].
+  std::vector<uint32_t> frame_read_of;
   bool in_place = false;  // the plan is the calls' frames, laid out batch by batch
 };
 
@@ -66,38 +60,26 @@ CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t ca
     const ir::NodeId leaf = e.graph.add(n.op, {}, n.shape, attrs);
     for (size_t c = 0; c < calls; ++c) e.at[c * size + id] = leaf;
   }
-  // The arguments: parameters of the expansion's graph, with uids of their own (above every
-  // model's, which count up from 1, so add_parameter keeps them apart), pointed at each run.
-  constexpr uint64_t kArgumentUids = uint64_t{1} << 63;
-  for (size_t c = 0; c < calls; ++c)
-    for (size_t i = 0; i < cell.placeholders.size(); ++i) {
-      const ir::NodeId p = cell.placeholders[i];
-      ir::ParameterInfo info;
-      info.uid = kArgumentUids + c * cell.placeholders.size() + i;
-      info.name = "argument " + std::to_string(i + 1);
-      info.shape = body.node(p).shape;
-      ir::Attributes attrs;
-      attrs.parameter = e.graph.add_new_parameter(info);
-      e.argument_of.push_back(attrs.parameter);
-      e.at[c * size + p] = e.graph.add(ir::Op::parameter, {}, info.shape, attrs);
-    }
-  // A backward body reads its forward call's frame (argument 0) by rows (CallCell::frame_read):
-  // each read its own argument, read where the rows lie (a frame laid out batch by batch splits
-  // a call's rows).
-  for (uint32_t o = 0; o < cell.frame_read.size(); ++o)
-    if (cell.frame_read[o] >= 0) e.frame_reads.push_back({cell.first + o, cell.frame_read[o]});
-  if (!e.frame_reads.empty()) {
-    for (size_t c = 0; c < calls; ++c)
-      for (const Expanded::FrameRead& read : e.frame_reads) {
-        ir::ParameterInfo info;
-        info.uid = kArgumentUids + (uint64_t{1} << 62) + c * e.frame_reads.size() + (&read - e.frame_reads.data());
-        info.name = "frame rows " + std::to_string(read.at);
-        info.shape = body.node(read.node).shape;
-        ir::Attributes attrs;
-        attrs.parameter = e.graph.add_new_parameter(info);
-        e.frame_read_of.push_back(attrs.parameter);
-        e.at[c * size + read.node] = e.graph.add(ir::Op::parameter, {}, info.shape, attrs);
-      }
+  // The arguments, and a backward body's reads of its forward call's frame (argument 0) by rows
+  // (CallCell::frame_reads: a frame laid out batch by batch splits a call's rows): parameters of
+  // the expansion's graph standing for call c's body node `id`, pointed where the values lie
+  // before each run. Their uids are their own (above every model's, which count up from 1).
+  uint64_t uid = uint64_t{1} << 63;
+  auto stand_in = [&](size_t c, ir::NodeId id, std::string name) {
+    ir::ParameterInfo info;
+    info.uid = uid++;
+    info.name = std::move(name);
+    info.shape = body.node(id).shape;
+    ir::Attributes attrs;
+    attrs.parameter = e.graph.add_new_parameter(info);
+    e.at[c * size + id] = e.graph.add(ir::Op::parameter, {}, info.shape, attrs);
+    return attrs.parameter;
+  };
+  for (size_t c = 0; c < calls; ++c) {
+    for (size_t i = 0; i < cell.placeholders.size(); ++i)
+      e.argument_of.push_back(stand_in(c, cell.placeholders[i], "argument " + std::to_string(i + 1)));
+    for (const CallCell::FrameRead& read : cell.frame_reads)
+      e.frame_read_of.push_back(stand_in(c, cell.first + read.offset, "frame rows " + std::to_string(read.at)));
   }
   std::vector<ir::NodeId> members, args;
   for (size_t b = 0; b < cell.body_batches.size(); ++b) {
@@ -155,7 +137,7 @@ void CallExpansion::run(Executor& executor, std::span<const ir::NodeId> calls, c
   const Values inner{e.graph, e.plan, whole ? values.arena + whole->first : arena_.data()};
   const size_t size = cell.body.size();
   const size_t arguments = cell.placeholders.size();
-  const size_t reads = e.frame_reads.size();
+  const size_t reads = cell.frame_reads.size();
   for (size_t k = 0; k < calls.size(); ++k) {
     const ir::NodeId call = calls[k];
     const auto args = graph.args(call);
@@ -166,7 +148,7 @@ void CallExpansion::run(Executor& executor, std::span<const ir::NodeId> calls, c
       throw InternalError("CallExpansion: a batch's calls are not one batch's frames");
     for (size_t i = 0; i < arguments; ++i) e.graph.set_parameter_data(e.argument_of[c * arguments + i], values.in(args[i]));
     for (size_t r = 0; r < reads; ++r)
-      e.graph.set_parameter_data(e.frame_read_of[c * reads + r], values.frame(args[0], e.frame_reads[r].at));
+      e.graph.set_parameter_data(e.frame_read_of[c * reads + r], values.frame(args[0], cell.frame_reads[r].at));
   }
   executor.execute(e.schedule, inner, stats);
   if (whole) return;

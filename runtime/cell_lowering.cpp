@@ -667,41 +667,41 @@ void lay_out_by_batch(CallCell& cell, std::span<const uint32_t> output_offsets) 
   const ir::Graph& body = cell.body;
   cell.frame_at.assign(size_t(body.size() - cell.first), -1);
   // A backward body's rows of its forward frame: a slice of argument 0, or a reshape of one; read
-  // in place by the expansion, unless the body returns one.
-  cell.frame_read.assign(size_t(body.size() - cell.first), -1);
+  // in place by the expansion, unless the body returns one. Per body node: its first row, or -1.
+  std::vector<int64_t> frame_read(size_t(body.size() - cell.first), -1);
   if (cell.is_backward && !cell.placeholders.empty())
-    for (uint32_t o = 0; o < cell.frame_read.size(); ++o) {
+    for (uint32_t o = 0; o < frame_read.size(); ++o) {
       const ir::Node& n = body.node(cell.first + o);
       if (n.op != ir::Op::slice && n.op != ir::Op::reshape) continue;
       if (std::find(output_offsets.begin(), output_offsets.end(), o) != output_offsets.end()) continue;
       const ir::NodeId source = body.args(n)[0];
-      if (n.op == ir::Op::slice && source == cell.placeholders[0]) cell.frame_read[o] = n.attrs.begin;
-      else if (n.op == ir::Op::reshape && source >= cell.first && cell.frame_read[source - cell.first] >= 0 &&
+      if (n.op == ir::Op::slice && source == cell.placeholders[0]) frame_read[o] = n.attrs.begin;
+      else if (n.op == ir::Op::reshape && source >= cell.first && frame_read[source - cell.first] >= 0 &&
                body.node(source).op == ir::Op::slice)
-        cell.frame_read[o] = cell.frame_read[source - cell.first];
+        frame_read[o] = frame_read[source - cell.first];
+      if (frame_read[o] >= 0) cell.frame_reads.push_back({o, frame_read[o]});
     }
   cell.frame_blocks = {0};
   int64_t end = 0;
   auto viewed = [&](uint32_t o) {  // memplan's rule for a view, on the expansion's graph
     const ir::Node& n = body.node(cell.first + o);
-    const bool viewable = (n.op == ir::Op::slice && n.shape.cols == 1) || n.op == ir::Op::reshape;
     const ir::NodeId source = body.args(n)[0];
-    return viewable && source >= cell.first && cell.frame_at[source - cell.first] >= 0;
+    return memplan::viewable(n) && source >= cell.first && cell.frame_at[source - cell.first] >= 0;
   };
   for (const std::vector<uint32_t>& batch : cell.body_batches) {
     bool stored = false;  // a member takes room
-    for (uint32_t o : batch) stored |= cell.frame_read[o] < 0;
+    for (uint32_t o : batch) stored |= frame_read[o] < 0;
     if (!stored) continue;
-    if (std::all_of(batch.begin(), batch.end(), [&](uint32_t o) { return cell.frame_read[o] >= 0 || viewed(o); })) {
+    if (std::all_of(batch.begin(), batch.end(), [&](uint32_t o) { return frame_read[o] >= 0 || viewed(o); })) {
       for (uint32_t o : batch) {
-        if (cell.frame_read[o] >= 0) continue;
+        if (frame_read[o] >= 0) continue;
         const ir::Node& n = body.node(cell.first + o);
-        cell.frame_at[o] = cell.frame_at[body.args(n)[0] - cell.first] + (n.op == ir::Op::slice ? n.attrs.begin : 0);
+        cell.frame_at[o] = cell.frame_at[body.args(n)[0] - cell.first] + memplan::view_offset(n);
       }
       continue;
     }
     for (uint32_t o : batch) {
-      if (cell.frame_read[o] >= 0) continue;
+      if (frame_read[o] >= 0) continue;
       cell.frame_at[o] = end;
       end += body.node(cell.first + o).shape.size();
     }

@@ -82,9 +82,13 @@ struct CallCell final : ir::CellBody {
   std::vector<ir::NodeId> outputs;  // the body node of output k
   bool lowered = false;  // the program below runs a batch of calls as one kernel (jit)
   bool is_backward = false;  // the backward body of another cell (trace/backward.cpp)
-  // A backward body's reads of its forward call's frame (argument 0), read where they lie rather
-  // than kept: per body node, the frame's first row it reads, or -1 (runtime/call_expansion.h).
-  std::vector<int64_t> frame_read;
+  // A backward body's reads of its forward call's frame (argument 0: a slice of it, or a reshape
+  // of one), read where they lie rather than kept (runtime/call_expansion.h).
+  struct FrameRead {
+    uint32_t offset = 0;  // the body node (from `first`)
+    int64_t at = 0;       // the frame's first row it reads
+  };
+  std::vector<FrameRead> frame_reads;
   std::string why_not;   // otherwise, why not
   CellLowering lowering;
   std::vector<Slot> slots;              // per call slot of the program

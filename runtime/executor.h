@@ -29,12 +29,7 @@ struct Values {
   float* out(ir::NodeId id) const { return arena + plan.offset[id]; }
   // Row `at` of the frame of call node `call` (planned), wherever its cell lays it out
   // (ir::CellBody::frame_blocks).
-  float* frame(ir::NodeId call, int64_t at) const {
-    const ir::CellBody& cell = graph.cell(graph.node(call).attrs.index);
-    if (cell.frame_blocks.empty()) return arena + plan.offset[call] + at;
-    const memplan::Plan::Frames& f = plan.frames[call];
-    return arena + f.first + cell.locate(at, (plan.offset[call] - f.first) / cell.frame_floats, f.calls);
-  }
+  float* frame(ir::NodeId call, int64_t at) const { return arena + memplan::frame_row(graph, plan, call, at); }
 };
 
 // What one member of a batch counts for in Stats (nodes, batches): a single-node cell call as its
