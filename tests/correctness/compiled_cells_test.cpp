@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <vector>
@@ -214,6 +215,20 @@ Expr pick_loss(const std::vector<Expr>& out) {
   return sum(terms);
 }
 
+// got's loss and its gradient of each parameter equal want's, to 1e-4 relative; a gradient that
+// is missing or of another size stops the check (call it inside ASSERT_NO_FATAL_FAILURE).
+void expect_gradients(const Gradients& got, const Gradients& want, std::initializer_list<const Parameter*> parameters) {
+  EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
+  for (const Parameter* p : parameters) {
+    const Tensor* g = got.of(*p);
+    const Tensor* w = want.of(*p);
+    ASSERT_TRUE(g && w) << p->name();
+    ASSERT_EQ(g->data.size(), w->data.size()) << p->name();
+    for (size_t e = 0; e < w->data.size(); ++e)
+      ASSERT_NEAR(g->data[e], w->data[e], 1e-4f * (1 + std::abs(w->data[e]))) << p->name() << " " << e;
+  }
+}
+
 // The cells the trace of `loss` calls, forward and backward, each expected to be lowered (a batch
 // of its calls one compiled kernel).
 struct CellCounts {
@@ -316,11 +331,7 @@ TEST(CompiledCells, ACellThatDoesNotCompileTrainsAsCallNodesByDefault) {
     EXPECT_NE(trace.dump().find("call("), std::string::npos) << trace.dump();
     const Gradients got = trace.backward(loss);
     EXPECT_NE(trace.dump().find("cell=backward of odd"), std::string::npos) << "calls were copied as bodies: " << trace.dump();
-    EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
-    const Tensor* g = got.of(w);
-    const Tensor* r = want.of(w);
-    ASSERT_TRUE(g && r);
-    for (size_t e = 0; e < r->data.size(); ++e) ASSERT_NEAR(g->data[e], r->data[e], 1e-4f * (1 + std::abs(r->data[e]))) << e;
+    ASSERT_NO_FATAL_FAILURE(expect_gradients(got, want, {&w}));
   }
 }
 
@@ -371,14 +382,7 @@ TEST(CompiledCells, OnlyTheCellWithoutABackwardBodyCopiesItsCalls) {
       const std::string dump = trace.dump();
       EXPECT_EQ(dump.find("cell=right"), std::string::npos) << "right's calls were copied: " << dump;
       EXPECT_NE(dump.find("cell=backward of left"), std::string::npos) << "left's calls stayed nodes: " << dump;
-      EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
-      for (const Parameter* p : {&w, &u, &v}) {
-        const Tensor* g = got.of(*p);
-        const Tensor* r = want.of(*p);
-        ASSERT_TRUE(g && r);
-        for (size_t e = 0; e < r->data.size(); ++e)
-          ASSERT_NEAR(g->data[e], r->data[e], 1e-4f * (1 + std::abs(r->data[e]))) << e;
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_gradients(got, want, {&w, &u, &v}));
     }
   }
 }
@@ -411,15 +415,7 @@ TEST_P(CompiledBackward, EqualsTheReferenceByDefault) {
     const CellCounts cells = expect_lowered_cells(loss);
     EXPECT_EQ(cells.forward, 1);
     EXPECT_EQ(cells.backward, 1);
-    EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
-    for (const Parameter* p : {&lstm.w, &lstm.u, &lstm.b}) {
-      const Tensor* g = got.of(*p);
-      const Tensor* w = want.of(*p);
-      ASSERT_TRUE(g && w) << p->name();
-      ASSERT_EQ(g->data.size(), w->data.size()) << p->name();
-      for (size_t e = 0; e < w->data.size(); ++e)
-        ASSERT_NEAR(g->data[e], w->data[e], 1e-4f * (1 + std::abs(w->data[e]))) << p->name() << " " << e;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_gradients(got, want, {&lstm.w, &lstm.u, &lstm.b}));
   }
 }
 
@@ -576,15 +572,7 @@ TEST(CompiledCells, PerCallMatricesTrainThroughCompiledBackwardBodies) {
       const CellCounts cells = expect_lowered_cells(loss);
       EXPECT_EQ(cells.forward, 1);
       EXPECT_EQ(cells.backward, 1);
-      EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
-      for (const Parameter* p : {&mv.w, &mv.b_w, &mv.w_m, &mv.leaf, &mv.out}) {
-        const Tensor* g = got.of(*p);
-        const Tensor* w = want.of(*p);
-        ASSERT_TRUE(g && w) << p->name();
-        ASSERT_EQ(g->data.size(), w->data.size()) << p->name();
-        for (size_t e = 0; e < w->data.size(); ++e)
-          ASSERT_NEAR(g->data[e], w->data[e], 1e-4f * (1 + std::abs(w->data[e]))) << p->name() << " " << e;
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_gradients(got, want, {&mv.w, &mv.b_w, &mv.w_m, &mv.leaf, &mv.out}));
     }
   }
 }
