@@ -27,6 +27,7 @@ namespace detail {
 struct ModelState;
 struct TraceState;
 struct EngineState;
+struct InstanceRunner;  // edb::run_instances (edbatch/program.h)
 }  // namespace detail
 
 // A dense column-major matrix returned by Expr::value(); vectors are rows x 1.
@@ -226,6 +227,7 @@ class Expr {
  private:
   friend class Trace;
   friend struct detail::TraceState;
+  friend struct detail::InstanceRunner;
   Expr(detail::TraceState* state, uint32_t generation, uint32_t id)
       : state_(state), generation_(generation), id_(id) {}
   detail::TraceState* state_ = nullptr;
@@ -298,6 +300,7 @@ class Trace {
  private:
   friend class Engine;
   friend class Cell;
+  friend struct detail::InstanceRunner;
   explicit Trace(detail::TraceState* state);  // a scope on a state acquired by the caller
   void record_backward(const Expr& loss, const char* function);  // errors name `function`
   detail::TraceState* state_;
