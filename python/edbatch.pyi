@@ -1,7 +1,7 @@
 # Type stubs for the edbatch module (python/src/*.cpp). Keep in step with the bindings;
 # python/tests/test_stubs.py checks that every public name here exists in the module and back.
 from os import PathLike
-from typing import Any, Callable, Optional, Sequence, Tuple, Union, overload
+from typing import Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -255,3 +255,11 @@ def sum_elements(x: Expr) -> Expr: ...
 def mean_elements(x: Expr) -> Expr: ...
 def transpose(x: Expr) -> Expr: ...
 def dropout(x: Expr, p: float, training: bool = False, seed: int = 0) -> Expr: ...
+def run_instances(
+    trace: Trace,
+    programs: Iterable[Generator[Expr, npt.NDArray[np.float32], Any]],
+    *,
+    max_rounds: int = 10000,
+    rethrow: bool = True,
+    report: Optional[Dict[str, int]] = None,
+) -> List[Any]: ...

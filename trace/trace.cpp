@@ -154,6 +154,11 @@ Tensor Expr::value() const {
   return Tensor{shape.rows, shape.cols, std::vector<float>(v, v + shape.size())};
 }
 
+bool Expr::computed() const {
+  const TraceState& state = TraceState::of(*this, "edb::Expr::computed()");
+  return state.id(*this) < state.data.evaluated;
+}
+
 detail::EvaluatedTrace detail::evaluated_trace(const Expr& e) {
   TraceState& state = TraceState::of(e, "edb::detail::evaluated_trace()");
   if (state.data.evaluated < state.data.graph.size()) state.engine->driver.submit(state.data);
@@ -228,6 +233,11 @@ void Trace::run() {
 }
 
 bool Trace::active() const { return state_ && state_->generation == generation_ && state_->active; }
+bool Trace::contains(const Expr& e) const {
+  if (!active() || e.state_ != state_) return false;
+  return e.generation_ == state_->generation ||
+         (e.generation_ == state_->renumbered_generation && e.id_ < state_->renumbered.size());
+}
 size_t Trace::node_count() const { return active() ? state_->data.graph.size() : 0; }
 std::string Trace::dump() const { return active() ? ir::print(state_->data.graph) : std::string(); }
 

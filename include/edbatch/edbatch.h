@@ -221,6 +221,8 @@ class Expr {
   // Evaluates everything recorded so far (if not yet evaluated) and returns this node's value.
   Tensor value() const;
   float scalar() const { return value().scalar(); }
+  // Its value is computed, or being computed: value() would evaluate nothing new, at most wait.
+  bool computed() const;
   bool valid() const { return state_ != nullptr; }
   uint32_t node_id() const { return id_; }
 
@@ -294,6 +296,7 @@ class Trace {
   void gradients(Gradients& gradients);
   void finish();   // ends the trace; its Exprs become invalid
   bool active() const;         // not finished, and its Engine still lives
+  bool contains(const Expr& e) const;  // `e` was recorded in this trace, which is active
   size_t node_count() const;   // 0 once finished
   std::string dump() const;    // the recorded IR, one node per line ("" once finished)
 

@@ -140,6 +140,7 @@ void bind_ops(py::module_& m);
 void bind_cell(py::module_& m);
 void bind_training(py::module_& m);
 void bind_distributed(py::module_& m);  // DataParallel (python/src/distributed.cpp)
+void bind_programs(py::module_& m);     // run_instances: generators as instances (python/src/program.cpp)
 
 }  // namespace edbpy
 

@@ -610,5 +610,6 @@ See docs/python.md for the guide.)doc";
   edbpy::bind_cell(m);
   edbpy::bind_training(m);
   edbpy::bind_distributed(m);
+  edbpy::bind_programs(m);
   edbpy::bind_fast(m);
 }

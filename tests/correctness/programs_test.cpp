@@ -384,3 +384,28 @@ TEST(Programs, UsageErrorsBeforeAnythingRuns) {
 
 }  // namespace
 }  // namespace edb
+
+namespace edb {
+namespace {
+
+// What the Python runner asks of an Expr: whose trace it is, and whether its value is computed.
+TEST(Programs, TraceContainsAndExprComputed) {
+  Engine engine(testing::checked_options("batched"));
+  Trace trace(engine), other(engine);
+  const Expr x = tanh(trace.input({0.5f}));
+  EXPECT_TRUE(trace.contains(x));
+  EXPECT_FALSE(other.contains(x));
+  EXPECT_FALSE(trace.contains(Expr()));
+  EXPECT_FALSE(x.computed());
+  trace.run();
+  EXPECT_TRUE(x.computed());
+  const Expr y = sigmoid(x);
+  EXPECT_FALSE(y.computed());
+  EXPECT_TRUE(x.computed());
+  trace.finish();
+  EXPECT_FALSE(trace.contains(x));
+  EXPECT_NE(testing::usage_error([&] { (void)x.computed(); }).find("edb::Expr::computed()"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace edb
