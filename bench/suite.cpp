@@ -125,6 +125,7 @@ std::string data_for(const std::string& model, const edb::tools::Flags& flags) {
   std::string flag, file;
   if (model.starts_with("lattice")) flag = "lattices", file = "lattice-like.jsonl";
   else if (model == "bilstm") flag = "sentences", file = "pos-like.txt";
+  else if (model == "parser") return "";  // no parsed data under shared/: generated
   else flag = "trees", file = "sst-like.txt";
   if (flags.has(flag)) {
     const std::string path = flags.get(flag, "");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <edbatch/edbatch.h>
+#include <edbatch/program.h>
 
 namespace edb::samples {
 
@@ -33,6 +34,13 @@ struct Prediction {
   bool root = false;  // the instance's root (tree models); their accuracy counts roots alone
 };
 
+// What one instance's decoding from the model's own predictions got right (the parser: words
+// whose head it found, of all words).
+struct Decoded {
+  int64_t correct = 0;
+  int64_t total = 0;
+};
+
 class SampleModel {
  public:
   virtual ~SampleModel() = default;
@@ -50,6 +58,12 @@ class SampleModel {
   // A rough relative cost of instance `i` (a tree's nodes, a sentence's words), by which
   // data-parallel training splits a batch across ranks evenly; 1 for models that do not say.
   virtual double instance_cost(size_t i) const { return i < instance_count() ? 1.0 : 0.0; }
+  // Models whose inference decodes from their own predictions (the parser): instance `i`'s greedy
+  // decoding as a program that records into `trace`, awaits its scores and branches on them
+  // (edbatch/program.h); its result counts what it got right. Others: a UsageError.
+  virtual bool decodes() const { return false; }
+  virtual Program<Decoded> decode(Trace& trace, size_t i);
+  virtual std::string decoded_unit() const { return ""; }  // what Decoded counts: "head" (the parser)
 
  protected:
   // The model's network for instance `i`: calls `output` at each labelled position as soon as its
@@ -113,5 +127,6 @@ std::unique_ptr<SampleModel> make_latticelstm(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_latticegru(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_childsum(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_dagrnn(const ModelConfig& config);
+std::unique_ptr<SampleModel> make_parser(const ModelConfig& config);
 
 }  // namespace edb::samples

@@ -21,6 +21,8 @@ const std::vector<ModelEntry>& model_registry() {
        128, 128, make_childsum},
       {"dagrnn", "RNN over random DAGs, each node summing 1-3 predecessors, a label loss at every node", 128, 128,
        make_dagrnn},
+      {"parser", "shift-reduce dependency parser, stack-LSTM state, a loss per gold transition (--decode: greedy)",
+       64, 64, make_parser},
   };
   return registry;
 }

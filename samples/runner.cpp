@@ -87,6 +87,59 @@ RunResult run_inference(SampleModel& model, Engine& engine, const RunOptions& op
   return result;
 }
 
+DecodeResult run_decoding(SampleModel& model, Engine& engine, const RunOptions& options, bool one_at_a_time) {
+  if (!model.decodes())
+    throw UsageError("edb-run: --decode is for models that decode from their own predictions (parser)");
+  if (options.batch < 1) throw UsageError("--batch must be at least 1, got " + std::to_string(options.batch));
+  if (options.repeat < 1) throw UsageError("--repeat must be at least 1, got " + std::to_string(options.repeat));
+  const size_t count = model.instance_count();
+  DecodeResult result;
+  result.instances = int64_t(count);
+  result.repeat = options.repeat;
+  auto pass = [&](int64_t& rounds, Decoded& decoded, const std::function<void(size_t)>& on_trace) {
+    std::vector<Program<Decoded>> programs;
+    for (size_t first = 0; first < count; first += size_t(options.batch)) {
+      const size_t last = std::min(count, first + size_t(options.batch));
+      Trace trace(engine);
+      programs.clear();
+      for (size_t i = first; i < last; ++i) programs.push_back(model.decode(trace, i));
+      if (one_at_a_time) {
+        for (Program<Decoded>& program : programs) rounds += run_instances(trace, std::span(&program, 1)).rounds;
+      } else {
+        rounds += run_instances(trace, programs).rounds;
+      }
+      for (const Program<Decoded>& program : programs) {
+        decoded.correct += program.result().correct;
+        decoded.total += program.result().total;
+      }
+      if (on_trace) on_trace(last);
+    }
+  };
+  {
+    int64_t rounds = 0;
+    Decoded decoded;
+    pass(rounds, decoded, nullptr);  // warm-up, as run_inference
+  }
+  engine.reset_stats();
+  std::vector<double> rates;
+  const int64_t total = int64_t(count) * options.repeat;
+  for (int r = 0; r < options.repeat; ++r) {
+    Decoded decoded;
+    const auto start = Clock::now();
+    pass(result.rounds, decoded, [&](size_t done) {
+      if (options.progress) options.progress(int64_t(count) * r + int64_t(done), total);
+    });
+    const double ms = ms_since(start);
+    result.total_ms += ms;
+    result.decoded = decoded;
+    rates.push_back(double(count) / (ms / 1000.0));
+  }
+  std::sort(rates.begin(), rates.end());
+  result.instances_per_sec = rates[rates.size() / 2];
+  result.stats = engine.stats();
+  return result;
+}
+
 PolicyProgress train_policy(SampleModel& model, Engine& engine, int traces, int batch,
                             const PolicyTraining& training,
                             const std::function<void(const PolicyProgress&)>& progress) {

@@ -30,6 +30,20 @@ struct RunResult {
 
 RunResult run_inference(SampleModel& model, Engine& engine, const RunOptions& options);
 
+// Decoding from the model's own predictions (SampleModel::decodes): each trace runs `batch`
+// instances' decode() programs together with run_instances, or, `one_at_a_time`, each instance's
+// program alone in turn (reading its values one instance at a time: the way without programs).
+struct DecodeResult {
+  int64_t instances = 0;          // per pass
+  int repeat = 0;
+  double instances_per_sec = 0;   // median over passes
+  Decoded decoded;                // of one pass (the same every pass)
+  int64_t rounds = 0;             // evaluations, summed over passes
+  double total_ms = 0;
+  Stats stats;
+};
+DecodeResult run_decoding(SampleModel& model, Engine& engine, const RunOptions& options, bool one_at_a_time);
+
 // Learns the engine's fsm policy from `traces` traces of `batch` instances (the workload's first
 // ones, wrapping around), recorded but not run.
 PolicyProgress train_policy(SampleModel& model, Engine& engine, int traces, int batch,

@@ -49,6 +49,10 @@ Expr SampleModel::record_loss(Trace& trace, size_t i) {
   return sum(losses);
 }
 
+Program<Decoded> SampleModel::decode(Trace&, size_t) {
+  throw UsageError("edb-run: --decode is for models that decode from their own predictions (parser)");
+}
+
 std::vector<Prediction> SampleModel::record_predictions(Trace& trace, size_t i) {
   std::vector<Prediction> predictions;
   record(trace, i, [&](const Prediction& p) { predictions.push_back(p); });

@@ -85,7 +85,12 @@ void print_help() {
       "                     dot (apt-get install graphviz); keep it small: --batch 2 --limit 2\n"
       "  --check-finite     stop at the first NaN or infinity, naming the node that produced it\n"
       "  --load PATH        start from the model saved in PATH (and, with --train, the optimizer state\n"
-      "                     in PATH.optimizer when present)\n\n"
+      "                     in PATH.optimizer when present)\n"
+      "  --decode           (parser) parse from the model's own predictions instead: each instance a\n"
+      "                     program that awaits its scores, --batch of them run together per trace;\n"
+      "                     reports instances/s, rounds (evaluations) and the heads found\n"
+      "  --one-at-a-time    (--decode) run each instance's program alone in turn, reading its values\n"
+      "                     one instance at a time: the baseline programs are measured against\n\n"
       "training (--train replaces the inference measurement; policy, executor, device, threads,\n"
       "cells, memplan and batch apply to it too):\n"
       "  --train            train the model: epochs over a shuffled training split, one optimizer step\n"
@@ -575,13 +580,49 @@ std::unique_ptr<edb::samples::SampleModel> make_model(const ModelEntry& entry, c
   return model;
 }
 
+// --decode: the model parses from its own predictions (samples/runner.h run_decoding).
+int run_decoding(edb::samples::SampleModel& model, edb::Engine& engine, edb::samples::RunOptions options,
+                 bool one_at_a_time, const Report& r, bool json) {
+  if (!model.decodes())
+    throw edb::UsageError("edb-run: --decode is for models that decode from their own predictions (parser), not " + r.model);
+  edb::tools::ProgressBar bar("edb-run " + r.model + " --decode");
+  options.progress = [&](int64_t done, int64_t total) { bar.update(done, total, "instances"); };
+  const edb::samples::DecodeResult d = edb::samples::run_decoding(model, engine, options, one_at_a_time);
+  bar.done();
+  const double accuracy = d.decoded.total ? double(d.decoded.correct) / double(d.decoded.total) : 0.0;
+  const double rounds = double(d.rounds) / double(d.repeat);
+  if (json) {
+    const nlohmann::json j = {{"model", r.model}, {"decode", true}, {"one_at_a_time", one_at_a_time},
+                              {"policy", r.policy}, {"executor", r.executor}, {"device", r.device},
+                              {"data", r.data}, {"batch", r.batch}, {"embed", r.embed}, {"hidden", r.hidden},
+                              {"instances", d.instances}, {"repeat", d.repeat},
+                              {"instances_per_sec", d.instances_per_sec}, {"rounds_per_pass", rounds},
+                              {"correct", d.decoded.correct}, {"total", d.decoded.total}, {"accuracy", accuracy},
+                              {"unit", model.decoded_unit()}, {"nodes", d.stats.nodes},
+                              {"batches", d.stats.batches}, {"lower_bound", d.stats.lower_bound},
+                              {"total_ms", d.total_ms}, {"schedule_ms", d.stats.time.schedule_ms},
+                              {"plan_ms", d.stats.time.plan_ms}, {"execute_ms", d.stats.time.execute_ms},
+                              {"kernel_calls", d.stats.kernel_calls}};
+    std::cout << j.dump(2) << '\n';
+    return 0;
+  }
+  std::printf("edb-run %s --decode%s: %s\n", r.model.c_str(), one_at_a_time ? " --one-at-a-time" : "", r.data.c_str());
+  std::printf("policy %s, executor %s, device %s, batch %d, %lld instances x %d passes\n\n", r.policy.c_str(),
+              r.executor.c_str(), r.device.c_str(), r.batch, (long long)d.instances, d.repeat);
+  std::printf("| instances/s | rounds per pass | %s acc | batches | lower bound | nodes |\n", model.decoded_unit().c_str());
+  std::printf("|------------:|----------------:|---------:|--------:|------------:|------:|\n");
+  std::printf("| %11.1f | %15.0f | %8.4f | %7lld | %11lld | %5lld |\n", d.instances_per_sec, rounds, accuracy,
+              (long long)d.stats.batches, (long long)d.stats.lower_bound, (long long)d.stats.nodes);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-run",
                           {"data", "limit", "batch", "embed", "hidden", "policy", "executor", "device",
                            "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file", "skip", "search-budget",
                            "policy-encoding", "cells", "memplan", "cell-gradients", "dump-schedule", "epochs", "lr", "optimizer",
                            "momentum", "clip", "holdout", "save", "load"},
-                          {"json", "check-finite", "train", "help"});
+                          {"json", "check-finite", "train", "help", "decode", "one-at-a-time"});
   const std::vector<std::string> positional = flags.parse(argc, argv, 1);
   if (flags.has("help")) {
     print_help();
@@ -641,6 +682,8 @@ int run(int argc, char** argv) {
   run_options.batch = int(flags.get_int("batch", 64, 1, 1 << 20));
   run_options.repeat = int(flags.get_int("repeat", 3, 1, 1000));
   const std::optional<TrainingSetup> training = training_setup(flags, run_options.batch, config.seed);
+  if (flags.has("decode") && training) throw edb::UsageError("edb-run: --decode runs inference; drop --train (or --decode)");
+  if (flags.has("one-at-a-time") && !flags.has("decode")) throw edb::UsageError("edb-run: --one-at-a-time is for --decode");
   const std::string load_path = flags.get("load", "");
 
   edb::Engine engine(options);  // rejects unknown or unavailable names before any work
@@ -702,6 +745,7 @@ int run(int argc, char** argv) {
     }
   }
   if (training) return run_training(*model, engine, *training, report, load_path, flags.has("json"), nullptr);
+  if (flags.has("decode")) return run_decoding(*model, engine, run_options, flags.has("one-at-a-time"), report, flags.has("json"));
 
   edb::tools::ProgressBar bar("edb-run " + entry->name);
   run_options.progress = [&](int64_t done, int64_t total) { bar.update(done, total, "instances"); };

@@ -117,6 +117,11 @@ std::vector<Lattice> generate_lattices(int count, uint64_t seed);
 std::vector<NaryTree> generate_nary_trees(int count, uint64_t seed);
 // DAGs of 10-60 nodes: a few sources, every other node reads 1-3 of the 8 nodes before it.
 std::vector<Dag> generate_dags(int count, uint64_t seed);
+// Dependency parses as tagged sentences (the parser sample): each word's tag is its head's 1-based
+// position, 0 for the root. Projective trees from a small grammar over six word classes (a word's
+// class is its id modulo 6: a verb heads the sentence; nouns take determiners and adjectives on
+// the left, prepositional phrases on the right), 1-25 words.
+std::vector<TaggedSentence> generate_parses(int count, uint64_t seed);
 
 // Maps strings to dense ids. Id 0 is reserved for "<unk>"; after freeze(), unknown strings map to 0.
 class Vocabulary {

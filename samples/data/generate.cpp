@@ -252,4 +252,74 @@ std::vector<Dag> generate_dags(int count, uint64_t seed) {
   return dags;
 }
 
+std::vector<TaggedSentence> generate_parses(int count, uint64_t seed) {
+  check_count(count, "generate_parses");
+  // Word classes: 0 verb, 1 noun, 2 determiner, 3 adjective, 4 preposition, 5 adverb. A word's
+  // class is its id modulo 6, so a parser can learn the grammar from the words.
+  constexpr int kWords = 600, kClasses = 6, kMaxDepth = 4;
+  Random random(seed);
+  const std::vector<double> word_law = zipf_cumulative(kWords / kClasses);
+  auto word_of = [&](int word_class) { return draw_cumulative(random, word_law) * kClasses + word_class; };
+  std::vector<TaggedSentence> sentences(count);
+  for (TaggedSentence& sentence : sentences) {
+    std::vector<int> words, heads;  // heads: 1-based, 0 for the root
+    // Appends the phrase headed by a word of `word_class` (dependents on the left, the head, on the
+    // right), attached to `head`; returns nothing: each dependent is added in place.
+    auto phrase = [&](auto&& self, int word_class, int head, int depth) -> void {
+      std::vector<int> left, right;  // dependents' classes, nearest the head last (left) or first
+      const bool deeper = depth < kMaxDepth;
+      switch (word_class) {
+        case 0:
+          if (random.uniform() < 0.3) left.push_back(5);
+          if (deeper && random.uniform() < 0.9) left.insert(left.begin(), 1);
+          if (deeper && random.uniform() < 0.7) right.push_back(1);
+          if (deeper && random.uniform() < 0.4) right.push_back(4);
+          break;
+        case 1:
+          if (random.uniform() < 0.7) left.push_back(2);
+          if (random.uniform() < 0.4) left.push_back(3);
+          if (deeper && random.uniform() < 0.25) right.push_back(4);
+          break;
+        case 4:
+          if (deeper) right.push_back(1);
+          break;
+        default: break;
+      }
+      std::vector<int> placed;
+      for (const int c : left) {
+        words.push_back(word_of(c));
+        heads.push_back(-1);  // filled once the head is placed
+        placed.push_back(int(words.size()) - 1);
+        if (c == 1 || c == 4) {  // a phrase on the left: its own dependents around it
+          words.pop_back();
+          heads.pop_back();
+          placed.pop_back();
+          const int before = int(words.size());
+          self(self, c, -2, depth + 1);
+          for (int i = before; i < int(words.size()); ++i)
+            if (heads[i] == -2) placed.push_back(i);
+        }
+      }
+      words.push_back(word_of(word_class));
+      heads.push_back(head);
+      const int self_index = int(words.size());  // 1-based
+      for (const int i : placed) heads[i] = self_index;
+      for (const int c : right) {
+        if (c == 1 || c == 4) {
+          self(self, c, self_index, depth + 1);
+        } else {
+          words.push_back(word_of(c));
+          heads.push_back(self_index);
+        }
+      }
+    };
+    phrase(phrase, 0, 0, 0);
+    for (size_t i = 0; i < words.size(); ++i) {
+      sentence.words.push_back("w" + std::to_string(words[i]));
+      sentence.tags.push_back(std::to_string(heads[i]));
+    }
+  }
+  return sentences;
+}
+
 }  // namespace edb::samples
