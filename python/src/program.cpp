@@ -41,9 +41,11 @@ bool resume(Instance& instance, size_t index, PyTrace& trace) {
         yielded = instance.generator.attr("send")(instance.send);
       }
     } catch (py::error_already_set& e) {
+      instance.ended = true;
+      // KeyboardInterrupt, SystemExit: not the instance's failure but the program's; they end the run.
+      if (!e.matches(PyExc_Exception) && !e.matches(PyExc_StopIteration)) throw;
       if (e.matches(PyExc_StopIteration)) instance.result = e.value().attr("value");
       else instance.error = e.value();
-      instance.ended = true;
       return false;
     }
     instance.send = py::none();
@@ -99,8 +101,22 @@ py::list run_instances(PyTrace& trace, const py::iterable& programs, int64_t max
   int64_t rounds = 0;
   while (true) {
     waiting.clear();
-    for (const size_t i : resumed)
-      if (resume(instances[i], i, trace)) waiting.push_back(i);
+    for (const size_t i : resumed) {
+      try {
+        if (resume(instances[i], i, trace)) waiting.push_back(i);
+      } catch (...) {
+        // The run ends (an interrupt, a finished trace): every other live generator is closed.
+        for (Instance& other : instances)
+          if (!other.ended) {
+            other.ended = true;
+            try {
+              other.generator.attr("close")();
+            } catch (py::error_already_set&) {
+            }
+          }
+        throw;
+      }
+    }
     if (waiting.empty()) break;
     auto end_waiting = [&] {
       for (const size_t i : waiting) {
@@ -174,7 +190,8 @@ instance alone (yielding a non-Expr throws TypeError into it, an Expr of another
 which it may catch); the others run to their end, then the first such exception is raised, or
 with rethrow=False stands in the returned list in place of that instance's result. An evaluation
 error ends every waiting instance and is raised; instances still live after `max_rounds`
-evaluations are closed and a UsageError is raised. A dict given as `report` receives rounds,
+evaluations are closed and a UsageError is raised; a KeyboardInterrupt or SystemExit closes every
+other generator and is raised at once. A dict given as `report` receives rounds,
 finished, failed and first_failed (-1 when none).)doc");
 }
 

@@ -143,3 +143,22 @@ def test_round_limit_and_evaluation_errors():
     with edbatch.Trace(engine) as t:
         with pytest.raises(edbatch.NumericError):
             edbatch.run_instances(t, [awaits(edbatch.log(t.input([-1.0]))), awaits(t.input([1.0]) * 2.0)])
+
+
+def test_an_interrupt_ends_the_run_and_closes_the_others():
+    engine = edbatch.Engine(executor="reference")
+    closed = []
+
+    def waits(t, i):
+        try:
+            yield t.input([float(i)])
+            if i == 1:
+                raise KeyboardInterrupt
+            yield t.input([1.0]) * 2.0
+        finally:
+            closed.append(i)
+
+    with edbatch.Trace(engine) as t:
+        with pytest.raises(KeyboardInterrupt):
+            edbatch.run_instances(t, [waits(t, i) for i in range(3)])
+    assert sorted(closed) == [0, 1, 2]
