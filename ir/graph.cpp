@@ -64,6 +64,7 @@ void Graph::clear() {
   arg_pool_.clear();
   parameters_.clear();
   constants_.clear();
+  rows_.clear();
   cells_.clear();
 }
 
@@ -116,6 +117,18 @@ void verify(const Graph& graph) {
              std::to_string(cell.frame_floats) + " floats");
       continue;
     }
+    if (n.op == Op::matmul_nt_rows) {
+      if (n.attrs.index < 0 || n.attrs.index + int64_t(n.arg_count) > graph.row_count())
+        fail("reads rows [" + std::to_string(n.attrs.index) + ", " + std::to_string(n.attrs.index + n.arg_count) +
+             ") of a pool of " + std::to_string(graph.row_count()));
+      const auto rows = graph.rows(n.attrs.index, n.arg_count);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const int64_t length = i % 2 == 0 ? n.shape.rows : n.shape.cols;
+        if (rows[i] < 0 || rows[i] + length > shapes[i].rows)
+          fail("argument " + std::to_string(i + 1) + "'s factor, rows [" + std::to_string(rows[i]) + ", " +
+               std::to_string(rows[i] + length) + "), is not inside its " + to_string(shapes[i]));
+      }
+    }
     Shape inferred;
     try {
       inferred = n.op == Op::parameter ? graph.parameter(n.attrs.parameter).shape
@@ -149,7 +162,13 @@ std::string print(const Graph& graph) {
       out << " constant=" << text;
     }
     if (has_flag(n.op, kRange)) out << " rows=[" << n.attrs.begin << ',' << n.attrs.end << ')';
-    if (has_flag(n.op, kPerMemberIndex)) out << " index=" << n.attrs.index;
+    if (n.op == Op::matmul_nt_rows) {
+      const auto rows = graph.rows(n.attrs.index, n.arg_count);
+      out << " at=";
+      for (size_t i = 0; i < rows.size(); ++i) out << (i ? "," : "") << rows[i];
+    } else if (has_flag(n.op, kPerMemberIndex)) {
+      out << " index=" << n.attrs.index;
+    }
     if (n.op == Op::call) out << " cell=" << graph.cell(n.attrs.index).name;
     out << '\n';
   }

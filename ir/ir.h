@@ -93,9 +93,10 @@ struct Attributes {
   float constant = 0.0f;   // scale, add_const (kConstant)
   int32_t begin = 0;       // slice (kRange)
   int32_t end = 0;
-  int64_t index = 0;       // lookup row, pick label (kPerMemberIndex); input: offset in the constant pool
+  int64_t index = 0;       // lookup row, pick label (kPerMemberIndex); input: offset in the constant pool;
+                           // matmul_nt_rows: offset in the row pool (Graph::rows)
   uint32_t parameter = 0;  // parameter, lookup: index into Graph::parameters()
-  Shape target;            // reshape: the shape asked for
+  Shape target;            // reshape: the shape asked for; matmul_nt_rows: its output's
 };
 
 // A cell as its call nodes see it: a whole body that runs as one compiled kernel per batch of
@@ -174,6 +175,15 @@ class Graph {
     return static_cast<uint32_t>(parameters_.size() - 1);
   }
   int64_t constant_count() const { return static_cast<int64_t>(constants_.size()); }
+  // Row offsets of arguments read in place (matmul_nt_rows: one per argument), kept apart from the
+  // nodes as a node's constants are: add_rows returns where they start.
+  int64_t add_rows(std::span<const int32_t> rows) {
+    const int64_t at = static_cast<int64_t>(rows_.size());
+    rows_.insert(rows_.end(), rows.begin(), rows.end());
+    return at;
+  }
+  std::span<const int32_t> rows(int64_t at, size_t count) const { return {rows_.data() + at, count}; }
+  int64_t row_count() const { return static_cast<int64_t>(rows_.size()); }
   // Registers a cell (deduplicated) and returns its index, for a call node's attrs.index.
   uint32_t add_cell(const CellBody* cell);
   const CellBody& cell(int64_t index) const { return *cells_[size_t(index)]; }
@@ -194,6 +204,7 @@ class Graph {
   std::vector<NodeId> arg_pool_;
   std::vector<ParameterInfo> parameters_;
   std::vector<float> constants_;
+  std::vector<int32_t> rows_;
   std::vector<const CellBody*> cells_;
 };
 

@@ -64,6 +64,23 @@ Shape infer_matmul_nt(std::span<const Shape> args) {
   return {args[0].rows, args[1].rows};
 }
 
+// matmul_nt over columns read in place: pairs of columns, each A at least target.rows rows long and
+// each B target.cols (where in them the factors lie, Graph::rows, ir::verify checks).
+Shape infer_matmul_nt_rows(std::span<const Shape> args, Shape target) {
+  const Op op = Op::matmul_nt_rows;
+  if (args.size() < 2 || args.size() % 2 != 0)
+    shape_error(op, "takes A1, B1, A2, B2, ...: an even count of at least 2 arguments, got " +
+                        std::to_string(args.size()));
+  if (target.rows <= 0 || target.cols <= 0) shape_error(op, "has no output shape (got " + to_string(target) + ")");
+  for (size_t i = 0; i < args.size(); ++i) {
+    const int32_t factor = i % 2 == 0 ? target.rows : target.cols;
+    if (args[i].cols != 1 || args[i].rows < factor)
+      shape_error(op, "argument " + std::to_string(i + 1) + " is " + to_string(args[i]) + ", not a column of at least " +
+                          std::to_string(factor) + " rows (the output is " + to_string(target) + ")");
+  }
+  return target;
+}
+
 }  // namespace
 
 Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
@@ -95,6 +112,8 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
       return {args[0].cols, args[1].cols};
     case Op::matmul_nt:
       return infer_matmul_nt(args);
+    case Op::matmul_nt_rows:
+      return infer_matmul_nt_rows(args, attrs.target);
     case Op::matvec:
       if (args[1].cols != 1) shape_error(op, "v must be a column vector, got " + to_string(args[1]));
       if (args[0].cols != args[1].rows)
@@ -210,6 +229,8 @@ int64_t node_flops(const Graph& graph, NodeId id) {
       return 2 * size * graph.node(args[0]).shape.rows;
     case Op::matmul_nt:
       return 2 * size * graph.node(args[0]).shape.cols * static_cast<int64_t>(args.size() / 2);
+    case Op::matmul_nt_rows:
+      return 2 * size * static_cast<int64_t>(args.size() / 2);
     case Op::affine: {
       int64_t flops = 0;
       for (size_t i = 1; i < args.size(); i += 2) flops += 2 * size * graph.node(args[i]).shape.cols;

@@ -59,7 +59,8 @@ template <typename ModeOf>
 void for_each_read_slot(const ir::Node& first, size_t members, ModeOf&& mode_of) {
   switch (first.op) {
     case ir::Op::lookup:
-    case ir::Op::matmul_nt: return;  // packs each member's pairs itself (run_matmul_nt)
+    case ir::Op::matmul_nt:
+    case ir::Op::matmul_nt_rows: return;  // packs each member's pairs itself (run_matmul_nt)
     case ir::Op::call: return;       // a compiled cell reads each call's arguments through its pointer table
     case ir::Op::matmul_tn:  // as matmul: its weight is transposed, not read otherwise
     case ir::Op::matmul:

@@ -308,12 +308,22 @@ void run_matmul_tn(const BatchContext& c) {
 }
 
 // sum_i a_i b_i^T per member: a weight's gradient over all its uses, one contraction whose
-// reduction runs over every pair's columns, read where they lie (runtime/outer_products.h).
+// reduction runs over every pair's columns, read where they lie (runtime/outer_products.h): whole
+// arguments (matmul_nt), or columns at rows of them (matmul_nt_rows, Values::row).
 void run_matmul_nt(const BatchContext& c) {
   const size_t pairs = c.first.arg_count / 2;
+  const bool at_rows = c.first.op == ir::Op::matmul_nt_rows;
+  // Factor shapes: a member's arguments' (matmul_nt), or columns of its output's rows and columns.
+  auto factors = [&](size_t k) {
+    if (at_rows) {
+      const ir::Shape out = c.values.graph.node(c.members[k]).shape;
+      return std::pair{ir::Shape{out.rows, 1}, ir::Shape{out.cols, 1}};
+    }
+    return std::pair{c.values.graph.node(c.arg(k, 0)).shape, c.values.graph.node(c.arg(k, 1)).shape};
+  };
   // Members run one after another, so one set of column pointers and panels serves them all (a
   // batch of thousands of single outer products would otherwise take scratch for each).
-  const ir::Shape first_a = c.values.graph.node(c.arg(0, 0)).shape, first_b = c.values.graph.node(c.arg(0, 1)).shape;
+  const auto [first_a, first_b] = factors(0);
   const size_t columns = pairs * size_t(first_a.cols);  // a batch's members have one signature: these shapes
   const float** a = c.scratch.allocate_pointers(columns);
   const float** b = c.scratch.allocate_pointers(columns);
@@ -333,15 +343,22 @@ void run_matmul_nt(const BatchContext& c) {
     if (i > 0) sums[i] = c.scratch.allocate(size_t(size));
   }
   for (int64_t k = 0; k < c.n(); ++k) {
-    const ir::Shape sa = c.values.graph.node(c.arg(size_t(k), 0)).shape;
-    const ir::Shape sb = c.values.graph.node(c.arg(size_t(k), 1)).shape;
+    const auto [sa, sb] = factors(size_t(k));
     if (!(sa == first_a) || !(sb == first_b))
       throw InternalError("run_matmul_nt: member " + std::to_string(k) + " of a batch has other shapes than the first");
-    for (size_t i = 0; i < pairs; ++i)
-      for (int32_t j = 0; j < sa.cols; ++j) {
-        a[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i)) + int64_t(j) * sa.rows;
-        b[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i + 1)) + int64_t(j) * sb.rows;
+    if (at_rows) {
+      const auto rows = c.values.graph.rows(c.values.graph.node(c.members[size_t(k)]).attrs.index, 2 * pairs);
+      for (size_t i = 0; i < pairs; ++i) {
+        a[i] = c.values.row(c.arg(size_t(k), 2 * i), rows[2 * i]);
+        b[i] = c.values.row(c.arg(size_t(k), 2 * i + 1), rows[2 * i + 1]);
       }
+    } else {
+      for (size_t i = 0; i < pairs; ++i)
+        for (int32_t j = 0; j < sa.cols; ++j) {
+          a[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i)) + int64_t(j) * sa.rows;
+          b[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i + 1)) + int64_t(j) * sb.rows;
+        }
+    }
     if (pieces == 1) {
       piece_of(0).compute(c.output(k).data(), panels[0], [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
         c.split(tiles, kMinRowsPerTask / OuterProducts::tile_cols(), body);
@@ -550,7 +567,8 @@ void run_batch(const BatchContext& c) {
     case ir::Op::mean_elements:
     case ir::Op::transpose: return run_per_member(c);
     case ir::Op::matmul_tn: return run_matmul_tn(c);
-    case ir::Op::matmul_nt: return run_matmul_nt(c);
+    case ir::Op::matmul_nt:
+    case ir::Op::matmul_nt_rows: return run_matmul_nt(c);
     case ir::Op::tanh_grad: return binary(c, [](auto y, auto dy) { return dy * (1.0f - y.square()); });
     case ir::Op::sigmoid_grad: return binary(c, [](auto y, auto dy) { return dy * y * (1.0f - y); });
     case ir::Op::relu_grad: return binary(c, [](auto y, auto dy) { return (y > 0.0f).select(dy, 0.0f); });

@@ -715,8 +715,10 @@ void lay_out_by_batch(CallCell& cell, std::span<const uint32_t> output_offsets) 
 std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const ir::TypeId> types,
                                          std::span<const ir::NodeId> placeholders, std::span<const ir::NodeId> outputs,
                                          const scheduler::Schedule& batches, const std::string& name, bool lower,
-                                         bool for_backward, const CallCell* forward) {
+                                         bool for_backward, const CallCell* forward,
+                                         std::span<const uint8_t> read_in_place) {
   auto cell = std::make_unique<CallCell>();
+  cell->in_place.assign(read_in_place.begin(), read_in_place.end());
   cell->name = name;
   cell->is_backward = forward != nullptr;
   lower = lower && (!forward || forward->lowered);
@@ -753,15 +755,18 @@ std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const 
   cell->lowered = lower && count > 0 && lower_into(*cell, to, argument_of, output_offsets, for_backward);
   if (!lower) cell->why_not = "not lowered (every value is kept)";
   if (!cell->lowered) lay_out_by_batch(*cell, output_offsets);
+  // A view per output in the frame that the trace does not read in place, shared by outputs alike.
   for (size_t k = 0; k < outputs.size(); ++k) {
     const uint32_t o = output_offsets[k];
     cell->output_offsets.push_back(o == UINT32_MAX ? -1 : cell->frame_at[o]);
+    const bool viewed = o != UINT32_MAX && !cell->read_in_place(k);
     uint32_t alike = 0;
-    while (alike < k && !(output_offsets[alike] != UINT32_MAX && cell->output_offsets[alike] == cell->output_offsets[k] &&
+    while (alike < k && !(output_offsets[alike] != UINT32_MAX && !cell->read_in_place(alike) &&
+                          cell->output_offsets[alike] == cell->output_offsets[k] &&
                           body.node(outputs[alike]).shape == body.node(outputs[k]).shape))
       ++alike;
-    cell->first_alike.push_back(o == UINT32_MAX ? uint32_t(k) : alike);
-    if (o != UINT32_MAX && alike == k) cell->output_views += body.node(outputs[k]).shape.cols == 1 ? 1 : 2;
+    cell->first_alike.push_back(viewed ? alike : uint32_t(k));
+    if (viewed && alike == k) cell->output_views += body.node(outputs[k]).shape.cols == 1 ? 1 : 2;
   }
   for (ir::NodeId p : placeholders) cell->arguments.push_back(body.node(p).shape);
   for (ir::NodeId id = cell->first; id < copy.size(); ++id) cell->flops += ir::node_flops(copy, id);

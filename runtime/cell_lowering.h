@@ -79,6 +79,10 @@ struct CallCell final : ir::CellBody {
   // Per output k: the first output at the same rows of the frame with the same shape (k itself
   // when none is): such outputs share one view, which the call's views count once.
   std::vector<uint32_t> first_alike;
+  // Per output: whether the trace reads it in place, as rows of the call's frame, so that a call
+  // records no view of it (a backward body's dy of a weight's term, read by matmul_nt_rows).
+  std::vector<uint8_t> in_place;
+  bool read_in_place(size_t k) const { return k < in_place.size() && in_place[k]; }
   std::vector<ir::NodeId> outputs;  // the body node of output k
   bool lowered = false;  // the program below runs a batch of calls as one kernel (jit)
   bool is_backward = false;  // the backward body of another cell (trace/backward.cpp)
@@ -102,10 +106,12 @@ struct CallCell final : ir::CellBody {
 // without, or when it cannot, the frame keeps every value but the rows a backward body reads of
 // its forward frame, laid out batch by batch (ir::CellBody::frame_blocks). `forward`: the cell
 // whose backward body this is (argument 0 its frame); it lowers only where `forward` lowered,
-// whose frames lie call by call.
+// whose frames lie call by call. `read_in_place`: per output, whether the trace reads it as rows of
+// the frame (CallCell::in_place), a column; empty: none.
 std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const ir::TypeId> types,
                                          std::span<const ir::NodeId> placeholders, std::span<const ir::NodeId> outputs,
                                          const scheduler::Schedule& batches, const std::string& name, bool lower,
-                                         bool for_backward, const CallCell* forward = nullptr);
+                                         bool for_backward, const CallCell* forward = nullptr,
+                                         std::span<const uint8_t> read_in_place = {});
 
 }  // namespace edb::runtime

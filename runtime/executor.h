@@ -30,6 +30,11 @@ struct Values {
   // Row `at` of the frame of call node `call` (planned), wherever its cell lays it out
   // (ir::CellBody::frame_blocks).
   float* frame(ir::NodeId call, int64_t at) const { return arena + memplan::frame_row(graph, plan, call, at); }
+  // Row `at` of node `id`'s value, a column read in place (ir::Op::matmul_nt_rows): a row of its
+  // frame where `id` is a call, else `at` floats into it.
+  const float* row(ir::NodeId id, int64_t at) const {
+    return graph.node(id).op == ir::Op::call ? frame(id, at) : in(id) + at;
+  }
 };
 
 // What one member of a batch counts for in Stats (nodes, batches): a single-node cell call as its

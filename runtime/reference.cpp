@@ -168,6 +168,16 @@ void eval_matmul_nt(const NodeContext& c) {
   for (size_t i = 0; i < c.arg_count(); i += 2) out.noalias() += c.arg(i) * c.arg(i + 1).transpose();
 }
 
+void eval_matmul_nt_rows(const NodeContext& c) {
+  Matrix out = c.out();
+  out.setZero();
+  const auto args = c.values.graph.args(c.node);
+  const auto rows = c.values.graph.rows(c.node.attrs.index, args.size());
+  const int64_t r = c.node.shape.rows, k = c.node.shape.cols;
+  for (size_t i = 0; i < args.size(); i += 2)
+    out.noalias() += ConstMatrix(c.values.row(args[i], rows[i]), r, 1) * ConstMatrix(c.values.row(args[i + 1], rows[i + 1]), k, 1).transpose();
+}
+
 void eval_tanh_grad(const NodeContext& c) {
   c.out() = c.arg(1).cwiseProduct((1.0f - c.arg(0).array().square()).matrix());
 }

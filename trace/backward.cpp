@@ -39,11 +39,13 @@ struct Contribution {
 // The (dy, x) pairs sent to one parameter, a term dy x^T each, in the order sent. A weight
 // gathers one per use (thousands a pass), so they lie in an array of their own, read in order by
 // combine(), not linked through the pass's list; their shapes are read as they are sent, while
-// the nodes are in cache.
+// the nodes are in cache. A factor is a node's value, or a column at rows of a node (a cell
+// call's frame: dy_row, x_row), read in place by matmul_nt_rows with no view node.
 struct ParameterPairs {
   struct Term {
     NodeId dy, x;
     ir::Shape dy_shape, x_shape;
+    int32_t dy_row = 0, x_row = 0;
   };
   NodeId parameter = ir::kNoNode;
   std::vector<Term> terms;
@@ -70,6 +72,7 @@ struct Buffers {
   // combine()'s: per shape of pair, its shapes and its arguments a1, b1, a2, b2, ...
   std::vector<std::pair<ir::Shape, ir::Shape>> group_shapes;
   std::vector<std::vector<NodeId>> groups;
+  std::vector<std::vector<int32_t>> group_rows;
   std::vector<NodeId> order;      // mirrored_order()'s
   std::vector<NodeId> args;       // send()'s
   std::vector<uint32_t> position;
@@ -238,6 +241,8 @@ class Backward {
   void pair(NodeId to, NodeId dy, NodeId x) {
     pairs_of(to, true)->terms.push_back({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
   }
+  // A pair whose factors are columns at rows of nodes, read there.
+  void pair_at(NodeId to, const ParameterPairs::Term& term) { pairs_of(to, true)->terms.push_back(term); }
 
   // Which nodes a gradient flows through: on the loss's path and depending on a parameter or lookup
   // (or, for a cell's body, on one of `sources`, its arguments). `seeds` are reached besides the loss.
@@ -323,6 +328,13 @@ class Backward {
     return read;
   }
 
+  // call_value's node and row for a column read in place: a frame's value as rows of the call,
+  // with no view node.
+  std::pair<NodeId, int32_t> call_value_at(NodeId n, std::span<const NodeId> args, const detail::BackwardCell::Value& value) {
+    if (value.kind == detail::BackwardCell::Value::frame) return {n, int32_t(value.at)};
+    return {call_value(n, args, value), 0};
+  }
+
   // A cell call's rule: one call of the cell's backward body (trace/backward.cpp's
   // derive_backward) on the call's frame, its arguments and its outputs' gradients; what that
   // returns goes to the arguments and, as terms and (dy, x) pairs, to the body's parameters.
@@ -364,7 +376,8 @@ class Backward {
     const ir::TypeId type = detail::call_type(*s_.engine, backward.cell, graph_, args);
     std::vector<NodeId>& outputs = b_.call_outputs;
     outputs.clear();
-    detail::record_call_node(s_, backward.cell, type, args, outputs);
+    const NodeId call = detail::record_call_node(s_, backward.cell, type, args, outputs);
+    const runtime::CallCell& backward_cell = *backward.cell.call_cell;
     for (size_t k = 0; k < outputs.size(); ++k) {
       const detail::BackwardCell::Output& o = backward.outputs[k];
       if (o.kind == detail::BackwardCell::Output::argument) {
@@ -373,8 +386,24 @@ class Backward {
         continue;
       }
       const NodeId p = parameter_of(cell.body.parameter(o.index));
-      if (o.kind == detail::BackwardCell::Output::whole) whole(p, outputs[k]);
-      else pair(p, outputs[k], call_value(n, std::span(args).subspan(1, arguments), o.x));
+      const auto forward_args = std::span(args).subspan(1, arguments);
+      if (o.kind == detail::BackwardCell::Output::whole) {
+        whole(p, outputs[k]);
+      } else if (backward_cell.read_in_place(k)) {  // dy and x columns, read where they lie
+        ParameterPairs::Term term;
+        std::tie(term.x, term.x_row) = call_value_at(n, forward_args, o.x);
+        term.x_shape = o.x.shape;
+        term.dy_shape = backward.cell.body.node(backward.cell.outputs[k]).shape;
+        if (backward_cell.output_offsets[k] >= 0) {
+          term.dy = call;
+          term.dy_row = int32_t(backward_cell.output_offsets[k]);
+        } else {
+          term.dy = outputs[k];  // an argument or constant of the call, returned as it is
+        }
+        pair_at(p, term);
+      } else {
+        pair(p, outputs[k], call_value(n, forward_args, o.x));
+      }
     }
   }
 
@@ -399,11 +428,16 @@ class Backward {
     if (!slices.empty()) terms.push_back(assemble_slices(n, slices));
     if (const ParameterPairs* sent_pairs = graph_.node(n).op == Op::parameter ? pairs_of(n, false) : nullptr) {
       if (pairs) {
-        for (const ParameterPairs::Term& t : sent_pairs->terms) pairs->emplace_back(t.dy, t.x);
+        for (const ParameterPairs::Term& t : sent_pairs->terms) {
+          if (t.dy_row != 0 || t.x_row != 0)  // a body calls no cell
+            throw InternalError("Trace::backward: a body's pair reads rows of a node");
+          pairs->emplace_back(t.dy, t.x);
+        }
       } else {
         // Pairs of one shape, in the order sent, one argument list each: a1, b1, a2, b2, ...
         std::vector<std::pair<ir::Shape, ir::Shape>>& shapes = b_.group_shapes;
         std::vector<std::vector<NodeId>>& groups = b_.groups;
+        std::vector<std::vector<int32_t>>& rows = b_.group_rows;
         shapes.clear();
         size_t last = 0;  // the group of the previous pair: pairs of one shape come in runs
         for (const ParameterPairs::Term& t : sent_pairs->terms) {
@@ -412,17 +446,32 @@ class Backward {
           while (g < shapes.size() && shapes[g] != shape) ++g;
           if (g == shapes.size()) {
             shapes.push_back(shape);
-            if (groups.size() < shapes.size()) groups.emplace_back();
+            if (groups.size() < shapes.size()) {
+              groups.emplace_back();
+              rows.emplace_back();
+            }
             groups[g].clear();
+            rows[g].clear();
           }
           groups[g].push_back(t.dy);
           groups[g].push_back(t.x);
+          rows[g].push_back(t.dy_row);
+          rows[g].push_back(t.x_row);
           last = g;
         }
-        // One matmul_nt per shape (all of a group's pairs are alike).
+        // One product per shape (all of a group's pairs are alike): columns read where they lie,
+        // at rows of frames or whole (matmul_nt_rows), or matrices (matmul_nt, never at rows).
         for (size_t g = 0; g < shapes.size(); ++g) {
           const ir::Shape pair[] = {shapes[g].first, shapes[g].second};
-          terms.push_back(s_.add(Op::matmul_nt, groups[g], ir::infer_shape(Op::matmul_nt, pair, {}), {}).node_id());
+          const ir::Shape product = ir::infer_shape(Op::matmul_nt, pair, {});
+          if (pair[0].cols != 1) {
+            terms.push_back(s_.add(Op::matmul_nt, groups[g], product, {}).node_id());
+            continue;
+          }
+          ir::Attributes at;
+          at.index = graph_.add_rows(rows[g]);
+          at.target = product;
+          terms.push_back(s_.add(Op::matmul_nt_rows, groups[g], product, at).node_id());
         }
       }
     }
@@ -646,6 +695,7 @@ class Backward {
         throw InternalError("Trace::backward: node %" + std::to_string(n) + " is a cell call that was not expanded");
       case Op::matmul_tn:
       case Op::matmul_nt:
+      case Op::matmul_nt_rows:
       case Op::tanh_grad:
       case Op::sigmoid_grad:
       case Op::relu_grad:

@@ -205,7 +205,8 @@ void detail::plan_cell(EngineState& engine, CellRecord& record, const std::strin
     // check_finite reads every value: the frame keeps them all, as for a backward pass.
     record.call_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
                                                 record.schedule.batches, record.schedule.name, engine.lower_cells,
-                                                for_backward || engine.driver.options().check_finite, forward);
+                                                for_backward || engine.driver.options().check_finite, forward,
+                                                record.outputs_read_in_place);
     if (for_backward && engine.cell_gradients_by_default && !engine.driver.options().check_finite)
       record.inference_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
                                                       record.schedule.batches, record.schedule.name, engine.lower_cells,
@@ -347,8 +348,8 @@ ir::TypeId detail::call_type(detail::EngineState& engine, CellRecord& record, co
 
 // Records the call as one `call` node, its frame, and a slice view of it per output; an output
 // that is a leaf of the body is the caller's node for it (an argument, a parameter, a constant).
-void detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
-                      std::vector<ir::NodeId>& outputs) {
+ir::NodeId detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeId type,
+                                    std::span<const ir::NodeId> arguments, std::vector<ir::NodeId>& outputs) {
   ir::Graph& graph = s.data.graph;
   const runtime::CallCell& cell =
       record.inference_cell && !s.engine->trained ? *record.inference_cell : *record.call_cell;
@@ -366,9 +367,9 @@ void detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeId type
   // the leaves returned.
   const size_t begin = outputs.size();
   for (size_t k = 0; k < record.outputs.size(); ++k) {
-    if (cell.output_offsets[k] < 0 || cell.first_alike[k] != k) {
+    if (cell.output_offsets[k] < 0 || cell.first_alike[k] != k || cell.read_in_place(k)) {
       outputs.push_back(ir::kNoNode);  // a leaf, or the view of an earlier output alike: below
-      continue;
+      continue;                        // (an output read in place stays kNoNode)
     }
     ir::Attributes rows;
     rows.begin = int32_t(cell.output_offsets[k]);
@@ -379,7 +380,7 @@ void detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeId type
   // A matrix output: a reshape of its rows of the frame, also a view.
   for (size_t k = 0; k < record.outputs.size(); ++k) {
     const ir::Shape shape = record.body.node(record.outputs[k]).shape;
-    if (cell.output_offsets[k] < 0 || cell.first_alike[k] != k || shape.cols == 1) continue;
+    if (cell.output_offsets[k] < 0 || cell.first_alike[k] != k || cell.read_in_place(k) || shape.cols == 1) continue;
     ir::Attributes target;
     target.target = shape;
     outputs[begin + k] = graph.add(ir::Op::reshape, std::span(&outputs[begin + k], 1), shape, target);
@@ -395,6 +396,7 @@ void detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeId type
                              ? arguments[size_t(argument - record.placeholders.begin())]
                              : caller_leaf(s, record.body, leaf);
   }
+  return call;
 }
 
 namespace {
@@ -427,7 +429,7 @@ void detail::TraceState::expand_calls() {
       record = &record_of(*engine, old.cell(n.attrs.index));
       outputs.clear();
       if (record->copies) copy_call(*this, *record, old_types[id], args, outputs);
-      else record_call_node(*this, *record, old_types[id], args, outputs);
+      else to[id] = record_call_node(*this, *record, old_types[id], args, outputs);
       continue;
     }
     if (n.op == ir::Op::parameter) {
@@ -457,6 +459,11 @@ void detail::TraceState::expand_calls() {
     }
     ir::Attributes attrs = n.attrs;
     if (n.op == ir::Op::input) attrs.index = data.graph.add_constants(std::span<const float>(old.leaf_data(id), size_t(n.shape.size())));
+    if (n.op == ir::Op::matmul_nt_rows) {  // an earlier backward pass's: it reads frames of calls kept
+      if (std::find(args.begin(), args.end(), ir::kNoNode) != args.end())
+        throw InternalError("TraceState::expand_calls: node %" + std::to_string(id) + " reads a call copied as its body");
+      attrs.index = data.graph.add_rows(old.rows(n.attrs.index, n.arg_count));
+    }
     to[id] = data.graph.add(n.op, args, n.shape, attrs);
     data.types.push_back(engine->driver.signatures.intern_recorded(data.graph, to[id], data.types));
     if (n.op == ir::Op::parameter) parameter_nodes.emplace_back(old.parameter(n.attrs.parameter).uid, to[id]);

@@ -155,8 +155,11 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
     to[id] = state->add(n.op, args, n.shape, attrs).node_id();
   }
   // 3. Its outputs, and what each is to the trace.
+  // A weight's term dy x^T of columns is read in place (the trace's matmul_nt_rows reads dy at its
+  // rows of the backward call's frame): its call records no view of dy.
   auto output = [&](NodeId node, BackwardCell::Output what) {
     result.outputs.push_back(node <= last ? forward(node) : to[node]);
+    result.outputs_read_in_place.push_back(what.kind == BackwardCell::Output::pair && g.node(node).shape.cols == 1);
     backward->outputs.push_back(std::move(what));
   };
   for (size_t i = 0; i < grads.arguments.size(); ++i)

@@ -67,6 +67,9 @@ struct CellRecord {
   // through the trace's lookup node. Per lookup: the table and the entry.
   std::vector<std::pair<ir::ParameterInfo, int64_t>> lookups;
   std::vector<ir::NodeId> outputs;
+  // Per output (empty: none): the trace reads it in place as rows of a call's frame, with no view
+  // (runtime::CallCell::in_place; a backward body's column dy of a weight's term).
+  std::vector<uint8_t> outputs_read_in_place;
   std::vector<ir::NodeId> operations;     // body nodes that run, in order; a call copies them
                                           // contiguously, so offsets into this list name them
   scheduler::CellSchedule schedule;       // the fewest-batch schedule over those offsets
@@ -134,8 +137,10 @@ void plan_cell(struct EngineState& engine, CellRecord& record, const std::string
 // the cell's with which parameter each one is.
 ir::TypeId call_type(EngineState& engine, CellRecord& record, const ir::Graph& graph,
                      std::span<const ir::NodeId> arguments);
-// Records a call of `record` as one `call` node with its output views; appends its outputs.
-void record_call_node(TraceState& s, CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
+// Records a call of `record` as one `call` node with its output views; appends its outputs (kNoNode
+// for an output read in place, CallCell::in_place) and returns the call node (kNoNode for a body
+// with no operations, whose outputs are the caller's nodes).
+ir::NodeId record_call_node(TraceState& s, CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
                       std::vector<ir::NodeId>& outputs);
 
 // The record of the cell whose calls name `cell` (an InternalError when the engine has none).

@@ -55,7 +55,7 @@ const std::vector<Op> kUnaryShapePreserving = {Op::scale,   Op::add_const, Op::t
                                                Op::ceil,    Op::floor};
 
 TEST(IrOps, TableMatchesOpsDef) {
-  EXPECT_EQ(kOpCount, 55);  // 46 forward ops, the single-node cell call and the backward pass's 8
+  EXPECT_EQ(kOpCount, 56);  // 46 forward ops, the single-node cell call and the backward pass's 9
   std::set<std::string> names;
   for (int i = 0; i < kOpCount; ++i) names.insert(std::string(op_name(static_cast<Op>(i))));
   EXPECT_EQ(names.size(), size_t(kOpCount));
@@ -115,6 +115,16 @@ TEST(IrShape, BackwardOps) {
   EXPECT_EQ(shape_error(Op::matmul_nt, {{4, 2}, {3, 1}}),
             "edb::matmul_nt(): A is 4x2 but B is 3x1 (A B^T needs as many columns in both)");
   EXPECT_EQ(shape_error(Op::tanh_grad, {{4, 1}, {3, 1}}), "edb::tanh_grad(): argument 2 is 3x1 but argument 1 is 4x1");
+  Attributes at;
+  at.target = {4, 3};
+  EXPECT_EQ(infer(Op::matmul_nt_rows, {{10, 1}, {3, 1}, {4, 1}, {7, 1}}, at), (Shape{4, 3}));
+  EXPECT_EQ(shape_error(Op::matmul_nt_rows, {{10, 1}, {3, 1}, {4, 1}}, at),
+            "edb::matmul_nt_rows(): takes A1, B1, A2, B2, ...: an even count of at least 2 arguments, got 3");
+  EXPECT_EQ(shape_error(Op::matmul_nt_rows, {{10, 1}, {2, 1}}, at),
+            "edb::matmul_nt_rows(): argument 2 is 2x1, not a column of at least 3 rows (the output is 4x3)");
+  EXPECT_EQ(shape_error(Op::matmul_nt_rows, {{10, 2}, {3, 2}}, at),
+            "edb::matmul_nt_rows(): argument 1 is 10x2, not a column of at least 4 rows (the output is 4x3)");
+  EXPECT_EQ(shape_error(Op::matmul_nt_rows, {{10, 1}, {3, 1}}), "edb::matmul_nt_rows(): has no output shape (got 0x0)");
   EXPECT_EQ(shape_error(Op::pick_neg_log_softmax_grad, {{5, 1}, {1, 1}}, label(5)),
             "edb::pick_neg_log_softmax_grad(): label 5 is outside [0, 5) for x of 5x1");
 }
@@ -234,6 +244,40 @@ TEST(IrVerify, ArgumentDefinedAfterUse) {
   EXPECT_EQ(verify_error(self),
             "edbatch internal error: ir::verify: node %0 (relu): argument %0 is not defined before "
             "use");
+}
+
+// matmul_nt_rows's factors must lie inside its arguments at the rows the graph's row pool gives.
+TEST(IrVerify, RowsReadInPlaceLieInsideTheirArguments) {
+  Graph graph;
+  const std::vector<float> values(12, 1.0f);
+  auto column = [&](int rows) {
+    Attributes attrs;
+    attrs.index = graph.add_constants(std::span(values).first(size_t(rows)));
+    return graph.add(Op::input, {}, Shape{rows, 1}, attrs);
+  };
+  const NodeId args[2] = {column(10), column(3)};
+  Attributes at;
+  at.target = {4, 3};
+  const int32_t inside[2] = {6, 0};
+  at.index = graph.add_rows(inside);
+  graph.add(Op::matmul_nt_rows, args, at.target, at);
+  EXPECT_EQ(verify_error(graph), "");
+  EXPECT_NE(print(graph).find("matmul_nt_rows(%0, %1) : 4x3 at=6,0"), std::string::npos) << print(graph);
+  const int32_t past[2] = {7, 0};
+  at.index = graph.add_rows(past);
+  graph.add(Op::matmul_nt_rows, args, at.target, at);
+  EXPECT_EQ(verify_error(graph),
+            "edbatch internal error: ir::verify: node %3 (matmul_nt_rows): argument 1's factor, rows [7, 11), is not "
+            "inside its 10x1");
+  Graph short_pool;
+  const NodeId a = short_pool.add(Op::input, {}, Shape{4, 1}, {});
+  short_pool.add_constants(std::span(values).first(4));
+  const NodeId pair[2] = {a, a};
+  Attributes none;
+  none.target = {4, 4};
+  short_pool.add(Op::matmul_nt_rows, pair, none.target, none);
+  EXPECT_EQ(verify_error(short_pool),
+            "edbatch internal error: ir::verify: node %1 (matmul_nt_rows): reads rows [0, 2) of a pool of 0");
 }
 
 TEST(IrVerify, WrongShapeWrongArityAndFailedInference) {

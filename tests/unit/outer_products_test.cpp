@@ -1,19 +1,27 @@
 // OuterProducts (a weight's gradient over its uses, read through pointers) against sums in double,
-// under the micro-kernel of every ISA this CPU runs.
+// under the micro-kernel of every ISA this CPU runs; matmul_nt_rows, the product over columns read
+// at rows of other values, under the executors.
 #include "runtime/outer_products.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "edbatch/errors.h"
+#include "edbatch/stats.h"
 #include "ir/ir.h"
 #include "ir/isa.h"
+#include "ir/signature.h"
+#include "memplan/plan.h"
+#include "runtime/batched.h"
+#include "runtime/executor.h"
 #include "runtime/outer_kernel.h"
+#include "scheduler/schedule.h"
 #include "tests/support/rng.h"
 
 namespace edb::runtime {
@@ -263,6 +271,77 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest, ::testing::Combine(::testing::ValuesI
                            return std::get<1>(info.param) + "_" + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
                                   std::to_string(g.depth) + (g.a_transposed ? "_transposed" : "");
                          });
+
+}  // namespace
+}  // namespace edb::runtime
+
+namespace edb::runtime {
+namespace {
+
+// matmul_nt_rows (a weight's gradient whose terms are columns at rows of other values, read there
+// with no view node) against sums in double, under the reference executor and the batched one at 1
+// and 2 threads: two nodes of one signature, batched together, reading other rows each, a factor
+// read twice at different rows, and factors at the first and the last rows of their values.
+TEST(MatmulNtRows, ReadsEachFactorAtItsRowsUnderEveryExecutor) {
+  testing::Rng rng(46);
+  ir::Graph graph;
+  auto input = [&](int rows) {
+    std::vector<float> values(static_cast<size_t>(rows));
+    for (float& v : values) v = float(2 * rng.unit() - 1);
+    ir::Attributes attrs;
+    attrs.index = graph.add_constants(values);
+    return graph.add(ir::Op::input, {}, ir::Shape{rows, 1}, attrs);
+  };
+  const ir::Shape target{4, 3};
+  auto product = [&](std::vector<ir::NodeId> args, std::vector<int32_t> rows) {
+    std::vector<ir::Shape> shapes;
+    for (ir::NodeId a : args) shapes.push_back(graph.node(a).shape);
+    ir::Attributes attrs;
+    attrs.index = graph.add_rows(rows);
+    attrs.target = target;
+    return graph.add(ir::Op::matmul_nt_rows, args, ir::infer_shape(ir::Op::matmul_nt_rows, shapes, attrs), attrs);
+  };
+  std::vector<ir::NodeId> first = {input(10), input(5), input(4), input(3)};
+  std::vector<ir::NodeId> second = {input(10), input(5), input(4), input(3)};
+  const ir::NodeId p = product({first[0], first[1], first[2], first[3], first[0], first[3]}, {3, 1, 0, 0, 6, 0});
+  const ir::NodeId q = product({second[0], second[1], second[2], second[3], second[0], second[3]}, {0, 2, 0, 0, 5, 0});
+  EXPECT_NO_THROW(ir::verify(graph));
+
+  auto expected = [&](ir::NodeId id) {
+    std::vector<double> out(size_t(target.size()), 0.0);
+    const auto args = graph.args(id);
+    const auto rows = graph.rows(graph.node(id).attrs.index, args.size());
+    for (size_t i = 0; i < args.size(); i += 2)
+      for (int32_t c = 0; c < target.cols; ++c)
+        for (int32_t r = 0; r < target.rows; ++r)
+          out[size_t(r + c * target.rows)] += double(graph.leaf_data(args[i])[rows[i] + r]) *
+                                               double(graph.leaf_data(args[i + 1])[rows[i + 1] + c]);
+    return out;
+  };
+  ir::SignatureTable signatures;
+  const std::vector<ir::TypeId> types = signatures.assign(graph);
+  ASSERT_EQ(types[p], types[q]);  // one signature: the rows are each node's own
+  scheduler::ScheduleInput input_graph{graph, types, 0, nullptr, nullptr};
+  scheduler::Schedule schedule;
+  scheduler::make_policy("greedy")->schedule(input_graph, schedule);
+  ASSERT_EQ(schedule.batch_count(), 1u);
+  memplan::Plan plan;
+  memplan::plan_batch_order(graph, schedule, plan);
+  std::vector<std::unique_ptr<Executor>> executors;
+  executors.push_back(std::make_unique<ReferenceExecutor>());
+  executors.push_back(std::make_unique<BatchedExecutor>(1));
+  executors.push_back(std::make_unique<BatchedExecutor>(2));
+  for (const std::unique_ptr<Executor>& executor : executors) {
+    std::vector<float> arena(size_t(plan.arena_floats), std::nanf(""));
+    Stats stats;
+    executor->execute(schedule, Values{graph, plan, arena.data()}, stats);
+    for (ir::NodeId id : {p, q}) {
+      const std::vector<double> want = expected(id);
+      for (size_t e = 0; e < want.size(); ++e)
+        ASSERT_NEAR(arena[size_t(plan.offset[id]) + e], want[e], 1e-5) << executor->name() << ", node %" << id << " element " << e;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace edb::runtime
