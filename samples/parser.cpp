@@ -130,7 +130,10 @@ class Parser final : public SampleModel {
     const Expr s1 = n >= 2 ? state.stack[n - 2].x : state.zero_embed;
     const Expr b0 = state.next < state.words->size() ? trace.lookup(embeddings_, (*state.words)[state.next])
                                                      : state.zero_embed;
-    return (*score_)(trace, {top, s0, s1, b0})[0];
+    // The scores' 3 rows outside the cell: a compiled cell computes blocks of rows, which the
+    // hidden layer fills and 3 rows would not.
+    const Expr hidden = (*score_)(trace, {top, s0, s1, b0})[0];
+    return affine({trace.param(b_out_), trace.param(w_out_), hidden});
   }
 
   void push(Trace& trace, State& state, const Expr& x, int word) const {
@@ -173,13 +176,12 @@ class Parser final : public SampleModel {
       return std::vector<Expr>{tanh(affine({t.param(b_compose_), t.param(w_compose_), concat({in[0], in[1]})}))};
     });
   }
-  // (stack LSTM top, s0, s1, b0) -> the three actions' scores.
+  // (stack LSTM top, s0, s1, b0) -> the hidden layer the three actions' scores read.
   Cell score_cell() const {
-    return Cell("parser_score", {{hidden_, 1}, {embed_, 1}, {embed_, 1}, {embed_, 1}},
+    return Cell("parser_features", {{hidden_, 1}, {embed_, 1}, {embed_, 1}, {embed_, 1}},
                 [this](Trace& t, std::span<const Expr> in) {
-                  const Expr hidden = relu(affine({t.param(b_hidden_), t.param(w_top_), in[0], t.param(w_s0_), in[1],
-                                                   t.param(w_s1_), in[2], t.param(w_b0_), in[3]}));
-                  return std::vector<Expr>{affine({t.param(b_out_), t.param(w_out_), hidden})};
+                  return std::vector<Expr>{relu(affine({t.param(b_hidden_), t.param(w_top_), in[0], t.param(w_s0_),
+                                                        in[1], t.param(w_s1_), in[2], t.param(w_b0_), in[3]}))};
                 });
   }
 
