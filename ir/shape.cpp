@@ -124,6 +124,7 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
     case Op::sub:
     case Op::cmult:
     case Op::div:
+    case Op::pow:
     case Op::max:
     case Op::min:
     case Op::tanh_grad:
@@ -161,6 +162,10 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
     case Op::round:
     case Op::ceil:
     case Op::floor:
+    case Op::tan:
+    case Op::asinh:
+    case Op::acosh:
+    case Op::atanh:
     case Op::softmax:
     case Op::log_softmax:
       return args[0];

@@ -65,6 +65,11 @@ float apply(const Instruction& in, float a, float b) {
     case KernelOp::round: return std::round(a);
     case KernelOp::ceil: return std::ceil(a);
     case KernelOp::floor: return std::floor(a);
+    case KernelOp::tan: return std::tan(a);
+    case KernelOp::asinh: return std::asinh(a);
+    case KernelOp::acosh: return std::acosh(a);
+    case KernelOp::atanh: return std::atanh(a);
+    case KernelOp::pow: return std::pow(a, b);
   }
   throw InternalError("interpret: no scalar rule for kernel op " + std::string(kernel_op_name(in.op)));
 }
@@ -105,6 +110,11 @@ bool kernel_op_for(ir::Op op, KernelOp& out) {
     case ir::Op::round: out = KernelOp::round; return true;
     case ir::Op::ceil: out = KernelOp::ceil; return true;
     case ir::Op::floor: out = KernelOp::floor; return true;
+    case ir::Op::tan: out = KernelOp::tan; return true;
+    case ir::Op::asinh: out = KernelOp::asinh; return true;
+    case ir::Op::acosh: out = KernelOp::acosh; return true;
+    case ir::Op::atanh: out = KernelOp::atanh; return true;
+    case ir::Op::pow: out = KernelOp::pow; return true;
     default: return false;
   }
 }

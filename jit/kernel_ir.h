@@ -48,7 +48,12 @@ namespace edb::jit {
   X(cosh, 1, false)       \
   X(round, 1, false)      \
   X(ceil, 1, false)       \
-  X(floor, 1, false)
+  X(floor, 1, false)      \
+  X(tan, 1, false)        \
+  X(asinh, 1, false)      \
+  X(acosh, 1, false)      \
+  X(atanh, 1, false)      \
+  X(pow, 2, false)
 
 enum class KernelOp : uint8_t {
 #define EDB_KERNEL_OP_ENUM(name, arity, has_constant) name,
@@ -147,7 +152,7 @@ struct KernelArgs {
 // ir::max_of and ir::min_of (a NaN in either gives NaN); sqrt and abs from libm, square x x,
 // cube x x x, softsign x / (1 + |x|), silu x / (1 + exp(-x)); elu, selu and log_sigmoid as the
 // reference executor writes them (expm1, log1p), erf, sin, cos, sinh, cosh, round (half away from
-// zero), ceil and floor from libm. Verifies the kernel first.
+// zero), ceil and floor, tan, asinh, acosh, atanh and pow (powf) from libm. Verifies the kernel first.
 void interpret(const Kernel& kernel, const KernelArgs& args);
 
 }  // namespace edb::jit

@@ -1,4 +1,4 @@
-// Branch-free exp, log, tanh, sigmoid, silu, expm1, erf, sin, cos, sinh, cosh and rounding as LLVM IR over float scalars or float vectors (no libm
+// Branch-free exp, log, tanh, sigmoid, silu, expm1, log1p, erf, sin, cos, tan, sinh, cosh, their inverses, pow and rounding as LLVM IR over float scalars or float vectors (no libm
 // calls, so loops vectorise), and the other kernel ops. Shared by the LLVM renderers of jit/; only jit/
 // includes it.
 #pragma once
@@ -135,15 +135,18 @@ class MathEmitter {
   llvm::Value* elu(llvm::Value* x, float alpha) {
     return b_.CreateSelect(b_.CreateFCmpOGT(x, f(0.0f)), x, b_.CreateFMul(f(alpha), expm1(x)));
   }
-  // log(sigmoid(x)) = min(x, 0) - log(1 + e^-|x|), log1p by Goldberg's correction: with w = 1 + u
-  // rounded, log(w) u / (w - 1) (u itself where w rounds to 1), accurate to a few ulps.
-  llvm::Value* log_sigmoid(llvm::Value* x) {
-    llvm::Value* u = exp(b_.CreateFNeg(fabs(x)));
+  // log(1 + u) by Goldberg's correction: with w = 1 + u rounded, log(w) u / (w - 1) (u itself
+  // where w rounds to 1), accurate to a few ulps; inf at u = inf, NaN below -1 (log's).
+  llvm::Value* log1p(llvm::Value* u) {
     llvm::Value* w = b_.CreateFAdd(f(1.0f), u);
-    llvm::Value* log1p = b_.CreateSelect(b_.CreateFCmpOEQ(w, f(1.0f)), u,
-                                         b_.CreateFDiv(b_.CreateFMul(log(w), u), b_.CreateFSub(w, f(1.0f))));
+    llvm::Value* corrected = b_.CreateFDiv(b_.CreateFMul(log(w), u), b_.CreateFSub(w, f(1.0f)));
+    corrected = b_.CreateSelect(b_.CreateFCmpOEQ(u, f(std::numeric_limits<float>::infinity())), u, corrected);
+    return b_.CreateSelect(b_.CreateFCmpOEQ(w, f(1.0f)), u, corrected);
+  }
+  // log(sigmoid(x)) = min(x, 0) - log(1 + e^-|x|).
+  llvm::Value* log_sigmoid(llvm::Value* x) {
     llvm::Value* negative_part = b_.CreateSelect(b_.CreateFCmpOLT(x, f(0.0f)), x, f(0.0f));
-    return b_.CreateFSub(negative_part, log1p);
+    return b_.CreateFSub(negative_part, log1p(exp(b_.CreateFNeg(fabs(x)))));
   }
   // erf: below |x| = 1 its Taylor series to x^21 (truncation under 1.5e-8); above, Abramowitz and
   // Stegun 7.1.26, 1 - t (a1 + t (a2 + ...)) e^(-x^2) with t = 1 / (1 + p |x|) and the sign of x
@@ -227,6 +230,51 @@ class MathEmitter {
     return b_.CreateSelect(b_.CreateFCmpOLT(a, f(8388608.0f)), whole, x);
   }
 
+  // The inverse hyperbolic functions through log1p, so they keep relative accuracy near 0 (and
+  // acosh near 1): asinh |x| = log1p(|x| + x^2 / (1 + sqrt(1 + x^2))), with the sign of x;
+  // acosh x = log1p(t + sqrt(t (t + 2))), t = x - 1 (exact near 1), NaN below 1; above 4096 both
+  // are log(2 |x|) = log |x| + ln 2 (the next term, 1 / (4 x^2), under 2e-9 relative), so x^2 never
+  // overflows. atanh |x| = log1p(2 |x| / (1 - |x|)) / 2 with the sign of x: inf at 1, NaN above.
+  llvm::Value* asinh(llvm::Value* x) {
+    llvm::Value* a = fabs(x);
+    llvm::Value* z = b_.CreateFMul(a, a);
+    llvm::Value* root = b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFAdd(f(1.0f), z));
+    llvm::Value* middle = log1p(b_.CreateFAdd(a, b_.CreateFDiv(z, b_.CreateFAdd(f(1.0f), root))));
+    llvm::Value* large = b_.CreateFAdd(log(a), f(0.693147180559945f));
+    return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign,
+                                    b_.CreateSelect(b_.CreateFCmpOGT(a, f(4096.0f)), large, middle), x);
+  }
+  llvm::Value* acosh(llvm::Value* x) {
+    llvm::Value* t = b_.CreateFSub(x, f(1.0f));
+    llvm::Value* root = b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFMul(t, b_.CreateFAdd(t, f(2.0f))));
+    llvm::Value* middle = log1p(b_.CreateFAdd(t, root));
+    llvm::Value* large = b_.CreateFAdd(log(x), f(0.693147180559945f));
+    llvm::Value* value = b_.CreateSelect(b_.CreateFCmpOGT(x, f(4096.0f)), large, middle);
+    return b_.CreateSelect(b_.CreateFCmpULT(x, f(1.0f)), f(std::numeric_limits<float>::quiet_NaN()), value);
+  }
+  llvm::Value* atanh(llvm::Value* x) {
+    llvm::Value* a = fabs(x);
+    llvm::Value* ratio = b_.CreateFDiv(b_.CreateFAdd(a, a), b_.CreateFSub(f(1.0f), a));
+    llvm::Value* value = b_.CreateFMul(log1p(ratio), f(0.5f));
+    // Above 1 the ratio is below -2, where log1p is NaN; at 1 it is inf and so is log1p.
+    return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, value, x);
+  }
+  // powf(a, b) as e^(b log |a|), the sign and the special cases as libm: 1 where b is 0 or a is
+  // 1 (even for a NaN in the other), and for a < 0 NaN unless b is whole, negative where b is odd.
+  // Relative error about |b log |a|| 1.2e-7 plus exp's (log's rounding, scaled by b).
+  llvm::Value* pow(llvm::Value* a, llvm::Value* c) {
+    llvm::Value* magnitude = exp(b_.CreateFMul(c, log(fabs(a))));
+    llvm::Value* whole = b_.CreateFCmpOEQ(rounded(c, Rounding::down), c);
+    llvm::Value* half = b_.CreateFMul(c, f(0.5f));
+    llvm::Value* odd = b_.CreateAnd(whole, b_.CreateFCmpONE(rounded(half, Rounding::down), half));
+    // An odd power keeps a's sign (-0 included); a negative a to a fraction has no real power.
+    llvm::Value* value = b_.CreateSelect(odd, b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, magnitude, a), magnitude);
+    llvm::Value* negative = b_.CreateFCmpOLT(a, f(0.0f));
+    value = b_.CreateSelect(b_.CreateAnd(negative, b_.CreateNot(whole)), f(std::numeric_limits<float>::quiet_NaN()), value);
+    llvm::Value* one = b_.CreateOr(b_.CreateFCmpOEQ(c, f(0.0f)), b_.CreateFCmpOEQ(a, f(1.0f)));
+    return b_.CreateSelect(one, f(1.0f), value);
+  }
+
   llvm::Value* sigmoid(llvm::Value* x) { return divide(f(1.0f), b_.CreateFAdd(f(1.0f), exp(b_.CreateFNeg(x)))); }
 
   // a / b allowed to go through a reciprocal estimate refined by Newton steps (see
@@ -284,6 +332,11 @@ class MathEmitter {
       case KernelOp::round: return rounded(a, Rounding::nearest);
       case KernelOp::ceil: return rounded(a, Rounding::up);
       case KernelOp::floor: return rounded(a, Rounding::down);
+      case KernelOp::tan: return b_.CreateFDiv(sine(a, false), sine(a, true));  // exact: sin and cos share the reduction
+      case KernelOp::asinh: return asinh(a);
+      case KernelOp::acosh: return acosh(a);
+      case KernelOp::atanh: return atanh(a);
+      case KernelOp::pow: return pow(a, c);
     }
     throw InternalError("LlvmBackend::compile: no rule for kernel op " + std::string(kernel_op_name(op)));
   }

@@ -71,6 +71,11 @@ std::string op_expression(jit::KernelOp op, const std::string& a, const std::str
     case jit::KernelOp::round: return "roundf(" + a + ")";
     case jit::KernelOp::ceil: return "ceilf(" + a + ")";
     case jit::KernelOp::floor: return "floorf(" + a + ")";
+    case jit::KernelOp::tan: return "tanf(" + a + ")";
+    case jit::KernelOp::asinh: return "asinhf(" + a + ")";
+    case jit::KernelOp::acosh: return "acoshf(" + a + ")";
+    case jit::KernelOp::atanh: return "atanhf(" + a + ")";
+    case jit::KernelOp::pow: return "powf(" + a + ", " + b + ")";
   }
   throw InternalError("render_kernel: no CUDA rule for kernel op " + std::string(jit::kernel_op_name(op)));
 }

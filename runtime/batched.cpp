@@ -560,6 +560,12 @@ void run_batch(const BatchContext& c) {
     case ir::Op::round: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::round(v); }); });
     case ir::Op::ceil: return unary(c, [](auto x) { return x.ceil(); });
     case ir::Op::floor: return unary(c, [](auto x) { return x.floor(); });
+    case ir::Op::tan: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::tan(v); }); });
+    case ir::Op::asinh: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::asinh(v); }); });
+    case ir::Op::acosh: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::acosh(v); }); });
+    case ir::Op::atanh: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::atanh(v); }); });
+    case ir::Op::pow:
+      return binary(c, [](auto x, auto y) { return x.binaryExpr(y, [](float a, float b) { return std::pow(a, b); }); });
     case ir::Op::div: return binary(c, [](auto x, auto y) { return x / y; });
     case ir::Op::max: return binary(c, [](auto x, auto y) { return x.binaryExpr(y, [](float a, float b) { return ir::max_of(a, b); }); });
     case ir::Op::min: return binary(c, [](auto x, auto y) { return x.binaryExpr(y, [](float a, float b) { return ir::min_of(a, b); }); });

@@ -302,8 +302,9 @@ class Lowerer {
   // What the backward pass's rule for body node o reads of the forward values (trace/backward.cpp):
   // a product's factors (a parameter's are outside the body), both factors of cmult, max and min,
   // the arguments of log, abs, square, cube, softsign, silu, elu, selu, log_sigmoid, erf and the
-  // trigonometric and hyperbolic ops, div's divisor and output, the outputs of activations, exp,
-  // sqrt, silu, elu and selu (round, ceil and floor read nothing).
+  // trigonometric and hyperbolic ops and their inverses, div's divisor and output, pow's arguments
+  // and output, the outputs of activations, exp, sqrt, tan, silu, elu and selu (round, ceil and
+  // floor read nothing).
   void need_for_backward(uint32_t o) {
     const ir::Node& n = body_node(o);
     const auto args = graph_.args(n);
@@ -329,12 +330,17 @@ class Lowerer {
       case ir::Op::sin:
       case ir::Op::cos:
       case ir::Op::sinh:
-      case ir::Op::cosh: need(args[0]); break;
+      case ir::Op::cosh:
+      case ir::Op::asinh:
+      case ir::Op::acosh:
+      case ir::Op::atanh: need(args[0]); break;
+      case ir::Op::pow: need(args[0]); need(args[1]); needed_[o] = true; break;
       case ir::Op::silu:
       case ir::Op::elu:
       case ir::Op::selu: need(args[0]); needed_[o] = true; break;
       case ir::Op::div: need(args[1]); needed_[o] = true; break;
       case ir::Op::sqrt:
+      case ir::Op::tan:
       case ir::Op::tanh:
       case ir::Op::sigmoid:
       case ir::Op::relu:

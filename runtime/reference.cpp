@@ -153,6 +153,13 @@ void eval_cosh(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) 
 void eval_round(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::round(v); }); }
 void eval_ceil(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::ceil(v); }); }
 void eval_floor(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::floor(v); }); }
+void eval_tan(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::tan(v); }); }
+void eval_asinh(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::asinh(v); }); }
+void eval_acosh(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::acosh(v); }); }
+void eval_atanh(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::atanh(v); }); }
+void eval_pow(const NodeContext& c) {
+  c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return std::pow(a, b); });
+}
 void eval_div(const NodeContext& c) { c.out() = c.arg(0).cwiseQuotient(c.arg(1)); }
 void eval_max(const NodeContext& c) { c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return ir::max_of(a, b); }); }
 void eval_min(const NodeContext& c) { c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return ir::min_of(a, b); }); }

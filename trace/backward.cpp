@@ -637,6 +637,39 @@ class Backward {
       case Op::floor:  // piecewise constant: 0 (a choice at the jumps, where there is no derivative)
         attrs.constant = 0.0f;
         return to(0, emit(Op::scale, {dy}, attrs));
+      case Op::tan:  // dy (1 + y^2)
+        attrs.constant = 1.0f;
+        return to(0, emit(Op::cmult, {dy, emit(Op::add_const, {emit(Op::square, {n})}, attrs)}));
+      case Op::asinh:  // dy / sqrt(x^2 + 1)
+        attrs.constant = 1.0f;
+        return to(0, emit(Op::div, {dy, emit(Op::sqrt, {emit(Op::add_const, {emit(Op::square, {args[0]})}, attrs)})}));
+      case Op::acosh:
+      case Op::atanh: {
+        // acosh: dy / sqrt((x - 1)(x + 1)), infinite at 1; atanh: dy / ((1 - x)(1 + x)), infinite
+        // at -1 and 1. The factored forms keep their accuracy next to 1, where x^2 - 1 would not.
+        attrs.constant = 1.0f;
+        const NodeId plus_one = emit(Op::add_const, {args[0]}, attrs);
+        NodeId other;
+        if (node.op == Op::acosh) {
+          attrs.constant = -1.0f;
+          other = emit(Op::add_const, {args[0]}, attrs);
+        } else {
+          attrs.constant = -1.0f;
+          const NodeId negated = emit(Op::scale, {args[0]}, attrs);
+          attrs.constant = 1.0f;
+          other = emit(Op::add_const, {negated}, attrs);
+        }
+        const NodeId product = emit(Op::cmult, {other, plus_one});
+        return to(0, emit(Op::div, {dy, node.op == Op::acosh ? emit(Op::sqrt, {product}) : product}));
+      }
+      case Op::pow:
+        if (flows_to(0)) {  // dy b a^(b - 1): b at a = 0 when b = 1, not b y / a's NaN
+          attrs.constant = -1.0f;
+          const NodeId lowered = emit(Op::pow, {args[0], emit(Op::add_const, {args[1]}, attrs)});
+          to(0, emit(Op::cmult, {dy, emit(Op::cmult, {args[1], lowered})}));
+        }
+        if (flows_to(1)) to(1, emit(Op::cmult, {emit(Op::cmult, {dy, n}), emit(Op::log, {args[0]})}));  // dy y log a
+        return;
       case Op::silu: {  // dy (s + y (1 - s)), s = sigmoid(x)
         const NodeId s = emit(Op::sigmoid, {args[0]});
         return to(0, emit(Op::cmult, {dy, emit(Op::add, {s, emit(Op::sub, {n, emit(Op::cmult, {n, s})})})}));

@@ -357,6 +357,11 @@ Expr cosh(const Expr& x) { return record1(ir::Op::cosh, x); }
 Expr round(const Expr& x) { return record1(ir::Op::round, x); }
 Expr ceil(const Expr& x) { return record1(ir::Op::ceil, x); }
 Expr floor(const Expr& x) { return record1(ir::Op::floor, x); }
+Expr tan(const Expr& x) { return record1(ir::Op::tan, x); }
+Expr asinh(const Expr& x) { return record1(ir::Op::asinh, x); }
+Expr acosh(const Expr& x) { return record1(ir::Op::acosh, x); }
+Expr atanh(const Expr& x) { return record1(ir::Op::atanh, x); }
+Expr pow(const Expr& x, const Expr& y) { return record2(ir::Op::pow, x, y); }
 Expr div(const Expr& a, const Expr& b) { return record2(ir::Op::div, a, b); }
 Expr max(const Expr& a, const Expr& b) { return record2(ir::Op::max, a, b); }
 Expr min(const Expr& a, const Expr& b) { return record2(ir::Op::min, a, b); }

@@ -391,6 +391,13 @@ Expr cosh(const Expr& x);
 Expr round(const Expr& x);                 // half away from zero; round, ceil, floor: gradient 0
 Expr ceil(const Expr& x);
 Expr floor(const Expr& x);
+Expr tan(const Expr& x);                   // radians; as sin and cos, the jit's accurate for |x| < 8192
+Expr asinh(const Expr& x);
+Expr acosh(const Expr& x);                 // NaN below 1; its gradient is infinite at 1
+Expr atanh(const Expr& x);                 // NaN outside [-1, 1], -inf and inf at -1 and 1
+// x^y elementwise, x and y of one shape, as libm's powf: NaN where x < 0 and y is not whole.
+// Gradients y x^(y-1) for x and x^y log(x) for y (NaN at x <= 0: y's only exists above 0).
+Expr pow(const Expr& x, const Expr& y);
 Expr sum_elements(const Expr& x);          // the sum of all of x's values, 1x1
 Expr mean_elements(const Expr& x);         // their mean, 1x1
 Expr transpose(const Expr& x);             // rows x cols -> cols x rows

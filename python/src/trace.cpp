@@ -343,6 +343,15 @@ void bind_ops(py::module_& m) {
         "Gradient 0.");
   m.def("floor", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::floor(v); }); }, py::arg("x"),
         "Gradient 0.");
+  m.def("tan", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::tan(v); }); }, py::arg("x"));
+  m.def("asinh", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::asinh(v); }); }, py::arg("x"));
+  m.def("acosh", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::acosh(v); }); }, py::arg("x"),
+        "NaN below 1.");
+  m.def("atanh", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::atanh(v); }); }, py::arg("x"),
+        "NaN outside [-1, 1].");
+  m.def("pow", [](const PyExpr& x, const PyExpr& y) { return binary(x, y, [](auto& a, auto& b) { return edb::pow(a, b); }); },
+        py::arg("x"), py::arg("y"),
+        "x^y elementwise, x and y of one shape (as powf: NaN where x < 0 and y is not whole).");
   m.def("div", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::div(x, y); }); },
         py::arg("a"), py::arg("b"), "Elementwise quotient (also a / b).");
   m.def("max", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::max(x, y); }); },

@@ -139,7 +139,8 @@ def _sigmoid(a):
     return 1 / (1 + np.exp(-a))
 
 
-# The unary ops of issue 46: (name, its value, its derivative), in float64. sqrt reads x^2 + 0.5.
+# The unary ops of issue 46: (name, its value, its derivative), in float64. sqrt reads x^2 + 0.5,
+# acosh x^2 + 1.5 (INNER); W's values are inside (-1, 1), atanh's domain.
 UNARY = [
     ("sqrt", lambda a: np.sqrt(a * a + 0.5), lambda a: a / np.sqrt(a * a + 0.5)),
     ("abs", np.abs, np.sign),
@@ -159,7 +160,12 @@ UNARY = [
     ("round", lambda a: np.sign(a) * np.floor(np.abs(a) + 0.5), np.zeros_like),
     ("ceil", np.ceil, np.zeros_like),
     ("floor", np.floor, np.zeros_like),
+    ("tan", np.tan, lambda a: 1 + np.tan(a) ** 2),
+    ("asinh", np.arcsinh, lambda a: 1 / np.sqrt(a * a + 1)),
+    ("acosh", lambda a: np.arccosh(a * a + 1.5), lambda a: 2 * a / np.sqrt((a * a + 1.5) ** 2 - 1)),
+    ("atanh", np.arctanh, lambda a: 1 / (1 - a * a)),
 ]
+INNER = {"sqrt": lambda x: edbatch.square(x) + 0.5, "acosh": lambda x: edbatch.square(x) + 1.5}
 
 
 @pytest.mark.parametrize("name,value,derivative", UNARY, ids=[u[0] for u in UNARY])
@@ -170,10 +176,26 @@ def test_unary_ops(engine, name, value, derivative):
     op = getattr(edbatch, name)
     with edbatch.Trace(engine) as t:
         x = t.param(W)
-        y = op(edbatch.square(x) + 0.5) if name == "sqrt" else op(x)
+        y = op(INNER.get(name, lambda e: e)(x))
         close(y.value(), value(w))
         g = t.backward(edbatch.sum_elements(y))
         np.testing.assert_allclose(g.of(W), derivative(w), rtol=1e-4, atol=1e-6)
+
+
+def test_pow(engine):
+    model = edbatch.Model("pow", seed=5)
+    X, Y = model.add_parameter("X", 4, 3), model.add_parameter("Y", 4, 3)
+    x = X.values().astype(np.float64) ** 2 + 0.5
+    y = 2 * Y.values().astype(np.float64)
+    with edbatch.Trace(engine) as t:
+        p = edbatch.pow(edbatch.square(t.param(X)) + 0.5, t.param(Y) * 2.0)
+        close(p.value(), x ** y)
+        g = t.backward(edbatch.sum_elements(p))
+        np.testing.assert_allclose(g.of(X), y * x ** (y - 1) * 2 * X.values(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(g.of(Y), x ** y * np.log(x) * 2, rtol=1e-4, atol=1e-6)
+        close(edbatch.pow(t.input([-2.0, -2.0, 0.0]), t.input([3.0, 2.0, 2.0])).value(), [[-8.0], [4.0], [0.0]])
+        with pytest.raises(edbatch.UsageError, match=r"edb::pow\(\)"):
+            edbatch.pow(t.input([1.0, 2.0]), t.input([1.0, 2.0, 3.0]))
 
 
 def test_loss(engine):

@@ -122,6 +122,15 @@ std::vector<OpCase> op_cases() {
          const Expr w = P(t, m, "W");
          return round(w) + ceil(w) + floor(w) + w;
        }},
+      {"tan", [=](Trace& t, Model& m) { return tan(P(t, m, "W") * 3.0f); }},  // |3 W| <= 1.35, inside (-pi/2, pi/2)
+      {"asinh", [=](Trace& t, Model& m) { return asinh(P(t, m, "W") * 3.0f); }},
+      {"acosh", [=](Trace& t, Model& m) { return acosh(square(P(t, m, "W") * 3.0f) + 1.2f); }},
+      {"atanh", [=](Trace& t, Model& m) { return atanh(P(t, m, "W") * 2.0f); }},  // |2 W| <= 0.9
+      {"pow", [=](Trace& t, Model& m) { return pow(square(P(t, m, "W")) + 0.5f, P(t, m, "V") * 2.0f); }},
+      {"pow of itself", [=](Trace& t, Model& m) {
+         const Expr w = square(P(t, m, "W")) + 0.5f;
+         return pow(w, w);
+       }},
       {"dropout in training", [=](Trace& t, Model& m) {
          return dropout(tanh(P(t, m, "W")), 0.5f, {.training = true, .seed = 7});
        }},

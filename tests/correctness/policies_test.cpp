@@ -213,7 +213,7 @@ TEST(RandomDag, SeedsCoverEveryOpSinksAndFanOut) {
                                        "exp", "log", "div", "max", "min", "sum_elements", "mean_elements",
                                        "transpose", "sqrt", "abs", "square", "cube", "softsign", "silu",
                                        "elu", "selu", "log_sigmoid", "erf", "sin", "cos", "sinh", "cosh", "round",
-                                       "ceil", "floor"};
+                                       "ceil", "floor", "tan", "asinh", "acosh", "atanh", "pow"};
   EXPECT_EQ(ops, every);
   EXPECT_GE(op_nodes, instances * 10);
   EXPECT_LE(op_nodes, instances * 22);

@@ -55,6 +55,14 @@ const std::vector<UnaryCase>& unary_cases() {
       {"round", edb::round, [](double x) { return std::round(x); }, [](double) { return 0.0; }, -3, 3},
       {"ceil", edb::ceil, [](double x) { return std::ceil(x); }, [](double) { return 0.0; }, -3, 3},
       {"floor", edb::floor, [](double x) { return std::floor(x); }, [](double) { return 0.0; }, -3, 3},
+      {"tan", edb::tan, [](double x) { return std::tan(x); }, [](double x) { return 1 + std::tan(x) * std::tan(x); },
+       -1.4, 1.4},
+      {"asinh", edb::asinh, [](double x) { return std::asinh(x); }, [](double x) { return 1 / std::sqrt(x * x + 1); },
+       -6, 6},
+      {"acosh", edb::acosh, [](double x) { return std::acosh(x); }, [](double x) { return 1 / std::sqrt(x * x - 1); },
+       1.05, 6},
+      {"atanh", edb::atanh, [](double x) { return std::atanh(x); }, [](double x) { return 1 / (1 - x * x); }, -0.95,
+       0.95},
   };
   return cases;
 }
@@ -151,6 +159,85 @@ TEST(UnaryOps, EluRefusesANonFiniteAlpha) {
   EXPECT_EQ(testing::usage_error([&] { edb::elu(x, std::nanf("")); }), "edb::elu(): alpha is nan; expected a finite number");
   EXPECT_EQ(testing::usage_error([&] { edb::elu(x, INFINITY); }), "edb::elu(): alpha is inf; expected a finite number");
   EXPECT_TRUE(near_relative(edb::elu(x, 2.0f).value().data[1], 2.0 * std::expm1(-1.0)));
+}
+
+// pow(x, y) of two lookups per call (so both get gradients), alone and through a cell, under
+// every executor: values against double, gradients y x^(y-1) and x^y log x against double. Bases
+// in [0.2, 3], exponents in [-2, 2.5]; then negative bases to whole exponents (the sign of odd
+// powers; y's gradient does not exist there, so the exponents are inputs).
+TEST(UnaryOps, PowMatchesDoublePrecisionUnderEveryExecutorInAndOutOfCells) {
+  testing::TempDir cache;
+  Model model("pow");
+  LookupTable bases = model.add_lookup("X", 2 * kCalls, kRows), exponents = model.add_lookup("Y", 2 * kCalls, kRows);
+  auto base_of = [](int i, int r) { return float(0.2 + 2.8 * std::fmod(0.31 + 0.6180339887 * (i * kRows + r), 1.0)); };
+  auto exponent_of = [](int i, int r) { return float(-2 + 4.5 * std::fmod(0.77 + 0.4142135623 * (i * kRows + r), 1.0)); };
+  for (int i = 0; i < 2 * kCalls; ++i)
+    for (int r = 0; r < kRows; ++r) {
+      bases.values()[size_t(i * kRows + r)] = base_of(i % kCalls, r);
+      exponents.values()[size_t(i * kRows + r)] = exponent_of(i % kCalls, r);
+    }
+  for (const char* executor : {"reference", "batched", "jit"})
+    for (bool cells : {false, true}) {
+      const std::string where = std::string(executor) + (cells ? " cells on" : " cells off");
+      EngineOptions options = testing::checked_options(executor);
+      options.cells = cells;
+      Engine engine(options);
+      const Cell cell("pow", {{kRows, 1}, {kRows, 1}}, [](Trace&, std::span<const Expr> in) {
+        return std::vector<Expr>{edb::pow(in[0], in[1]) * 1.0f};
+      });
+      Trace trace(engine);
+      const Expr weights = trace.input(1, kRows, std::vector<float>(kWeights, kWeights + kRows));
+      std::vector<Expr> plain, celled, terms;
+      for (int i = 0; i < kCalls; ++i) {
+        plain.push_back(edb::pow(trace.lookup(bases, i), trace.lookup(exponents, i)));
+        celled.push_back(cell(trace, {trace.lookup(bases, kCalls + i), trace.lookup(exponents, kCalls + i)})[0]);
+        terms.push_back(matmul(weights, plain.back()));
+        terms.push_back(matmul(weights, celled.back()));
+      }
+      const Gradients gradients = trace.backward(sum(terms));
+      for (int i = 0; i < kCalls; ++i)
+        for (int r = 0; r < kRows; ++r) {
+          const double want = std::pow(double(base_of(i, r)), double(exponent_of(i, r)));
+          EXPECT_TRUE(near_relative(plain[size_t(i)].value().data[size_t(r)], want)) << where << " call " << i;
+          EXPECT_TRUE(near_relative(celled[size_t(i)].value().data[size_t(r)], want)) << where << " call " << i;
+        }
+      for (LookupTable table : {bases, exponents}) {
+        const Gradients::Rows* rows = gradients.of(table);
+        ASSERT_NE(rows, nullptr) << where;
+        ASSERT_EQ(rows->entries.size(), size_t(2 * kCalls)) << where;
+        for (size_t k = 0; k < rows->entries.size(); ++k) {
+          const int call = int(rows->entries[k] % kCalls);
+          for (int r = 0; r < kRows; ++r) {
+            const double x = base_of(call, r), y = exponent_of(call, r);
+            const double derivative = table.name() == "X" ? y * std::pow(x, y - 1) : std::pow(x, y) * std::log(x);
+            EXPECT_TRUE(near_relative(rows->gradients[k * kRows + size_t(r)], kWeights[r] * derivative, 1e-4))
+                << where << " " << table.name() << " entry " << rows->entries[k] << " row " << r;
+          }
+        }
+      }
+    }
+}
+
+TEST(UnaryOps, PowOfNegativeBasesToWholeExponentsUnderEveryExecutor) {
+  testing::TempDir cache;
+  const std::vector<float> x = {-2.5f, -1.5f, -0.5f, 0.0f, -3.0f, 2.0f}, y = {3.0f, 2.0f, -1.0f, 2.0f, 0.5f, -2.0f};
+  for (const char* executor : {"reference", "batched", "jit"}) {
+    Engine engine(testing::checked_options(executor));
+    Trace trace(engine);
+    const Tensor value = (edb::pow(trace.input(x), trace.input(y)) * 1.0f).value();
+    for (size_t k = 0; k < x.size(); ++k) {
+      const double want = std::pow(double(x[k]), double(y[k]));
+      if (std::isnan(want)) EXPECT_TRUE(std::isnan(value.data[k])) << executor << " " << k;
+      else EXPECT_TRUE(near_relative(value.data[k], want)) << executor << " " << k;
+    }
+  }
+}
+
+TEST(UnaryOps, PowChecksShapesWhenRecorded) {
+  Engine engine;
+  Trace trace(engine);
+  const Expr x = trace.input({1.0f, 2.0f}), y = trace.input({1.0f, 2.0f, 3.0f});
+  EXPECT_NE(testing::usage_error([&] { edb::pow(x, y); }).find("edb::pow()"), std::string::npos);
 }
 
 }  // namespace

@@ -61,6 +61,11 @@ const char* op_name(CellOp::Kind k) {
     case CellOp::cos_tanh: return "cos_tanh";
     case CellOp::sinh_tanh: return "sinh_tanh";
     case CellOp::cosh_tanh: return "cosh_tanh";
+    case CellOp::tan_tanh: return "tan_tanh";
+    case CellOp::asinh: return "asinh";
+    case CellOp::acosh_square: return "acosh_square";
+    case CellOp::atanh_tanh: return "atanh_tanh";
+    case CellOp::pow: return "pow";
     case CellOp::constant_minus: return "constant_minus";
     case CellOp::minus_constant: return "minus_constant";
     case CellOp::negate: return "negate";
@@ -313,7 +318,8 @@ class Generator {
             CellOp::sqrt_square,    CellOp::abs,            CellOp::square, CellOp::cube_tanh,
             CellOp::softsign,       CellOp::silu,           CellOp::elu,    CellOp::selu,
             CellOp::log_sigmoid,    CellOp::erf,            CellOp::sin_tanh, CellOp::cos_tanh,
-            CellOp::sinh_tanh,      CellOp::cosh_tanh};
+            CellOp::sinh_tanh,      CellOp::cosh_tanh,      CellOp::tan_tanh, CellOp::asinh,
+            CellOp::acosh_square,   CellOp::atanh_tanh};
         const CellOp::Kind k = kUnary[r_.below(int(std::size(kUnary)))];
         CellOp op = make_op(k, {pick_column(b)});
         static constexpr float kConstants[] = {0.5f, -1.5f, 2.0f, 0.25f};
@@ -321,8 +327,9 @@ class Generator {
         return b.add(op);
       }
       case 5: {  // binary, the second operand of the first's shape (possibly itself, or a parameter)
-        static constexpr CellOp::Kind kBinary[] = {CellOp::add, CellOp::sub, CellOp::cmult, CellOp::max, CellOp::div};
-        const CellOp::Kind k = kBinary[r_.below(5)];
+        static constexpr CellOp::Kind kBinary[] = {CellOp::add, CellOp::sub, CellOp::cmult, CellOp::max, CellOp::div,
+                                                   CellOp::pow};
+        const CellOp::Kind k = kBinary[r_.below(int(std::size(kBinary)))];
         const int a = pick_column(b);
         const int c = pick(b, b.at(a).rows, b.at(a).cols, true);
         return b.add(make_op(k, {a, c}));
@@ -555,6 +562,11 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
     case CellOp::cos_tanh: return edb::cos(edb::tanh(a[0]) * 4.0f);
     case CellOp::sinh_tanh: return edb::sinh(edb::tanh(a[0]));
     case CellOp::cosh_tanh: return edb::cosh(edb::tanh(a[0]));
+    case CellOp::tan_tanh: return edb::tan(edb::tanh(a[0]));
+    case CellOp::asinh: return edb::asinh(a[0]);
+    case CellOp::acosh_square: return edb::acosh(edb::square(a[0]) + 1.5f);
+    case CellOp::atanh_tanh: return edb::atanh(edb::tanh(a[0]) * 0.5f);
+    case CellOp::pow: return edb::pow(edb::sigmoid(a[0]) + 0.5f, edb::tanh(a[1]) * 2.0f);
     case CellOp::constant_minus: return op.constant - a[0];
     case CellOp::minus_constant: return a[0] - op.constant;
     case CellOp::negate: return -a[0];

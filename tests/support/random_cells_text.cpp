@@ -55,6 +55,11 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::cos_tanh: return "cos(tanh(" + a[0] + ") * 4.0f)";
     case CellOp::sinh_tanh: return "sinh(tanh(" + a[0] + "))";
     case CellOp::cosh_tanh: return "cosh(tanh(" + a[0] + "))";
+    case CellOp::tan_tanh: return "tan(tanh(" + a[0] + "))";
+    case CellOp::asinh: return "asinh(" + a[0] + ")";
+    case CellOp::acosh_square: return "acosh(square(" + a[0] + ") + 1.5f)";
+    case CellOp::atanh_tanh: return "atanh(tanh(" + a[0] + ") * 0.5f)";
+    case CellOp::pow: return "pow(sigmoid(" + a[0] + ") + 0.5f, tanh(" + a[1] + ") * 2.0f)";
     case CellOp::constant_minus: return constant + " - " + a[0];
     case CellOp::minus_constant: return a[0] + " - " + constant;
     case CellOp::negate: return "-" + a[0];

@@ -24,7 +24,7 @@ enum class Kind {
   affine1, affine2, matmul, matvec, add, sub, cmult, scale, add_const, tanh, sigmoid, relu, sum,
   concat, slice, softmax, log_softmax, pick, lookup, reshape, exp, log, div, max, min, sum_elements,
   mean_elements, transpose, sqrt, abs, square, cube, softsign, silu, elu, selu, log_sigmoid, erf, sin, cos,
-  sinh, cosh, round, ceil, floor, count
+  sinh, cosh, round, ceil, floor, tan, asinh, acosh, atanh, pow, count
 };
 
 // Row splits whose totals are sizes, for concat.
@@ -287,6 +287,19 @@ class Recorder {
         if (kind == Kind::round) add(edb::round(x), "round");
         else if (kind == Kind::ceil) add(edb::ceil(x), "ceil");
         else add(edb::floor(x), "floor");
+        return;
+      }
+      // tan of tanh (|x| < 1, away from its poles), acosh of x^2 + 1.5 (away from 1, where its slope
+      // is infinite), atanh of tanh(x) / 2 (inside (-1, 1)), pow of a base in [0.5, 1.5] to an
+      // exponent in [-2, 2] (x^y of larger values would differ between executors past the tolerance).
+      case Kind::tan: add(edb::tan(edb::tanh(use(pick_any()))), "tan"); return;
+      case Kind::asinh: add(edb::asinh(use(pick_any())), "asinh"); return;
+      case Kind::acosh: add(edb::acosh(edb::square(use(pick_any())) + 1.5f), "acosh"); return;
+      case Kind::atanh: add(edb::atanh(edb::tanh(use(pick_any())) * 0.5f), "atanh"); return;
+      case Kind::pow: {
+        const size_t a = pick_any();
+        const Expr x = use(a), y = use(pick_shape(nodes_[a].rows, nodes_[a].cols));
+        add(edb::pow(edb::sigmoid(x) + 0.5f, edb::tanh(y) * 2.0f), "pow");
         return;
       }
       case Kind::count: break;

@@ -93,12 +93,13 @@ Buffers make_buffers(const Kernel& kernel, int64_t members, int64_t elements, st
 }
 
 // |got - want| <= tolerance * max(1, |want|): relative above 1, absolute below (after a
-// subtraction a small result carries its operands' absolute error, so relative means nothing).
+// subtraction a small result carries its operands' absolute error, so relative means nothing);
+// equal infinities match.
 ::testing::AssertionResult near(const std::vector<float>& got, const std::vector<float>& want, int64_t count,
                                 double tolerance) {
   for (int64_t n = 0; n < count; ++n) {
     const double g = got[size_t(n)], w = want[size_t(n)];
-    if (std::isnan(w) ? !std::isnan(g) : !(std::abs(g - w) <= tolerance * std::max(1.0, std::abs(w))))
+    if (std::isnan(w) ? !std::isnan(g) : !(g == w || std::abs(g - w) <= tolerance * std::max(1.0, std::abs(w))))
       return ::testing::AssertionFailure() << "element " << n << ": got " << g << ", want " << w;
   }
   for (int64_t n = count; n < count + kTail; ++n)
@@ -190,7 +191,7 @@ TEST(KernelIr, CanonicalTextIsStable) {
 TEST(KernelIr, DifferentKernelsHaveDifferentTexts) {
   std::vector<Kernel> kernels;
   for (OperandAccess access : kAccesses)
-    for (int op = 0; op <= int(KernelOp::floor); ++op)  // every kernel op
+    for (int op = 0; op <= int(KernelOp::pow); ++op)  // every kernel op
       if (kernel_op_arity(KernelOp(op)) < 2) kernels.push_back(unary_kernel(KernelOp(op), access, 2.0f));
   kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, std::nextafter(2.0f, 3.0f)));
   kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, -0.0f));
@@ -227,7 +228,7 @@ TEST(KernelIr, VerifyRejectsMalformedKernels) {
 TEST(KernelIr, TextParsesBackToTheSameKernel) {
   std::vector<Kernel> kernels = {lstm_kernel(true), lstm_kernel(false)};
   for (OperandAccess access : kAccesses)
-    for (int op = 0; op <= int(KernelOp::floor); ++op)  // every kernel op
+    for (int op = 0; op <= int(KernelOp::pow); ++op)  // every kernel op
       if (kernel_op_arity(KernelOp(op)) < 2) kernels.push_back(unary_kernel(KernelOp(op), access, -1.5e-7f));
   kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, -0.0f));
   kernels.push_back(unary_kernel(KernelOp::add_const, OperandAccess::strided, std::numeric_limits<float>::infinity()));
@@ -275,7 +276,8 @@ TEST(LlvmBackend, EveryOpAloneMatchesTheInterpreter) {
   for (OperandAccess access : kAccesses) {
     for (KernelOp op : {KernelOp::load, KernelOp::tanh, KernelOp::sigmoid, KernelOp::relu, KernelOp::exp, KernelOp::log,
                         KernelOp::sqrt, KernelOp::softsign, KernelOp::silu, KernelOp::selu, KernelOp::log_sigmoid,
-                        KernelOp::erf, KernelOp::sin, KernelOp::cos, KernelOp::sinh, KernelOp::cosh})
+                        KernelOp::erf, KernelOp::sin, KernelOp::cos, KernelOp::sinh, KernelOp::cosh, KernelOp::tan,
+                        KernelOp::asinh, KernelOp::acosh, KernelOp::atanh})
       expect_matches_interpreter(backend, unary_kernel(op, access), seed++);  // log, sqrt: NaN below 0 on both
     for (KernelOp op : {KernelOp::abs, KernelOp::square, KernelOp::cube})  // the same operations in the same order
       expect_matches_interpreter(backend, unary_kernel(op, access), seed++, 0.0);
@@ -285,12 +287,13 @@ TEST(LlvmBackend, EveryOpAloneMatchesTheInterpreter) {
     expect_matches_interpreter(backend, unary_kernel(KernelOp::scale, access, -1.75f), seed++);
     expect_matches_interpreter(backend, unary_kernel(KernelOp::add_const, access, 0.3f), seed++);
     for (OperandAccess second : kAccesses)
-      for (KernelOp op : {KernelOp::add, KernelOp::sub, KernelOp::cmult, KernelOp::div, KernelOp::max, KernelOp::min}) {
+      for (KernelOp op : {KernelOp::add, KernelOp::sub, KernelOp::cmult, KernelOp::div, KernelOp::max, KernelOp::min,
+                          KernelOp::pow}) {
         Kernel k;
         k.name = std::string(kernel_op_name(op));
         k.inputs = {access, second};
         k.store(k.binary(op, k.load(0), k.load(1)));
-        expect_matches_interpreter(backend, k, seed++, 0.0);  // no rounding differences: exact
+        expect_matches_interpreter(backend, k, seed++, op == KernelOp::pow ? 1e-5 : 0.0);  // the others exact
       }
   }
 }
@@ -425,6 +428,68 @@ TEST(LlvmBackend, UnaryOpsOfIssue46AreAccurate) {
   const Accuracy sin_near_zero = sweep(backend, KernelOp::sin, [](double x) { return std::sin(x); }, -1e-3f, 1e-3f, 100001);
   for (const Accuracy& a : {sin, cos}) EXPECT_LE(a.max_absolute, 2e-7);
   EXPECT_LE(sin_near_zero.max_relative, 1e-6);
+  const Accuracy tan = sweep(backend, KernelOp::tan, [](double x) { return std::tan(x); }, -1.5, 1.5, 1000000);
+  const Accuracy tan_near_zero =
+      sweep(backend, KernelOp::tan, [](double x) { return std::tan(x); }, -1e-3f, 1e-3f, 100001);
+  const Accuracy asinh = sweep(backend, KernelOp::asinh, [](double x) { return std::asinh(x); }, -1e6, 1e6, 1000000);
+  const Accuracy asinh_small = sweep(backend, KernelOp::asinh, [](double x) { return std::asinh(x); }, -8, 8, 1000000);
+  const Accuracy asinh_near_zero =
+      sweep(backend, KernelOp::asinh, [](double x) { return std::asinh(x); }, -1e-3f, 1e-3f, 100001);
+  const Accuracy acosh = sweep(backend, KernelOp::acosh, [](double x) { return std::acosh(x); }, 1, 1e6, 1000000);
+  const Accuracy acosh_near_one =
+      sweep(backend, KernelOp::acosh, [](double x) { return std::acosh(x); }, 1, 1.01f, 100001);
+  const Accuracy atanh =
+      sweep(backend, KernelOp::atanh, [](double x) { return std::atanh(x); }, -0.9999f, 0.9999f, 1000000);
+  const Accuracy atanh_near_zero =
+      sweep(backend, KernelOp::atanh, [](double x) { return std::atanh(x); }, -1e-3f, 1e-3f, 100001);
+  for (const Accuracy& a :
+       {tan, tan_near_zero, asinh, asinh_small, asinh_near_zero, acosh, acosh_near_one, atanh, atanh_near_zero})
+    EXPECT_LE(a.max_relative, 1e-6);
+}
+
+// pow against libm in double over bases and exponents where |y log x| <= 10 (inside the
+// random kernels' inputs), and libm's special cases exactly.
+TEST(LlvmBackend, PowIsAccurate) {
+  LlvmBackend backend;
+  Kernel k;
+  k.name = "pow";
+  k.inputs = {OperandAccess::shared, OperandAccess::shared};
+  k.store(k.binary(KernelOp::pow, k.load(0), k.load(1)));
+  const CompiledKernel compiled = backend.compile(k);
+  std::vector<float> x, y;
+  for (int i = 0; i < 400; ++i)
+    for (int j = 0; j < 400; ++j) {
+      const float base = 0.05f + 9.95f * float(i) / 399, exponent = -4.0f + 8.0f * float(j) / 399;
+      if (std::fabs(exponent * std::log(base)) > 10) continue;
+      x.push_back(base);
+      y.push_back(exponent);
+    }
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::pair<float, float>> special = {
+      {0.0f, 2.0f}, {0.0f, -1.0f}, {-0.0f, 3.0f}, {-2.0f, 3.0f}, {-2.0f, 2.0f}, {-2.0f, 0.5f}, {nan, 0.0f}, {1.0f, nan},
+      {2.0f, inf}, {0.5f, inf}, {2.0f, -inf}, {inf, 2.0f}, {inf, -2.0f}, {-inf, 3.0f}, {nan, 2.0f}, {2.0f, nan},
+      {-3.0f, 1e30f}, {1e-30f, 2.0f}};
+  const size_t smooth = x.size();
+  for (const auto& [a, b] : special) {
+    x.push_back(a);
+    y.push_back(b);
+  }
+  std::vector<float> out(x.size());
+  KernelInput inputs[] = {{x.data(), 0, nullptr}, {y.data(), 0, nullptr}};
+  float* outputs[] = {out.data()};
+  compiled({1, int64_t(x.size()), inputs, outputs});
+  double worst = 0;
+  for (size_t n = 0; n < smooth; ++n) {
+    const double want = std::pow(double(x[n]), double(y[n]));
+    worst = std::max(worst, std::fabs(out[n] - want) / want);
+  }
+  std::printf("pow: max relative error %.3g where |y log x| <= 10\n", worst);
+  EXPECT_LE(worst, 2e-6);
+  for (size_t n = smooth; n < x.size(); ++n) {
+    const float want = std::pow(x[n], y[n]);
+    if (std::isnan(want)) EXPECT_TRUE(std::isnan(out[n])) << x[n] << " ^ " << y[n] << " gave " << out[n];
+    else EXPECT_EQ(out[n], want) << x[n] << " ^ " << y[n];
+  }
 }
 
 TEST(LlvmBackend, TranscendentalsAtTheEdges) {

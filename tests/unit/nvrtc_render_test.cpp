@@ -48,12 +48,14 @@ jit::Kernel every_op_kernel() {
   k.store(k.unary(jit::KernelOp::exp, k.unary(jit::KernelOp::relu, difference)));
   k.store(k.binary(jit::KernelOp::max, k.unary(jit::KernelOp::log, a), k.binary(jit::KernelOp::div, b, c)));
   k.store(k.binary(jit::KernelOp::min, a, b));
+  k.store(k.binary(jit::KernelOp::pow, a, b));
   jit::ValueId chain = a;  // issue 46's unary ops
   for (jit::KernelOp op : {jit::KernelOp::sqrt, jit::KernelOp::abs, jit::KernelOp::square, jit::KernelOp::cube,
                            jit::KernelOp::softsign, jit::KernelOp::silu, jit::KernelOp::elu, jit::KernelOp::selu,
                            jit::KernelOp::log_sigmoid, jit::KernelOp::erf, jit::KernelOp::sin, jit::KernelOp::cos,
                            jit::KernelOp::sinh, jit::KernelOp::cosh, jit::KernelOp::round, jit::KernelOp::ceil,
-                           jit::KernelOp::floor})
+                           jit::KernelOp::floor, jit::KernelOp::tan, jit::KernelOp::asinh, jit::KernelOp::acosh,
+                           jit::KernelOp::atanh})
     chain = jit::kernel_op_has_constant(op) ? k.with_constant(op, chain, 0.5f) : k.unary(op, chain);
   k.store(chain);
   return k;
