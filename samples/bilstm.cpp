@@ -1,6 +1,10 @@
-// BiLSTM tagger (the DyNet benchmark's bilstm-tagger, word embeddings only): a forward and a
-// backward LSTM over the sentence, then per word tanh(MLP [fwd_h; bwd_h]) -> tag logits -> a loss.
+// BiLSTM tagger (the DyNet benchmark's bilstm-tagger): a forward and a backward LSTM over the
+// sentence, then per word tanh(MLP [fwd_h; bwd_h]) -> tag logits -> a loss. With chars (DyNet's
+// bilstm-tagger-withchar), a word seen fewer than kFrequent times is read by a char BiLSTM (char
+// embeddings of kCharEmbed, embed/2 each way): its vector is [fwd_h after the last char; bwd_h
+// after the first].
 // LSTM step: [i; f; o; g] = W x + U h_prev + b (one affine); c = f*c_prev + i*g; h = o*tanh(c).
+#include <map>
 #include <optional>
 
 #include "samples/data/data.h"
@@ -11,23 +15,44 @@ namespace edb::samples {
 namespace {
 
 constexpr int kMlpHidden = 32;
+constexpr int kFrequent = 5;    // with chars: words seen this often have an embedding of their own
+constexpr int kCharEmbed = 20;  // DyNet's bilstm-tagger-withchar's sizes
 
 class BiLstmTagger final : public SampleModel {
  public:
-  explicit BiLstmTagger(const ModelConfig& config)
-      : model_("bilstm", config.seed), hidden_(config.hidden), zeros_(size_t(config.hidden), 0.0f) {
-    sentences_ = load_instances<TaggedSentence>(config, "bilstm", "sentences", read_tagged, generate_tagged, source_);
-    // Word and tag ids by first appearance, fixed once so recording a trace does no string work.
-    // Tags need no <unk>: Vocabulary's id 0 is skipped so tag t is output row t.
+  BiLstmTagger(const ModelConfig& config, bool chars)
+      : model_(chars ? "bilstmchar" : "bilstm", config.seed), hidden_(config.hidden), chars_(chars),
+        zeros_(size_t(config.hidden), 0.0f), char_zeros_(size_t(config.embed / 2), 0.0f) {
+    const std::string name = chars ? "bilstmchar" : "bilstm";
+    if (chars && (config.embed < 2 || config.embed % 2 != 0))
+      throw UsageError("edb-run " + name + ": --embed must be even (a rare word's vector is its char BiLSTM's two " +
+                       "halves), got " + std::to_string(config.embed));
+    sentences_ = load_instances<TaggedSentence>(config, name, "sentences", read_tagged,
+                                                chars ? generate_spelled_tagged : generate_tagged, source_);
+    // With chars, the words seen fewer than kFrequent times are spelled out (<unk> stands for them
+    // in the word vocabulary).
+    std::map<std::string, int> seen;
+    if (chars)
+      for (const TaggedSentence& sentence : sentences_)
+        for (const std::string& word : sentence.words) ++seen[word];
+    // Word, char and tag ids by first appearance, fixed once so recording a trace does no string
+    // work. Tags need no <unk>: Vocabulary's id 0 is skipped so tag t is output row t.
     for (const TaggedSentence& sentence : sentences_) {
       std::vector<int>& words = word_ids_.emplace_back();
       std::vector<int>& tags = tag_ids_.emplace_back();
+      std::vector<std::vector<int>>& spelled = char_ids_.emplace_back();
       for (size_t w = 0; w < sentence.words.size(); ++w) {
-        words.push_back(vocabulary_.add(sentence.words[w]));
+        const std::string& word = sentence.words[w];
+        const bool rare = chars && seen[word] < kFrequent;
+        words.push_back(rare ? 0 : vocabulary_.add(word));
+        std::vector<int>& letters = spelled.emplace_back();
+        if (rare)
+          for (char c : word) letters.push_back(chars_vocabulary_.add(std::string(1, c)));
         tags.push_back(tags_.add(sentence.tags[w]) - 1);
       }
     }
     vocabulary_.freeze();
+    chars_vocabulary_.freeze();
     tags_.freeze();
     const int h = hidden_;
     embeddings_ = model_.add_lookup("E", vocabulary_.size(), config.embed);
@@ -35,7 +60,16 @@ class BiLstmTagger final : public SampleModel {
                 model_.add_parameter("b_fwd", 4 * h, 1)};
     backward_ = {model_.add_parameter("W_bwd", 4 * h, config.embed), model_.add_parameter("U_bwd", 4 * h, h),
                  model_.add_parameter("b_bwd", 4 * h, 1)};
-    step_.emplace(step_cell(config.embed));
+    step_.emplace(step_cell("bilstm_step", config.embed, h, forward_, backward_));
+    if (chars) {
+      const int ch = config.embed / 2;
+      char_embeddings_ = model_.add_lookup("C", chars_vocabulary_.size(), kCharEmbed);
+      char_forward_ = {model_.add_parameter("W_char_fwd", 4 * ch, kCharEmbed), model_.add_parameter("U_char_fwd", 4 * ch, ch),
+                       model_.add_parameter("b_char_fwd", 4 * ch, 1)};
+      char_backward_ = {model_.add_parameter("W_char_bwd", 4 * ch, kCharEmbed),
+                        model_.add_parameter("U_char_bwd", 4 * ch, ch), model_.add_parameter("b_char_bwd", 4 * ch, 1)};
+      char_step_.emplace(step_cell("bilstm_char_step", kCharEmbed, ch, char_forward_, char_backward_));
+    }
     w_mlp_ = model_.add_parameter("W_mlp", kMlpHidden, 2 * h);
     b_mlp_ = model_.add_parameter("b_mlp", kMlpHidden, 1);
     w_out_ = model_.add_parameter("W_out", tags_.size() - 1, kMlpHidden);
@@ -47,7 +81,8 @@ class BiLstmTagger final : public SampleModel {
   Model& model() override { return model_; }
   std::string describe_data() const override {
     return std::to_string(sentences_.size()) + " sentences, " + std::to_string(vocabulary_.size()) +
-           " word types, " + std::to_string(tags_.size() - 1) + " tags, " + source_;
+           (chars_ ? " frequent word types, " + std::to_string(chars_vocabulary_.size() - 1) + " chars, " : " word types, ") +
+           std::to_string(tags_.size() - 1) + " tags, " + source_;
   }
 
   std::string accuracy_unit() const override { return "word"; }
@@ -59,9 +94,12 @@ class BiLstmTagger final : public SampleModel {
     const size_t length = words.size();
     // Each direction looks its words up itself, in the order its steps read them, so the planner
     // can lay both operands out in place (one shared lookup could suit only one direction).
+    // A rare word's vector is one value both directions read.
     std::vector<Expr> forward_x(length), backward_x(length);
-    for (size_t w = 0; w < length; ++w) forward_x[w] = trace.lookup(embeddings_, words[w]);
-    for (size_t w = length; w-- > 0;) backward_x[w] = trace.lookup(embeddings_, words[w]);
+    for (size_t w = 0; w < length; ++w)
+      forward_x[w] = char_ids_[i][w].empty() ? trace.lookup(embeddings_, words[w]) : spelled(trace, char_ids_[i][w]);
+    for (size_t w = length; w-- > 0;)
+      backward_x[w] = char_ids_[i][w].empty() ? trace.lookup(embeddings_, words[w]) : forward_x[w];
     // The zero initial h and c: an input rather than a parameter, so the first step's affine has
     // the same signature as every later step and batches with them.
     const Expr zero = trace.input(zeros_);
@@ -90,18 +128,32 @@ class BiLstmTagger final : public SampleModel {
   struct State { Expr h, c; };
 
   // Both directions' steps as one cell: (x_f, h_f, c_f, x_b, h_b, c_b) -> (h_f', c_f', h_b', c_b').
-  Cell step_cell(int embed) const {
-    const int h = hidden_;
-    return Cell("bilstm_step", {{embed, 1}, {h, 1}, {h, 1}, {embed, 1}, {h, 1}, {h, 1}},
-                [this](Trace& trace, std::span<const Expr> in) {
-                  const State f = step(trace, forward_, in[0], State{in[1], in[2]});
-                  const State b = step(trace, backward_, in[3], State{in[4], in[5]});
+  Cell step_cell(const std::string& name, int embed, int h, const Lstm& forward, const Lstm& backward) const {
+    return Cell(name, {{embed, 1}, {h, 1}, {h, 1}, {embed, 1}, {h, 1}, {h, 1}},
+                [&forward, &backward, h](Trace& trace, std::span<const Expr> in) {
+                  const State f = step(trace, forward, in[0], State{in[1], in[2]}, h);
+                  const State b = step(trace, backward, in[3], State{in[4], in[5]}, h);
                   return std::vector<Expr>{f.h, f.c, b.h, b.c};
                 });
   }
 
-  State step(Trace& trace, const Lstm& lstm, const Expr& x, const State& previous) const {
-    const int h = hidden_;
+  // A rare word's vector: the char BiLSTM over its letters, one cell call per position running the
+  // forward step at letter j and the backward step at letter n-1-j; [fwd_h; bwd_h] at the ends.
+  Expr spelled(Trace& trace, const std::vector<int>& letters) const {
+    const size_t n = letters.size();
+    const Expr zero = trace.input(char_zeros_);
+    State forward{zero, zero}, backward{zero, zero};
+    for (size_t j = 0; j < n; ++j) {
+      const std::vector<Expr> out = (*char_step_)(trace, {trace.lookup(char_embeddings_, letters[j]), forward.h, forward.c,
+                                                          trace.lookup(char_embeddings_, letters[n - 1 - j]), backward.h,
+                                                          backward.c});
+      forward = {out[0], out[1]};
+      backward = {out[2], out[3]};
+    }
+    return concat({forward.h, backward.h});
+  }
+
+  static State step(Trace& trace, const Lstm& lstm, const Expr& x, const State& previous, int h) {
     const Expr gates = affine({trace.param(lstm.b), trace.param(lstm.w), x, trace.param(lstm.u), previous.h});
     const Expr in = sigmoid(slice(gates, 0, h));
     const Expr forget = sigmoid(slice(gates, h, 2 * h));
@@ -115,21 +167,27 @@ class BiLstmTagger final : public SampleModel {
 
   Model model_;
   int hidden_;
-  std::vector<float> zeros_;
+  bool chars_;
+  std::vector<float> zeros_, char_zeros_;
   std::vector<TaggedSentence> sentences_;
   std::vector<std::vector<int>> word_ids_, tag_ids_;
-  Vocabulary vocabulary_, tags_;
+  std::vector<std::vector<std::vector<int>>> char_ids_;  // per sentence and word: a rare word's letters, else none
+  Vocabulary vocabulary_, chars_vocabulary_, tags_;
   std::string source_;
-  LookupTable embeddings_;
-  Lstm forward_, backward_;
-  std::optional<Cell> step_;
+  LookupTable embeddings_, char_embeddings_;
+  Lstm forward_, backward_, char_forward_, char_backward_;
+  std::optional<Cell> step_, char_step_;
   Parameter w_mlp_, b_mlp_, w_out_, b_out_;
 };
 
 }  // namespace
 
 std::unique_ptr<SampleModel> make_bilstm(const ModelConfig& config) {
-  return std::make_unique<BiLstmTagger>(config);
+  return std::make_unique<BiLstmTagger>(config, false);
+}
+
+std::unique_ptr<SampleModel> make_bilstm_char(const ModelConfig& config) {
+  return std::make_unique<BiLstmTagger>(config, true);
 }
 
 }  // namespace edb::samples

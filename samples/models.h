@@ -123,6 +123,7 @@ std::unique_ptr<SampleModel> make_treelstm(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_treegru(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_mvrnn(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_bilstm(const ModelConfig& config);
+std::unique_ptr<SampleModel> make_bilstm_char(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_latticelstm(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_latticegru(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_childsum(const ModelConfig& config);

@@ -13,6 +13,8 @@ const std::vector<ModelEntry>& model_registry() {
        64, 64, make_mvrnn},
       {"bilstm", "BiLSTM tagger over word|tag sentences (LSTM 50 each way, MLP 32), a loss per word",
        128, 50, make_bilstm},
+      {"bilstmchar", "the BiLSTM tagger with a char BiLSTM (20 -> embed/2 each way) for words seen fewer than 5 times",
+       128, 50, make_bilstm_char},
       {"latticelstm", "Lattice LSTM (Zhang and Yang 2018) over char lattices with word arcs, a loss per char",
        128, 128, make_latticelstm},
       {"latticegru", "Lattice GRU over char lattices with word arcs, a loss per char", 128, 128,

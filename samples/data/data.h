@@ -112,6 +112,9 @@ void write_dag(std::ostream& out, const Dag& dag);
 // same data with every standard library.
 std::vector<Tree> generate_trees(int count, uint64_t seed);
 std::vector<TaggedSentence> generate_tagged(int count, uint64_t seed);
+// The same sentences' law over spelled words (the char-level tagger): each word type a stem of 2-5
+// letters and, 80% of the time, one of two endings of 1-3 letters its home tag owns.
+std::vector<TaggedSentence> generate_spelled_tagged(int count, uint64_t seed);
 std::vector<Lattice> generate_lattices(int count, uint64_t seed);
 // Child-sum trees: every internal node has 1-5 children (as many with 2-5 as with 1), 8-40 leaves.
 std::vector<NaryTree> generate_nary_trees(int count, uint64_t seed);

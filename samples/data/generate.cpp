@@ -2,6 +2,7 @@
 // sentences, lattices. Distributions are hand-written over std::mt19937_64 so that a seed
 // gives the same data with every standard library; the exact Python output is not reproduced.
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <random>
 
@@ -134,26 +135,56 @@ std::vector<Tree> generate_trees(int count, uint64_t seed) {
   return trees;
 }
 
-std::vector<TaggedSentence> generate_tagged(int count, uint64_t seed) {
-  check_count(count, "generate_tagged");
+namespace {
+
+// Sentences of Zipf-drawn word types, each type spelled by `spell` (its id and its home tag), each
+// carrying its home tag 85% of the time, so a tagger can learn the task.
+std::vector<TaggedSentence> tagged_sentences(int count, uint64_t seed, const char* generator,
+                                             const std::function<std::string(int, int)>& spell) {
+  check_count(count, generator);
   Random random(seed);
   const std::vector<double> word_law = zipf_cumulative(kVocabularySize);
   const std::vector<double> tag_law = zipf_cumulative(kTagCount);
   const std::vector<double> length_law = rounded_gamma_cumulative(24.0, 12.0, 2, 80);
-  // Each word type carries its "home" tag 85% of the time, so a tagger can learn the task.
   std::vector<int> home_tag(kVocabularySize);
   for (int& tag : home_tag) tag = draw_cumulative(random, tag_law);
+  std::vector<std::string> spelling(kVocabularySize);
+  for (int word = 0; word < kVocabularySize; ++word) spelling[size_t(word)] = spell(word, home_tag[size_t(word)]);
   std::vector<TaggedSentence> sentences(count);
   for (TaggedSentence& sentence : sentences) {
     const int length = 2 + draw_cumulative(random, length_law);
     for (int i = 0; i < length; ++i) {
       const int word = draw_cumulative(random, word_law);
       const int tag = random.uniform() < 0.85 ? home_tag[word] : draw_cumulative(random, tag_law);
-      sentence.words.push_back("w" + std::to_string(word));
+      sentence.words.push_back(spelling[size_t(word)]);
       sentence.tags.push_back("T" + std::to_string(tag));
     }
   }
   return sentences;
+}
+
+}  // namespace
+
+std::vector<TaggedSentence> generate_tagged(int count, uint64_t seed) {
+  return tagged_sentences(count, seed, "generate_tagged", [](int word, int) { return "w" + std::to_string(word); });
+}
+
+std::vector<TaggedSentence> generate_spelled_tagged(int count, uint64_t seed) {
+  // Each tag's two endings of 1-3 letters; a word is a stem of 2-5 letters and, 80% of the time,
+  // an ending of its home tag (else any tag's).
+  Random letters(seed ^ 0x5eed5eedull);
+  auto letters_of = [&](int length) {
+    std::string text;
+    for (int i = 0; i < length; ++i) text += char('a' + letters.below(26));
+    return text;
+  };
+  std::vector<std::string> endings;
+  for (int i = 0; i < 2 * kTagCount; ++i) endings.push_back(letters_of(1 + letters.below(3)));
+  return tagged_sentences(count, seed, "generate_spelled_tagged", [&](int, int home) {
+    const std::string stem = letters_of(2 + letters.below(4));
+    const int ending = letters.uniform() < 0.8 ? 2 * home + letters.below(2) : letters.below(2 * kTagCount);
+    return stem + endings[size_t(ending)];
+  });
 }
 
 std::vector<Lattice> generate_lattices(int count, uint64_t seed) {

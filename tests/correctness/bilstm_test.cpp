@@ -1,10 +1,13 @@
-// The BiLSTM tagger sample through the engine equals a direct Eigen implementation written here,
-// independently of the IR, from the model's own parameter values.
+// The BiLSTM tagger samples (word embeddings only, and with a char BiLSTM for rare words) through the
+// engine equal a direct Eigen implementation written here, independently of the IR, from the
+// model's own parameter values.
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <string>
 
 #include "samples/data/data.h"
 #include "samples/models.h"
@@ -67,17 +70,19 @@ struct Lstm {
   }
 };
 
-// A forward and a backward LSTM, then per word tanh(MLP [fwd; bwd]) -> logits -> loss, summed.
-double direct_sentence_loss(const Model& model, const std::vector<int>& words, const std::vector<int>& tags,
+VectorXf row_of(const LookupTable& table, int id) {
+  return Eigen::Map<const VectorXf>(table.values().data() + size_t(id) * table.dim(), table.dim());
+}
+
+// A forward and a backward LSTM over the word vectors `xs`, then per word tanh(MLP [fwd; bwd]) ->
+// logits -> loss, summed.
+double direct_sentence_loss(const Model& model, const std::vector<VectorXf>& xs, const std::vector<int>& tags,
                             int hidden) {
-  const LookupTable table = model.lookup("E");
   const Lstm forward(model, "fwd"), backward(model, "bwd");
   const MatrixXf w_mlp = matrix_of(model.parameter("W_mlp")), b_mlp = matrix_of(model.parameter("b_mlp"));
   const MatrixXf w_out = matrix_of(model.parameter("W_out")), b_out = matrix_of(model.parameter("b_out"));
-  const size_t length = words.size();
-  std::vector<VectorXf> xs, forward_h(length), backward_h(length);
-  for (int id : words)
-    xs.push_back(Eigen::Map<const VectorXf>(table.values().data() + size_t(id) * table.dim(), table.dim()));
+  const size_t length = xs.size();
+  std::vector<VectorXf> forward_h(length), backward_h(length);
   VectorXf h = VectorXf::Zero(hidden), c = VectorXf::Zero(hidden);
   for (size_t i = 0; i < length; ++i) {
     forward.step(xs[i], h, c);
@@ -97,6 +102,44 @@ double direct_sentence_loss(const Model& model, const std::vector<int>& words, c
     loss += neg_log_softmax(w_out * mlp + b_out, tags[i]);
   }
   return loss;
+}
+
+double direct_sentence_loss(const Model& model, const std::vector<int>& words, const std::vector<int>& tags,
+                            int hidden) {
+  std::vector<VectorXf> xs;
+  for (int id : words) xs.push_back(row_of(model.lookup("E"), id));
+  return direct_sentence_loss(model, xs, tags, hidden);
+}
+
+// The char tagger's word vectors: a word seen fewer than 5 times in the file is [fwd_h after its
+// last char; bwd_h after its first] of the char LSTMs (hidden embed/2) over the "C" embeddings;
+// others their "E" row. Ids by first appearance: frequent words from 1, rare words' chars from 1.
+std::vector<std::vector<VectorXf>> char_tagger_inputs(const Model& model, const std::vector<samples::TaggedSentence>& sentences,
+                                                      int embed) {
+  std::map<std::string, int> seen;
+  for (const samples::TaggedSentence& s : sentences)
+    for (const std::string& w : s.words) ++seen[w];
+  samples::Vocabulary words, chars;
+  const Lstm forward(model, "char_fwd"), backward(model, "char_bwd");
+  std::vector<std::vector<VectorXf>> inputs;
+  for (const samples::TaggedSentence& s : sentences) {
+    std::vector<VectorXf>& xs = inputs.emplace_back();
+    for (const std::string& w : s.words) {
+      if (seen[w] >= 5) {
+        xs.push_back(row_of(model.lookup("E"), words.add(w)));
+        continue;
+      }
+      std::vector<VectorXf> letters;
+      for (char c : w) letters.push_back(row_of(model.lookup("C"), chars.add(std::string(1, c))));
+      VectorXf hf = VectorXf::Zero(embed / 2), cf = hf, hb = hf, cb = hf;
+      for (const VectorXf& x : letters) forward.step(x, hf, cf);
+      for (size_t j = letters.size(); j-- > 0;) backward.step(letters[j], hb, cb);
+      VectorXf both(embed);
+      both << hf, hb;
+      xs.push_back(both);
+    }
+  }
+  return inputs;
 }
 
 class BiLstmReference : public ::testing::Test {
@@ -135,6 +178,63 @@ TEST_F(BiLstmReference, EachSentenceLossEqualsDirectEigen) {
     const double direct = direct_sentence_loss(sample->model(), ids.words[i], ids.tags[i], config.hidden);
     EXPECT_TRUE(testing::near_relative(engine_loss, direct, 1e-5)) << "sentence " << i;
   }
+}
+
+// The char tagger (words seen fewer than 5 times read by a char BiLSTM) against the direct Eigen
+// model, on spelled words, where some words are frequent and some rare.
+TEST(BiLstmCharReference, EachSentenceLossEqualsDirectEigen) {
+  const std::vector<samples::TaggedSentence> sentences = samples::generate_spelled_tagged(30, 5);
+  testing::TempDir dir;
+  const std::string path = dir.file("spelled.txt");
+  {
+    std::ofstream out(path);
+    for (const samples::TaggedSentence& s : sentences) samples::write_tagged(out, s);
+  }
+  samples::ModelConfig config;
+  config.data_path = path;
+  config.embed = 20;
+  config.hidden = 12;
+  config.seed = 3;
+  auto sample = samples::make_bilstm_char(config);
+  ASSERT_EQ(sample->instance_count(), sentences.size());
+  const std::vector<std::vector<VectorXf>> inputs = char_tagger_inputs(sample->model(), sentences, config.embed);
+  const Ids ids = ids_of(sentences);
+  size_t rare = 0, frequent = 0;
+  std::map<std::string, int> seen;
+  for (const samples::TaggedSentence& s : sentences)
+    for (const std::string& w : s.words) ++seen[w];
+  for (const auto& [word, count] : seen) (count < 5 ? rare : frequent) += 1;
+  ASSERT_GT(rare, 10u);
+  ASSERT_GT(frequent, 3u);
+  EngineOptions options;  // the oracle: sequential policy, reference executor
+  options.policy = "sequential";
+  options.executor = "reference";
+  options.verify = true;
+  Engine engine(options);
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    Trace trace(engine);
+    const double engine_loss = sample->record_loss(trace, i).scalar();
+    const double direct = direct_sentence_loss(sample->model(), inputs[i], ids.tags[i], config.hidden);
+    EXPECT_TRUE(testing::near_relative(engine_loss, direct, 1e-5)) << "sentence " << i;
+  }
+}
+
+TEST(BiLstmCharReference, AnOddEmbeddingIsAUsageErrorAndTheModelIsRegistered) {
+  samples::ModelConfig config;
+  config.limit = 5;
+  config.embed = 9;
+  config.hidden = 8;
+  try {
+    samples::make_bilstm_char(config);
+    FAIL() << "an odd --embed was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--embed must be even"), std::string::npos) << e.what();
+  }
+  config.embed = 8;
+  EXPECT_EQ(samples::make_bilstm_char(config)->instance_count(), 5u);
+  const samples::ModelEntry* entry = samples::find_model("bilstmchar");
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(entry->default_embed, 128);
 }
 
 TEST_F(BiLstmReference, BatchOfSentencesInOneTraceSumsTheSameLosses) {

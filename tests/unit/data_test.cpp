@@ -256,6 +256,41 @@ TEST(SampleSharedData, ParsesAndRewritesBenchFilesExactly) {
   if (found == 0) GTEST_SKIP() << "no bench data at " << shared_data_file("");
 }
 
+// The char tagger's sentences: the same sentences and tags as generate_tagged's for a seed, words
+// spelled in lowercase letters (a stem of 2-5 and an ending of 1-3), and each frequent word type
+// carrying one tag most of the time, so that a tagger can learn the task.
+TEST(SampleGenerators, SpelledSentencesAreTheTaggedOnesSpelledInLetters) {
+  const std::vector<TaggedSentence> spelled = generate_spelled_tagged(400, 7), plain = generate_tagged(400, 7);
+  EXPECT_EQ(spelled, generate_spelled_tagged(400, 7));
+  EXPECT_NE(spelled, generate_spelled_tagged(400, 8));
+  EXPECT_THROW(generate_spelled_tagged(-1, 1), UsageError);
+  ASSERT_EQ(spelled.size(), plain.size());
+  std::map<std::string, std::map<std::string, int>> tags_of;
+  for (size_t i = 0; i < spelled.size(); ++i) {
+    ASSERT_EQ(spelled[i].words.size(), plain[i].words.size()) << "sentence " << i;
+    EXPECT_EQ(spelled[i].tags, plain[i].tags) << "sentence " << i;
+    for (size_t w = 0; w < spelled[i].words.size(); ++w) {
+      const std::string& word = spelled[i].words[w];
+      ASSERT_GE(word.size(), 3u) << word;
+      for (char c : word) ASSERT_TRUE(c >= 'a' && c <= 'z') << word;
+      ++tags_of[word][spelled[i].tags[w]];
+    }
+  }
+  int frequent = 0, mostly_one_tag = 0;
+  for (const auto& [word, tags] : tags_of) {
+    int total = 0, top = 0;
+    for (const auto& [tag, count] : tags) {
+      total += count;
+      top = std::max(top, count);
+    }
+    if (total < 20) continue;
+    ++frequent;
+    mostly_one_tag += top * 10 >= total * 7;
+  }
+  EXPECT_GT(frequent, 20);
+  EXPECT_GE(mostly_one_tag * 10, frequent * 9);
+}
+
 TEST(SampleGenerators, AreDeterministicPerSeed) {
   EXPECT_EQ(generate_trees(50, 7), generate_trees(50, 7));
   EXPECT_NE(generate_trees(50, 7), generate_trees(50, 8));
