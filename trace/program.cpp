@@ -65,7 +65,7 @@ struct InstanceRunner {
       for (const size_t i : resume) {
         // Exceptions inside the coroutine, a co_await's UsageError included, end up in
         // unhandled_exception: resuming never throws here.
-        programs[i]->handle_.resume();
+        programs[i]->running_.resume();
         if (!programs[i]->ended()) waiting.push_back(i);
       }
       if (waiting.empty()) break;
@@ -109,6 +109,8 @@ bool ProgramState::ready(const Expr& expr) const { return InstanceRunner::ready(
 InstanceReport run_instances(Trace& trace, std::span<ProgramState* const> programs, const InstanceOptions& options) {
   return InstanceRunner::run(trace, programs, options);
 }
+
+void program_misuse(const char* message) { throw UsageError(message); }
 
 void program_not_finished(const char* function) {
   throw UsageError(std::string(function) + ": the program has not ended; run it with edb::run_instances() first");

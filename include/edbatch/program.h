@@ -47,8 +47,18 @@ struct InstanceRunner;
 // and the exception that ended it.
 class ProgramState {
  public:
+  ProgramState() : root_(this) {}
+  ProgramState(const ProgramState&) = delete;
+  ProgramState& operator=(const ProgramState&) = delete;
   std::suspend_always initial_suspend() noexcept { return {}; }  // runs only under run_instances()
-  std::suspend_always final_suspend() noexcept { return {}; }    // the Program destroys the frame
+  // The Program destroys the frame. A sub-program hands control back to its caller here.
+  struct FinalAwaiter {
+    ProgramState* program;
+    bool await_ready() const noexcept { return false; }
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<>) const noexcept { return program->finish(); }
+    void await_resume() const noexcept {}
+  };
+  FinalAwaiter final_suspend() noexcept { return FinalAwaiter{this}; }
   void unhandled_exception() noexcept { error_ = std::current_exception(); }
 
   // `co_await expr`: the value of `expr`, an Expr of the trace the instance runs in. Suspends the
@@ -62,6 +72,22 @@ class ProgramState {
   };
   ValueAwaiter await_transform(const Expr& expr) const { return ValueAwaiter{this, expr}; }
 
+  // `co_await program(t, ...)`: a sub-program, run inside this one (its waits are this instance's)
+  // until it returns its result or rethrows its exception here. UsageError for an empty Program
+  // or one that has run before.
+  template <class U>
+  struct SubprogramAwaiter {
+    Program<U> program;
+    ProgramState* caller;
+    bool await_ready() const;
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller_handle);
+    decltype(auto) await_resume();
+  };
+  template <class U>
+  SubprogramAwaiter<U> await_transform(Program<U>&& program) {
+    return SubprogramAwaiter<U>{std::move(program), this};
+  }
+
   bool ended() const { return ended_ || (handle_ && handle_.done()); }
   const std::exception_ptr& error() const { return error_; }
 
@@ -70,9 +96,21 @@ class ProgramState {
 
  private:
   friend struct InstanceRunner;
+  template <class U>
+  friend class edb::Program;
   bool ready(const Expr& expr) const;  // defined in trace/program.cpp
+  // Where control goes when this program ends: its caller, for a sub-program (the innermost
+  // running sub-program becomes the caller again); nowhere, back to the runner, for an instance.
+  std::coroutine_handle<> finish() noexcept {
+    if (!caller_) return std::noop_coroutine();
+    root_->running_ = caller_;
+    return caller_;
+  }
   TraceState* trace_ = nullptr;        // the trace run_instances() first ran it in, and its generation
   uint32_t generation_ = 0;
+  ProgramState* root_;                 // the instance this program runs in (itself for an instance)
+  std::coroutine_handle<> caller_;     // a sub-program's caller
+  std::coroutine_handle<> running_;    // an instance's innermost running program: what to resume
   bool ended_ = false;  // ended by the runner (a round limit, an evaluation error), not by the coroutine
   std::exception_ptr error_;
 };
@@ -92,12 +130,14 @@ struct ProgramResult<void> {
 
 InstanceReport run_instances(Trace& trace, std::span<ProgramState* const> programs, const InstanceOptions& options);
 [[noreturn]] void program_not_finished(const char* function);
+[[noreturn]] void program_misuse(const char* message);  // a UsageError with `message`
 
 }  // namespace detail
 
 // One instance's program: a coroutine that takes the trace (and its input) by reference, records
-// ops, reads values with `co_await expr` (a Tensor), and co_returns a T. Created suspended; only
-// run_instances() runs it. Move-only; destroying it destroys the coroutine wherever it stopped.
+// ops, reads values with `co_await expr` (a Tensor), may `co_await` a sub-program (another
+// Program, run inside it), and co_returns a T. Created suspended; only run_instances() runs it (or
+// a caller awaiting it). Move-only; destroying it destroys the coroutine wherever it stopped.
 template <class T>
 class Program {
  public:
@@ -105,6 +145,7 @@ class Program {
     Program get_return_object() {
       auto handle = std::coroutine_handle<promise_type>::from_promise(*this);
       this->handle_ = handle;
+      this->running_ = handle;
       return Program(handle);
     }
   };
@@ -140,9 +181,40 @@ class Program {
  private:
   template <class U>
   friend InstanceReport run_instances(Trace& trace, std::span<Program<U>> programs, const InstanceOptions& options);
+  friend class detail::ProgramState;
   explicit Program(std::coroutine_handle<promise_type> handle) : handle_(handle) {}
   std::coroutine_handle<promise_type> handle_;
 };
+
+namespace detail {
+
+template <class U>
+bool ProgramState::SubprogramAwaiter<U>::await_ready() const {
+  if (!program.handle_) program_misuse("edb::Program: co_await on an empty Program (default-constructed or moved from)");
+  if (program.handle_.promise().trace_ || program.handle_.done())
+    program_misuse("edb::Program: co_await on a Program that has run before; a sub-program runs once, inside its caller");
+  return false;
+}
+
+template <class U>
+std::coroutine_handle<> ProgramState::SubprogramAwaiter<U>::await_suspend(std::coroutine_handle<> caller_handle) {
+  ProgramState& callee = program.handle_.promise();
+  callee.trace_ = caller->trace_;
+  callee.generation_ = caller->generation_;
+  callee.root_ = caller->root_;
+  callee.caller_ = caller_handle;
+  caller->root_->running_ = program.handle_;
+  return program.handle_;  // starts it now, in this pass
+}
+
+template <class U>
+decltype(auto) ProgramState::SubprogramAwaiter<U>::await_resume() {
+  ProgramState& callee = program.handle_.promise();
+  if (callee.error_) std::rethrow_exception(callee.error_);
+  if constexpr (!std::is_void_v<U>) return std::move(*program.handle_.promise().result);
+}
+
+}  // namespace detail
 
 // Runs the instances in one trace until each has ended: resumes every live instance (in index
 // order) until it waits on a value or ends; evaluates what all of them recorded, as one evaluation

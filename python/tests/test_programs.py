@@ -162,3 +162,34 @@ def test_an_interrupt_ends_the_run_and_closes_the_others():
         with pytest.raises(KeyboardInterrupt):
             edbatch.run_instances(t, [waits(t, i) for i in range(3)])
     assert sorted(closed) == [0, 1, 2]
+
+
+def test_sub_programs_compose_with_yield_from():
+    model = make_model()
+    W = model.parameter("W")
+
+    def step(t, h, limit):
+        steps = 0
+        while True:
+            h = edbatch.tanh(t.param(W) @ h) + 0.05
+            steps += 1
+            if float((yield h)[0, 0]) <= limit or steps == 5:
+                return h, steps
+
+    def program(t, i):
+        h, counts = t.input([0.1 * i, 0.3, -0.2, 0.5]), []
+        for _ in range(1 + i % 3):
+            h, steps = yield from step(t, h, 0.1 * (i % 4))
+            counts.append(steps)
+        return counts
+
+    engine, reference = edbatch.Engine(executor="jit"), edbatch.Engine(executor="reference")
+    report = {}
+    with edbatch.Trace(engine) as t:
+        together = edbatch.run_instances(t, [program(t, i) for i in range(10)], report=report)
+    alone = []
+    for i in range(10):
+        with edbatch.Trace(reference) as t:
+            alone += edbatch.run_instances(t, [program(t, i)])
+    assert together == alone
+    assert report["rounds"] == max(sum(counts) for counts in alone)

@@ -409,3 +409,104 @@ TEST(Programs, TraceContainsAndExprComputed) {
 
 }  // namespace
 }  // namespace edb
+
+namespace edb {
+namespace {
+
+// A sub-program: the steps of a tanh chain until its first row falls below `limit`, awaiting each.
+Program<std::pair<Expr, int>> chain_until(Trace& t, Parameter W, Expr h, float limit) {
+  int steps = 0;
+  do {
+    h = tanh(matmul(t.param(W), h)) + 0.05f;
+    ++steps;
+  } while ((co_await h)(0) > limit && steps < 6);
+  co_return std::pair{h, steps};
+}
+
+Program<int> fails_after_a_wait(Trace& t) {
+  // Recorded apart from the co_await: GCC cannot keep an initializer list's array across a
+  // suspension within one full-expression ("array used as initializer").
+  const Expr x = tanh(t.input({1.0f}));
+  co_await x;
+  throw std::runtime_error("sub-program failed");
+}
+
+// Sub-programs run inside their caller: their waits are the instance's rounds, their results and
+// exceptions come back at the co_await, and they nest.
+TEST(Programs, SubProgramsRunInsideTheirCaller) {
+  Model model("sub", 3);
+  const Parameter W = model.add_parameter("W", 4, 4);
+  auto program = [&](Trace& t, int i) -> Program<std::vector<float>> {
+    std::vector<float> out;
+    Expr h = t.input({0.1f * float(i), 0.3f, -0.2f, 0.5f});
+    for (int part = 0; part < 1 + i % 3; ++part) {
+      auto [last, steps] = co_await chain_until(t, W, h, 0.1f * float(i % 4));
+      h = last;
+      out.push_back(float(steps));
+    }
+    try {
+      co_await fails_after_a_wait(t);
+    } catch (const std::runtime_error& e) {
+      out.push_back(-1.0f);
+    }
+    out.push_back((co_await h)(0));
+    co_return out;
+  };
+  // The same, reading values instance by instance under the reference executor.
+  auto plain = [&](Trace& t, int i) {
+    std::vector<float> out;
+    Expr h = t.input({0.1f * float(i), 0.3f, -0.2f, 0.5f});
+    int rounds = 0;
+    for (int part = 0; part < 1 + i % 3; ++part) {
+      int steps = 0;
+      do {
+        h = tanh(matmul(t.param(W), h)) + 0.05f;
+        ++steps;
+        ++rounds;
+      } while (h.value()(0) > 0.1f * float(i % 4) && steps < 6);
+      out.push_back(float(steps));
+    }
+    ++rounds;  // fails_after_a_wait's one wait
+    out.push_back(-1.0f);
+    out.push_back(h.value()(0));
+    return std::pair{out, rounds};
+  };
+  Engine engine(testing::checked_options("jit"));
+  EngineOptions reference_options = testing::checked_options("reference");
+  reference_options.policy = "sequential";
+  Engine reference(reference_options);
+  Trace trace(engine);
+  std::vector<Program<std::vector<float>>> programs;
+  for (int i = 0; i < 12; ++i) programs.push_back(program(trace, i));
+  const InstanceReport report = run_instances(trace, programs);
+  EXPECT_EQ(report.finished, 12);
+  int64_t most_rounds = 0;
+  for (int i = 0; i < 12; ++i) {
+    Trace alone(reference);
+    const auto [expected, rounds] = plain(alone, i);
+    most_rounds = std::max<int64_t>(most_rounds, rounds);
+    const std::vector<float>& got = programs[size_t(i)].result();
+    ASSERT_EQ(got.size(), expected.size()) << i;
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(testing::near_relative(got[k], expected[k], 1e-5)) << i;
+  }
+  EXPECT_EQ(report.rounds, most_rounds);
+
+  // An uncaught exception of a sub-program ends its instance; an empty or used Program is a
+  // UsageError at the co_await.
+  Trace again(engine);
+  std::vector<Program<int>> failing;
+  failing.push_back([](Trace& t) -> Program<int> { co_return co_await fails_after_a_wait(t); }(again));
+  failing.push_back([](Trace& t) -> Program<int> {
+    Program<int> empty;
+    co_return co_await std::move(empty);
+  }(again));
+  InstanceOptions keep_going;
+  keep_going.rethrow = false;
+  const InstanceReport failed = run_instances(again, failing, keep_going);
+  EXPECT_EQ(failed.failed, 2);
+  EXPECT_THROW(failing[0].result(), std::runtime_error);
+  EXPECT_NE(testing::usage_error([&] { failing[1].result(); }).find("co_await on an empty Program"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace edb
