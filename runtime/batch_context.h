@@ -79,6 +79,9 @@ struct BatchContext {
     return Matrix(out + k * first.shape.size(), first.shape.rows, first.shape.cols);
   }
 
+  // Whether member k's operand in `slot` lies in the arena (else it is a leaf's own data).
+  bool in_arena_at(size_t k, size_t slot) const { return values.plan.offset[arg(k, slot)] >= 0; }
+
   Operand operand(size_t slot) const {
     Operand op;
     op.shape = values.graph.node(arg(0, slot)).shape;
@@ -91,10 +94,14 @@ struct BatchContext {
       op.parameter = parameter;
       return op;
     }
+    // An arena value and a leaf are never one run, whatever their distance: it depends on where the
+    // arena happens to lie, and the planner (memplan::operand_modes) counts them gathered too, so
+    // the bytes gathered are the same in every run.
+    const bool in_arena = in_arena_at(0, slot);
     const int64_t stride = values.in(arg(1, slot)) - op.base;
     bool regular = Operand::stride_fits(stride, op.shape);
-    for (size_t k = 2; k < members.size() && regular; ++k)
-      regular = values.in(arg(k, slot)) == op.base + int64_t(k) * stride;
+    for (size_t k = 1; k < members.size() && regular; ++k)
+      regular = in_arena_at(k, slot) == in_arena && values.in(arg(k, slot)) == op.base + int64_t(k) * stride;
     if (regular) {
       op.kind = stride == 0 ? Operand::kShared : Operand::kStrided;
       op.stride = stride;
@@ -103,14 +110,17 @@ struct BatchContext {
     }
     const float** pointers = scratch.allocate_pointers(members.size());
     for (size_t k = 0; k < members.size(); ++k) pointers[k] = values.in(arg(k, slot));
-    // Maximal strided runs, left to right. A repeated matrix is no run: no view repeats one.
+    // Maximal strided runs, left to right, each in the arena or among leaves. A repeated matrix is
+    // no run: no view repeats one.
     uint32_t* run_end = reinterpret_cast<uint32_t*>(scratch.allocate(members.size()));
     auto fits = [&](int64_t s) { return Operand::stride_fits(s, op.shape) && (s != 0 || op.shape.cols == 1); };
     for (size_t start = 0; start < members.size();) {
       size_t end = start + 1;
-      if (end < members.size() && fits(pointers[end] - pointers[start])) {
+      const bool space = in_arena_at(start, slot);
+      if (end < members.size() && in_arena_at(end, slot) == space && fits(pointers[end] - pointers[start])) {
         const int64_t s = pointers[end] - pointers[start];
-        while (end + 1 < members.size() && pointers[end + 1] - pointers[end] == s) ++end;
+        while (end + 1 < members.size() && in_arena_at(end + 1, slot) == space && pointers[end + 1] - pointers[end] == s)
+          ++end;
         ++end;
       }
       for (size_t k = start; k < end; ++k) run_end[k] = uint32_t(end);
