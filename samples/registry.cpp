@@ -25,6 +25,8 @@ const std::vector<ModelEntry>& model_registry() {
        make_dagrnn},
       {"parser", "shift-reduce dependency parser, stack-LSTM state, a loss per gold transition (--decode: greedy)",
        64, 64, make_parser},
+      {"earlyexit", "tagger of up to 4 stacked LSTMs, each with its own exit (--decode: stops at the first confident exit)",
+       64, 64, make_earlyexit},
   };
   return registry;
 }
