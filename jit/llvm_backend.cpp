@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include <unistd.h>
@@ -354,6 +355,33 @@ struct LlvmBackend::State {
   };
   // At most max_kernels, least recently used out first; bytes: their objects and texts.
   ir::BoundedCache<KernelKey, Entry, KernelKeyHash> compiled{1};
+  // Kernels evicted from `compiled` that a caller may still hold: while one does, its symbol stays
+  // defined in the JIT, so a request for it takes it back from here (linking it again would be a
+  // second definition of the symbol). Expired entries go when the map outgrows `compiled` twice.
+  std::unordered_map<KernelKey, std::pair<CompiledKernel, std::weak_ptr<Linked>>, KernelKeyHash> evicted_held;
+
+  // The kept kernel of `key`, or one evicted but still held (kept again), or null.
+  Entry* find(const KernelKey& key, std::vector<Entry>& dropped) {
+    if (Entry* found = compiled.find(key)) return found;
+    const auto it = evicted_held.find(key);
+    if (it == evicted_held.end()) return nullptr;
+    Entry entry;
+    entry.kernel = it->second.first;
+    entry.linked = it->second.second.lock();
+    evicted_held.erase(it);
+    if (!entry.linked) return nullptr;
+    const size_t bytes = kernel_bytes(entry.kernel);
+    return keep(key, std::move(entry), bytes, dropped);
+  }
+  Entry* keep(const KernelKey& key, Entry entry, size_t bytes, std::vector<Entry>& dropped) {
+    Entry* kept = compiled.insert(key, std::move(entry), bytes, [&](const KernelKey& evicted_key, Entry& evicted) {
+      evicted_held[evicted_key] = {evicted.kernel, evicted.linked};
+      dropped.push_back(std::move(evicted));
+    });
+    if (evicted_held.size() > 2 * compiled.max_entries() + 16)
+      std::erase_if(evicted_held, [](const auto& item) { return item.second.second.expired(); });
+    return kept;
+  }
 
   // The kernel of `found` for a caller: its code kept alive with the State.
   CompiledKernel hand_out(const std::shared_ptr<State>& self, Entry& found) {
@@ -378,9 +406,7 @@ struct LlvmBackend::State {
     entry.linked = std::make_shared<Linked>();
     entry.linked->state = this;
     entry.linked->tracker = std::move(tracker);
-    Entry* kept = compiled.insert(key, std::move(entry), bytes,
-                                  [&](const KernelKey&, Entry& evicted) { dropped.push_back(std::move(evicted)); });
-    return hand_out(self, *kept);
+    return hand_out(self, *keep(key, std::move(entry), bytes, dropped));
   }
 };
 
@@ -420,7 +446,7 @@ CompiledKernel LlvmBackend::compile_described(std::string description, Render&& 
 
   std::vector<State::Entry> dropped;  // destroyed after the lock is released
   std::lock_guard lock(state_->mutex);
-  if (State::Entry* found = state_->compiled.find(result.key)) return state_->hand_out(state_, *found);
+  if (State::Entry* found = state_->find(result.key, dropped)) return state_->hand_out(state_, *found);
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>(symbol, *context);
   module->setDataLayout(state_->jit->getDataLayout());
@@ -466,7 +492,7 @@ CompiledKernel LlvmBackend::load(const KernelEntry& entry) {
   std::vector<State::Entry> dropped;  // destroyed after the lock is released
   std::lock_guard lock(state_->mutex);
   CompiledKernel result;
-  if (State::Entry* found = state_->compiled.find(entry.key)) return state_->hand_out(state_, *found);
+  if (State::Entry* found = state_->find(entry.key, dropped)) return state_->hand_out(state_, *found);
   result.key = entry.key;
   result.description = entry.description;
   result.target = entry.target;

@@ -645,6 +645,20 @@ TEST(LlvmBackend, KeepsAtMostMaxKernels) {
   EXPECT_EQ(backend.kernels(), 2u);
 }
 
+// A kernel evicted while a caller still holds it keeps its symbol in the JIT: asked for again, the
+// backend hands out that code (before, it linked the object again: a duplicate definition).
+TEST(LlvmBackend, AKernelEvictedWhileHeldIsHandedOutAgain) {
+  LlvmBackend backend({.keep_ir = false, .keep_assembly = false, .max_kernels = 1});
+  const Kernel tanh_kernel = unary_kernel(KernelOp::tanh, OperandAccess::strided);
+  const CompiledKernel held = backend.compile(tanh_kernel);
+  backend.compile(unary_kernel(KernelOp::exp, OperandAccess::gathered));  // evicts tanh's, still held
+  const CompiledKernel again = backend.compile(tanh_kernel);
+  EXPECT_EQ(again.function, held.function);
+  EXPECT_EQ(backend.kernels(), 1u);
+  expect_matches_interpreter(backend, tanh_kernel, 14);
+  expect_matches_interpreter(backend, unary_kernel(KernelOp::exp, OperandAccess::gathered), 15);
+}
+
 TEST(LlvmBackend, VectorisedWithoutLibmCalls) {
   LlvmBackend backend({.keep_ir = true, .keep_assembly = true});
   const CompiledKernel lstm = backend.compile(lstm_kernel(true));
