@@ -402,6 +402,32 @@ Expr sum_elements(const Expr& x);          // the sum of all of x's values, 1x1
 Expr mean_elements(const Expr& x);         // their mean, 1x1
 Expr transpose(const Expr& x);             // rows x cols -> cols x rows
 
+// Reductions, distances and losses of DyNet's (issue 46), each recorded as batched ops (the
+// elementwise ones fuse under the jit executor); docs/guide.md lists which ops and derivatives.
+// `dim` 0 reduces over the rows (rows x cols -> 1 x cols), 1 over the columns (-> rows x 1).
+Expr logsumexp(std::span<const Expr> xs);  // log(sum_i e^x_i) elementwise, the x_i of one shape
+Expr logsumexp(std::initializer_list<Expr> xs);
+Expr logsumexp_dim(const Expr& x, int dim);
+Expr sum_dim(const Expr& x, int dim);
+Expr mean_dim(const Expr& x, int dim);
+Expr std_dim(const Expr& x, int dim);      // the population's: the mean square deviation's root
+Expr average(std::span<const Expr> xs);    // the elementwise mean, the x_i of one shape
+Expr average(std::initializer_list<Expr> xs);
+Expr dot_product(const Expr& a, const Expr& b);       // sum_i a_i b_i, 1x1, a and b of one shape
+Expr squared_norm(const Expr& x);                     // sum_i x_i^2, 1x1
+Expr l2_norm(const Expr& x);                          // its root; the gradient is NaN at x = 0
+Expr squared_distance(const Expr& a, const Expr& b);  // sum_i (a_i - b_i)^2, 1x1
+Expr l1_distance(const Expr& a, const Expr& b);       // sum_i |a_i - b_i|, 1x1
+// sum_i of |d_i|^2 where |d_i| < c, else c (2 |d_i| - c), d = a - b (DyNet's); c > 0.
+Expr huber_distance(const Expr& a, const Expr& b, float c = 1.345f);
+// sum over rows i != index of max(0, margin - x[index] + x[i]), 1x1; x a column.
+Expr hinge(const Expr& x, int64_t index, float margin = 1.0f);
+// -sum_i (y_i log x_i + (1 - y_i) log(1 - x_i)), 1x1: x probabilities in (0, 1), y targets.
+Expr binary_log_loss(const Expr& x, const Expr& y);
+Expr pairwise_rank_loss(const Expr& x, const Expr& y, float margin = 1.0f);  // max(0, margin - x + y) elementwise
+// -log Poisson(count; lambda) = lambda - count log(lambda) + log(count!), lambda = e^log_lambda; 1x1.
+Expr poisson_loss(const Expr& log_lambda, unsigned count);
+
 // Dropout's mode, chosen by the caller (one value for a trace, typically): inference, or training
 // with a seed. The same seed and the same recorded trace give the same masks.
 struct DropoutMode {

@@ -364,6 +364,41 @@ void bind_ops(py::module_& m) {
         py::arg("x"), "The mean of all of x's values, 1x1.");
   m.def("transpose", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::transpose(v); }); }, py::arg("x"),
         "rows x cols -> cols x rows.");
+  // The reductions, distances and losses of issue 46 (recorded as batched ops; docs/guide.md).
+  m.def("logsumexp", [](const py::args& args) { return nary(args, "edb::logsumexp()", [](auto xs) { return edb::logsumexp(xs); }); },
+        "logsumexp(a, b, ...) or logsumexp([a, b, ...]): log(sum e^x) elementwise.");
+  m.def("average", [](const py::args& args) { return nary(args, "edb::average()", [](auto xs) { return edb::average(xs); }); },
+        "average(a, b, ...) or average([a, b, ...]): the elementwise mean.");
+  m.def("logsumexp_dim", [](const PyExpr& x, int dim) { return unary(x, [dim](auto& v) { return edb::logsumexp_dim(v, dim); }); },
+        py::arg("x"), py::arg("dim"), "dim 0: over the rows (1 x cols); dim 1: over the columns (rows x 1).");
+  m.def("sum_dim", [](const PyExpr& x, int dim) { return unary(x, [dim](auto& v) { return edb::sum_dim(v, dim); }); },
+        py::arg("x"), py::arg("dim"), "dim 0: over the rows (1 x cols); dim 1: over the columns (rows x 1).");
+  m.def("mean_dim", [](const PyExpr& x, int dim) { return unary(x, [dim](auto& v) { return edb::mean_dim(v, dim); }); },
+        py::arg("x"), py::arg("dim"), "dim 0: over the rows (1 x cols); dim 1: over the columns (rows x 1).");
+  m.def("std_dim", [](const PyExpr& x, int dim) { return unary(x, [dim](auto& v) { return edb::std_dim(v, dim); }); },
+        py::arg("x"), py::arg("dim"), "The population standard deviation over one dimension.");
+  m.def("dot_product", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::dot_product(x, y); }); },
+        py::arg("a"), py::arg("b"), "sum a_i b_i, 1x1.");
+  m.def("squared_norm", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::squared_norm(v); }); },
+        py::arg("x"), "sum x_i^2, 1x1.");
+  m.def("l2_norm", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::l2_norm(v); }); }, py::arg("x"),
+        "sqrt(sum x_i^2), 1x1.");
+  m.def("squared_distance", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::squared_distance(x, y); }); },
+        py::arg("a"), py::arg("b"), "sum (a_i - b_i)^2, 1x1.");
+  m.def("l1_distance", [](const PyExpr& a, const PyExpr& b) { return binary(a, b, [](auto& x, auto& y) { return edb::l1_distance(x, y); }); },
+        py::arg("a"), py::arg("b"), "sum |a_i - b_i|, 1x1.");
+  m.def("huber_distance",
+        [](const PyExpr& a, const PyExpr& b, float c) { return binary(a, b, [c](auto& x, auto& y) { return edb::huber_distance(x, y, c); }); },
+        py::arg("a"), py::arg("b"), py::arg("c") = 1.345f, "sum of d^2 where |d| < c, else c (2 |d| - c), d = a - b; 1x1.");
+  m.def("hinge", [](const PyExpr& x, int64_t index, float margin) { return unary(x, [=](auto& v) { return edb::hinge(v, index, margin); }); },
+        py::arg("x"), py::arg("index"), py::arg("margin") = 1.0f, "sum over i != index of max(0, margin - x[index] + x[i]), 1x1.");
+  m.def("binary_log_loss", [](const PyExpr& x, const PyExpr& y) { return binary(x, y, [](auto& a, auto& b) { return edb::binary_log_loss(a, b); }); },
+        py::arg("x"), py::arg("y"), "-sum(y log x + (1 - y) log(1 - x)), 1x1.");
+  m.def("pairwise_rank_loss",
+        [](const PyExpr& x, const PyExpr& y, float margin) { return binary(x, y, [margin](auto& a, auto& b) { return edb::pairwise_rank_loss(a, b, margin); }); },
+        py::arg("x"), py::arg("y"), py::arg("margin") = 1.0f, "max(0, margin - x + y), elementwise.");
+  m.def("poisson_loss", [](const PyExpr& x, unsigned count) { return unary(x, [count](auto& v) { return edb::poisson_loss(v, count); }); },
+        py::arg("log_lambda"), py::arg("count"), "e^x - count x + log(count!), 1x1 (x = log lambda, 1x1).");
   m.def(
       "dropout",
       [](const PyExpr& x, float p, bool training, uint64_t seed) {

@@ -262,3 +262,66 @@ def test_recording_after_a_read(engine):
         close(y.value(), [[3], [6]])
         assert t.node_count >= 3
         assert "tanh" not in t.dump() and t.dump()
+
+
+def _huber(d, c):
+    e = np.abs(d)
+    return np.where(e < c, e * e, c * (2 * e - c))
+
+
+def _logsumexp(a, axis):
+    m = a.max(axis=axis, keepdims=True)
+    return m + np.log(np.exp(a - m).sum(axis=axis, keepdims=True))
+
+
+def test_reductions_distances_and_losses(engine):
+    """Issue 46's reductions, distances and losses against numpy (recorded as batched ops)."""
+    a, b, c = rand(3, 4), rand(3, 4), rand(3, 4)
+    u, v = rand(5, 1), rand(5, 1)
+    with edbatch.Trace(engine) as t:
+        x, y, z, p, q = t.input(a), t.input(b), t.input(c), t.input(u), t.input(v)
+        close(edbatch.logsumexp(x, y, z).value(), np.log(np.exp(a) + np.exp(b) + np.exp(c)))
+        close(edbatch.logsumexp([x, y]).value(), np.log(np.exp(a) + np.exp(b)))
+        close(edbatch.average(x, y, z).value(), (a + b + c) / 3)
+        for dim in (0, 1):
+            close(edbatch.logsumexp_dim(x, dim).value(), _logsumexp(a.astype(np.float64), dim))
+            close(edbatch.sum_dim(x, dim).value(), a.sum(axis=dim, keepdims=True))
+            close(edbatch.mean_dim(x, dim).value(), a.mean(axis=dim, keepdims=True))
+            close(edbatch.std_dim(x, dim).value(), a.astype(np.float64).std(axis=dim, keepdims=True))
+        assert edbatch.dot_product(p, q).scalar() == pytest.approx(float(u[:, 0] @ v[:, 0]), rel=1e-5, abs=1e-6)
+        assert edbatch.squared_norm(x).scalar() == pytest.approx(float((a * a).sum()), rel=1e-5)
+        assert edbatch.l2_norm(x).scalar() == pytest.approx(float(np.sqrt((a * a).sum())), rel=1e-5)
+        assert edbatch.squared_distance(x, y).scalar() == pytest.approx(float(((a - b) ** 2).sum()), rel=1e-5)
+        assert edbatch.l1_distance(x, y).scalar() == pytest.approx(float(np.abs(a - b).sum()), rel=1e-5)
+        assert edbatch.huber_distance(x, y).scalar() == pytest.approx(float(_huber(a - b, 1.345).sum()), rel=1e-5)
+        assert edbatch.huber_distance(x, y, c=0.5).scalar() == pytest.approx(float(_huber(a - b, 0.5).sum()), rel=1e-5)
+        others = [i for i in range(5) if i != 2]
+        want = sum(max(0.0, 1.0 - u[2, 0] + u[i, 0]) for i in others)
+        assert edbatch.hinge(p, 2).scalar() == pytest.approx(want, rel=1e-5, abs=1e-6)
+        want = sum(max(0.0, 0.5 - u[2, 0] + u[i, 0]) for i in others)
+        assert edbatch.hinge(p, 2, margin=0.5).scalar() == pytest.approx(want, rel=1e-5, abs=1e-6)
+        s, r = _sigmoid(a.astype(np.float64)), _sigmoid(b.astype(np.float64))
+        want = -(r * np.log(s) + (1 - r) * np.log(1 - s)).sum()
+        assert edbatch.binary_log_loss(edbatch.sigmoid(x), edbatch.sigmoid(y)).scalar() == pytest.approx(want, rel=1e-5)
+        close(edbatch.pairwise_rank_loss(p, q).value(), np.maximum(0, 1 - u + v))
+        close(edbatch.pairwise_rank_loss(p, q, margin=0.25).value(), np.maximum(0, 0.25 - u + v))
+        w = t.input([0.3])
+        assert edbatch.poisson_loss(w, 4).scalar() == pytest.approx(math.exp(0.3) - 4 * 0.3 + math.lgamma(5), rel=1e-5)
+        with pytest.raises(edbatch.UsageError, match=r"edb::sum_dim\(\): dim is 2"):
+            edbatch.sum_dim(x, 2)
+        with pytest.raises(edbatch.UsageError, match=r"edb::dot_product\(\): argument 2 is 5x1 but argument 1 is 3x4"):
+            edbatch.dot_product(x, p)
+
+
+def test_reduction_gradients(engine):
+    model = edbatch.Model("reductions", seed=9)
+    W = model.add_parameter("W", 4, 3)
+    w = W.values().astype(np.float64)
+    with edbatch.Trace(engine) as t:
+        g = t.backward(edbatch.sum_elements(edbatch.std_dim(t.param(W), 0)))
+        d = w - w.mean(axis=0, keepdims=True)
+        np.testing.assert_allclose(g.of(W), d / (4 * np.sqrt((d * d).mean(axis=0, keepdims=True))), rtol=1e-4, atol=1e-6)
+    with edbatch.Trace(engine) as t:
+        g = t.backward(edbatch.sum_elements(edbatch.logsumexp_dim(t.param(W), 1)))
+        e = np.exp(w - w.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(g.of(W), e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-6)

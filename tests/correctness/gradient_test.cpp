@@ -131,6 +131,28 @@ std::vector<OpCase> op_cases() {
          const Expr w = square(P(t, m, "W")) + 0.5f;
          return pow(w, w);
        }},
+      // Issue 46's reductions, distances and losses (W and V differ by 0.05 or more everywhere, so
+      // h = 1e-2 never crosses l1's, huber's or the hinges' kinks with the margins below).
+      {"logsumexp", [=](Trace& t, Model& m) { return logsumexp({P(t, m, "W") * 3.0f, P(t, m, "V"), P(t, m, "W") * -2.0f}); }},
+      {"logsumexp_dim 0", [=](Trace& t, Model& m) { return logsumexp_dim(P(t, m, "W") * 3.0f, 0); }},
+      {"logsumexp_dim 1", [=](Trace& t, Model& m) { return logsumexp_dim(P(t, m, "W") * 3.0f, 1); }},
+      {"sum_dim 0", [=](Trace& t, Model& m) { return sum_dim(tanh(P(t, m, "W")), 0); }},
+      {"sum_dim 1", [=](Trace& t, Model& m) { return sum_dim(tanh(P(t, m, "W")), 1); }},
+      {"mean_dim 0", [=](Trace& t, Model& m) { return mean_dim(tanh(P(t, m, "W")), 0); }},
+      {"mean_dim 1", [=](Trace& t, Model& m) { return mean_dim(tanh(P(t, m, "W")), 1); }},
+      {"std_dim 0", [=](Trace& t, Model& m) { return std_dim(P(t, m, "W"), 0); }},
+      {"std_dim 1", [=](Trace& t, Model& m) { return std_dim(P(t, m, "W"), 1); }},
+      {"average", [=](Trace& t, Model& m) { return average({P(t, m, "W"), tanh(P(t, m, "V")), P(t, m, "W") * 2.0f}); }},
+      {"dot_product", [=](Trace& t, Model& m) { return dot_product(P(t, m, "W"), P(t, m, "V")); }},
+      {"squared_norm", [=](Trace& t, Model& m) { return squared_norm(P(t, m, "W")); }},
+      {"l2_norm", [=](Trace& t, Model& m) { return l2_norm(P(t, m, "W")); }},
+      {"squared_distance", [=](Trace& t, Model& m) { return squared_distance(P(t, m, "W"), P(t, m, "V")); }},
+      {"l1_distance", [=](Trace& t, Model& m) { return l1_distance(P(t, m, "W"), P(t, m, "V")); }},
+      {"huber_distance", [=](Trace& t, Model& m) { return huber_distance(P(t, m, "W") * 4.0f, P(t, m, "V"), 0.6f); }},
+      {"hinge", [=](Trace& t, Model& m) { return hinge(P(t, m, "b") * 2.0f, 1, 0.37f); }},
+      {"binary_log_loss", [=](Trace& t, Model& m) { return binary_log_loss(sigmoid(P(t, m, "W") * 3.0f), sigmoid(P(t, m, "V"))); }},
+      {"pairwise_rank_loss", [=](Trace& t, Model& m) { return pairwise_rank_loss(P(t, m, "W"), P(t, m, "V"), 0.17f); }},
+      {"poisson_loss", [=](Trace& t, Model& m) { return poisson_loss(sum_elements(P(t, m, "W")), 3); }},
       {"dropout in training", [=](Trace& t, Model& m) {
          return dropout(tanh(P(t, m, "W")), 0.5f, {.training = true, .seed = 7});
        }},

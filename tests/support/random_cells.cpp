@@ -77,6 +77,20 @@ const char* op_name(CellOp::Kind k) {
     case CellOp::sum: return "sum";
     case CellOp::softmax: return "softmax";
     case CellOp::sum_elements: return "sum_elements";
+    case CellOp::logsumexp: return "logsumexp";
+    case CellOp::average: return "average";
+    case CellOp::pairwise_rank_loss: return "pairwise_rank_loss";
+    case CellOp::dot_product: return "dot_product";
+    case CellOp::squared_distance: return "squared_distance";
+    case CellOp::l1_distance: return "l1_distance";
+    case CellOp::huber_distance: return "huber_distance";
+    case CellOp::squared_norm: return "squared_norm";
+    case CellOp::sum_dim_rows: return "sum_dim_rows";
+    case CellOp::mean_dim_rows: return "mean_dim_rows";
+    case CellOp::logsumexp_dim_rows: return "logsumexp_dim_rows";
+    case CellOp::hinge: return "hinge";
+    case CellOp::binary_log_loss: return "binary_log_loss";
+    case CellOp::poisson_loss: return "poisson_loss";
     case CellOp::transpose: return "transpose";
   }
   return "?";
@@ -95,7 +109,18 @@ std::pair<int, int> shape_of(const CellOp& op, const std::vector<CellOp>& list) 
       for (size_t i = 0; i < op.args.size(); ++i) total += rows(i);
       return {total, cols(0)};
     }
-    case CellOp::sum_elements: return {1, 1};
+    case CellOp::sum_elements:
+    case CellOp::dot_product:
+    case CellOp::squared_distance:
+    case CellOp::l1_distance:
+    case CellOp::huber_distance:
+    case CellOp::squared_norm:
+    case CellOp::sum_dim_rows:
+    case CellOp::mean_dim_rows:
+    case CellOp::logsumexp_dim_rows:
+    case CellOp::hinge:
+    case CellOp::binary_log_loss:
+    case CellOp::poisson_loss: return {1, 1};
     case CellOp::transpose: return {cols(0), rows(0)};
     default: return {rows(0), cols(0)};
   }
@@ -327,8 +352,9 @@ class Generator {
         return b.add(op);
       }
       case 5: {  // binary, the second operand of the first's shape (possibly itself, or a parameter)
-        static constexpr CellOp::Kind kBinary[] = {CellOp::add, CellOp::sub, CellOp::cmult, CellOp::max, CellOp::div,
-                                                   CellOp::pow};
+        static constexpr CellOp::Kind kBinary[] = {CellOp::add,       CellOp::sub,     CellOp::cmult,
+                                                   CellOp::max,       CellOp::div,     CellOp::pow,
+                                                   CellOp::logsumexp, CellOp::average, CellOp::pairwise_rank_loss};
         const CellOp::Kind k = kBinary[r_.below(int(std::size(kBinary)))];
         const int a = pick_column(b);
         const int c = pick(b, b.at(a).rows, b.at(a).cols, true);
@@ -342,7 +368,17 @@ class Generator {
         return b.add(op);
       }
       case 7: return b.add(make_op(CellOp::softmax, {pick_column(b)}));
-      case 8: return b.add(make_op(CellOp::sum_elements, {pick_column(b)}));
+      case 8: {  // to 1x1: sum_elements, or one of issue 46's reductions, distances and losses
+        static constexpr CellOp::Kind kToScalar[] = {
+            CellOp::sum_elements, CellOp::dot_product,  CellOp::squared_distance, CellOp::l1_distance,
+            CellOp::huber_distance, CellOp::squared_norm, CellOp::sum_dim_rows,   CellOp::mean_dim_rows,
+            CellOp::logsumexp_dim_rows, CellOp::hinge,  CellOp::binary_log_loss,  CellOp::poisson_loss};
+        const CellOp::Kind k = kToScalar[r_.below(int(std::size(kToScalar)))];
+        const int a = pick_column(b);
+        const bool two = k == CellOp::dot_product || k == CellOp::squared_distance || k == CellOp::l1_distance ||
+                         k == CellOp::huber_distance || k == CellOp::binary_log_loss;
+        return b.add(two ? make_op(k, {a, pick(b, b.at(a).rows, 1, true)}) : make_op(k, {a}));
+      }
       default: {  // transpose twice: a matrix-shaped detour that ends a column again
         const int t = b.add(make_op(CellOp::transpose, {pick_column(b)}));
         b.hidden[size_t(t)] = true;  // a row vector: not a column for later picks
@@ -578,6 +614,20 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
     case CellOp::sum: return sum(a);
     case CellOp::softmax: return softmax(a[0]);
     case CellOp::sum_elements: return sum_elements(a[0]);
+    case CellOp::logsumexp: return edb::logsumexp({a[0], a[1]});
+    case CellOp::average: return edb::average({a[0], a[1]});
+    case CellOp::pairwise_rank_loss: return edb::pairwise_rank_loss(a[0], a[1]);
+    case CellOp::dot_product: return edb::dot_product(a[0], a[1]);
+    case CellOp::squared_distance: return edb::squared_distance(a[0], a[1]);
+    case CellOp::l1_distance: return edb::l1_distance(a[0], a[1]);
+    case CellOp::huber_distance: return edb::huber_distance(a[0], a[1]);
+    case CellOp::squared_norm: return edb::squared_norm(a[0]);
+    case CellOp::sum_dim_rows: return edb::sum_dim(a[0], 0);
+    case CellOp::mean_dim_rows: return edb::mean_dim(a[0], 0);
+    case CellOp::logsumexp_dim_rows: return edb::logsumexp_dim(a[0], 0);
+    case CellOp::hinge: return edb::hinge(a[0], 0);
+    case CellOp::binary_log_loss: return edb::binary_log_loss(edb::sigmoid(a[0]), edb::sigmoid(a[1]));
+    case CellOp::poisson_loss: return edb::poisson_loss(sum_elements(edb::tanh(a[0])), 2);
     case CellOp::transpose: return transpose(a[0]);
     default: break;
   }

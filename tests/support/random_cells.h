@@ -45,6 +45,11 @@ struct CellOp {
     pow,          // pow(sigmoid(args[0]) + 0.5, 2 tanh(args[1])): a base in [0.5, 1.5], an exponent in [-2, 2]
     slice,        // rows [begin, end) of args[0]
     concat, sum, softmax, sum_elements, transpose,
+    logsumexp, average, pairwise_rank_loss,  // of args[0] and args[1] (the loss with margin 1)
+    // To 1x1, of a column args[0] (and args[1] of its shape): sum_dim, mean_dim and logsumexp_dim over
+    // the rows, hinge at row 0, binary_log_loss of their sigmoids, poisson_loss of sum_elements(tanh x), 2.
+    dot_product, squared_distance, l1_distance, huber_distance, squared_norm, sum_dim_rows, mean_dim_rows,
+    logsumexp_dim_rows, hinge, binary_log_loss, poisson_loss,
   };
   Kind kind = input;
   std::vector<int> args;

@@ -71,6 +71,20 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::sum: return "sum({" + list() + "})";
     case CellOp::softmax: return "softmax(" + a[0] + ")";
     case CellOp::sum_elements: return "sum_elements(" + a[0] + ")";
+    case CellOp::logsumexp: return "logsumexp({" + a[0] + ", " + a[1] + "})";
+    case CellOp::average: return "average({" + a[0] + ", " + a[1] + "})";
+    case CellOp::pairwise_rank_loss: return "pairwise_rank_loss(" + a[0] + ", " + a[1] + ")";
+    case CellOp::dot_product: return "dot_product(" + a[0] + ", " + a[1] + ")";
+    case CellOp::squared_distance: return "squared_distance(" + a[0] + ", " + a[1] + ")";
+    case CellOp::l1_distance: return "l1_distance(" + a[0] + ", " + a[1] + ")";
+    case CellOp::huber_distance: return "huber_distance(" + a[0] + ", " + a[1] + ")";
+    case CellOp::squared_norm: return "squared_norm(" + a[0] + ")";
+    case CellOp::sum_dim_rows: return "sum_dim(" + a[0] + ", 0)";
+    case CellOp::mean_dim_rows: return "mean_dim(" + a[0] + ", 0)";
+    case CellOp::logsumexp_dim_rows: return "logsumexp_dim(" + a[0] + ", 0)";
+    case CellOp::hinge: return "hinge(" + a[0] + ", 0)";
+    case CellOp::binary_log_loss: return "binary_log_loss(sigmoid(" + a[0] + "), sigmoid(" + a[1] + "))";
+    case CellOp::poisson_loss: return "poisson_loss(sum_elements(tanh(" + a[0] + ")), 2)";
     case CellOp::transpose: return "transpose(" + a[0] + ")";
     default: break;
   }

@@ -24,7 +24,9 @@ enum class Kind {
   affine1, affine2, matmul, matvec, add, sub, cmult, scale, add_const, tanh, sigmoid, relu, sum,
   concat, slice, softmax, log_softmax, pick, lookup, reshape, exp, log, div, max, min, sum_elements,
   mean_elements, transpose, sqrt, abs, square, cube, softsign, silu, elu, selu, log_sigmoid, erf, sin, cos,
-  sinh, cosh, round, ceil, floor, tan, asinh, acosh, atanh, pow, count
+  sinh, cosh, round, ceil, floor, tan, asinh, acosh, atanh, pow, logsumexp, logsumexp_dim, sum_dim, mean_dim,
+  std_dim, average, dot_product, squared_norm, l2_norm, squared_distance, l1_distance, huber_distance, hinge,
+  binary_log_loss, pairwise_rank_loss, poisson_loss, count
 };
 
 // Row splits whose totals are sizes, for concat.
@@ -302,6 +304,56 @@ class Recorder {
         add(edb::pow(edb::sigmoid(x) + 0.5f, edb::tanh(y) * 2.0f), "pow");
         return;
       }
+      // Issue 46's reductions, distances and losses. std_dim and l2_norm of x plus a fresh input
+      // (never all equal, never all 0: no infinite slope of sqrt at 0), std_dim over a dimension of
+      // two or more.
+      case Kind::logsumexp:
+      case Kind::average:
+      case Kind::dot_product:
+      case Kind::squared_distance:
+      case Kind::l1_distance:
+      case Kind::huber_distance:
+      case Kind::binary_log_loss:
+      case Kind::pairwise_rank_loss: {
+        const size_t a = pick_any();
+        const Expr x = use(a), y = use(pick_shape(nodes_[a].rows, nodes_[a].cols));
+        if (kind == Kind::logsumexp) add(edb::logsumexp({x, y}), "logsumexp");
+        else if (kind == Kind::average) add(edb::average({x, y}), "average");
+        else if (kind == Kind::dot_product) add(edb::dot_product(x, y), "dot_product");
+        else if (kind == Kind::squared_distance) add(edb::squared_distance(x, y), "squared_distance");
+        else if (kind == Kind::l1_distance) add(edb::l1_distance(x, y), "l1_distance");
+        else if (kind == Kind::huber_distance) add(edb::huber_distance(x, y, 0.5f), "huber_distance");
+        else if (kind == Kind::binary_log_loss) add(edb::binary_log_loss(edb::sigmoid(x), edb::sigmoid(y)), "binary_log_loss");
+        else add(edb::pairwise_rank_loss(x, y, 0.5f), "pairwise_rank_loss");
+        return;
+      }
+      case Kind::logsumexp_dim:
+      case Kind::sum_dim:
+      case Kind::mean_dim: {
+        const int dim = s_->below(2);
+        const Expr x = use(pick_any());
+        if (kind == Kind::logsumexp_dim) add(edb::logsumexp_dim(x, dim), "logsumexp_dim");
+        else if (kind == Kind::sum_dim) add(edb::sum_dim(x, dim), "sum_dim");
+        else add(edb::mean_dim(x, dim), "mean_dim");
+        return;
+      }
+      case Kind::std_dim:
+      case Kind::l2_norm: {
+        const size_t a = pick_any();
+        const int rows = nodes_[a].rows, cols = nodes_[a].cols;
+        const Expr x = use(a) + use(input(rows, cols));
+        if (kind == Kind::l2_norm) add(edb::l2_norm(x), "l2_norm");
+        else if (rows > 1 || cols > 1) add(edb::std_dim(x, rows > 1 ? 0 : 1), "std_dim");
+        else add(edb::sum_dim(x, 0), "sum_dim");
+        return;
+      }
+      case Kind::squared_norm: add(edb::squared_norm(use(pick_any())), "squared_norm"); return;
+      case Kind::hinge: {
+        const size_t x = pick_vector();
+        add(edb::hinge(use(x), s_->below(nodes_[x].rows), 0.5f), "hinge");
+        return;
+      }
+      case Kind::poisson_loss: add(edb::poisson_loss(sum_elements(edb::tanh(use(pick_any()))), 3), "poisson_loss"); return;
       case Kind::count: break;
     }
   }

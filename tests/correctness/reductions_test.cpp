@@ -1,0 +1,308 @@
+// The reductions, distances and losses of issue 46, by table: each against its formula in double
+// on small shapes (values to 1e-5 relative) and its gradient against central differences of that
+// formula in double (1e-4), under every executor, alone and inside a cell, over a batch of calls
+// with different inputs. gradient_test.cpp checks each against finite differences of the engine.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+
+#include "tests/support/test_support.h"
+
+namespace edb {
+namespace {
+
+using testing::near_relative;
+using Values = std::vector<double>;  // column-major
+
+struct ReductionCase {
+  std::string name;
+  int rows, cols;    // every argument's shape
+  int arguments;     // 1, 2 or 3
+  int out_rows, out_cols;
+  std::function<Expr(std::span<const Expr>)> op;
+  std::function<Values(const std::vector<Values>&)> value;  // in double
+  double low = -2, high = 2;                                  // the arguments' range
+};
+
+double at(const Values& v, int rows, int r, int c) { return v[size_t(c * rows + r)]; }
+
+Values sum_dim_of(const Values& x, int rows, int cols, int dim, double weight) {
+  Values out(size_t(dim == 0 ? cols : rows), 0.0);
+  for (int c = 0; c < cols; ++c)
+    for (int r = 0; r < rows; ++r) out[size_t(dim == 0 ? c : r)] += weight * at(x, rows, r, c);
+  return out;
+}
+
+Values std_dim_of(const Values& x, int rows, int cols, int dim) {
+  const int n = dim == 0 ? rows : cols;
+  const Values mean = sum_dim_of(x, rows, cols, dim, 1.0 / n);
+  Values out(mean.size(), 0.0);
+  for (int c = 0; c < cols; ++c)
+    for (int r = 0; r < rows; ++r) {
+      const size_t k = size_t(dim == 0 ? c : r);
+      const double d = at(x, rows, r, c) - mean[k];
+      out[k] += d * d / n;
+    }
+  for (double& v : out) v = std::sqrt(v);
+  return out;
+}
+
+Values logsumexp_dim_of(const Values& x, int rows, int cols, int dim) {
+  Values out(size_t(dim == 0 ? cols : rows), 0.0);
+  for (size_t k = 0; k < out.size(); ++k) {
+    double m = -INFINITY, s = 0;
+    for (int j = 0; j < (dim == 0 ? rows : cols); ++j) m = std::max(m, dim == 0 ? at(x, rows, j, int(k)) : at(x, rows, int(k), j));
+    for (int j = 0; j < (dim == 0 ? rows : cols); ++j) s += std::exp((dim == 0 ? at(x, rows, j, int(k)) : at(x, rows, int(k), j)) - m);
+    out[k] = m + std::log(s);
+  }
+  return out;
+}
+
+Values elementwise_sum(const std::vector<Values>& xs, const std::function<double(const std::vector<double>&)>& f) {
+  double total = 0;
+  for (size_t i = 0; i < xs[0].size(); ++i) {
+    std::vector<double> point;
+    for (const Values& x : xs) point.push_back(x[i]);
+    total += f(point);
+  }
+  return {total};
+}
+
+double huber(double d, double c) {
+  const double e = std::fabs(d);
+  return e < c ? e * e : c * (2 * e - c);
+}
+
+const std::vector<ReductionCase>& reduction_cases() {
+  static const std::vector<ReductionCase> cases = [] {
+    std::vector<ReductionCase> c;
+    c.push_back({"logsumexp of 3", 3, 2, 3, 3, 2, [](std::span<const Expr> x) { return logsumexp({x[0], x[1], x[2]}); },
+                 [](const std::vector<Values>& x) {
+                   Values out(x[0].size());
+                   for (size_t i = 0; i < out.size(); ++i)
+                     out[i] = std::log(std::exp(x[0][i]) + std::exp(x[1][i]) + std::exp(x[2][i]));
+                   return out;
+                 }, -4, 4});
+    for (int dim : {0, 1}) {
+      const std::string d = " dim " + std::to_string(dim);
+      const int out_rows = dim == 0 ? 1 : 3, out_cols = dim == 0 ? 4 : 1;
+      c.push_back({"logsumexp_dim" + d, 3, 4, 1, out_rows, out_cols, [dim](std::span<const Expr> x) { return logsumexp_dim(x[0], dim); },
+                   [dim](const std::vector<Values>& x) { return logsumexp_dim_of(x[0], 3, 4, dim); }, -4, 4});
+      c.push_back({"sum_dim" + d, 3, 4, 1, out_rows, out_cols, [dim](std::span<const Expr> x) { return sum_dim(x[0], dim); },
+                   [dim](const std::vector<Values>& x) { return sum_dim_of(x[0], 3, 4, dim, 1.0); }});
+      c.push_back({"mean_dim" + d, 3, 4, 1, out_rows, out_cols, [dim](std::span<const Expr> x) { return mean_dim(x[0], dim); },
+                   [dim](const std::vector<Values>& x) { return sum_dim_of(x[0], 3, 4, dim, dim == 0 ? 1.0 / 3 : 0.25); }});
+      c.push_back({"std_dim" + d, 3, 4, 1, out_rows, out_cols, [dim](std::span<const Expr> x) { return std_dim(x[0], dim); },
+                   [dim](const std::vector<Values>& x) { return std_dim_of(x[0], 3, 4, dim); }});
+    }
+    c.push_back({"average of 3", 4, 1, 3, 4, 1, [](std::span<const Expr> x) { return average({x[0], x[1], x[2]}); },
+                 [](const std::vector<Values>& x) {
+                   Values out(x[0].size());
+                   for (size_t i = 0; i < out.size(); ++i) out[i] = (x[0][i] + x[1][i] + x[2][i]) / 3;
+                   return out;
+                 }});
+    c.push_back({"dot_product", 5, 1, 2, 1, 1, [](std::span<const Expr> x) { return dot_product(x[0], x[1]); },
+                 [](const std::vector<Values>& x) { return elementwise_sum(x, [](const std::vector<double>& p) { return p[0] * p[1]; }); }});
+    c.push_back({"squared_norm", 5, 1, 1, 1, 1, [](std::span<const Expr> x) { return squared_norm(x[0]); },
+                 [](const std::vector<Values>& x) { return elementwise_sum(x, [](const std::vector<double>& p) { return p[0] * p[0]; }); }});
+    c.push_back({"l2_norm", 3, 2, 1, 1, 1, [](std::span<const Expr> x) { return l2_norm(x[0]); },
+                 [](const std::vector<Values>& x) {
+                   return Values{std::sqrt(elementwise_sum(x, [](const std::vector<double>& p) { return p[0] * p[0]; })[0])};
+                 }});
+    c.push_back({"squared_distance", 5, 1, 2, 1, 1, [](std::span<const Expr> x) { return squared_distance(x[0], x[1]); },
+                 [](const std::vector<Values>& x) {
+                   return elementwise_sum(x, [](const std::vector<double>& p) { return (p[0] - p[1]) * (p[0] - p[1]); });
+                 }});
+    c.push_back({"l1_distance", 5, 1, 2, 1, 1, [](std::span<const Expr> x) { return l1_distance(x[0], x[1]); },
+                 [](const std::vector<Values>& x) {
+                   return elementwise_sum(x, [](const std::vector<double>& p) { return std::fabs(p[0] - p[1]); });
+                 }});
+    c.push_back({"huber_distance", 6, 1, 2, 1, 1, [](std::span<const Expr> x) { return huber_distance(x[0], x[1]); },
+                 [](const std::vector<Values>& x) {
+                   return elementwise_sum(x, [](const std::vector<double>& p) { return huber(p[0] - p[1], 1.345); });
+                 }});
+    c.push_back({"huber_distance with c 0.5", 6, 1, 2, 1, 1, [](std::span<const Expr> x) { return huber_distance(x[0], x[1], 0.5f); },
+                 [](const std::vector<Values>& x) {
+                   return elementwise_sum(x, [](const std::vector<double>& p) { return huber(p[0] - p[1], 0.5); });
+                 }});
+    c.push_back({"hinge", 5, 1, 1, 1, 1, [](std::span<const Expr> x) { return hinge(x[0], 2); },
+                 [](const std::vector<Values>& x) {
+                   double total = 0;
+                   for (int i = 0; i < 5; ++i)
+                     if (i != 2) total += std::max(0.0, 1.0 - x[0][2] + x[0][size_t(i)]);
+                   return Values{total};
+                 }});
+    c.push_back({"hinge with margin 0.5", 4, 1, 1, 1, 1, [](std::span<const Expr> x) { return hinge(x[0], 0, 0.5f); },
+                 [](const std::vector<Values>& x) {
+                   double total = 0;
+                   for (int i = 1; i < 4; ++i) total += std::max(0.0, 0.5 - x[0][0] + x[0][size_t(i)]);
+                   return Values{total};
+                 }});
+    // binary_log_loss of probabilities: sigmoid of the arguments.
+    c.push_back({"binary_log_loss", 2, 3, 2, 1, 1,
+                 [](std::span<const Expr> x) { return binary_log_loss(sigmoid(x[0]), sigmoid(x[1])); },
+                 [](const std::vector<Values>& x) {
+                   return elementwise_sum(x, [](const std::vector<double>& p) {
+                     const double q = 1 / (1 + std::exp(-p[0])), y = 1 / (1 + std::exp(-p[1]));
+                     return -(y * std::log(q) + (1 - y) * std::log(1 - q));
+                   });
+                 }, -3, 3});
+    c.push_back({"pairwise_rank_loss", 4, 1, 2, 4, 1, [](std::span<const Expr> x) { return pairwise_rank_loss(x[0], x[1]); },
+                 [](const std::vector<Values>& x) {
+                   Values out(x[0].size());
+                   for (size_t i = 0; i < out.size(); ++i) out[i] = std::max(0.0, 1.0 - x[0][i] + x[1][i]);
+                   return out;
+                 }});
+    c.push_back({"pairwise_rank_loss with margin 0.25", 4, 1, 2, 4, 1,
+                 [](std::span<const Expr> x) { return pairwise_rank_loss(x[0], x[1], 0.25f); },
+                 [](const std::vector<Values>& x) {
+                   Values out(x[0].size());
+                   for (size_t i = 0; i < out.size(); ++i) out[i] = std::max(0.0, 0.25 - x[0][i] + x[1][i]);
+                   return out;
+                 }});
+    c.push_back({"poisson_loss", 1, 1, 1, 1, 1, [](std::span<const Expr> x) { return poisson_loss(x[0], 3); },
+                 [](const std::vector<Values>& x) { return Values{std::exp(x[0][0]) - 3 * x[0][0] + std::lgamma(4.0)}; }});
+    return c;
+  }();
+  return cases;
+}
+
+constexpr int kCalls = 6;
+
+// Argument a of call i, element k: spread over [low, high] (a golden-ratio sequence per argument).
+float argument_value(const ReductionCase& c, int a, int i, int k) {
+  const int size = c.rows * c.cols;
+  const double u = std::fmod(0.137 + 0.31 * a + 0.6180339887 * double((i * c.arguments + a) * size + k), 1.0);
+  return float(c.low + (c.high - c.low) * u);
+}
+
+// The weight of output element k in the loss, so each element's gradient differs.
+double loss_weight(int k) { return 0.7 - 0.45 * (k % 4) + 0.1 * k; }
+
+std::vector<Values> arguments_of(const ReductionCase& c, int i) {
+  std::vector<Values> x(size_t(c.arguments));
+  for (int a = 0; a < c.arguments; ++a)
+    for (int k = 0; k < c.rows * c.cols; ++k) x[size_t(a)].push_back(argument_value(c, a, i, k));
+  return x;
+}
+
+double loss_of(const ReductionCase& c, const std::vector<Values>& x) {
+  const Values y = c.value(x);
+  double loss = 0;
+  for (size_t k = 0; k < y.size(); ++k) loss += loss_weight(int(k)) * y[k];
+  return loss;
+}
+
+struct Outcome {
+  std::vector<Tensor> plain, celled;
+  Gradients gradients;
+};
+
+// Call i's arguments are lookups (entry i for the plain op, kCalls + i for the cell's call), each
+// reshaped to rows x cols; each output is weighed into the loss.
+Outcome run(const ReductionCase& c, const std::string& executor, bool cells, const std::vector<LookupTable>& tables) {
+  EngineOptions options = testing::checked_options(executor);
+  options.cells = cells;
+  Engine engine(options);
+  const int size = c.rows * c.cols, out_size = c.out_rows * c.out_cols;
+  const std::vector<std::pair<int, int>> shapes(size_t(c.arguments), {size, 1});
+  const Cell cell("reduction_" + c.name, shapes, [&c, out_size](Trace&, std::span<const Expr> in) {
+    std::vector<Expr> x;
+    for (const Expr& e : in) x.push_back(reshape(e, c.rows, c.cols));
+    return std::vector<Expr>{reshape(c.op(x), out_size, 1) * 1.0f};
+  });
+  std::vector<float> weights;
+  for (int k = 0; k < out_size; ++k) weights.push_back(float(loss_weight(k)));
+  Outcome result;
+  Trace trace(engine);
+  const Expr w = trace.input(1, out_size, weights);
+  std::vector<Expr> plain, celled, terms;
+  for (int i = 0; i < kCalls; ++i) {
+    std::vector<Expr> x, y;
+    for (int a = 0; a < c.arguments; ++a) {
+      x.push_back(reshape(trace.lookup(tables[size_t(a)], i), c.rows, c.cols));
+      y.push_back(trace.lookup(tables[size_t(a)], kCalls + i));
+    }
+    plain.push_back(reshape(c.op(x), out_size, 1));
+    celled.push_back(cell(trace, y)[0]);
+    terms.push_back(matmul(w, plain.back()));
+    terms.push_back(matmul(w, celled.back()));
+  }
+  result.gradients = trace.backward(sum(terms));
+  for (int i = 0; i < kCalls; ++i) {
+    result.plain.push_back(plain[size_t(i)].value());
+    result.celled.push_back(celled[size_t(i)].value());
+  }
+  return result;
+}
+
+TEST(Reductions, ValuesAndGradientsMatchDoublePrecisionUnderEveryExecutorInAndOutOfCells) {
+  testing::TempDir cache;
+  for (const ReductionCase& c : reduction_cases()) {
+    Model model("reduction");
+    std::vector<LookupTable> tables;
+    const int size = c.rows * c.cols;
+    for (int a = 0; a < c.arguments; ++a) {
+      tables.push_back(model.add_lookup("X" + std::to_string(a), 2 * kCalls, size));
+      for (int i = 0; i < 2 * kCalls; ++i)
+        for (int k = 0; k < size; ++k) tables.back().values()[size_t(i * size + k)] = argument_value(c, a, i % kCalls, k);
+    }
+    for (const char* executor : {"reference", "batched", "jit"})
+      for (bool cells : {false, true}) {
+        const std::string where = c.name + " " + executor + (cells ? " cells on" : " cells off");
+        const Outcome r = run(c, executor, cells, tables);
+        for (int i = 0; i < kCalls; ++i) {
+          const Values want = c.value(arguments_of(c, i));
+          Tensor expected{int(want.size()), 1, std::vector<float>(want.begin(), want.end())};
+          EXPECT_TRUE(near_relative(r.plain[size_t(i)], expected)) << where << " call " << i;
+          EXPECT_TRUE(near_relative(r.celled[size_t(i)], expected)) << where << " call " << i << " in the cell";
+        }
+        for (int a = 0; a < c.arguments; ++a) {
+          const Gradients::Rows* rows = r.gradients.of(tables[size_t(a)]);
+          ASSERT_NE(rows, nullptr) << where;
+          ASSERT_EQ(rows->entries.size(), size_t(2 * kCalls)) << where;
+          for (size_t e = 0; e < rows->entries.size(); ++e) {
+            const int call = int(rows->entries[e] % kCalls);
+            for (int k = 0; k < size; ++k) {
+              std::vector<Values> x = arguments_of(c, call);
+              const double h = 1e-6, v = x[size_t(a)][size_t(k)];
+              x[size_t(a)][size_t(k)] = v + h;
+              const double up = loss_of(c, x);
+              x[size_t(a)][size_t(k)] = v - h;
+              const double down = loss_of(c, x);
+              EXPECT_TRUE(near_relative(rows->gradients[e * size_t(size) + size_t(k)], (up - down) / (2 * h), 1e-4))
+                  << where << " argument " << a << " entry " << rows->entries[e] << " element " << k;
+            }
+          }
+        }
+      }
+  }
+}
+
+TEST(Reductions, ArgumentsAreCheckedWhenRecordedUnderTheFunctionsName) {
+  Engine engine;
+  Trace trace(engine);
+  const Expr x = trace.input(2, 3, std::vector<float>(6, 1.0f)), y = trace.input({1.0f, 2.0f});
+  EXPECT_EQ(testing::usage_error([&] { sum_dim(x, 2); }), "edb::sum_dim(): dim is 2; expected 0 (over the rows) or 1 (over the columns)");
+  EXPECT_EQ(testing::usage_error([&] { std_dim(x, -1); }), "edb::std_dim(): dim is -1; expected 0 (over the rows) or 1 (over the columns)");
+  EXPECT_EQ(testing::usage_error([&] { dot_product(x, y); }), "edb::dot_product(): argument 2 is 2x1 but argument 1 is 2x3");
+  EXPECT_EQ(testing::usage_error([&] { logsumexp({x, y}); }), "edb::logsumexp(): argument 2 is 2x1 but argument 1 is 2x3");
+  EXPECT_EQ(testing::usage_error([&] { average(std::span<const Expr>()); }), "edb::average(): needs at least one expression");
+  EXPECT_EQ(testing::usage_error([&] { l1_distance(y, Expr()); }), "edb::l1_distance(): the expression is empty (default-constructed)");
+  EXPECT_EQ(testing::usage_error([&] { huber_distance(y, y, 0.0f); }), "edb::huber_distance(): c is 0.000000; expected a finite number above 0");
+  EXPECT_EQ(testing::usage_error([&] { squared_norm(Expr()); }), "edb::squared_norm(): the expression is empty (default-constructed)");
+  EXPECT_EQ(testing::usage_error([&] { hinge(x, 0); }), "edb::hinge(): x is 2x3; expected a column (rows x 1)");
+  EXPECT_EQ(testing::usage_error([&] { hinge(y, 2); }), "edb::hinge(): index 2 is outside x's 2 rows");
+  EXPECT_EQ(testing::usage_error([&] { hinge(y, 0, INFINITY); }), "edb::hinge(): margin is inf; expected a finite number");
+  EXPECT_EQ(testing::usage_error([&] { binary_log_loss(x, y); }), "edb::binary_log_loss(): argument 2 is 2x1 but argument 1 is 2x3");
+  EXPECT_EQ(testing::usage_error([&] { pairwise_rank_loss(y, x); }), "edb::pairwise_rank_loss(): argument 2 is 2x3 but argument 1 is 2x1");
+  EXPECT_EQ(testing::usage_error([&] { poisson_loss(y, 2); }), "edb::poisson_loss(): log_lambda is 2x1; expected 1x1");
+}
+
+}  // namespace
+}  // namespace edb
