@@ -1,6 +1,7 @@
-// The reductions, distances and losses of DyNet's list (issue 46), composed from batched ops when
-// recorded: each checks its arguments under its own name, then records the ops that compute it
-// (their backward rules give its gradient). docs/guide.md says which ops each one records.
+// The reductions, distances, losses, selections and normalisations of DyNet's list (issue 46),
+// composed from batched ops when recorded: each checks its arguments under its own name, then
+// records the ops that compute it (their backward rules give its gradient). docs/guide.md says
+// which ops each one records.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -35,11 +36,15 @@ void check_dim(const char* function, int dim) {
                      "; expected 0 (over the rows) or 1 (over the columns)");
 }
 
-// A rows x cols input of one value, in x's trace (inside a cell body, a constant of the body).
-Expr filled(TraceState& s, int rows, int cols, float value) {
+// A rows x cols input of these values (column-major) in x's trace: inside a cell body, a constant
+// of the body.
+Expr constant(TraceState& s, int rows, int cols, std::span<const float> values) {
   ir::Attributes attrs;
-  attrs.index = s.data.graph.add_constants(std::vector<float>(size_t(rows) * size_t(cols), value));
+  attrs.index = s.data.graph.add_constants(values);
   return s.add(ir::Op::input, {}, ir::Shape{rows, cols}, attrs);
+}
+Expr filled(TraceState& s, int rows, int cols, float value) {
+  return constant(s, rows, cols, std::vector<float>(size_t(rows) * size_t(cols), value));
 }
 
 // The sum over one dimension with each term weighted by `weight`: a product with a row or a
@@ -159,12 +164,7 @@ Expr hinge(const Expr& x, int64_t index, float margin) {
     differences[size_t(index) * size_t(rows) + size_t(r)] -= 1.0f;       // column index, row r
   }
   others[size_t(index)] = 0.0f;
-  ir::Attributes attrs;
-  attrs.index = s.data.graph.add_constants(differences);
-  const Expr difference_matrix = s.add(ir::Op::input, {}, ir::Shape{rows, rows}, attrs);
-  attrs.index = s.data.graph.add_constants(others);
-  const Expr other_rows = s.add(ir::Op::input, {}, ir::Shape{1, rows}, attrs);
-  return matmul(other_rows, relu(matmul(difference_matrix, x) + margin));
+  return matmul(constant(s, 1, rows, others), relu(matmul(constant(s, rows, rows, differences), x) + margin));
 }
 
 Expr binary_log_loss(const Expr& x, const Expr& y) {
@@ -187,6 +187,77 @@ Expr poisson_loss(const Expr& log_lambda, unsigned count) {
     throw UsageError("edb::poisson_loss(): log_lambda is " + shape_text(log_lambda) + "; expected 1x1");
   // -log(lambda^k e^-lambda / k!) = e^x - k x + log(k!), x = log(lambda).
   return (exp(log_lambda) + log_lambda * -float(count)) + float(std::lgamma(double(count) + 1.0));
+}
+
+namespace {
+
+// The rows `rows` of x, in that order: a constant k x rows selection matrix times x.
+Expr selected_rows(const char* function, const Expr& x, std::span<const int> rows) {
+  TraceState& s = TraceState::of(x, function);
+  if (rows.empty()) throw UsageError(std::string(function) + ": needs at least one row");
+  const size_t k = rows.size();
+  std::vector<float> selection(k * size_t(x.rows()), 0.0f);
+  for (size_t j = 0; j < k; ++j) {
+    if (rows[j] < 0 || rows[j] >= x.rows())
+      throw UsageError(std::string(function) + ": row " + std::to_string(rows[j]) + " is outside x's " +
+                       std::to_string(x.rows()) + " rows");
+    selection[size_t(rows[j]) * k + j] = 1.0f;
+  }
+  return matmul(constant(s, int(k), x.rows(), selection), x);
+}
+
+// A 1x1 value spread over rows x cols (a product with constant ones on each side needed).
+Expr spread_scalar(TraceState& s, const Expr& scalar, int rows, int cols) {
+  Expr out = rows > 1 ? matmul(filled(s, rows, 1, 1.0f), scalar) : scalar;
+  return cols > 1 ? matmul(out, filled(s, 1, cols, 1.0f)) : out;
+}
+
+}  // namespace
+
+Expr select_rows(const Expr& x, std::span<const int> rows) { return selected_rows("edb::select_rows()", x, rows); }
+Expr select_rows(const Expr& x, std::initializer_list<int> rows) {
+  return selected_rows("edb::select_rows()", x, std::span<const int>(rows.begin(), rows.size()));
+}
+
+Expr select_cols(const Expr& x, std::span<const int> cols) {
+  TraceState& s = TraceState::of(x, "edb::select_cols()");
+  if (cols.empty()) throw UsageError("edb::select_cols(): needs at least one column");
+  const size_t n = size_t(x.cols());
+  std::vector<float> selection(n * cols.size(), 0.0f);
+  for (size_t j = 0; j < cols.size(); ++j) {
+    if (cols[j] < 0 || cols[j] >= x.cols())
+      throw UsageError("edb::select_cols(): column " + std::to_string(cols[j]) + " is outside x's " +
+                       std::to_string(x.cols()) + " columns");
+    selection[j * n + size_t(cols[j])] = 1.0f;
+  }
+  return matmul(x, constant(s, x.cols(), int(cols.size()), selection));
+}
+Expr select_cols(const Expr& x, std::initializer_list<int> cols) {
+  return select_cols(x, std::span<const int>(cols.begin(), cols.size()));
+}
+
+Expr pick(const Expr& x, int index) {
+  const int rows[] = {index};
+  return selected_rows("edb::pick()", x, rows);
+}
+
+Expr layer_norm(const Expr& x, const Expr& g, const Expr& b) {
+  const Expr args[] = {x, g, b};
+  TraceState& s = same_shapes("edb::layer_norm()", args);
+  if (x.cols() != 1) throw UsageError("edb::layer_norm(): x is " + shape_text(x) + "; expected a column (rows x 1)");
+  // DyNet's: g (x - mean) / (std + 1e-8) + b, the mean and the population std over x's rows.
+  const int rows = x.rows();
+  const Expr centered = x - spread_scalar(s, mean_dim(x, 0), rows, 1);
+  const Expr deviation = sqrt(mean_dim(square(centered), 0)) + 1e-8f;
+  return cmult(g, div(centered, spread_scalar(s, deviation, rows, 1))) + b;
+}
+
+Expr weight_norm(const Expr& w, const Expr& g) {
+  TraceState& s = TraceState::of(w, "edb::weight_norm()");
+  TraceState::of(g, "edb::weight_norm()");
+  if (g.rows() != 1 || g.cols() != 1)
+    throw UsageError("edb::weight_norm(): g is " + shape_text(g) + "; expected 1x1");
+  return cmult(w, spread_scalar(s, div(g, sqrt(sum_elements(square(w)))), w.rows(), w.cols()));
 }
 
 }  // namespace edb

@@ -427,6 +427,16 @@ Expr binary_log_loss(const Expr& x, const Expr& y);
 Expr pairwise_rank_loss(const Expr& x, const Expr& y, float margin = 1.0f);  // max(0, margin - x + y) elementwise
 // -log Poisson(count; lambda) = lambda - count log(lambda) + log(count!), lambda = e^log_lambda; 1x1.
 Expr poisson_loss(const Expr& log_lambda, unsigned count);
+// Rows (columns) of x in the order given, repeats allowed: a product with a constant selection matrix.
+Expr select_rows(const Expr& x, std::span<const int> rows);
+Expr select_rows(const Expr& x, std::initializer_list<int> rows);
+Expr select_cols(const Expr& x, std::span<const int> cols);
+Expr select_cols(const Expr& x, std::initializer_list<int> cols);
+Expr pick(const Expr& x, int index);  // row `index` of x, 1 x cols (of a column, its element, 1x1)
+// g (x - mean) / (std + 1e-8) + b over x's rows (DyNet's); x, g, b columns of one shape. NaN
+// gradients where all of x's values are equal (std's infinite slope at 0).
+Expr layer_norm(const Expr& x, const Expr& g, const Expr& b);
+Expr weight_norm(const Expr& w, const Expr& g);  // w g / ||w||, g 1x1 (Salimans and Kingma's)
 
 // Dropout's mode, chosen by the caller (one value for a trace, typically): inference, or training
 // with a seed. The same seed and the same recorded trace give the same masks.

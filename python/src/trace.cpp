@@ -399,6 +399,19 @@ void bind_ops(py::module_& m) {
         py::arg("x"), py::arg("y"), py::arg("margin") = 1.0f, "max(0, margin - x + y), elementwise.");
   m.def("poisson_loss", [](const PyExpr& x, unsigned count) { return unary(x, [count](auto& v) { return edb::poisson_loss(v, count); }); },
         py::arg("log_lambda"), py::arg("count"), "e^x - count x + log(count!), 1x1 (x = log lambda, 1x1).");
+  m.def("select_rows", [](const PyExpr& x, std::vector<int> rows) { return unary(x, [&](auto& v) { return edb::select_rows(v, rows); }); },
+        py::arg("x"), py::arg("rows"), "Rows of x in the order given (repeats allowed).");
+  m.def("select_cols", [](const PyExpr& x, std::vector<int> cols) { return unary(x, [&](auto& v) { return edb::select_cols(v, cols); }); },
+        py::arg("x"), py::arg("cols"), "Columns of x in the order given (repeats allowed).");
+  m.def("pick", [](const PyExpr& x, int index) { return unary(x, [=](auto& v) { return edb::pick(v, index); }); },
+        py::arg("x"), py::arg("index"), "Row index of x, 1 x cols (of a column, its element).");
+  m.def("layer_norm", [](const PyExpr& x, const PyExpr& g, const PyExpr& b) {
+          EngineLock lock(*x.engine);
+          return PyExpr{edb::layer_norm(x.expr, g.expr, b.expr), x.engine};
+        },
+        py::arg("x"), py::arg("g"), py::arg("b"), "g (x - mean) / (std + 1e-8) + b over x's rows.");
+  m.def("weight_norm", [](const PyExpr& w, const PyExpr& g) { return binary(w, g, [](auto& a, auto& b) { return edb::weight_norm(a, b); }); },
+        py::arg("w"), py::arg("g"), "w g / ||w||, g 1x1.");
   m.def(
       "dropout",
       [](const PyExpr& x, float p, bool training, uint64_t seed) {

@@ -325,3 +325,19 @@ def test_reduction_gradients(engine):
         g = t.backward(edbatch.sum_elements(edbatch.logsumexp_dim(t.param(W), 1)))
         e = np.exp(w - w.max(axis=1, keepdims=True))
         np.testing.assert_allclose(g.of(W), e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+def test_selections_and_normalisations(engine):
+    a, u, gv, bv = rand(3, 4), rand(5, 1), rand(5, 1), rand(5, 1)
+    with edbatch.Trace(engine) as t:
+        x, p = t.input(a), t.input(u)
+        close(edbatch.select_rows(x, [2, 0, 2]).value(), a[[2, 0, 2], :])
+        close(edbatch.select_cols(x, [3, 1]).value(), a[:, [3, 1]])
+        close(edbatch.pick(x, 1).value(), a[1:2, :])
+        assert edbatch.pick(p, 3).scalar() == pytest.approx(float(u[3, 0]))
+        d = u.astype(np.float64) - u.mean()
+        close(edbatch.layer_norm(p, t.input(gv), t.input(bv)).value(), gv * d / (np.sqrt((d * d).mean()) + 1e-8) + bv)
+        g = t.input([1.5])
+        close(edbatch.weight_norm(x, g).value(), a * 1.5 / np.sqrt((a.astype(np.float64) ** 2).sum()))
+        with pytest.raises(edbatch.UsageError, match=r"edb::select_rows\(\): row 3 is outside x's 3 rows"):
+            edbatch.select_rows(x, [3])

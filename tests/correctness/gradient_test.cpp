@@ -153,6 +153,12 @@ std::vector<OpCase> op_cases() {
       {"binary_log_loss", [=](Trace& t, Model& m) { return binary_log_loss(sigmoid(P(t, m, "W") * 3.0f), sigmoid(P(t, m, "V"))); }},
       {"pairwise_rank_loss", [=](Trace& t, Model& m) { return pairwise_rank_loss(P(t, m, "W"), P(t, m, "V"), 0.17f); }},
       {"poisson_loss", [=](Trace& t, Model& m) { return poisson_loss(sum_elements(P(t, m, "W")), 3); }},
+      {"select_rows", [=](Trace& t, Model& m) { return select_rows(tanh(P(t, m, "W")), {3, 1, 3}); }},
+      {"select_cols", [=](Trace& t, Model& m) { return select_cols(tanh(P(t, m, "W")), {2, 0}); }},
+      {"pick of a vector", [=](Trace& t, Model& m) { return pick(tanh(P(t, m, "b")), 2); }},
+      {"pick of a row", [=](Trace& t, Model& m) { return pick(P(t, m, "W"), 1); }},
+      {"layer_norm", [=](Trace& t, Model& m) { return layer_norm(P(t, m, "b") * 2.0f, tanh(P(t, m, "b")) + 1.0f, P(t, m, "b") * 0.5f); }},
+      {"weight_norm", [=](Trace& t, Model& m) { return weight_norm(P(t, m, "W"), sum_elements(P(t, m, "X"))); }},
       {"dropout in training", [=](Trace& t, Model& m) {
          return dropout(tanh(P(t, m, "W")), 0.5f, {.training = true, .seed = 7});
        }},

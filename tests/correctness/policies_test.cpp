@@ -217,7 +217,8 @@ TEST(RandomDag, SeedsCoverEveryOpSinksAndFanOut) {
                                        "logsumexp", "logsumexp_dim", "sum_dim", "mean_dim", "std_dim", "average",
                                        "dot_product", "squared_norm", "l2_norm", "squared_distance", "l1_distance",
                                        "huber_distance", "hinge", "binary_log_loss", "pairwise_rank_loss",
-                                       "poisson_loss"};
+                                       "poisson_loss", "select_rows", "select_cols", "pick", "layer_norm",
+                                       "weight_norm"};
   EXPECT_EQ(ops, every);
   EXPECT_GE(op_nodes, instances * 10);
   EXPECT_LE(op_nodes, instances * 22);

@@ -167,6 +167,49 @@ const std::vector<ReductionCase>& reduction_cases() {
                  }});
     c.push_back({"poisson_loss", 1, 1, 1, 1, 1, [](std::span<const Expr> x) { return poisson_loss(x[0], 3); },
                  [](const std::vector<Values>& x) { return Values{std::exp(x[0][0]) - 3 * x[0][0] + std::lgamma(4.0)}; }});
+    // Issue 46's selections and normalisations.
+    c.push_back({"select_rows", 3, 4, 1, 3, 4, [](std::span<const Expr> x) { return select_rows(x[0], {2, 0, 2}); },
+                 [](const std::vector<Values>& x) {
+                   Values out;
+                   for (int col = 0; col < 4; ++col)
+                     for (int r : {2, 0, 2}) out.push_back(at(x[0], 3, r, col));
+                   return out;
+                 }});
+    c.push_back({"select_cols", 3, 4, 1, 3, 2, [](std::span<const Expr> x) { return select_cols(x[0], {3, 1}); },
+                 [](const std::vector<Values>& x) {
+                   Values out;
+                   for (int col : {3, 1})
+                     for (int r = 0; r < 3; ++r) out.push_back(at(x[0], 3, r, col));
+                   return out;
+                 }});
+    c.push_back({"pick of a column", 4, 1, 1, 1, 1, [](std::span<const Expr> x) { return pick(x[0], 1); },
+                 [](const std::vector<Values>& x) { return Values{x[0][1]}; }});
+    c.push_back({"pick of a matrix's row", 3, 4, 1, 1, 4, [](std::span<const Expr> x) { return pick(x[0], 2); },
+                 [](const std::vector<Values>& x) {
+                   Values out;
+                   for (int col = 0; col < 4; ++col) out.push_back(at(x[0], 3, 2, col));
+                   return out;
+                 }});
+    c.push_back({"layer_norm", 5, 1, 3, 5, 1, [](std::span<const Expr> x) { return layer_norm(x[0], x[1], x[2]); },
+                 [](const std::vector<Values>& x) {
+                   const Values mean = sum_dim_of(x[0], 5, 1, 0, 0.2), std = std_dim_of(x[0], 5, 1, 0);
+                   Values out;
+                   for (int r = 0; r < 5; ++r) out.push_back(x[1][size_t(r)] * (x[0][size_t(r)] - mean[0]) / (std[0] + 1e-8) + x[2][size_t(r)]);
+                   return out;
+                 }});
+    // weight_norm's g (1x1) from the second argument: the sum of its values.
+    c.push_back({"weight_norm", 3, 2, 2, 3, 2,
+                 [](std::span<const Expr> x) { return weight_norm(x[0], sum_elements(x[1])); },
+                 [](const std::vector<Values>& x) {
+                   double norm = 0, g = 0;
+                   for (size_t i = 0; i < x[0].size(); ++i) {
+                     norm += x[0][i] * x[0][i];
+                     g += x[1][i];
+                   }
+                   Values out;
+                   for (double w : x[0]) out.push_back(w * g / std::sqrt(norm));
+                   return out;
+                 }});
     return c;
   }();
   return cases;
@@ -302,6 +345,13 @@ TEST(Reductions, ArgumentsAreCheckedWhenRecordedUnderTheFunctionsName) {
   EXPECT_EQ(testing::usage_error([&] { binary_log_loss(x, y); }), "edb::binary_log_loss(): argument 2 is 2x1 but argument 1 is 2x3");
   EXPECT_EQ(testing::usage_error([&] { pairwise_rank_loss(y, x); }), "edb::pairwise_rank_loss(): argument 2 is 2x3 but argument 1 is 2x1");
   EXPECT_EQ(testing::usage_error([&] { poisson_loss(y, 2); }), "edb::poisson_loss(): log_lambda is 2x1; expected 1x1");
+  EXPECT_EQ(testing::usage_error([&] { select_rows(x, {0, 2}); }), "edb::select_rows(): row 2 is outside x's 2 rows");
+  EXPECT_EQ(testing::usage_error([&] { select_rows(x, std::span<const int>()); }), "edb::select_rows(): needs at least one row");
+  EXPECT_EQ(testing::usage_error([&] { select_cols(x, {3}); }), "edb::select_cols(): column 3 is outside x's 3 columns");
+  EXPECT_EQ(testing::usage_error([&] { pick(y, -1); }), "edb::pick(): row -1 is outside x's 2 rows");
+  EXPECT_EQ(testing::usage_error([&] { layer_norm(x, x, x); }), "edb::layer_norm(): x is 2x3; expected a column (rows x 1)");
+  EXPECT_EQ(testing::usage_error([&] { layer_norm(y, y, x); }), "edb::layer_norm(): argument 3 is 2x3 but argument 1 is 2x1");
+  EXPECT_EQ(testing::usage_error([&] { weight_norm(x, y); }), "edb::weight_norm(): g is 2x1; expected 1x1");
 }
 
 }  // namespace

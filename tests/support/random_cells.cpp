@@ -91,6 +91,7 @@ const char* op_name(CellOp::Kind k) {
     case CellOp::hinge: return "hinge";
     case CellOp::binary_log_loss: return "binary_log_loss";
     case CellOp::poisson_loss: return "poisson_loss";
+    case CellOp::pick: return "pick";
     case CellOp::transpose: return "transpose";
   }
   return "?";
@@ -120,7 +121,8 @@ std::pair<int, int> shape_of(const CellOp& op, const std::vector<CellOp>& list) 
     case CellOp::logsumexp_dim_rows:
     case CellOp::hinge:
     case CellOp::binary_log_loss:
-    case CellOp::poisson_loss: return {1, 1};
+    case CellOp::poisson_loss:
+    case CellOp::pick: return {1, 1};
     case CellOp::transpose: return {cols(0), rows(0)};
     default: return {rows(0), cols(0)};
   }
@@ -372,7 +374,8 @@ class Generator {
         static constexpr CellOp::Kind kToScalar[] = {
             CellOp::sum_elements, CellOp::dot_product,  CellOp::squared_distance, CellOp::l1_distance,
             CellOp::huber_distance, CellOp::squared_norm, CellOp::sum_dim_rows,   CellOp::mean_dim_rows,
-            CellOp::logsumexp_dim_rows, CellOp::hinge,  CellOp::binary_log_loss,  CellOp::poisson_loss};
+            CellOp::logsumexp_dim_rows, CellOp::hinge,  CellOp::binary_log_loss,  CellOp::poisson_loss,
+            CellOp::pick};
         const CellOp::Kind k = kToScalar[r_.below(int(std::size(kToScalar)))];
         const int a = pick_column(b);
         const bool two = k == CellOp::dot_product || k == CellOp::squared_distance || k == CellOp::l1_distance ||
@@ -628,6 +631,7 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
     case CellOp::hinge: return edb::hinge(a[0], 0);
     case CellOp::binary_log_loss: return edb::binary_log_loss(edb::sigmoid(a[0]), edb::sigmoid(a[1]));
     case CellOp::poisson_loss: return edb::poisson_loss(sum_elements(edb::tanh(a[0])), 2);
+    case CellOp::pick: return edb::pick(a[0], 0);
     case CellOp::transpose: return transpose(a[0]);
     default: break;
   }

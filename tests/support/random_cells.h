@@ -49,7 +49,7 @@ struct CellOp {
     // To 1x1, of a column args[0] (and args[1] of its shape): sum_dim, mean_dim and logsumexp_dim over
     // the rows, hinge at row 0, binary_log_loss of their sigmoids, poisson_loss of sum_elements(tanh x), 2.
     dot_product, squared_distance, l1_distance, huber_distance, squared_norm, sum_dim_rows, mean_dim_rows,
-    logsumexp_dim_rows, hinge, binary_log_loss, poisson_loss,
+    logsumexp_dim_rows, hinge, binary_log_loss, poisson_loss, pick,  // pick: row 0
   };
   Kind kind = input;
   std::vector<int> args;

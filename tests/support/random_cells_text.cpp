@@ -85,6 +85,7 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::hinge: return "hinge(" + a[0] + ", 0)";
     case CellOp::binary_log_loss: return "binary_log_loss(sigmoid(" + a[0] + "), sigmoid(" + a[1] + "))";
     case CellOp::poisson_loss: return "poisson_loss(sum_elements(tanh(" + a[0] + ")), 2)";
+    case CellOp::pick: return "pick(" + a[0] + ", 0)";
     case CellOp::transpose: return "transpose(" + a[0] + ")";
     default: break;
   }

@@ -26,7 +26,7 @@ enum class Kind {
   mean_elements, transpose, sqrt, abs, square, cube, softsign, silu, elu, selu, log_sigmoid, erf, sin, cos,
   sinh, cosh, round, ceil, floor, tan, asinh, acosh, atanh, pow, logsumexp, logsumexp_dim, sum_dim, mean_dim,
   std_dim, average, dot_product, squared_norm, l2_norm, squared_distance, l1_distance, huber_distance, hinge,
-  binary_log_loss, pairwise_rank_loss, poisson_loss, count
+  binary_log_loss, pairwise_rank_loss, poisson_loss, select_rows, select_cols, pick_row, layer_norm, weight_norm, count
 };
 
 // Row splits whose totals are sizes, for concat.
@@ -354,6 +354,33 @@ class Recorder {
         return;
       }
       case Kind::poisson_loss: add(edb::poisson_loss(sum_elements(edb::tanh(use(pick_any()))), 3), "poisson_loss"); return;
+      // Selections, and layer_norm and weight_norm of x plus a fresh input (never all equal, never
+      // all 0, where std and the norm have infinite slopes).
+      case Kind::select_rows:
+      case Kind::select_cols:
+      case Kind::pick_row: {
+        const size_t a = pick_any();
+        const int rows = nodes_[a].rows, cols = nodes_[a].cols;
+        std::vector<int> chosen(size_t(1 + s_->below(3)));
+        for (int& i : chosen) i = s_->below(kind == Kind::select_cols ? cols : rows);
+        if (kind == Kind::select_rows) add(edb::select_rows(use(a), chosen), "select_rows");
+        else if (kind == Kind::select_cols) add(edb::select_cols(use(a), chosen), "select_cols");
+        else add(edb::pick(use(a), chosen[0]), "pick");
+        return;
+      }
+      case Kind::layer_norm: {
+        const size_t a = pick_vector();
+        const int rows = nodes_[a].rows;
+        const Expr x = use(a) + use(input(rows, 1));
+        add(edb::layer_norm(x, use(pick_shape(rows, 1)), use(pick_shape(rows, 1))), "layer_norm");
+        return;
+      }
+      case Kind::weight_norm: {
+        const size_t a = pick_any();
+        const Expr w = use(a) + use(input(nodes_[a].rows, nodes_[a].cols));
+        add(edb::weight_norm(w, sum_elements(edb::tanh(use(pick_any())))), "weight_norm");
+        return;
+      }
       case Kind::count: break;
     }
   }
