@@ -379,30 +379,81 @@ uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+void check_probability(const char* function, float p) {
+  if (!(p >= 0.0f && p < 1.0f)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", double(p));
+    throw UsageError(std::string(function) + ": p is " + text + "; expected a probability with 0 <= p < 1");
+  }
+}
+
+// The random numbers of a mask or of noise: the seed and the node id the input is about to take
+// choose them, so a trace recorded again with the same seed draws the same values.
+struct Draws {
+  uint64_t stream;
+  Draws(const TraceState& s, uint64_t seed) : stream(mix(seed ^ mix(uint64_t(s.data.graph.size())))) {}
+  float uniform(size_t i) const { return float(mix(stream + i) >> 40) * 0x1.0p-24f; }  // [0, 1) in steps of 2^-24
+};
+
+// x times an input of x's shape: the mask of the dropout functions, or x plus one (noise).
+Expr with_input(TraceState& s, const Expr& x, const std::vector<float>& values, ir::Op op) {
+  ir::Attributes attrs;
+  attrs.index = s.data.graph.add_constants(values);
+  const Expr m = s.add(ir::Op::input, {}, s.data.graph.node(x.node_id()).shape, attrs);
+  return record2(op, x, m);
+}
+
 }  // namespace
 
 Expr dropout(const Expr& x, float p, const DropoutMode& mode) {
   TraceState& s = TraceState::of(x, "edb::dropout()");
-  if (!(p >= 0.0f && p < 1.0f)) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", double(p));
-    throw UsageError(std::string("edb::dropout(): p is ") + text + "; expected a probability with 0 <= p < 1");
-  }
+  check_probability("edb::dropout()", p);
   if (!mode.training || p == 0.0f) return x;
-  // The mask is an input: its node id (where it is about to go) and the seed choose its values,
-  // so a trace recorded again with the same seed draws the same masks.
-  const ir::Shape shape = s.data.graph.node(x.node_id()).shape;
-  const uint64_t stream = mix(mode.seed ^ mix(uint64_t(s.data.graph.size())));
+  const Draws draws(s, mode.seed);
   const float kept = 1.0f / (1.0f - p);
-  std::vector<float> mask(size_t(shape.size()));
-  for (size_t i = 0; i < mask.size(); ++i) {
-    const float uniform = float(mix(stream + i) >> 40) * 0x1.0p-24f;  // [0, 1) in steps of 2^-24
-    mask[i] = uniform < p ? 0.0f : kept;
+  std::vector<float> mask(size_t(x.rows()) * size_t(x.cols()));
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = draws.uniform(i) < p ? 0.0f : kept;
+  return with_input(s, x, mask, ir::Op::cmult);
+}
+
+Expr dropout_dim(const Expr& x, int dim, float p, const DropoutMode& mode) {
+  TraceState& s = TraceState::of(x, "edb::dropout_dim()");
+  if (dim != 0 && dim != 1)
+    throw UsageError("edb::dropout_dim(): dim is " + std::to_string(dim) +
+                     "; expected 0 (one draw per column) or 1 (one per row)");
+  check_probability("edb::dropout_dim()", p);
+  if (!mode.training || p == 0.0f) return x;
+  const Draws draws(s, mode.seed);
+  const float kept = 1.0f / (1.0f - p);
+  const int rows = x.rows(), cols = x.cols();
+  std::vector<float> mask(size_t(rows) * size_t(cols));
+  for (int c = 0; c < cols; ++c)
+    for (int r = 0; r < rows; ++r)
+      mask[size_t(c) * size_t(rows) + size_t(r)] = draws.uniform(size_t(dim == 0 ? c : r)) < p ? 0.0f : kept;
+  return with_input(s, x, mask, ir::Op::cmult);
+}
+
+Expr block_dropout(const Expr& x, float p, const DropoutMode& mode) {
+  TraceState& s = TraceState::of(x, "edb::block_dropout()");
+  check_probability("edb::block_dropout()", p);
+  if (!mode.training || p == 0.0f) return x;
+  const float value = Draws(s, mode.seed).uniform(0) < p ? 0.0f : 1.0f / (1.0f - p);
+  return with_input(s, x, std::vector<float>(size_t(x.rows()) * size_t(x.cols()), value), ir::Op::cmult);
+}
+
+Expr noise(const Expr& x, float stddev, const DropoutMode& mode) {
+  TraceState& s = TraceState::of(x, "edb::noise()");
+  if (!(stddev >= 0.0f) || !std::isfinite(stddev))
+    throw UsageError("edb::noise(): stddev is " + std::to_string(stddev) + "; expected a finite number, 0 or more");
+  if (!mode.training || stddev == 0.0f) return x;
+  // Box-Muller: two uniform draws per value, 1 - u in (0, 1] so the log is finite.
+  const Draws draws(s, mode.seed);
+  std::vector<float> values(size_t(x.rows()) * size_t(x.cols()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double u = 1.0 - double(draws.uniform(2 * i)), v = double(draws.uniform(2 * i + 1));
+    values[i] = float(stddev * std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v));
   }
-  ir::Attributes attrs;
-  attrs.index = s.data.graph.add_constants(mask);
-  const Expr m = s.add(ir::Op::input, {}, shape, attrs);
-  return record2(ir::Op::cmult, x, m);
+  return with_input(s, x, values, ir::Op::add);
 }
 
 Expr slice(const Expr& x, int begin_row, int end_row) {

@@ -451,5 +451,11 @@ struct DropoutMode {
 // EngineOptions::cells on (every call shares it), at each call with cells off. Apply dropout to a
 // call's arguments or outputs, outside the body, for masks that do not depend on that option.
 Expr dropout(const Expr& x, float p, const DropoutMode& mode);
+// DyNet's variants, the same way (x itself at inference; a mask or noise drawn from the seed and
+// recorded as an input): dropout_dim draws one value per column (dim 0: whole columns dropped)
+// or per row (dim 1); block_dropout one for all of x; noise adds Gaussian noise of stddev.
+Expr dropout_dim(const Expr& x, int dim, float p, const DropoutMode& mode);
+Expr block_dropout(const Expr& x, float p, const DropoutMode& mode);
+Expr noise(const Expr& x, float stddev, const DropoutMode& mode);
 
 }  // namespace edb

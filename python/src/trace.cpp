@@ -420,6 +420,27 @@ void bind_ops(py::module_& m) {
       py::arg("x"), py::arg("p"), py::arg("training") = false, py::arg("seed") = 0,
       "x itself unless training; in training each value is zeroed with probability p and the rest\n"
       "scaled by 1 / (1 - p), with masks drawn from the seed (the same seed and trace: the same masks).");
+  m.def(
+      "dropout_dim",
+      [](const PyExpr& x, int dim, float p, bool training, uint64_t seed) {
+        return unary(x, [&](auto& v) { return edb::dropout_dim(v, dim, p, {.training = training, .seed = seed}); });
+      },
+      py::arg("x"), py::arg("dim"), py::arg("p"), py::arg("training") = false, py::arg("seed") = 0,
+      "dropout with one draw per column (dim 0) or per row (dim 1).");
+  m.def(
+      "block_dropout",
+      [](const PyExpr& x, float p, bool training, uint64_t seed) {
+        return unary(x, [&](auto& v) { return edb::block_dropout(v, p, {.training = training, .seed = seed}); });
+      },
+      py::arg("x"), py::arg("p"), py::arg("training") = false, py::arg("seed") = 0,
+      "dropout with one draw for all of x.");
+  m.def(
+      "noise",
+      [](const PyExpr& x, float stddev, bool training, uint64_t seed) {
+        return unary(x, [&](auto& v) { return edb::noise(v, stddev, {.training = training, .seed = seed}); });
+      },
+      py::arg("x"), py::arg("stddev"), py::arg("training") = false, py::arg("seed") = 0,
+      "x itself unless training; then x plus Gaussian noise of stddev drawn from the seed.");
   m.def("concat", [](const py::args& args) { return nary(args, "edb::concat()", [](auto xs) { return edb::concat(xs); }); },
         "concat(a, b, ...) or concat([a, b, ...]): rows stacked.");
   m.def(

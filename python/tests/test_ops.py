@@ -341,3 +341,17 @@ def test_selections_and_normalisations(engine):
         close(edbatch.weight_norm(x, g).value(), a * 1.5 / np.sqrt((a.astype(np.float64) ** 2).sum()))
         with pytest.raises(edbatch.UsageError, match=r"edb::select_rows\(\): row 3 is outside x's 3 rows"):
             edbatch.select_rows(x, [3])
+
+
+def test_dropout_variants(engine):
+    with edbatch.Trace(engine) as t:
+        x = t.input(np.ones((6, 8), np.float32))
+        assert edbatch.dropout_dim(x, 0, 0.5).node_id == x.node_id  # inference: x itself
+        columns = edbatch.dropout_dim(x, 0, 0.5, training=True, seed=3).value()
+        assert set(np.unique(columns)) <= {0.0, 2.0} and (columns == columns[0:1, :]).all()
+        rows = edbatch.dropout_dim(x, 1, 0.5, training=True, seed=3).value()
+        assert (rows == rows[:, 0:1]).all()
+        block = edbatch.block_dropout(x, 0.5, training=True, seed=3).value()
+        assert (block == block[0, 0]).all() and block[0, 0] in (0.0, 2.0)
+        noisy = edbatch.noise(t.input(np.zeros((4000, 1), np.float32)), 0.5, training=True, seed=4).value()
+        assert abs(noisy.std() - 0.5) < 0.05 and abs(noisy.mean()) < 0.05

@@ -1,7 +1,8 @@
-// The reductions, distances and losses of issue 46, by table: each against its formula in double
-// on small shapes (values to 1e-5 relative) and its gradient against central differences of that
-// formula in double (1e-4), under every executor, alone and inside a cell, over a batch of calls
-// with different inputs. gradient_test.cpp checks each against finite differences of the engine.
+// The reductions, distances, losses, selections and normalisations of issue 46, by table: each
+// against its formula in double on small shapes (values to 1e-5 relative) and its gradient against
+// central differences of that formula in double (1e-4), under every executor, alone and inside a
+// cell, over a batch of calls with different inputs (gradient_test.cpp checks each against finite
+// differences of the engine); then dropout_dim, block_dropout and noise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -352,6 +353,74 @@ TEST(Reductions, ArgumentsAreCheckedWhenRecordedUnderTheFunctionsName) {
   EXPECT_EQ(testing::usage_error([&] { layer_norm(x, x, x); }), "edb::layer_norm(): x is 2x3; expected a column (rows x 1)");
   EXPECT_EQ(testing::usage_error([&] { layer_norm(y, y, x); }), "edb::layer_norm(): argument 3 is 2x3 but argument 1 is 2x1");
   EXPECT_EQ(testing::usage_error([&] { weight_norm(x, y); }), "edb::weight_norm(): g is 2x1; expected 1x1");
+}
+
+// dropout_dim, block_dropout and noise: x itself at inference; in training a mask shared along its
+// dimension (or over all of x) of 0 and 1 / (1 - p), or noise of the stddev asked for, the same
+// for the same seed; the gradient is the mask (noise's 1), under every executor.
+TEST(DropoutVariants, MasksAndNoiseFollowTheirDefinitionsAndTheirGradientsAreTheMask) {
+  testing::TempDir cache;
+  for (const char* executor : {"reference", "batched", "jit"}) {
+    Engine engine(testing::checked_options(executor));
+    Model model("dropouts");
+    const Parameter w = model.add_parameter("W", 6, 8);
+    for (float& v : w.values()) v = 1.0f;
+    const DropoutMode training{.training = true, .seed = 5};
+    {
+      Trace trace(engine);
+      const Expr x = trace.param(w);
+      EXPECT_EQ(dropout_dim(x, 0, 0.5f, {}).node_id(), x.node_id());
+      EXPECT_EQ(block_dropout(x, 0.5f, {}).node_id(), x.node_id());
+      EXPECT_EQ(noise(x, 0.5f, {}).node_id(), x.node_id());
+    }
+    for (int dim : {0, 1}) {
+      Trace trace(engine);
+      const Expr y = dropout_dim(trace.param(w), dim, 0.5f, training);
+      const Gradients g = trace.backward(sum_elements(y));
+      const Tensor value = y.value();
+      int dropped = 0;
+      for (int c = 0; c < 8; ++c)
+        for (int r = 0; r < 6; ++r) {
+          const float v = value(r, c);
+          EXPECT_TRUE(v == 0.0f || v == 2.0f) << executor << " dim " << dim;
+          EXPECT_EQ(v, dim == 0 ? value(0, c) : value(r, 0)) << executor << " dim " << dim;
+          EXPECT_EQ(g.of(w)->data[size_t(c * 6 + r)], v) << executor << " dim " << dim;
+          dropped += v == 0.0f;
+        }
+      EXPECT_GT(dropped, 0) << executor << " dim " << dim;
+      EXPECT_LT(dropped, 48) << executor << " dim " << dim;
+    }
+    {
+      Trace trace(engine);
+      const Tensor value = block_dropout(trace.param(w), 0.5f, training).value();
+      for (float v : value.data) EXPECT_TRUE(v == value.data[0] && (v == 0.0f || v == 2.0f)) << executor;
+    }
+    std::vector<float> first;
+    for (int round = 0; round < 2; ++round) {
+      Trace trace(engine);
+      const Expr x = trace.input(2000, 1, std::vector<float>(2000, 3.0f));
+      const Expr y = noise(x, 0.5f, training);
+      const Gradients g = trace.backward(sum_elements(y * 1.0f));
+      (void)g;
+      const Tensor value = y.value();
+      double mean = 0, square = 0;
+      for (float v : value.data) {
+        mean += (v - 3.0) / 2000;
+        square += (v - 3.0) * (v - 3.0) / 2000;
+      }
+      EXPECT_NEAR(mean, 0.0, 0.05) << executor;
+      EXPECT_NEAR(std::sqrt(square - mean * mean), 0.5, 0.05) << executor;
+      if (round == 0) first = value.data;
+      else EXPECT_EQ(value.data, first) << executor << ": the same seed, the same noise";
+    }
+    Trace trace(engine);
+    EXPECT_EQ(testing::usage_error([&] { dropout_dim(trace.param(w), 2, 0.5f, training); }),
+              "edb::dropout_dim(): dim is 2; expected 0 (one draw per column) or 1 (one per row)");
+    EXPECT_EQ(testing::usage_error([&] { block_dropout(trace.param(w), 1.0f, training); }),
+              "edb::block_dropout(): p is 1; expected a probability with 0 <= p < 1");
+    EXPECT_EQ(testing::usage_error([&] { noise(trace.param(w), -1.0f, training); }),
+              "edb::noise(): stddev is -1.000000; expected a finite number, 0 or more");
+  }
 }
 
 }  // namespace
