@@ -1,0 +1,264 @@
+// The backward pass's working state (trace/backward.cpp records it, trace/backward_rules.cpp holds
+// each op's rule): a node's gradient is the sum of the contributions its consumers send, kept in
+// flat per-thread arrays; a weight's (dy, x) pairs are kept apart and become one contraction.
+// Private to trace/; shared by those two files only.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <span>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "scheduler/schedule.h"
+#include "trace/backward.h"
+#include "trace/state.h"
+
+namespace edb::detail {
+
+using ir::NodeId;
+using ir::Op;
+
+// What a consumer sends to a node's gradient, in one flat list per backward pass (a node's
+// contributions are linked through `next`): no allocation per node. A parameter's (dy, x) pairs
+// are kept apart (ParameterPairs).
+struct Contribution {
+  enum Kind : uint8_t { kWhole, kSlice };
+  Kind kind;
+  NodeId a;        // whole: the gradient term; slice: the slice's gradient
+  int32_t begin;   // slice: its rows
+  int32_t end;
+  int32_t next;    // the node's previous contribution, or -1
+};
+
+// The (dy, x) pairs sent to one parameter, a term dy x^T each, in the order sent. A weight
+// gathers one per use (thousands a pass), so they lie in an array of their own, read in order by
+// combine(), not linked through the pass's list; their shapes are read as they are sent, while
+// the nodes are in cache. A factor is a node's value, or a column at rows of a node (a cell
+// call's frame: dy_row, x_row), read in place by matmul_nt_rows with no view node.
+struct ParameterPairs {
+  struct Term {
+    NodeId dy, x;
+    ir::Shape dy_shape, x_shape;
+    int32_t dy_row = 0, x_row = 0;
+  };
+  NodeId parameter = ir::kNoNode;
+  std::vector<Term> terms;
+};
+
+
+struct SlicePart {
+  int32_t begin, end;
+  NodeId gradient;
+};
+
+// The pass's working arrays, kept per thread across passes: a training loop's traces are alike,
+// so after the first they record without allocating (or faulting in) fresh memory.
+struct Buffers {
+  std::vector<int32_t> head;  // per node: its newest contribution, or -1
+  std::vector<Contribution> items;
+  std::vector<uint8_t> depends, flows;
+  std::vector<ir::Shape> shapes;  // emit()'s
+  std::vector<int32_t> list;      // combine()'s
+  std::vector<NodeId> terms;
+  std::vector<SlicePart> slices;
+  std::vector<ParameterPairs> pairs;  // the first `pairs_used` are this pass's
+  size_t pairs_used = 0;
+  // combine()'s: per shape of pair, its shapes and its arguments a1, b1, a2, b2, ...
+  std::vector<std::pair<ir::Shape, ir::Shape>> group_shapes;
+  std::vector<std::vector<NodeId>> groups;
+  std::vector<std::vector<int32_t>> group_rows;
+  std::vector<NodeId> order;      // mirrored_order()'s
+  std::vector<NodeId> args;       // send()'s
+  std::vector<uint32_t> position;
+  // send_call()'s: the backward call's arguments and outputs, each output's gradient terms, and
+  // the frame rows read as right factors (only that call's outputs read its frame).
+  std::vector<NodeId> call_args, call_outputs;
+  std::vector<std::vector<NodeId>> seeds;
+  std::vector<std::pair<std::pair<int64_t, ir::Shape>, NodeId>> frame_reads;
+};
+
+class Backward {
+ public:
+  explicit Backward(detail::TraceState& s) : s_(s), graph_(s.data.graph), b_(buffers()) {
+    b_.items.clear();
+    b_.pairs_used = 0;
+  }
+
+  // Records the gradient nodes of `loss`; returns per parameter or lookup node its gradient node.
+  std::vector<std::pair<NodeId, NodeId>> record(NodeId loss);
+
+  // Declared in trace/backward.h: a cell body's gradients.
+  using BodyGradients = detail::BodyGradients;
+  BodyGradients record_body(NodeId last, std::span<const std::pair<NodeId, NodeId>> seeds,
+                            std::span<const NodeId> arguments);
+
+ private:
+  // The order in which nodes pass their gradients on: the forward schedule's batches last to first,
+  // each batch's members in the batch's order, then what earlier evaluations ran (reverse
+  // recording order), then the leaves. Every node still comes after all its consumers, and the
+  // gradient nodes of one forward batch are recorded member by member in that batch's order, so
+  // the policy batches them in that order too: the forward values they read, and the gradients
+  // they pass on, then sit one after another as the forward batch left them (no gathers).
+  const std::vector<NodeId>& mirrored_order(NodeId loss);
+
+  // A node's head: its newest contribution, or one of these (a list ends at any negative link).
+  static constexpr int32_t kNothingSent = -1, kOnlyPairs = -2;
+
+  // Room in head for node n: a parameter node a call's rule made lies past the pass's nodes.
+  void grow_head(NodeId n) {
+    if (n >= b_.head.size()) b_.head.resize(size_t(n) + 1, kNothingSent);
+  }
+
+  void push(NodeId to, Contribution::Kind kind, NodeId a, int32_t begin = 0, int32_t end = 0) {
+    grow_head(to);
+    // Built in place: a Contribution built on the stack and copied in stalled on the copy's loads.
+    Contribution& c = b_.items.emplace_back();
+    c.kind = kind;
+    c.a = a;
+    c.begin = begin;
+    c.end = end;
+    c.next = b_.head[to];
+    b_.head[to] = int32_t(b_.items.size() - 1);
+  }
+  void whole(NodeId to, NodeId gradient) { push(to, Contribution::kWhole, gradient); }
+
+  // The pairs sent to parameter node p so far (null: none), or a new empty list for it.
+  ParameterPairs* pairs_of(NodeId p, bool make) {
+    // A pass sends pairs to a handful of parameters, a call's rule to several in turn.
+    for (size_t i = 0; i < b_.pairs_used; ++i)
+      if (b_.pairs[i].parameter == p) return &b_.pairs[i];
+    if (!make) return nullptr;
+    if (b_.pairs_used == b_.pairs.size()) b_.pairs.emplace_back();
+    ParameterPairs& pairs = b_.pairs[b_.pairs_used++];
+    pairs.parameter = p;
+    pairs.terms.clear();
+    grow_head(p);
+    if (b_.head[p] == kNothingSent) b_.head[p] = kOnlyPairs;
+    return &pairs;
+  }
+  // Whether anything was sent to n: read from head alone, as the pass asks it of every node and
+  // the nodes' own array lies out of cache.
+  bool sent(NodeId n) const { return b_.head[n] != kNothingSent; }
+  void pair(NodeId to, NodeId dy, NodeId x) {
+    pairs_of(to, true)->terms.push_back({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
+  }
+  // A pair whose factors are columns at rows of nodes, read there.
+  void pair_at(NodeId to, const ParameterPairs::Term& term) { pairs_of(to, true)->terms.push_back(term); }
+
+  // Which nodes a gradient flows through: on the loss's path and depending on a parameter or lookup
+  // (or, for a cell's body, on one of `sources`, its arguments). `seeds` are reached besides the loss.
+  const std::vector<uint8_t>& gradient_flows(NodeId loss, std::span<const NodeId> seeds = {},
+                                             std::span<const NodeId> sources = {});
+
+  NodeId emit(Op op, std::span<const NodeId> args, const ir::Attributes& attrs = {}) {
+    b_.shapes.clear();
+    for (NodeId a : args) b_.shapes.push_back(graph_.node(a).shape);
+    return s_.add(op, args, ir::infer_shape(op, b_.shapes, attrs), attrs).node_id();
+  }
+  NodeId emit(Op op, std::initializer_list<NodeId> args, const ir::Attributes& attrs = {}) {
+    return emit(op, std::span(args.begin(), args.size()), attrs);
+  }
+
+  // A constant input, one node per shape and value for the whole backward pass.
+  NodeId constant(ir::Shape shape, float value) {
+    const auto key = std::make_tuple(shape.rows, shape.cols, value);
+    auto it = constants_.find(key);
+    if (it != constants_.end()) return it->second;
+    const std::vector<float> values(size_t(shape.size()), value);
+    ir::Attributes attrs;
+    attrs.index = graph_.add_constants(values);
+    const NodeId id = s_.add(Op::input, {}, shape, attrs).node_id();
+    constants_.emplace(key, id);
+    return id;
+  }
+
+  // The record of the cell a call node names (calls of one cell come in runs).
+  detail::CellRecord& record_of(const runtime::CallCell& cell) {
+    if (last_cell_ != &cell) {
+      last_cell_ = &cell;
+      last_record_ = &detail::record_of(*s_.engine, cell);
+    }
+    return *last_record_;
+  }
+
+  // The trace's node for a parameter of a cell's body (made now if only bodies used it).
+  NodeId parameter_of(const ir::ParameterInfo& info) {
+    const size_t before = graph_.size();
+    const NodeId node = s_.parameter_node(info);
+    if (graph_.size() > before) body_parameters_.push_back(node);
+    return node;
+  }
+
+  // A forward value of call n (whose arguments are `args`) as a node of the trace.
+  NodeId call_value(NodeId n, std::span<const NodeId> args, const detail::BackwardCell::Value& value) {
+    if (value.kind == detail::BackwardCell::Value::argument) return args[size_t(value.at)];
+    if (value.kind == detail::BackwardCell::Value::constant) {
+      // One node per pass for a constant of one value (a bias's ones), not one per call.
+      const auto same = [&](float v) { return std::bit_cast<uint32_t>(v) == std::bit_cast<uint32_t>(value.values[0]); };
+      if (!value.values.empty() && std::all_of(value.values.begin(), value.values.end(), same) &&
+          !std::isnan(value.values[0]) && !(value.values[0] == 0.0f && std::signbit(value.values[0])))
+        return constant(value.shape, value.values[0]);
+      ir::Attributes attrs;
+      attrs.index = graph_.add_constants(value.values);
+      return s_.add(Op::input, {}, value.shape, attrs).node_id();
+    }
+    for (const auto& [rows, node] : b_.frame_reads)
+      if (rows.first == value.at && rows.second == value.shape) return node;
+    const NodeId read = detail::read_rows(s_, n, value.at, value.shape);
+    b_.frame_reads.emplace_back(std::make_pair(value.at, value.shape), read);
+    return read;
+  }
+
+  // call_value's node and row for a column read in place: a frame's value as rows of the call,
+  // with no view node.
+  std::pair<NodeId, int32_t> call_value_at(NodeId n, std::span<const NodeId> args, const detail::BackwardCell::Value& value) {
+    if (value.kind == detail::BackwardCell::Value::frame) return {n, int32_t(value.at)};
+    return {call_value(n, args, value), 0};
+  }
+
+  // A cell call's rule: one call of the cell's backward body (trace/backward.cpp's
+  // derive_backward) on the call's frame, its arguments and its outputs' gradients; what that
+  // returns goes to the arguments and, as terms and (dy, x) pairs, to the body's parameters.
+  void send_call(NodeId n, const std::vector<uint8_t>& flows);
+
+  // The sum of everything sent to n: its whole terms, its slices put back in place, and one
+  // matmul_nt per shape of pair (a bias's (dy, 1) apart from a weight's (dy, x)). With `pairs`
+  // (a parameter in a cell's body), the pairs go there as they are instead, and the rest is
+  // summed: kNoNode when nothing else was sent.
+  NodeId combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs = nullptr);
+
+  // Slices of n's gradient put back at their rows: one concat when they tile n exactly (an LSTM's
+  // gates), else each padded with zeros and summed.
+  NodeId assemble_slices(NodeId n, std::vector<SlicePart>& parts);
+
+  // The product term a * b's gradient for a (its left factor): a pair kept for a parameter, a
+  // node now for anything else.
+  void send_left_factor(NodeId a, NodeId dy, NodeId b) {
+    if (graph_.node(a).op == Op::parameter) pair(a, dy, b);
+    else whole(a, emit(Op::matmul_nt, {dy, b}));
+  }
+
+  // Each op's rule: what n's gradient dy sends to each argument a gradient flows into
+  // (trace/backward_rules.cpp).
+  void send(NodeId n, NodeId dy, const std::vector<uint8_t>& flows);
+
+  static Buffers& buffers() {
+    static thread_local Buffers b;
+    return b;
+  }
+
+  detail::TraceState& s_;
+  ir::Graph& graph_;
+  Buffers& b_;
+  std::map<std::tuple<int32_t, int32_t, float>, NodeId> constants_;
+  std::vector<NodeId> body_parameters_;  // parameter nodes made for cells' bodies
+  const runtime::CallCell* last_cell_ = nullptr;
+  detail::CellRecord* last_record_ = nullptr;
+};
+
+}  // namespace edb::detail
