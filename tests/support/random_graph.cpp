@@ -323,7 +323,10 @@ class Recorder {
         else if (kind == Kind::squared_distance) add(edb::squared_distance(x, y), "squared_distance");
         else if (kind == Kind::l1_distance) add(edb::l1_distance(x, y), "l1_distance");
         else if (kind == Kind::huber_distance) add(edb::huber_distance(x, y, 0.5f), "huber_distance");
-        else if (kind == Kind::binary_log_loss) add(edb::binary_log_loss(edb::sigmoid(x), edb::sigmoid(y)), "binary_log_loss");
+        // x in [sigmoid(-3), sigmoid(3)]: log(1 - x) of a sigmoid near 1 magnifies each executor's
+        // last-bit differences in the sigmoid without bound.
+        else if (kind == Kind::binary_log_loss)
+          add(edb::binary_log_loss(edb::sigmoid(edb::tanh(x) * 3.0f), edb::sigmoid(y)), "binary_log_loss");
         else add(edb::pairwise_rank_loss(x, y, 0.5f), "pairwise_rank_loss");
         return;
       }
