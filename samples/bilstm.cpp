@@ -125,7 +125,7 @@ class BiLstmTagger final : public SampleModel {
 
  private:
   struct Lstm { Parameter w, u, b; };
-  struct State { Expr h, c; };
+  using State = LstmState;
 
   // Both directions' steps as one cell: (x_f, h_f, c_f, x_b, h_b, c_b) -> (h_f', c_f', h_b', c_b').
   Cell step_cell(const std::string& name, int embed, int h, const Lstm& forward, const Lstm& backward) const {
@@ -155,14 +155,7 @@ class BiLstmTagger final : public SampleModel {
 
   static State step(Trace& trace, const Lstm& lstm, const Expr& x, const State& previous, int h) {
     const Expr gates = affine({trace.param(lstm.b), trace.param(lstm.w), x, trace.param(lstm.u), previous.h});
-    const Expr in = sigmoid(slice(gates, 0, h));
-    const Expr forget = sigmoid(slice(gates, h, 2 * h));
-    const Expr out = sigmoid(slice(gates, 2 * h, 3 * h));
-    const Expr candidate = tanh(slice(gates, 3 * h, 4 * h));
-    State next;
-    next.c = cmult(forget, previous.c) + cmult(in, candidate);
-    next.h = cmult(out, tanh(next.c));
-    return next;
+    return lstm_update(gates, previous.c, h);
   }
 
   Model model_;

@@ -101,7 +101,6 @@ class EarlyExitTagger final : public SampleModel {
 
  private:
   struct Layer { Parameter w, u, b, w_out, b_out; };
-  struct State { Expr h, c; };
 
   std::vector<Expr> embedded(Trace& trace, size_t i) const {
     std::vector<Expr> xs;
@@ -116,16 +115,15 @@ class EarlyExitTagger final : public SampleModel {
                 [this, k, h](Trace& trace, std::span<const Expr> in) {
                   const Layer& l = layers_[size_t(k)];
                   const Expr gates = affine({trace.param(l.b), trace.param(l.w), in[0], trace.param(l.u), in[1]});
-                  const Expr c = cmult(sigmoid(slice(gates, h, 2 * h)), in[2]) +
-                                 cmult(sigmoid(slice(gates, 0, h)), tanh(slice(gates, 3 * h, 4 * h)));
-                  return std::vector<Expr>{cmult(sigmoid(slice(gates, 2 * h, 3 * h)), tanh(c)), c};
+                  const LstmState next = lstm_update(gates, in[2], h);
+                  return std::vector<Expr>{next.h, next.c};
                 });
   }
 
   // Layer k over the values below it: an LSTM left to right from zeros.
   std::vector<Expr> layer(Trace& trace, int k, const std::vector<Expr>& below) const {
     const Expr zero = trace.input(zeros_hidden_);
-    State state{zero, zero};
+    LstmState state{zero, zero};
     std::vector<Expr> out(below.size());
     for (size_t w = 0; w < below.size(); ++w) {
       const std::vector<Expr> next = (*steps_[size_t(k)])(trace, {below[w], state.h, state.c});

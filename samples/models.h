@@ -39,7 +39,20 @@ struct Prediction {
 struct Decoded {
   int64_t correct = 0;
   int64_t total = 0;
+  Decoded& operator+=(const Decoded& other) {
+    correct += other.correct;
+    total += other.total;
+    return *this;
+  }
 };
+
+// An LSTM's new state from its gates [i; f; o; g] (4h x 1, before their activations) and the
+// previous cell c: c' = sigmoid(f) * c + sigmoid(i) * tanh(g), h' = sigmoid(o) * tanh(c'). The
+// taggers, the parser's stack and the early-exit layers record their steps through it.
+struct LstmState {
+  Expr h, c;
+};
+LstmState lstm_update(const Expr& gates, const Expr& c, int h);
 
 class SampleModel {
  public:

@@ -165,9 +165,8 @@ class Parser final : public SampleModel {
     const int h = hidden_;
     return Cell("parser_push", {{embed_, 1}, {h, 1}, {h, 1}}, [this, h](Trace& t, std::span<const Expr> in) {
       const Expr gates = affine({t.param(stack_.b), t.param(stack_.w), in[0], t.param(stack_.u), in[1]});
-      const Expr c = cmult(sigmoid(slice(gates, h, 2 * h)), in[2]) +
-                     cmult(sigmoid(slice(gates, 0, h)), tanh(slice(gates, 3 * h, 4 * h)));
-      return std::vector<Expr>{cmult(sigmoid(slice(gates, 2 * h, 3 * h)), tanh(c)), c};
+      const LstmState next = lstm_update(gates, in[2], h);
+      return std::vector<Expr>{next.h, next.c};
     });
   }
   // (head, dependent) -> the head's new representation.

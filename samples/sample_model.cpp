@@ -59,4 +59,11 @@ std::vector<Prediction> SampleModel::record_predictions(Trace& trace, size_t i) 
   return predictions;
 }
 
+LstmState lstm_update(const Expr& gates, const Expr& c, int h) {
+  LstmState next;
+  next.c = cmult(sigmoid(slice(gates, h, 2 * h)), c) + cmult(sigmoid(slice(gates, 0, h)), tanh(slice(gates, 3 * h, 4 * h)));
+  next.h = cmult(sigmoid(slice(gates, 2 * h, 3 * h)), tanh(next.c));
+  return next;
+}
+
 }  // namespace edb::samples
