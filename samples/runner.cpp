@@ -108,10 +108,7 @@ DecodeResult run_decoding(SampleModel& model, Engine& engine, const RunOptions& 
       } else {
         rounds += run_instances(trace, programs).rounds;
       }
-      for (const Program<Decoded>& program : programs) {
-        decoded.correct += program.result().correct;
-        decoded.total += program.result().total;
-      }
+      for (const Program<Decoded>& program : programs) decoded += program.result();
       if (on_trace) on_trace(last);
     }
   };

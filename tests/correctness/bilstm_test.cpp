@@ -142,6 +142,15 @@ std::vector<std::vector<VectorXf>> char_tagger_inputs(const Model& model, const 
   return inputs;
 }
 
+// The oracle: the sequential policy under the reference executor, verifying.
+EngineOptions oracle_options() {
+  EngineOptions options;
+  options.policy = "sequential";
+  options.executor = "reference";
+  options.verify = true;
+  return options;
+}
+
 class BiLstmReference : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -167,11 +176,7 @@ TEST_F(BiLstmReference, EachSentenceLossEqualsDirectEigen) {
   // One output row per tag seen in the data, and the MLP is 32 wide as in the DyNet benchmark.
   EXPECT_EQ(sample->model().parameter("W_out").rows(), ids.tag_count);
   EXPECT_EQ(sample->model().parameter("W_mlp").rows(), 32);
-  EngineOptions options;  // the oracle: sequential policy, reference executor
-  options.policy = "sequential";
-  options.executor = "reference";
-  options.verify = true;
-  Engine engine(options);
+  Engine engine(oracle_options());
   for (size_t i = 0; i < sentences_.size(); ++i) {
     Trace trace(engine);
     const double engine_loss = sample->record_loss(trace, i).scalar();
@@ -206,11 +211,7 @@ TEST(BiLstmCharReference, EachSentenceLossEqualsDirectEigen) {
   for (const auto& [word, count] : seen) (count < 5 ? rare : frequent) += 1;
   ASSERT_GT(rare, 10u);
   ASSERT_GT(frequent, 3u);
-  EngineOptions options;  // the oracle: sequential policy, reference executor
-  options.policy = "sequential";
-  options.executor = "reference";
-  options.verify = true;
-  Engine engine(options);
+  Engine engine(oracle_options());
   for (size_t i = 0; i < sentences.size(); ++i) {
     Trace trace(engine);
     const double engine_loss = sample->record_loss(trace, i).scalar();
@@ -243,11 +244,7 @@ TEST_F(BiLstmReference, BatchOfSentencesInOneTraceSumsTheSameLosses) {
   config.embed = 16;
   config.hidden = 16;
   auto sample = samples::make_bilstm(config);
-  EngineOptions options;  // the oracle: sequential policy, reference executor
-  options.policy = "sequential";
-  options.executor = "reference";
-  options.verify = true;
-  Engine engine(options);
+  Engine engine(oracle_options());
   samples::RunOptions run;
   run.batch = 4;  // uneven: the last trace holds 2 sentences
   run.repeat = 2;

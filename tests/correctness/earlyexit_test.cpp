@@ -102,10 +102,7 @@ TEST(EarlyExit, LearnsToTagFromItsOwnExits) {
   std::vector<Program<samples::Decoded>> programs;
   for (size_t i = first; i < last; ++i) programs.push_back(tagger->decode(trace, i));
   run_instances(trace, programs);
-  for (const Program<samples::Decoded>& p : programs) {
-    decoded.correct += p.result().correct;
-    decoded.total += p.result().total;
-  }
+  for (const Program<samples::Decoded>& p : programs) decoded += p.result();
   // The majority tag of the held-out words.
   const std::vector<samples::TaggedSentence> sentences = samples::generate_tagged(int(last), config.seed);
   std::map<std::string, int64_t> counts;

@@ -133,10 +133,7 @@ TEST(Parser, LearnsToParseFromItsOwnPredictions) {
   std::vector<Program<samples::Decoded>> programs;
   for (size_t i = first; i < last; ++i) programs.push_back(parser->decode(trace, i));
   run_instances(trace, programs);
-  for (const Program<samples::Decoded>& p : programs) {
-    decoded.correct += p.result().correct;
-    decoded.total += p.result().total;
-  }
+  for (const Program<samples::Decoded>& p : programs) decoded += p.result();
   // The baselines: each word's head is the word after it (the last word the root), or before it.
   const std::vector<samples::TaggedSentence> parses = samples::generate_parses(int(last), config.seed);
   int64_t next = 0, previous = 0, words = 0;
