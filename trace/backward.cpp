@@ -354,8 +354,7 @@ void Trace::record_backward(const Expr& loss, const char* function) {
     throw UsageError(std::string(function) + ": the loss must be 1x1, got " +
                      ir::to_string(s.data.graph.node(s.id(loss)).shape));
   // A call of a cell stays one node: its gradient is one call of the cell's backward body. A cell
-  // whose backward body cannot be derived (a value its frame does not keep), and every cell with
-  // cell_gradients off, has its trace's calls copied as bodies (the forward pass then runs again),
+  // with cell_gradients off has its trace's calls copied as bodies (the forward pass then runs again),
   // and the engine's later calls of it record their bodies (CellRecord::copies); other cells'
   // calls stay nodes.
   // By default, the engine's first backward pass finds calls laid out for inference (their frames
@@ -372,7 +371,6 @@ void Trace::record_backward(const Expr& loss, const char* function) {
       if (record.inference_cell.get() == &cell) expand = true;
       if (!record.copies && s.engine->cell_gradients) {
         if (!record.backward_derived) detail::derive_backward(*s.engine, record);
-        record.copies = !record.backward && !record.why_no_backward.empty();
       } else {
         record.copies = true;
       }

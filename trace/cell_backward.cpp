@@ -123,8 +123,8 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
   std::vector<NodeId> to(g.size(), ir::kNoNode);
   for (size_t j = 0; j < seed_inputs.size(); ++j) to[seed_inputs[j]] = placeholder(g.node(seed_inputs[j]).shape);
   for (size_t i = 0; i < cell.placeholders.size(); ++i) to[cell.placeholders[i]] = arguments[i];
-  std::string why;
-  // Forward value `id` in the backward body.
+  // Forward value `id` in the backward body: read from the call where it lies there, else computed
+  // again from its own arguments (a slice of an argument, a value the frame does not keep).
   std::function<NodeId(NodeId)> forward = [&](NodeId id) -> NodeId {
     if (to[id] != ir::kNoNode) return to[id];
     const ir::Node& n = g.node(id);
@@ -134,9 +134,10 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
       return to[id] = state->add(Op::parameter, {}, n.shape, attrs).node_id();
     }
     BackwardCell::Value value;
-    if (const std::string not_found = forward_value(cell, id, value); !not_found.empty()) {
-      if (why.empty()) why = not_found;
-      return to[id] = arguments.empty() ? frame : arguments[0];  // never run: the derivation fails
+    if (!forward_value(cell, id, value).empty()) {
+      std::vector<NodeId> args;
+      for (NodeId a : g.args(n)) args.push_back(forward(a));
+      return to[id] = state->add(n.op, args, n.shape, n.attrs).node_id();
     }
     if (value.kind == BackwardCell::Value::constant) {
       ir::Attributes attrs;
@@ -169,21 +170,25 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
     if (p.whole != ir::kNoNode) output(p.whole, {BackwardCell::Output::whole, index, {}});
     for (const auto& [dy, x] : p.pairs) {
       BackwardCell::Output pair{BackwardCell::Output::pair, index, {}};
-      if (x <= last) {
-        if (const std::string not_found = forward_value(cell, x, pair.x); !not_found.empty() && why.empty()) why = not_found;
-      } else if (g.node(x).op == Op::input) {
-        pair.x.kind = BackwardCell::Value::constant;
-        pair.x.shape = g.node(x).shape;
-        pair.x.values.assign(g.leaf_data(x), g.leaf_data(x) + pair.x.shape.size());
-      } else if (why.empty()) {
-        why = "a product's right factor is computed by the backward pass";
+      if (x <= last ? forward_value(cell, x, pair.x).empty() : g.node(x).op == Op::input) {
+        if (x > last) {
+          pair.x.kind = BackwardCell::Value::constant;
+          pair.x.shape = g.node(x).shape;
+          pair.x.values.assign(g.leaf_data(x), g.leaf_data(x) + pair.x.shape.size());
+        }
+        output(dy, std::move(pair));
+        continue;
       }
-      output(dy, std::move(pair));
+      // x is not where the trace could read it after the call (a parameter: the product of two
+      // weights; a value the backward body computes): the body computes its term dy x^T itself,
+      // one more of the parameter's whole terms, which the trace sums over the calls.
+      const NodeId factors[] = {dy <= last ? forward(dy) : to[dy], x <= last ? forward(x) : to[x]};
+      const ir::Shape shapes[] = {out.node(factors[0]).shape, out.node(factors[1]).shape};
+      const NodeId term = state->add(Op::matmul_nt, factors, ir::infer_shape(Op::matmul_nt, shapes, {}), {}).node_id();
+      result.outputs.push_back(term);
+      result.outputs_read_in_place.push_back(false);
+      backward->outputs.push_back({BackwardCell::Output::whole, index, {}});
     }
-  }
-  if (!why.empty()) {
-    record.why_no_backward = why;
-    return;
   }
   if (result.outputs.empty()) return;  // no gradient flows through the body: calls send nothing
   result.body = out;

@@ -88,14 +88,11 @@ struct CellRecord {
   // (inference pays no stores for a backward pass that never comes); null otherwise.
   std::unique_ptr<runtime::CallCell> inference_cell;
   std::string why_not_single;
-  // The cell's backward body as a cell of its own (trace/backward.cpp), derived at the first
-  // backward pass through one of its calls; null, with why_no_backward, where it cannot be (that
-  // pass then copies the bodies of its trace's calls).
+  // The cell's backward body as a cell of its own (trace/cell_backward.cpp), derived at the first
+  // backward pass through one of its calls; null where no gradient flows through the body.
   std::unique_ptr<BackwardCell> backward;
   bool backward_derived = false;
-  std::string why_no_backward;
-  // A backward pass met a call of this cell with no backward body to call (why_no_backward, or
-  // cell_gradients off): from then on its calls record their bodies, which the pass reads, and a
+  // A backward pass met a call of this cell with cell_gradients off: from then on its calls record their bodies, which the pass reads, and a
   // trace's calls of it recorded before are copied as bodies when it differentiates. Other cells'
   // calls stay nodes.
   bool copies = false;
