@@ -1,6 +1,8 @@
 // The GPU executor: per batch, a rendered elementwise kernel, the batched GEMM (after the bias is
-// copied in by a load-store kernel), or the host. The host arena holds every value before and after
-// an execution; the device arena mirrors it while kernels run.
+// copied in by a load-store kernel), the host, or, for a batch of cell calls, the body's batches
+// over the calls (runtime/call_expansion.h) run the same way in their frames on the device. The host
+// arena holds every value before and after an execution; the device arena mirrors it while kernels
+// run.
 #include "runtime/cuda_executor.h"
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "nvrtc/cuda_compiler.h"
 #include "nvrtc/cuda_driver.h"
 #include "nvrtc/cuda_render.h"
+#include "runtime/call_expansion.h"
 
 namespace edb::runtime {
 
@@ -78,10 +81,21 @@ struct CudaExecutor::State {
   ir::BoundedCache<std::string, nvrtc::CUfunction> functions{1024};
   nvrtc::CUfunction gemm = nullptr;
 
-  // Per execution.
+  CallExpansion calls;  // batches of cell calls, expanded over their bodies
+
+  // Per execution. `values` is the execution's, or, while a batch of calls runs, its expansion's
+  // (whose arena lies inside the execution's: the calls' frames, or on the host only).
   const Values* values = nullptr;
   Stats* stats = nullptr;
+  float* host_arena = nullptr;  // the execution's arena, which arena.pointer mirrors
+  int64_t host_floats = 0;
+  int depth = 0;               // 1 while a batch of calls runs its expansion
+  bool host_written = false;   // that expansion wrote the host arena: the device's copy is stale
   std::unordered_map<const float*, CUdeviceptr> leaf_address;  // host leaf data -> device copy
+  // Leaves first met in an expansion (the body's weights and constants, arguments outside the
+  // arena): their device copies and sizes, freed when the execution ends.
+  std::unordered_map<const float*, int64_t> expansion_leaf_floats;
+  std::vector<CUdeviceptr> expansion_leaves;
   std::vector<uint8_t> staging_host;  // what goes into `staging` for the current batch
   std::vector<size_t> relocations;    // offsets in staging_host to turn into device addresses
   std::deque<std::vector<uint8_t>> in_flight;  // host sources of queued copies, kept until the sync
@@ -89,8 +103,17 @@ struct CudaExecutor::State {
 
   CUdeviceptr address(ir::NodeId id) const {
     const int64_t offset = values->plan.offset[id];
-    if (offset >= 0) return arena.pointer + CUdeviceptr(offset) * sizeof(float);
+    if (offset >= 0) return arena.pointer + CUdeviceptr((values->arena - host_arena) + offset) * sizeof(float);
     return leaf_address.at(values->graph.leaf_data(id));
+  }
+  bool in_host_arena(const float* data, int64_t floats) const {
+    return data >= host_arena && data + floats <= host_arena + host_floats;
+  }
+  // The host arena up to date with the device's.
+  void download_arena() {
+    if (!device_newer) return;
+    device.download(host_arena, arena.pointer, size_t(host_floats) * sizeof(float));
+    device_newer = false;
   }
 
   // This batch's block of small arrays (pointer tables, input arrays), built on the host and sent
@@ -138,6 +161,15 @@ struct CudaExecutor::State {
   }
 
   void upload_leaves(const scheduler::Schedule& schedule);
+  void map_expansion_leaves(const scheduler::Schedule& schedule);
+  void release_expansion_leaves() {
+    for (CUdeviceptr copy : expansion_leaves) device.release(copy);
+    expansion_leaves.clear();
+    expansion_leaf_floats.clear();
+  }
+  void run_batches(const scheduler::Schedule& schedule, Executor& self);
+  void run_calls(std::span<const ir::NodeId> members, bool node_by_node, Executor& self);
+  void run_expansion(const scheduler::Schedule& schedule, const Values& inner, Executor& self);
   void run_elementwise(std::span<const ir::NodeId> members, jit::KernelOp op);
   void copy_members(std::span<const ir::NodeId> members, size_t slot);  // out_k = arg_k[slot]
   void run_linear(std::span<const ir::NodeId> members);
@@ -302,11 +334,7 @@ void CudaExecutor::State::run_linear(std::span<const ir::NodeId> members) {
 
 // Anything without a device kernel: bring the host arena up to date, compute, send the outputs back.
 void CudaExecutor::State::run_on_host(std::span<const ir::NodeId> members) {
-  const int64_t floats = values->plan.arena_floats;
-  if (device_newer) {
-    device.download(values->arena, arena.pointer, size_t(floats) * sizeof(float));
-    device_newer = false;
-  }
+  download_arena();
   for (ir::NodeId id : members) evaluate_node(*values, id);
   const int64_t size = values->graph.node(members[0]).shape.size();
   const int64_t offset = values->plan.offset[members[0]];
@@ -321,6 +349,7 @@ CudaExecutor::CudaExecutor(const std::string& cache_directory, const std::string
 CudaExecutor::~CudaExecutor() = default;
 
 void CudaExecutor::set_cache_entries(size_t entries) {
+  state_->calls.set_capacity(entries);
   state_->functions.set_limits(std::max<size_t>(entries, 1), 0, [&](const std::string&, nvrtc::CUfunction evicted) {
     state_->device.unload_function(evicted);
   });
@@ -328,34 +357,115 @@ void CudaExecutor::set_cache_entries(size_t entries) {
 
 void CudaExecutor::cache_sizes(CacheSizes& sizes) const {
   sizes.device_kernels = state_->functions.sizes();
+  sizes.call_expansions = state_->calls.sizes();
+}
+
+void CudaExecutor::forget_cells() { state_->calls.clear(); }
+
+// The leaves an expansion reads: a call's argument or frame rows inside the arena are read where
+// they lie on the device; a leaf the execution uploaded is read there; any other (the body's
+// weights and constants) is uploaded once per execution.
+void CudaExecutor::State::map_expansion_leaves(const scheduler::Schedule& schedule) {
+  for (ir::NodeId id : schedule.nodes)
+    for (ir::NodeId arg : values->graph.args(id)) {
+      if (values->plan.offset[arg] >= 0) continue;
+      const float* data = values->graph.leaf_data(arg);
+      const int64_t floats = values->graph.node(arg).shape.size();
+      if (in_host_arena(data, floats)) {
+        leaf_address[data] = arena.pointer + CUdeviceptr(data - host_arena) * sizeof(float);
+        continue;
+      }
+      const auto known = expansion_leaf_floats.find(data);
+      if (leaf_address.count(data) && (known == expansion_leaf_floats.end() || known->second >= floats)) continue;
+      const CUdeviceptr copy = device.allocate(size_t(floats) * sizeof(float));
+      expansion_leaves.push_back(copy);
+      device.upload(copy, data, size_t(floats) * sizeof(float));
+      leaf_address[data] = copy;
+      expansion_leaf_floats[data] = floats;
+    }
+}
+
+void CudaExecutor::State::run_batches(const scheduler::Schedule& schedule, Executor& self) {
+  for (size_t b = 0; b < schedule.batch_count(); ++b) {
+    const std::span<const ir::NodeId> members = schedule.batch(b);
+    if (values->plan.is_view(members[0])) continue;
+    const ir::Node& first = values->graph.node(members[0]);
+    if (first.op == ir::Op::call) {
+      run_calls(members, schedule.node_by_node, self);
+      continue;
+    }
+    const int64_t size = first.shape.size();
+    for (size_t k = 1; k < members.size(); ++k)
+      if (values->plan.offset[members[k]] != values->plan.offset[members[0]] + int64_t(k) * size)
+        throw InternalError("cuda executor: batch " + std::to_string(b) +
+                            "'s outputs are not consecutive in member order (plan contract C1)");
+    jit::KernelOp op;
+    if (kernel_op_of(first, op)) run_elementwise(members, op);
+    else if (linear_on_device(members)) run_linear(members);
+    else run_on_host(members);
+  }
+}
+
+// A batch of calls: its expansion runs through execute() again (run_expansion), on the device in
+// the calls' frames; an expansion in an arena of its own (calls not laid out as one batch of
+// frames) runs on the host, and the host arena, which then holds the frames, goes back up whole.
+void CudaExecutor::State::run_calls(std::span<const ir::NodeId> members, bool node_by_node, Executor& self) {
+  if (depth > 0) throw InternalError("cuda executor: a cell's body calls a cell");
+  struct Depth {
+    int& depth;
+    explicit Depth(int& d) : depth(d) { ++depth; }
+    ~Depth() { --depth; }
+  };
+  const Values* outer = values;
+  host_written = false;
+  {
+    const Depth nested(depth);
+    calls.run(self, members, *outer, *stats, node_by_node);
+  }
+  values = outer;
+  if (host_written) {
+    device.upload(arena.pointer, host_arena, size_t(host_floats) * sizeof(float));
+    host_written = false;
+  }
+}
+
+void CudaExecutor::State::run_expansion(const scheduler::Schedule& schedule, const Values& inner, Executor& self) {
+  values = &inner;
+  if (in_host_arena(inner.arena, inner.plan.arena_floats)) {
+    map_expansion_leaves(schedule);
+    run_batches(schedule, self);
+    return;
+  }
+  download_arena();  // the arguments and frames the expansion reads
+  for (ir::NodeId id : schedule.nodes) {
+    if (inner.plan.is_view(id)) continue;
+    evaluate_node(inner, id);
+    stats->kernel_calls += 1;
+  }
+  host_written = true;
 }
 
 void CudaExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
   State& s = *state_;
+  if (s.depth > 0) {  // a batch of calls' expansion (State::run_calls)
+    s.run_expansion(schedule, values, *this);
+    return;
+  }
+  s.release_expansion_leaves();  // an execution that threw left them
   s.values = &values;
   s.stats = &stats;
   s.device_newer = false;
+  s.host_arena = values.arena;
+  s.host_floats = values.plan.arena_floats;
   const size_t arena_bytes = size_t(values.plan.arena_floats) * sizeof(float);
   s.arena.reserve(arena_bytes);
   s.device.upload(s.arena.pointer, values.arena, arena_bytes);  // earlier evaluations' values
   s.upload_leaves(schedule);
-  for (size_t b = 0; b < schedule.batch_count(); ++b) {
-    const std::span<const ir::NodeId> members = schedule.batch(b);
-    if (values.plan.is_view(members[0])) continue;
-    const ir::Node& first = values.graph.node(members[0]);
-    const int64_t size = first.shape.size();
-    for (size_t k = 1; k < members.size(); ++k)
-      if (values.plan.offset[members[k]] != values.plan.offset[members[0]] + int64_t(k) * size)
-        throw InternalError("cuda executor: batch " + std::to_string(b) +
-                            "'s outputs are not consecutive in member order (plan contract C1)");
-    jit::KernelOp op;
-    if (kernel_op_of(first, op)) s.run_elementwise(members, op);
-    else if (s.linear_on_device(members)) s.run_linear(members);
-    else s.run_on_host(members);
-  }
+  s.run_batches(schedule, *this);
   if (s.device_newer) s.device.download(values.arena, s.arena.pointer, arena_bytes);
   s.device.synchronize();
   s.in_flight.clear();
+  s.release_expansion_leaves();
 }
 
 }  // namespace edb::runtime

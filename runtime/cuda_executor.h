@@ -1,7 +1,8 @@
 // The GPU executor (device "cuda"): values in a device arena that grows, leaves uploaded per
 // execution, elementwise batches through rendered CUDA kernels (gathers fused into the loads),
-// matrix products over a shared weight through the tiled batched GEMM, every other batch on the
-// host with evaluate_node and the arena copied across (correct, not fast). Not yet run on a GPU.
+// matrix products over a shared weight through the tiled batched GEMM, a batch of cell calls as its
+// body's batches over the calls in their frames (runtime/call_expansion.h), every other batch on the
+// host with evaluate_node and the arena copied across (correct, not fast).
 #pragma once
 
 #include <memory>
@@ -20,11 +21,11 @@ class CudaExecutor final : public Executor {
   explicit CudaExecutor(const std::string& cache_directory, const std::string& library = {});
   ~CudaExecutor() override;
   std::string_view name() const override { return "cuda"; }
-  // Cell calls reach it copied as their bodies (trace/cell.cpp).
-  Capabilities capabilities() const override { return {.runs_calls = false, .lowers_cells = false, .threads = false}; }
+  Capabilities capabilities() const override { return {.runs_calls = true, .lowers_cells = false, .threads = false}; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
   void set_cache_entries(size_t entries) override;
   void cache_sizes(CacheSizes& sizes) const override;
+  void forget_cells() override;
 
   struct State;
 
