@@ -168,6 +168,17 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
     case Op::atanh:
     case Op::softmax:
     case Op::log_softmax:
+    case Op::argmax:
+      return args[0];
+    case Op::kmax_pooling:
+      if (attrs.target.rows != args[0].rows || attrs.target.cols < 1 || attrs.target.cols > args[0].cols)
+        shape_error(op, "k is " + std::to_string(attrs.target.cols) + " but x is " + to_string(args[0]) +
+                            " (k must be in [1, " + std::to_string(args[0].cols) + "], x's columns)");
+      return attrs.target;
+    case Op::kmax_pooling_grad:
+      if (args[1].rows != args[0].rows || args[1].cols > args[0].cols)
+        shape_error(op, "dy is " + to_string(args[1]) + " but x is " + to_string(args[0]) +
+                            " (as many rows, at most as many columns)");
       return args[0];
     case Op::sum_elements:
     case Op::mean_elements:
@@ -253,6 +264,10 @@ int64_t node_flops(const Graph& graph, NodeId id) {
     case Op::pick_neg_log_softmax:
     case Op::pick_neg_log_softmax_grad:
       return 3 * graph.node(args[0]).shape.size();  // max, exp-sum, normalise
+    case Op::argmax:
+    case Op::kmax_pooling:
+    case Op::kmax_pooling_grad:
+      return graph.node(args[0]).shape.size();  // a comparison per value of x
     case Op::softmax_grad:
     case Op::log_softmax_grad:
     case Op::tanh_grad:

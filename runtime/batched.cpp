@@ -21,6 +21,7 @@
 #include "runtime/call_expansion.h"
 #include "runtime/outer_kernel.h"
 #include "runtime/outer_products.h"
+#include "runtime/selection.h"
 
 namespace edb::runtime {
 
@@ -442,6 +443,47 @@ void run_lookup(const BatchContext& c) {
   c.stats.kernel_calls += 1;
 }
 
+// argmax, kmax_pooling and kmax_pooling's gradient: each member from its own operands, in place,
+// at the positions runtime/selection.h's rule picks; cut across the pool by members.
+void run_selection(const BatchContext& c) {
+  const Operand x = c.operand(0);
+  const ir::Shape in = x.shape, shape = c.first.shape;
+  const bool gradient = c.first.op == ir::Op::kmax_pooling_grad;
+  const Operand dy = gradient ? c.operand(1) : x;
+  c.split(c.n(), std::max<int64_t>(1, kMinElementsPerTask / (4 * in.size())), [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> kept;
+    for (int64_t k = begin; k < end; ++k) {
+      const ConstMatrix value(x.member(k), in.rows, in.cols);
+      Matrix out = c.output(k);
+      switch (c.first.op) {
+        case ir::Op::argmax:
+          out.setZero();
+          for (int64_t j = 0; j < in.cols; ++j) out(argmax_position(value.data() + j * in.rows, in.rows, 1), j) = 1.0f;
+          break;
+        case ir::Op::kmax_pooling:
+          for (int64_t i = 0; i < in.rows; ++i) {
+            kmax_positions(value.data() + i, in.cols, in.rows, shape.cols, kept);
+            for (int64_t j = 0; j < shape.cols; ++j) out(i, j) = value(i, kept[size_t(j)]);
+          }
+          break;
+        case ir::Op::kmax_pooling_grad: {
+          const ConstMatrix d(dy.member(k), dy.shape.rows, dy.shape.cols);
+          out.setZero();
+          for (int64_t i = 0; i < in.rows; ++i) {
+            kmax_positions(value.data() + i, in.cols, in.rows, d.cols(), kept);
+            for (int64_t j = 0; j < d.cols(); ++j) out(i, kept[size_t(j)]) = d(i, j);
+          }
+          break;
+        }
+        default: throw InternalError("batched executor: run_selection of " + std::string(ir::op_name(c.first.op)));
+      }
+    }
+  });
+  c.count_alone(x, 0, c.n());
+  if (gradient) c.count_alone(dy, 0, c.n());
+  c.stats.kernel_calls += 1;
+}
+
 // sum_elements, mean_elements and transpose: each member's value from its own operand, in place.
 void run_per_member(const BatchContext& c) {
   const Operand x = c.operand(0);
@@ -572,6 +614,9 @@ void run_batch(const BatchContext& c) {
     case ir::Op::sum_elements:
     case ir::Op::mean_elements:
     case ir::Op::transpose: return run_per_member(c);
+    case ir::Op::argmax:
+    case ir::Op::kmax_pooling:
+    case ir::Op::kmax_pooling_grad: return run_selection(c);
     case ir::Op::matmul_tn: return run_matmul_tn(c);
     case ir::Op::matmul_nt:
     case ir::Op::matmul_nt_rows: return run_matmul_nt(c);

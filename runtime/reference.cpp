@@ -6,6 +6,7 @@
 #include "edbatch/errors.h"
 #include "runtime/executor.h"
 #include "runtime/call_expansion.h"
+#include "runtime/selection.h"
 
 namespace edb::runtime {
 
@@ -160,6 +161,22 @@ void eval_atanh(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v)
 void eval_pow(const NodeContext& c) {
   c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return std::pow(a, b); });
 }
+// argmax and kmax_pooling: the positions runtime/selection.h's rule picks, then the values.
+void eval_argmax(const NodeContext& c) {
+  ConstMatrix x = c.arg(0);
+  Matrix out = c.out();
+  out.setZero();
+  for (Eigen::Index j = 0; j < x.cols(); ++j) out(argmax_position(x.data() + j * x.rows(), x.rows(), 1), j) = 1.0f;
+}
+void eval_kmax_pooling(const NodeContext& c) {
+  ConstMatrix x = c.arg(0);
+  Matrix out = c.out();
+  std::vector<int64_t> kept;
+  for (Eigen::Index i = 0; i < x.rows(); ++i) {
+    kmax_positions(x.data() + i, x.cols(), x.rows(), out.cols(), kept);
+    for (Eigen::Index j = 0; j < out.cols(); ++j) out(i, j) = x(i, kept[size_t(j)]);
+  }
+}
 void eval_div(const NodeContext& c) { c.out() = c.arg(0).cwiseQuotient(c.arg(1)); }
 void eval_max(const NodeContext& c) { c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return ir::max_of(a, b); }); }
 void eval_min(const NodeContext& c) { c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return ir::min_of(a, b); }); }
@@ -212,6 +229,17 @@ void eval_pick_neg_log_softmax_grad(const NodeContext& c) {
   out = (x.rowwise() - log_sum_exp(x)).array().exp().matrix();
   out(c.node.attrs.index, 0) -= 1.0f;
   out *= c.arg(1)(0, 0);
+}
+
+void eval_kmax_pooling_grad(const NodeContext& c) {
+  ConstMatrix x = c.arg(0), dy = c.arg(1);
+  Matrix out = c.out();
+  out.setZero();
+  std::vector<int64_t> kept;
+  for (Eigen::Index i = 0; i < x.rows(); ++i) {
+    kmax_positions(x.data() + i, x.cols(), x.rows(), dy.cols(), kept);
+    for (Eigen::Index j = 0; j < dy.cols(); ++j) out(i, kept[size_t(j)]) = dy(i, j);
+  }
 }
 
 }  // namespace

@@ -117,6 +117,11 @@ void Backward::send(NodeId n, NodeId dy, const std::vector<uint8_t>& flows) {
     case Op::floor:  // piecewise constant: 0 (a choice at the jumps, where there is no derivative)
       attrs.constant = 0.0f;
       return to(0, emit(Op::scale, {dy}, attrs));
+    case Op::argmax:  // piecewise constant: 0, or dy itself where the user asked for straight-through
+      if (node.attrs.constant != 0.0f) return to(0, dy);
+      attrs.constant = 0.0f;
+      return to(0, emit(Op::scale, {dy}, attrs));
+    case Op::kmax_pooling: return to(0, emit(Op::kmax_pooling_grad, {args[0], dy}));
     case Op::tan:  // dy (1 + y^2)
       attrs.constant = 1.0f;
       return to(0, emit(Op::cmult, {dy, emit(Op::add_const, {emit(Op::square, {n})}, attrs)}));
@@ -215,6 +220,7 @@ void Backward::send(NodeId n, NodeId dy, const std::vector<uint8_t>& flows) {
     case Op::softmax_grad:
     case Op::log_softmax_grad:
     case Op::pick_neg_log_softmax_grad:
+    case Op::kmax_pooling_grad:
       throw UsageError("edb::Trace::backward(): node %" + std::to_string(n) + " (" +
                        std::string(ir::op_name(node.op)) +
                        ") belongs to an earlier backward pass; second derivatives are not supported");

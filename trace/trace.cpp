@@ -369,6 +369,24 @@ Expr sum_elements(const Expr& x) { return record1(ir::Op::sum_elements, x); }
 Expr mean_elements(const Expr& x) { return record1(ir::Op::mean_elements, x); }
 Expr transpose(const Expr& x) { return record1(ir::Op::transpose, x); }
 
+Expr argmax(const Expr& x, ArgmaxGradient gradient) {
+  if (gradient != ArgmaxGradient::zero && gradient != ArgmaxGradient::straight_through)
+    throw UsageError("edb::argmax(): gradient is " + std::to_string(int(gradient)) +
+                     "; expected ArgmaxGradient::zero or ArgmaxGradient::straight_through");
+  return record1(ir::Op::argmax, x, constant_attr(gradient == ArgmaxGradient::straight_through ? 1.0f : 0.0f));
+}
+
+Expr kmax_pooling(const Expr& x, int k) {
+  TraceState::of(x, "edb::kmax_pooling()");
+  if (k < 1 || k > x.cols())
+    throw UsageError("edb::kmax_pooling(): k is " + std::to_string(k) + " but x is " + std::to_string(x.rows()) +
+                     "x" + std::to_string(x.cols()) + "; expected 1 <= k <= " + std::to_string(x.cols()) +
+                     " (x's columns)");
+  ir::Attributes attrs;
+  attrs.target = ir::Shape{x.rows(), k};
+  return record1(ir::Op::kmax_pooling, x, attrs);
+}
+
 namespace {
 
 // splitmix64: a well-mixed 64-bit value of its argument (a counter), for dropout's masks.

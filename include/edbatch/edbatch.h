@@ -438,6 +438,18 @@ Expr pick(const Expr& x, int index);  // row `index` of x, 1 x cols (of a column
 Expr layer_norm(const Expr& x, const Expr& g, const Expr& b);
 Expr weight_norm(const Expr& w, const Expr& g);  // w g / ||w||, g 1x1 (Salimans and Kingma's)
 
+// Selections of DyNet's (issue 46), ops of their own. A NaN ranks above every number, and of
+// equal values the earlier row (column) is taken. Neither lowers into a compiled cell: a cell
+// body using them runs by expansion (its body's batches over the calls).
+// argmax's gradient, which has no derivative (it is piecewise constant): zero, or dy passed to x
+// as is (straight-through, as DyNet's straight_through_gradient).
+enum class ArgmaxGradient { zero, straight_through };
+// Per column of x, 1 at its largest value (the first at ties) and 0 elsewhere: x's shape.
+Expr argmax(const Expr& x, ArgmaxGradient gradient = ArgmaxGradient::zero);
+// In each row of x (rows x cols), its k largest values in their column order: rows x k, 1 <= k <=
+// cols. The gradient goes to the positions taken, 0 elsewhere.
+Expr kmax_pooling(const Expr& x, int k);
+
 // Dropout's mode, chosen by the caller (one value for a trace, typically): inference, or training
 // with a seed. The same seed and the same recorded trace give the same masks.
 struct DropoutMode {

@@ -413,6 +413,19 @@ void bind_ops(py::module_& m) {
   m.def("weight_norm", [](const PyExpr& w, const PyExpr& g) { return binary(w, g, [](auto& a, auto& b) { return edb::weight_norm(a, b); }); },
         py::arg("w"), py::arg("g"), "w g / ||w||, g 1x1.");
   m.def(
+      "argmax",
+      [](const PyExpr& x, const std::string& gradient) {
+        if (gradient != "zero" && gradient != "straight_through")
+          throw edb::UsageError("edbatch.argmax(): gradient is '" + gradient + "'; expected 'zero' or 'straight_through'");
+        const edb::ArgmaxGradient mode = gradient == "zero" ? edb::ArgmaxGradient::zero : edb::ArgmaxGradient::straight_through;
+        return unary(x, [mode](auto& v) { return edb::argmax(v, mode); });
+      },
+      py::arg("x"), py::arg("gradient") = "zero",
+      "Per column 1 at the largest value (the first at ties), 0 elsewhere; gradient 'zero' or\n"
+      "'straight_through' (the gradient passed to x as is).");
+  m.def("kmax_pooling", [](const PyExpr& x, int k) { return unary(x, [k](auto& v) { return edb::kmax_pooling(v, k); }); },
+        py::arg("x"), py::arg("k"), "Per row the k largest values in their column order (rows x k); ties: the earlier column.");
+  m.def(
       "dropout",
       [](const PyExpr& x, float p, bool training, uint64_t seed) {
         return unary(x, [&](auto& v) { return edb::dropout(v, p, {.training = training, .seed = seed}); });

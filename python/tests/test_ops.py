@@ -343,6 +343,43 @@ def test_selections_and_normalisations(engine):
             edbatch.select_rows(x, [3])
 
 
+def test_argmax_and_kmax_pooling(engine):
+    a = rand(4, 6)
+    a[:, 2] = [1.0, 3.0, 3.0, 0.0]  # a tie: argmax takes row 1
+    model = edbatch.Model("selections", seed=3)
+    W = model.add_parameter("W", 4, 6)
+    W.set_values(a)
+    with edbatch.Trace(engine) as t:
+        x = t.param(W)
+        onehot = np.zeros_like(a)
+        onehot[a.argmax(axis=0), np.arange(6)] = 1
+        close(edbatch.argmax(x).value(), onehot)
+        order = np.sort(np.argsort(-a, axis=1, kind="stable")[:, :3], axis=1)
+        close(edbatch.kmax_pooling(x, 3).value(), np.take_along_axis(a, order, axis=1))
+        weights = rand(4, 3)
+        g = t.backward(edbatch.sum_elements(edbatch.cmult(edbatch.kmax_pooling(x, 3), t.input(weights))))
+        want = np.zeros_like(a)
+        np.put_along_axis(want, order, weights, axis=1)
+        close(g.of(W), want)
+    for gradient, through in (("zero", 0.0), ("straight_through", 1.0)):
+        with edbatch.Trace(engine) as t:
+            g = t.backward(edbatch.sum_elements(edbatch.cmult(edbatch.argmax(t.param(W), gradient), t.input(a))))
+            close(g.of(W), through * a)
+    with edbatch.Trace(engine) as t:
+        with pytest.raises(edbatch.UsageError, match=r"edb::kmax_pooling\(\): k is 7 but x is 4x6"):
+            edbatch.kmax_pooling(t.param(W), 7)
+        with pytest.raises(edbatch.UsageError, match=r"expected 'zero' or 'straight_through'"):
+            edbatch.argmax(t.param(W), "sideways")
+
+
+def test_softmax_and_log_softmax_of_a_matrix_are_column_wise(engine):
+    a = rand(3, 5) * 3
+    e = np.exp(a.astype(np.float64) - a.max(axis=0, keepdims=True))
+    with edbatch.Trace(engine) as t:
+        close(edbatch.softmax(t.input(a)).value(), e / e.sum(axis=0, keepdims=True))
+        close(edbatch.log_softmax(t.input(a)).value(), np.log(e / e.sum(axis=0, keepdims=True)))
+
+
 def test_dropout_variants(engine):
     with edbatch.Trace(engine) as t:
         x = t.input(np.ones((6, 8), np.float32))

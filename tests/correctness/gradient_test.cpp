@@ -159,6 +159,11 @@ std::vector<OpCase> op_cases() {
       {"pick of a row", [=](Trace& t, Model& m) { return pick(P(t, m, "W"), 1); }},
       {"layer_norm", [=](Trace& t, Model& m) { return layer_norm(P(t, m, "b") * 2.0f, tanh(P(t, m, "b")) + 1.0f, P(t, m, "b") * 0.5f); }},
       {"weight_norm", [=](Trace& t, Model& m) { return weight_norm(P(t, m, "W"), sum_elements(P(t, m, "X"))); }},
+      // Issue 46's selections: the taken values differ from the others by 0.05 or more.
+      {"argmax times W", [=](Trace& t, Model& m) { return cmult(argmax(P(t, m, "W")), P(t, m, "W") * 2.0f); }},
+      {"kmax_pooling", [=](Trace& t, Model& m) { return kmax_pooling(tanh(P(t, m, "W")), 2); }},
+      {"softmax of a matrix", [=](Trace& t, Model& m) { return softmax(P(t, m, "W") * 3.0f); }},
+      {"log_softmax of a matrix", [=](Trace& t, Model& m) { return log_softmax(P(t, m, "W") * 3.0f); }},
       {"dropout in training", [=](Trace& t, Model& m) {
          return dropout(tanh(P(t, m, "W")), 0.5f, {.training = true, .seed = 7});
        }},

@@ -5,6 +5,7 @@
 // differences of the engine); then dropout_dim, block_dropout and noise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -28,6 +29,9 @@ struct ReductionCase {
   std::function<Expr(std::span<const Expr>)> op;
   std::function<Values(const std::vector<Values>&)> value;  // in double
   double low = -2, high = 2;                                  // the arguments' range
+  // Where the gradient is a documented choice, not the formula's slope (argmax's straight-through):
+  // argument a's gradient of the loss (each output element k weighed by loss_weight(k)).
+  std::function<Values(const std::vector<Values>&, int a)> gradient = nullptr;
 };
 
 double at(const Values& v, int rows, int r, int c) { return v[size_t(c * rows + r)]; }
@@ -72,6 +76,52 @@ Values elementwise_sum(const std::vector<Values>& xs, const std::function<double
     total += f(point);
   }
   return {total};
+}
+
+// The weight of output element k in the loss, so each element's gradient differs.
+double loss_weight(int k) { return 0.7 - 0.45 * (k % 4) + 0.1 * k; }
+
+// x where it is its column's largest (the first at ties), 0 elsewhere.
+Values argmax_times_x(const Values& x, int rows, int cols) {
+  Values out(x.size(), 0.0);
+  for (int c = 0; c < cols; ++c) {
+    int best = 0;
+    for (int r = 1; r < rows; ++r)
+      if (at(x, rows, r, c) > at(x, rows, best, c)) best = r;
+    out[size_t(c * rows + best)] = at(x, rows, best, c);
+  }
+  return out;
+}
+
+// Per row the k largest values in their column order (of equal values the earlier ones).
+Values kmax_of(const Values& x, int rows, int cols, int k) {
+  Values out(size_t(rows * k));
+  for (int r = 0; r < rows; ++r) {
+    std::vector<int> kept;
+    for (int c = 0; c < cols; ++c) {
+      int above = 0;  // values ranked before column c: larger, or equal and earlier
+      for (int o = 0; o < cols; ++o)
+        above += at(x, rows, r, o) > at(x, rows, r, c) || (at(x, rows, r, o) == at(x, rows, r, c) && o < c);
+      if (above < k) kept.push_back(c);
+    }
+    for (int j = 0; j < k; ++j) out[size_t(j * rows + r)] = at(x, rows, r, kept[size_t(j)]);
+  }
+  return out;
+}
+
+// softmax (or log_softmax) of each column.
+Values column_softmax(const Values& x, int rows, int cols, bool log) {
+  Values out(x.size());
+  for (int c = 0; c < cols; ++c) {
+    double m = -INFINITY, s = 0;
+    for (int r = 0; r < rows; ++r) m = std::max(m, at(x, rows, r, c));
+    for (int r = 0; r < rows; ++r) s += std::exp(at(x, rows, r, c) - m);
+    for (int r = 0; r < rows; ++r) {
+      const double l = at(x, rows, r, c) - m - std::log(s);
+      out[size_t(c * rows + r)] = log ? l : std::exp(l);
+    }
+  }
+  return out;
 }
 
 double huber(double d, double c) {
@@ -211,6 +261,30 @@ const std::vector<ReductionCase>& reduction_cases() {
                    for (double w : x[0]) out.push_back(w * g / std::sqrt(norm));
                    return out;
                  }});
+    // Issue 46's selections of their own: argmax (times x, so the taken values are seen; its
+    // gradient 0, the formula's away from ties) and kmax_pooling (per row, in column order).
+    c.push_back({"argmax times x", 4, 3, 1, 4, 3, [](std::span<const Expr> x) { return cmult(argmax(x[0]), x[0]); },
+                 [](const std::vector<Values>& x) { return argmax_times_x(x[0], 4, 3); }});
+    c.push_back({"argmax straight-through times x", 4, 3, 1, 4, 3,
+                 [](std::span<const Expr> x) { return cmult(argmax(x[0], ArgmaxGradient::straight_through), x[0]); },
+                 [](const std::vector<Values>& x) { return argmax_times_x(x[0], 4, 3); }, -2, 2,
+                 // d(a x)/dx with the gradient a receives (w x) passed on to x as is: w a + w x.
+                 [](const std::vector<Values>& x, int) {
+                   const Values taken = argmax_times_x(x[0], 4, 3);
+                   Values g;
+                   for (size_t k = 0; k < x[0].size(); ++k)
+                     g.push_back(loss_weight(int(k)) * ((taken[k] != 0 ? 1.0 : 0.0) + x[0][k]));
+                   return g;
+                 }});
+    c.push_back({"kmax_pooling k 3 of 5", 3, 5, 1, 3, 3, [](std::span<const Expr> x) { return kmax_pooling(x[0], 3); },
+                 [](const std::vector<Values>& x) { return kmax_of(x[0], 3, 5, 3); }});
+    c.push_back({"kmax_pooling k 1 of 4", 2, 4, 1, 2, 1, [](std::span<const Expr> x) { return kmax_pooling(x[0], 1); },
+                 [](const std::vector<Values>& x) { return kmax_of(x[0], 2, 4, 1); }});
+    // softmax and log_softmax of a matrix: each column on its own (as DyNet's).
+    c.push_back({"softmax of a matrix", 3, 4, 1, 3, 4, [](std::span<const Expr> x) { return softmax(x[0]); },
+                 [](const std::vector<Values>& x) { return column_softmax(x[0], 3, 4, false); }, -4, 4});
+    c.push_back({"log_softmax of a matrix", 3, 4, 1, 3, 4, [](std::span<const Expr> x) { return log_softmax(x[0]); },
+                 [](const std::vector<Values>& x) { return column_softmax(x[0], 3, 4, true); }, -4, 4});
     return c;
   }();
   return cases;
@@ -224,9 +298,6 @@ float argument_value(const ReductionCase& c, int a, int i, int k) {
   const double u = std::fmod(0.137 + 0.31 * a + 0.6180339887 * double((i * c.arguments + a) * size + k), 1.0);
   return float(c.low + (c.high - c.low) * u);
 }
-
-// The weight of output element k in the loss, so each element's gradient differs.
-double loss_weight(int k) { return 0.7 - 0.45 * (k % 4) + 0.1 * k; }
 
 std::vector<Values> arguments_of(const ReductionCase& c, int i) {
   std::vector<Values> x(size_t(c.arguments));
@@ -312,6 +383,13 @@ TEST(Reductions, ValuesAndGradientsMatchDoublePrecisionUnderEveryExecutorInAndOu
           ASSERT_EQ(rows->entries.size(), size_t(2 * kCalls)) << where;
           for (size_t e = 0; e < rows->entries.size(); ++e) {
             const int call = int(rows->entries[e] % kCalls);
+            if (c.gradient) {
+              const Values want = c.gradient(arguments_of(c, call), a);
+              for (int k = 0; k < size; ++k)
+                EXPECT_TRUE(near_relative(rows->gradients[e * size_t(size) + size_t(k)], want[size_t(k)], 1e-4))
+                    << where << " argument " << a << " entry " << rows->entries[e] << " element " << k;
+              continue;
+            }
             for (int k = 0; k < size; ++k) {
               std::vector<Values> x = arguments_of(c, call);
               const double h = 1e-6, v = x[size_t(a)][size_t(k)];
@@ -353,6 +431,62 @@ TEST(Reductions, ArgumentsAreCheckedWhenRecordedUnderTheFunctionsName) {
   EXPECT_EQ(testing::usage_error([&] { layer_norm(x, x, x); }), "edb::layer_norm(): x is 2x3; expected a column (rows x 1)");
   EXPECT_EQ(testing::usage_error([&] { layer_norm(y, y, x); }), "edb::layer_norm(): argument 3 is 2x3 but argument 1 is 2x1");
   EXPECT_EQ(testing::usage_error([&] { weight_norm(x, y); }), "edb::weight_norm(): g is 2x1; expected 1x1");
+  EXPECT_EQ(testing::usage_error([&] { kmax_pooling(x, 4); }), "edb::kmax_pooling(): k is 4 but x is 2x3; expected 1 <= k <= 3 (x's columns)");
+  EXPECT_EQ(testing::usage_error([&] { kmax_pooling(x, 0); }), "edb::kmax_pooling(): k is 0 but x is 2x3; expected 1 <= k <= 3 (x's columns)");
+  EXPECT_EQ(testing::usage_error([&] { argmax(Expr()); }), "edb::argmax(): the expression is empty (default-constructed)");
+  EXPECT_EQ(testing::usage_error([&] { argmax(x, ArgmaxGradient(7)); }),
+            "edb::argmax(): gradient is 7; expected ArgmaxGradient::zero or ArgmaxGradient::straight_through");
+}
+
+// At ties argmax takes the first row and kmax_pooling the earlier columns, and kmax_pooling's
+// gradient goes to the columns it took, under every executor, in a batch of calls.
+TEST(Selections, TiesTakeTheEarlierPositionUnderEveryExecutor) {
+  testing::TempDir cache;
+  for (const char* executor : {"reference", "batched", "jit"}) {
+    Engine engine(testing::checked_options(executor));
+    Model model("ties");
+    // Rows: 1 2 1 2 1 | 0 0 3 0 0 | 5 5 5 5 5 (columns 0 and 1 of the first row tie too).
+    const Parameter p = model.add_parameter("X", 3, 5);
+    const float rows[3][5] = {{1, 2, 1, 2, 1}, {0, 0, 3, 0, 0}, {5, 5, 5, 5, 5}};
+    for (int r = 0; r < 3; ++r)
+      for (int c = 0; c < 5; ++c) p.values()[size_t(c * 3 + r)] = rows[r][c];
+    // Columns 1 1 0 | 0 2 2 | 4 4 4: argmax takes rows 0, 1 and 0.
+    const Parameter q = model.add_parameter("Y", 3, 3);
+    const std::vector<float> columns = {1, 1, 0, 0, 2, 2, 4, 4, 4};
+    std::copy(columns.begin(), columns.end(), q.values().begin());
+    Trace trace(engine);
+    std::vector<Expr> pooled, taken, terms;
+    for (int call = 0; call < 3; ++call) {
+      const Expr x = trace.param(p) * float(call + 1);
+      pooled.push_back(kmax_pooling(x, 3));
+      taken.push_back(argmax(trace.param(q) * float(call + 1)));
+      std::vector<float> weights;
+      for (int k = 0; k < 9; ++k) weights.push_back(float(10 * (k + 1) + call));
+      terms.push_back(sum_elements(cmult(pooled.back(), trace.input(3, 3, weights))));
+    }
+    const Gradients g = trace.backward(sum(terms));
+    for (int call = 0; call < 3; ++call) {
+      const Tensor y = pooled[size_t(call)].value(), a = taken[size_t(call)].value();
+      const float scale = float(call + 1);
+      const float want[3][3] = {{1, 2, 2}, {0, 0, 3}, {5, 5, 5}};  // columns {0, 1, 3}, {0, 1, 2}, {0, 1, 2}
+      for (int r = 0; r < 3; ++r)
+        for (int j = 0; j < 3; ++j) EXPECT_EQ(y(r, j), want[r][j] * scale) << executor << " call " << call;
+      const int first_largest[3] = {0, 1, 0};
+      for (int c = 0; c < 3; ++c)
+        for (int r = 0; r < 3; ++r) EXPECT_EQ(a(r, c), r == first_largest[c] ? 1.0f : 0.0f) << executor << " column " << c;
+    }
+    // The gradient of row r, column j of a call's pooled value is 10 (3 j + r + 1) + call, summed
+    // over the calls (times each call's scale) where that column was taken.
+    const Tensor* dx = g.of(p);
+    ASSERT_NE(dx, nullptr) << executor;
+    const int taken_columns[3][3] = {{0, 1, 3}, {0, 1, 2}, {0, 1, 2}};
+    for (int r = 0; r < 3; ++r) {
+      float want[5] = {0, 0, 0, 0, 0};
+      for (int j = 0; j < 3; ++j)
+        for (int call = 0; call < 3; ++call) want[taken_columns[r][j]] += float(call + 1) * float(10 * (3 * j + r + 1) + call);
+      for (int c = 0; c < 5; ++c) EXPECT_EQ((*dx)(r, c), want[c]) << executor << " row " << r << " column " << c;
+    }
+  }
 }
 
 // dropout_dim, block_dropout and noise: x itself at inference; in training a mask shared along its
