@@ -220,9 +220,7 @@ int run(int argc, char** argv) {
     auto& state = edb::detail::TraceState::of(any, "edb-bench-search");
     edb::runtime::TraceData& data = state.data;
     if (data.types.size() != data.graph.size()) state.engine->driver.signatures.assign(data.graph, 0, data.types);
-    const bool with_calls = options.cells && !data.calls.empty();
-    sch::ScheduleInput input{data.graph, data.types, 0, nullptr, &state.engine->driver.signatures,
-                             with_calls ? &data.calls : nullptr};
+    sch::ScheduleInput input{data.graph, data.types, 0, nullptr, &state.engine->driver.signatures};
     sch::Analysis analysis;
     auto timer = Clock::now();
     analysis.build(input);
@@ -250,7 +248,7 @@ int run(int argc, char** argv) {
     policy.schedule(input, schedule);
     const int64_t learned_batches = sch::expanded_batch_count(input, schedule);
     sch::GreedyPolicy greedy;
-    const sch::ScheduleInput bare{data.graph, data.types, 0, nullptr, input.signatures, input.calls};
+    const sch::ScheduleInput bare{data.graph, data.types, 0, nullptr, input.signatures};
     const Cost cost = all_told_per_decision(policy, bare, rounds, cold == "on");
     totals.learned_ns += cost.all_told_ns / test_traces;
     totals.analysis_ns += cost.analysis_ns / test_traces;

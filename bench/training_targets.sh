@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Issue 29's training targets, from the build in build/: per model, `batched` against `jit` with the
-# cells' backward bodies off (calls copied back into the trace) and on (--cell-gradients on), in
-# ROUNDS interleaved rounds (default 3) of `edb-run --train --epochs 2`, the second epoch measured;
+# The training targets (issues 29 and 43), from the build in build/: per model, `batched` against
+# `jit` (each cell call one node forward and backward, under jit one compiled kernel per batch of
+# calls), in ROUNDS interleaved rounds (default 3) of `edb-run --train --epochs 2`, the second epoch measured;
 # medians. Also the held-out loss of each configuration (the same to 1e-3), backward/forward, the
 # share of the epoch outside schedule, plan and execute, the first epoch's time over the second's, and
 # the model's GFLOP/s (both passes' flops over the epoch's time) against the one-thread FMA peak
 # that build/bench/edb-bench-cells measures at the start of the same round (on these 2-vCPU
 # machines a busy sibling thread halves it, so the fraction holds only for a quiet machine).
 # With EDB_OTHER_RUN set to another build's edb-run (say a worktree of an earlier commit built with
-# `ninja edb-run`; it must take --cell-gradients), that build runs `jit` with cell gradients on in
-# the same rounds, and the per-round ratio of this build over it is printed.
+# `ninja edb-run`), that build runs `jit` with its defaults in the same rounds, and the per-round
+# ratio of this build over it is printed.
 # Usage: [EDB_OTHER_RUN=EDB_RUN] bench/training_targets.sh [ROUNDS] [MODEL...]
 #        (numbers vary 10-30% between runs here)
 set -euo pipefail
@@ -23,8 +23,8 @@ source bench/workloads.sh  # also $run and $data
 rounds_and_models 3 "treelstm bilstm" "$@"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-configs=("this batched off" "this jit off" "this jit on")  # build, executor, cell gradients
-[ -n "$other" ] && configs+=("other jit on")
+configs=("this batched" "this jit")  # build, executor
+[ -n "$other" ] && configs+=("other jit")
 total=$((rounds * ${#models[@]} * ${#configs[@]}))
 done_runs=0
 cells_bench=build/bench/edb-bench-cells
@@ -33,14 +33,14 @@ for ((r = 0; r < rounds; ++r)); do
   "$cells_bench" --calls 1 --json 2>/dev/null >"$work/peak-$r.json"
   for model in "${models[@]}"; do
     for config in "${configs[@]}"; do
-      read -r build executor gradients <<<"$config"
+      read -r build executor <<<"$config"
       binary=$run
       [ "$build" = other ] && binary=$other
       done_runs=$((done_runs + 1))
-      printf '\r[%d/%d] round %d %s %s %s cell-gradients %s   ' "$done_runs" "$total" "$((r + 1))" "$model" "$build" "$executor" "$gradients" >&2
+      printf '\r[%d/%d] round %d %s %s %s   ' "$done_runs" "$total" "$((r + 1))" "$model" "$build" "$executor" >&2
       # shellcheck disable=SC2046
-      "$binary" "$model" $(train_data_of "$model") --train --epochs 2 --executor "$executor" --cell-gradients "$gradients" \
-        --json 2>/dev/null >"$work/$model-$build-$executor-$gradients-$r.json"
+      "$binary" "$model" $(train_data_of "$model") --train --epochs 2 --executor "$executor" \
+        --json 2>/dev/null >"$work/$model-$build-$executor-$r.json"
     done
   done
 done
@@ -51,8 +51,8 @@ work, rounds, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 configs = [tuple(c.split()) for c in sys.argv[4:4 + count]]
 models = sys.argv[4 + count:]
 def epoch(model, config, r, which=-1):
-    build, executor, gradients = config
-    return json.load(open(f"{work}/{model}-{build}-{executor}-{gradients}-{r}.json"))["epochs"][which]
+    build, executor = config
+    return json.load(open(f"{work}/{model}-{build}-{executor}-{r}.json"))["epochs"][which]
 med = statistics.median
 print(f"second epoch of `edb-run MODEL --train --epochs 2`, medians of {rounds} interleaved rounds "
       "(ratios: median of the rounds' ratios)")
@@ -63,27 +63,27 @@ print(f"one-thread FMA peak per round (edb-bench-cells): {', '.join(f'{p:.0f}' f
 def outside(e):  # the share of the epoch outside schedule, plan and execute (recording, the optimizer)
     timed = sum(e[p]["time_ms"][t] for p in ("forward", "backward") for t in ("schedule", "plan", "execute"))
     return 1 - timed / e["total_ms"]
-print("| model | executor | cell gradients | inst/s | / batched | forward ms | backward ms | bwd/fwd | optimizer ms | outside | GFLOP/s | of peak | 1st/2nd epoch | held-out loss |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-baseline = ("this", "batched", "off")
+print("| model | executor | inst/s | / batched | forward ms | backward ms | bwd/fwd | optimizer ms | outside | GFLOP/s | of peak | 1st/2nd epoch | held-out loss |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+baseline = ("this", "batched")
 for model in models:
     for config in configs:
-        build, executor, gradients = config
+        build, executor = config
         runs = [epoch(model, config, r) for r in range(rounds)]
         ratio = med([epoch(model, config, r)["instances_per_sec"] / epoch(model, baseline, r)["instances_per_sec"]
                      for r in range(rounds)])
         name = executor if build == "this" else f"{executor} (EDB_OTHER_RUN)"
-        print(f"| {model} | {name} | {gradients} | {med([e['instances_per_sec'] for e in runs]):,.0f} | {ratio:.2f} | "
+        print(f"| {model} | {name} | {med([e['instances_per_sec'] for e in runs]):,.0f} | {ratio:.2f} | "
               f"{med([e['forward_ms'] for e in runs]):.0f} | {med([e['backward_ms'] for e in runs]):.0f} | "
               f"{med([e['backward_over_forward'] for e in runs]):.2f} | {med([e['optimizer_ms'] for e in runs]):.0f} | "
               f"{med([outside(e) for e in runs]):.0%} | {med([gflops(e) for e in runs]):.0f} | "
               f"{med([gflops(e) / peaks[r] for r, e in enumerate(runs)]):.0%} | "
               f"{med([epoch(model, config, r, 0)['total_ms'] / epoch(model, config, r)['total_ms'] for r in range(rounds)]):.2f} | "
               f"{runs[0]['heldout_loss']:.4f} |")
-if ("other", "jit", "on") in configs:
+if ("other", "jit") in configs:
     for model in models:
-        ratios = [epoch(model, ("this", "jit", "on"), r)["instances_per_sec"] /
-                  epoch(model, ("other", "jit", "on"), r)["instances_per_sec"] for r in range(rounds)]
-        print(f"{model}: jit with cell gradients, this build over EDB_OTHER_RUN, round by round: "
+        ratios = [epoch(model, ("this", "jit"), r)["instances_per_sec"] /
+                  epoch(model, ("other", "jit"), r)["instances_per_sec"] for r in range(rounds)]
+        print(f"{model}: jit, this build over EDB_OTHER_RUN, round by round: "
               f"{', '.join(f'{x:.2f}' for x in ratios)} (median {med(ratios):.2f})")
 PY

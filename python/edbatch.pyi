@@ -72,7 +72,6 @@ class Engine:
         max_trace_nodes: Optional[int] = None,
         cells: Optional[bool] = None,
         memplan: Optional[bool] = None,
-        cell_gradients: Optional[bool] = None,
         policy_file: Optional[_Path] = None,
         policy_encoding: Optional[str] = None,
         search_budget_ms: Optional[int] = None,

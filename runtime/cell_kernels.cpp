@@ -63,9 +63,7 @@ struct CellKernels::PackedWeight {
 };
 
 struct CellKernels::Cell {
-  std::optional<CellLowering> owned;      // lowered from a trace's copy
-  const CellLowering* lowering = nullptr; // owned, a CallCell's, or null: the cell does not lower
-  std::string why_not;
+  const CellLowering* lowering = nullptr;  // its CallCell's
   jit::CompiledKernel kernel;
   int32_t vector = 0;
   std::vector<std::unique_ptr<PackedWeight>> weights;
@@ -81,10 +79,9 @@ struct CellKernels::Cell {
 CellKernels::CellKernels(std::string cache_directory) : cache_directory_(std::move(cache_directory)), cells_(1024) {}
 CellKernels::~CellKernels() = default;
 
-std::unique_ptr<CellKernels::Cell>& CellKernels::slot(const void* cell, ir::TypeId type) {
-  const auto key = std::make_pair(cell, type);
-  if (std::unique_ptr<Cell>* found = cells_.find(key)) return *found;
-  return *cells_.insert(key, nullptr);  // empty: the caller makes it, last used now
+std::unique_ptr<CellKernels::Cell>& CellKernels::slot(const CallCell* cell) {
+  if (std::unique_ptr<Cell>* found = cells_.find(cell)) return *found;
+  return *cells_.insert(cell, nullptr);  // empty: the caller makes it, last used now
 }
 
 void CellKernels::set_capacity(size_t entries) { cells_.set_limits(std::max<size_t>(entries, 1)); }
@@ -124,21 +121,6 @@ void CellKernels::compile(Cell& cell, Stats& stats) {
   cell.splits_by_tiles = program.stages.size() == 1;
   cell.weights.resize(cell.lowering->weights.size());
   cell.weight_pointers.resize(cell.lowering->weights.size());
-}
-
-CellKernels::Cell& CellKernels::cell_of(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch,
-                                        const Values& values, Stats& stats) {
-  std::unique_ptr<Cell>& slot = this->slot(batch.cell, batch.type);
-  if (slot) return *slot;
-  auto cell = std::make_unique<Cell>();
-  cell->owned = lower_cell(values.graph, values.plan, schedule.call_firsts[batch.calls_begin], *batch.cell,
-                           batch.body_nodes, keep_every_value_, cell->why_not);
-  if (cell->owned) {
-    cell->lowering = &*cell->owned;
-    compile(*cell, stats);
-  }
-  slot = std::move(cell);
-  return *slot;
 }
 
 void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::ParameterInfo&(size_t, size_t)>& piece) {
@@ -232,68 +214,10 @@ void CellKernels::launch(Cell& cell, int64_t calls, ThreadPool& pool, Stats& sta
   stats.kernel_calls += pieces;
 }
 
-bool CellKernels::run(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch,
-                      const Values& values, ThreadPool& pool, Stats& stats) {
-  Cell& cell = cell_of(schedule, batch, values, stats);
-  if (!cell.lowering) return false;
-  const CellLowering& lowering = *cell.lowering;
-  const ir::Graph& graph = values.graph;
-  const std::span<const ir::NodeId> firsts(schedule.call_firsts.data() + batch.calls_begin, batch.calls_end - batch.calls_begin);
-  // The program reads these slices in place of their sources: in this plan too?
-  for (uint32_t view : lowering.views)
-    for (ir::NodeId first : firsts)
-      if (!values.plan.is_view(first + view)) return false;
-
-  // What the kernel reads once for the batch, through the first call: the same node in every call
-  // (the calls' type says so; EngineOptions::verify checks it).
-  const ir::NodeId first0 = firsts[0];
-  if (check_shared_reads_) {
-    auto check = [&](const CellLowering::Reference& ref, const char* what) {
-      const ir::NodeId expected = graph.args(first0 + ref.offset)[size_t(ref.argument)];
-      for (size_t j = 1; j < firsts.size(); ++j)
-        if (graph.args(firsts[j] + ref.offset)[size_t(ref.argument)] != expected)
-          throw InternalError("compiled cell '" + batch.cell->name + "': " + what + " (body node %" + std::to_string(ref.offset) +
-                              ", argument " + std::to_string(ref.argument) + ") is node %" + std::to_string(expected) +
-                              " in the batch's first call but %" +
-                              std::to_string(graph.args(firsts[j] + ref.offset)[size_t(ref.argument)]) + " in call " +
-                              std::to_string(j + 1) + " of " + std::to_string(firsts.size()));
-    };
-    for (const CellLowering::Reference& ref : lowering.shared_slots) check(ref, "a shared slot");
-    for (const CellLowering::Weight& weight : lowering.weights)
-      for (const CellLowering::Reference& piece : weight.pieces) check(piece, "a packed weight");
-  }
-
-  // Packed weights, made again when a piece moved or its version changed.
-  refresh_weights(cell, [&](size_t w, size_t p) -> const ir::ParameterInfo& {
-    const CellLowering::Reference& piece = lowering.weights[w].pieces[p];
-    const ir::NodeId node = graph.args(first0 + piece.offset)[size_t(piece.argument)];
-    return graph.parameter(graph.node(node).attrs.parameter);
-  });
-
-  // The calls' pointer tables and the shared one.
-  const size_t slots = lowering.call_slots.size();
-  pointers_.resize(firsts.size() * slots);
-  for (size_t j = 0; j < firsts.size(); ++j) {
-    float** table = pointers_.data() + j * slots;
-    for (size_t s = 0; s < slots; ++s) {
-      const CellLowering::Reference& ref = lowering.call_slots[s];
-      const ir::NodeId node = firsts[j] + ref.offset;
-      table[s] = ref.argument < 0 ? values.out(node) : const_cast<float*>(values.in(graph.args(node)[size_t(ref.argument)]));
-    }
-  }
-  shared_.resize(lowering.shared_slots.size());
-  for (size_t s = 0; s < shared_.size(); ++s) {
-    const CellLowering::Reference& ref = lowering.shared_slots[s];
-    shared_[s] = values.in(graph.args(first0 + ref.offset)[size_t(ref.argument)]);
-  }
-  launch(cell, int64_t(firsts.size()), pool, stats);
-  return true;
-}
-
 void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats) {
   const ir::Graph& graph = values.graph;
   const auto& call_cell = static_cast<const CallCell&>(graph.cell(graph.node(calls[0]).attrs.index));
-  std::unique_ptr<Cell>& slot = this->slot(&call_cell, ir::kNoType);
+  std::unique_ptr<Cell>& slot = this->slot(&call_cell);
   if (!slot) {
     slot = std::make_unique<Cell>();
     slot->lowering = &call_cell.lowering;

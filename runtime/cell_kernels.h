@@ -1,8 +1,7 @@
-// Compiled cells for the jit executor: a batch of cell calls (scheduler::Schedule::CallBatch) runs
-// as one kernel compiled from the cell's program (jit/cell_program.h) instead of the body's
-// batches one by one. The body is lowered once per cell from its first call's copy in a trace;
-// weights are packed once per model version (repacked when a parameter's version moves).
-// Precondition: the plan gives every body node of every call its place (memplan's Plan).
+// Compiled cells for the jit executor: a batch of `call` nodes of one cell runs as one kernel
+// compiled from the cell's program (jit/cell_program.h, lowered once per cell by
+// runtime/cell_lowering.h) instead of the body's batches one by one; weights are packed once per
+// model version (repacked when a parameter's version moves).
 #pragma once
 
 #include <algorithm>
@@ -32,15 +31,10 @@ namespace edb::runtime {
 class CellKernels {
  public:
   explicit CellKernels(std::string cache_directory);
-  void keep_every_value() { keep_every_value_ = true; }  // before the first run
-  void check_shared_reads() { check_shared_reads_ = true; }  // Executor::check_shared_reads
   ~CellKernels();
 
-  // Runs a batch of calls as one kernel, split by calls across the pool; false when its cell does
-  // not lower (the caller runs the batches instead).
-  bool run(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch, const Values& values,
-           ThreadPool& pool, Stats& stats);
-  // Runs a batch of `call` nodes of one CallCell as one kernel.
+  // Runs a batch of `call` nodes of one CallCell, which lowers, as one kernel, split across the
+  // pool by calls or, for a small batch, by row tiles.
   void run_calls(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats);
 
   // The most compiled cells kept (EngineOptions::cache_entries), least recently used out; their
@@ -53,8 +47,6 @@ class CellKernels {
  private:
   struct PackedWeight;
   struct Cell;
-  Cell& cell_of(const scheduler::Schedule& schedule, const scheduler::Schedule::CallBatch& batch, const Values& values,
-                Stats& stats);
   void compile(Cell& cell, Stats& stats);
   // Packs each weight again whose pieces moved or changed; piece(w, p) is piece p of weight w.
   void refresh_weights(Cell& cell, const std::function<const ir::ParameterInfo&(size_t, size_t)>& piece);
@@ -62,14 +54,10 @@ class CellKernels {
   void launch(Cell& cell, int64_t calls, ThreadPool& pool, Stats& stats);
 
   std::string cache_directory_;
-  bool keep_every_value_ = false;
-  bool check_shared_reads_ = false;
   jit::CachedCompiler* compiler_ = nullptr;
-  // By CellSchedule and the calls' type (which parameters they pass decides the lowering), or by
-  // CallCell.
-  ir::BoundedCache<std::pair<const void*, ir::TypeId>, std::unique_ptr<Cell>, ir::PairHash> cells_;  // 1024 at first
-  // The entry of `key`, made empty (and the least recently used evicted) when there is none.
-  std::unique_ptr<Cell>& slot(const void* cell, ir::TypeId type);
+  ir::BoundedCache<const CallCell*, std::unique_ptr<Cell>> cells_;  // by cell; 1024 at first
+  // The entry of `cell`, made empty (and the least recently used evicted) when there is none.
+  std::unique_ptr<Cell>& slot(const CallCell* cell);
   std::vector<float*> pointers_;        // the batch's call tables, kept between batches
   std::vector<const float*> shared_;
 };

@@ -41,14 +41,12 @@ class Lowerer {
  public:
   // The body is graph nodes [first, first + body_nodes); `outputs` are offsets into it. With
   // `for_backward`, the program also keeps what the backward pass's rules read.
-  // With `padding`, a product whose rows end inside a block (dx = W^T dy of an input narrower or
-  // wider than the gates) is stored in whole blocks, its weight padded with zero rows: only where
-  // the lowering lays the values out itself (a call's frame), not in a plan's places.
+  // A product whose rows end inside a block (dx = W^T dy of an input narrower or wider than the
+  // gates) is stored in whole blocks of the call's frame, its weight padded with zero rows.
   Lowerer(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first, uint32_t body_nodes,
-          const std::string& name, std::span<const uint32_t> outputs, bool keep_every_value, bool for_backward,
-          bool padding = false)
-      : graph_(graph), plan_(plan), first_(first), count_(body_nodes), for_backward_(for_backward), padding_(padding),
-        needed_(body_nodes, keep_every_value) {
+          const std::string& name, std::span<const uint32_t> outputs, bool for_backward)
+      : graph_(graph), plan_(plan), first_(first), count_(body_nodes), for_backward_(for_backward),
+        needed_(body_nodes, false) {
     out_.program.name = name;
     for (uint32_t o : outputs)
       if (o < count_) needed_[o] = true;
@@ -176,7 +174,7 @@ class Lowerer {
       return;
     }
     if (is_product(n.op)) {
-      if (!block_aligned(n.shape.rows) && (!padding_ || n.op == ir::Op::affine))
+      if (!block_aligned(n.shape.rows) && n.op == ir::Op::affine)
         throw Unsupported{"a product of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
       const size_t products = n.op == ir::Op::affine ? 1 : 0;
       int32_t stage = 1;
@@ -569,7 +567,6 @@ class Lowerer {
   ir::NodeId first_;
   uint32_t count_;
   bool for_backward_;
-  bool padding_;
   int32_t rows_ = 0;
   std::vector<Form> forms_;  // body nodes by offset, then external references
   std::vector<uint8_t> needed_;  // per body node: its value must be in the arena after the kernel
@@ -581,17 +578,6 @@ class Lowerer {
 };
 
 }  // namespace
-
-std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first,
-                                       const scheduler::CellSchedule& cell, uint32_t body_nodes, bool keep_every_value,
-                                       std::string& why_not) {
-  try {
-    return Lowerer(graph, plan, first, body_nodes, cell.name, cell.outputs, keep_every_value, true).lower();
-  } catch (const Unsupported& unsupported) {
-    why_not = unsupported.why;
-    return std::nullopt;
-  }
-}
 
 namespace {
 
@@ -609,7 +595,7 @@ bool lower_into(CallCell& cell, std::span<const ir::NodeId> to, std::span<const 
   for (ir::NodeId id = cell.first; id < copy.size(); ++id)
     plan.view[id] = copy.node(id).op == ir::Op::slice && copy.node(id).shape.cols == 1;
   try {
-    cell.lowering = Lowerer(copy, plan, cell.first, count, cell.name, output_offsets, false, for_backward, true).lower();
+    cell.lowering = Lowerer(copy, plan, cell.first, count, cell.name, output_offsets, for_backward).lower();
   } catch (const Unsupported& unsupported) {
     cell.why_not = unsupported.why;
     return false;

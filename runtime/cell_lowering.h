@@ -43,16 +43,6 @@ struct CellLowering {
   std::vector<uint32_t> views;          // body slices the program reads in place of their source
 };
 
-// The lowering of the call whose body is graph nodes [first, first + body_nodes), or nullopt with
-// the reason in `why_not` when the body holds what the program cannot express (then the
-// executor runs its batches one by one).
-// The program writes to the arena only what is read after it: the call's outputs (`cell.outputs`)
-// and what the backward pass's rules read (trace/backward.cpp); with `keep_every_value`, every
-// value (EngineOptions::check_finite looks at each one).
-std::optional<CellLowering> lower_cell(const ir::Graph& graph, const memplan::Plan& plan, ir::NodeId first,
-                                       const scheduler::CellSchedule& cell, uint32_t body_nodes, bool keep_every_value,
-                                       std::string& why_not);
-
 // A cell whose calls are single nodes of the trace (ir::Op::call): its body laid out as a call's
 // copy would lie in a trace (the leaves, then the operations contiguously from `first`). A call's
 // value is its frame, and its outputs are slice views of it. When the body lowers to a cell program

@@ -21,7 +21,7 @@ class CudaExecutor final : public Executor {
   explicit CudaExecutor(const std::string& cache_directory, const std::string& library = {});
   ~CudaExecutor() override;
   std::string_view name() const override { return "cuda"; }
-  Capabilities capabilities() const override { return {.runs_calls = true, .lowers_cells = false, .threads = false}; }
+  Capabilities capabilities() const override { return {.lowers_cells = false, .threads = false}; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
   void set_cache_entries(size_t entries) override;
   void cache_sizes(CacheSizes& sizes) const override;

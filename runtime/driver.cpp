@@ -80,7 +80,6 @@ void emit_dump(const DumpFlags& dump, const char* stage, uint64_t number, const 
 void TraceData::clear() {
   graph.clear();
   types.clear();
-  calls.clear();
   schedule.clear();
   plan.offset.clear();
   plan.view.clear();
@@ -113,16 +112,6 @@ int64_t first_non_finite(const float* values, int64_t n) {
 std::string call_text(uint32_t number, const std::string& cell, size_t node, size_t operations) {
   return ", call " + std::to_string(number) + " of cell '" + cell + "', its body node " + std::to_string(node) +
          " of " + std::to_string(operations);
-}
-
-// Where node `id` came from when a copied cell call recorded it (call_text); "" outside calls.
-std::string call_context(const scheduler::CallGroups& calls, ir::NodeId id) {
-  const uint32_t c = calls.call(id);
-  if (c == scheduler::CallGroups::kNone) return "";
-  const scheduler::CallGroups::Call& call = calls.calls[c];
-  uint32_t number = 0;
-  for (uint32_t i = 0; i <= c; ++i) number += calls.calls[i].schedule == call.schedule;
-  return call_text(number, call.schedule->name, id - call.first + 1, call.last - call.first + 1);
 }
 
 // check_finite's error for node `id` (whose op and shape `n` gives: the body node's for a call)
@@ -201,7 +190,7 @@ void check_finite(TraceData& trace) {
       const auto args = graph.args(n);
       for (size_t i = 0; i < args.size() && cause.empty(); ++i)
         cause = leaf_cause(i, graph, args[i], " %" + std::to_string(args[i]));
-      non_finite(id, n, b, call_context(trace.calls, id), values.in(id), at, cause.empty() ? kFiniteArguments : cause);
+      non_finite(id, n, b, "", values.in(id), at, cause.empty() ? kFiniteArguments : cause);
     }
   }
 }
@@ -346,8 +335,6 @@ Driver::Driver(const EngineOptions& options)
   executor_ = make_device_executor(options.device, options.executor, pipelined ? threads - 1 : threads,
                                    options.cache_directory, options_.device);
   executor_->set_cache_entries(size_t(options.cache_entries));
-  if (options.check_finite) executor_->keep_every_value();
-  if (options.verify) executor_->check_shared_reads();
   ThreadPool* pool = pipelined ? executor_->thread_pool() : nullptr;
   if (pool) pool->lend(1);
   if (pipelined) queue_ = std::make_unique<ExecutionQueue>(*executor_, options.check_finite, pool);
@@ -402,7 +389,7 @@ PolicyProgress Driver::train_policy(std::span<TraceData* const> traces, const Po
   for (TraceData* trace : traces) {
     if (trace->evaluated != 0)
       throw UsageError("edb::Engine::train_policy(): a trace was already evaluated; record traces and train before running them");
-    inputs.push_back({trace->graph, trace->types, 0, nullptr, &signatures, &trace->calls});
+    inputs.push_back({trace->graph, trace->types, 0, nullptr, &signatures});
   }
   if (learned_) return train_learned(inputs, training, progress);
   scheduler::FsmTraining options;
@@ -480,11 +467,7 @@ void Driver::schedule(TraceData& trace) {
 
   auto start = Clock::now();
   if (trace.types.size() != trace.graph.size()) signatures.assign(trace.graph, begin, trace.types);
-  // With cell calls the policies see each call as one node; the schedule is then expanded into
-  // the cells' own batches, and checked and bounded over the nodes themselves. The sequential
-  // baseline stays one node per batch.
-  const bool calls = !trace.calls.empty() && policy_->batches();
-  scheduler::ScheduleInput input{trace.graph, trace.types, begin, &analysis_, &signatures, calls ? &trace.calls : nullptr};
+  scheduler::ScheduleInput input{trace.graph, trace.types, begin, &analysis_, &signatures};
   // Local types and same-type chains, the way the policy reads them: its analysis, and the bound's.
   analysis_.build(input, policy_->chains());
   auto decisions_so_far = [&] { return fsm_ ? fsm_->decisions() : learned_ ? learned_->decisions() : 0; };
@@ -493,18 +476,10 @@ void Driver::schedule(TraceData& trace) {
   policy_->schedule(input, schedule);
   stats_.policy_decisions += decisions_so_far() - decisions;
   stats_.policy_unseen += unseen_so_far() - unseen;
-  if (calls) scheduler::expand_calls(trace.calls, schedule);
   stats_.time.schedule_ms += elapsed_ms(start);
-  // Over the trace with each call one node (copied or a single node) weighted by its cell's
-  // batches: the same bound whichever executor records and policy schedules the trace (the
-  // sequential baseline, which schedules the copies node by node, has it analysed apart).
-  if (calls || trace.calls.empty()) {
-    stats_.lower_bound += scheduler::weighted_lower_bound(input, analysis_, type_weights_);
-  } else {
-    const scheduler::ScheduleInput grouped{trace.graph, trace.types, begin, &bound_analysis_, &signatures, &trace.calls};
-    bound_analysis_.build(grouped);
-    stats_.lower_bound += scheduler::weighted_lower_bound(grouped, bound_analysis_, type_weights_);
-  }
+  // Over the trace with each call one node weighted by its cell's batches: the same bound whichever
+  // executor and policy run the trace.
+  stats_.lower_bound += scheduler::weighted_lower_bound(input, analysis_, type_weights_);
   if (more) trace.schedule.append(more_);
   trace.scheduled = static_cast<ir::NodeId>(trace.graph.size());
   if (options_.verify) {  // all that runs next: the batches scheduled before too

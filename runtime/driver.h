@@ -33,7 +33,6 @@ namespace edb::runtime {
 struct TraceData {
   ir::Graph graph;
   std::vector<ir::TypeId> types;  // per node; the trace interns them as it records
-  scheduler::CallGroups calls;    // cell calls recorded with EngineOptions::cells on
   scheduler::Schedule schedule;
   memplan::Plan plan;
   Arena arena;
@@ -158,7 +157,6 @@ class Driver {
   uint64_t dump_number_ = 0;     // the last schedule's, which its plan's dump shares
   scheduler::Schedule more_;     // batches scheduled after others that have not run yet
   scheduler::Analysis analysis_;
-  scheduler::Analysis bound_analysis_;  // the sequential policy's trace with calls grouped, for the bound
   std::vector<uint32_t> type_weights_; // per local type, for the lower bound (kept between traces)
   memplan::LayoutPlanner layout_planner_;
   Stats stats_;

@@ -55,9 +55,10 @@ inline StatsWeight stats_weight(const ir::Graph& graph, ir::NodeId member, bool 
 
 class ThreadPool;  // runtime/thread_pool.h
 
-// What an executor can do, so that the engine decides by what it can do, never by its name.
+// What an executor can do, so that the engine decides by what it can do, never by its name. Every
+// executor runs batches of `call` nodes (a cell call as one node), at least through
+// runtime/call_expansion.h.
 struct Capabilities {
-  bool runs_calls = true;     // runs batches of `call` nodes (a cell call as one node)
   bool lowers_cells = false;  // compiles a cell's body into one kernel per batch of calls
   bool threads = true;        // splits work across a thread pool (false: one thread only)
 };
@@ -70,12 +71,6 @@ class Executor {
   // Runs every batch of `schedule`; adds kernel calls and bytes gathered to `stats` (the driver
   // counts nodes and batches from the schedule, the same whichever executor runs it).
   virtual void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) = 0;
-  // Every node's value must be in the arena afterwards (EngineOptions::check_finite reads them all);
-  // otherwise a compiled cell writes only what is read after it. Called before the first execute.
-  virtual void keep_every_value() {}
-  // EngineOptions::verify: before a kernel reads a value once for a whole batch (a packed weight,
-  // a shared slot), check that it is the same node for every member; InternalError otherwise.
-  virtual void check_shared_reads() {}
   // EngineOptions::cache_entries: the most entries each of the executor's caches keeps.
   virtual void set_cache_entries(size_t entries) { (void)entries; }
   // The sizes of its caches (Stats::caches), between executions.
@@ -95,7 +90,7 @@ class ReferenceExecutor final : public Executor {
   ReferenceExecutor();
   ~ReferenceExecutor() override;
   std::string_view name() const override { return "reference"; }
-  static constexpr Capabilities kCapabilities{.runs_calls = true, .lowers_cells = false, .threads = false};
+  static constexpr Capabilities kCapabilities{.lowers_cells = false, .threads = false};
   Capabilities capabilities() const override { return kCapabilities; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
   void set_cache_entries(size_t entries) override;

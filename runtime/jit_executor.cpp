@@ -182,10 +182,6 @@ JitExecutor::JitExecutor(int threads, std::string cache_directory)
 
 JitExecutor::~JitExecutor() = default;
 
-void JitExecutor::check_shared_reads() { cells_->check_shared_reads(); }
-
-void JitExecutor::keep_every_value() { cells_->keep_every_value(); }
-
 void JitExecutor::set_cache_entries(size_t entries) {
   BatchedExecutor::set_cache_entries(entries);
   kernels_->by_key.set_limits(std::max<size_t>(entries, 1));
@@ -204,12 +200,6 @@ void JitExecutor::cache_sizes(CacheSizes& sizes) const {
 }
 
 size_t JitExecutor::run_compiled(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats) {
-  // A batch of copied calls as one compiled kernel, where its cell lowers.
-  const auto& call_batches = schedule.call_batches;
-  const auto calls = std::lower_bound(call_batches.begin(), call_batches.end(), b,
-                                      [](const scheduler::Schedule::CallBatch& c, size_t at) { return c.first_batch < at; });
-  if (calls != call_batches.end() && calls->first_batch == b && cells_->run(schedule, *calls, values, pool(), stats))
-    return calls->end_batch;
   const std::span<const ir::NodeId> batch = schedule.batch(b);
   if (values.plan.is_view(batch[0])) return b;
   // A batch of call nodes as one compiled kernel, where the cell lowers.

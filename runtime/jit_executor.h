@@ -21,10 +21,8 @@ class JitExecutor final : public BatchedExecutor {
   JitExecutor(int threads, std::string cache_directory);
   ~JitExecutor() override;
   std::string_view name() const override { return "jit"; }
-  static constexpr Capabilities kCapabilities{.runs_calls = true, .lowers_cells = true, .threads = true};
+  static constexpr Capabilities kCapabilities{.lowers_cells = true, .threads = true};
   Capabilities capabilities() const override { return kCapabilities; }
-  void keep_every_value() override;
-  void check_shared_reads() override;
   void set_cache_entries(size_t entries) override;
   void cache_sizes(CacheSizes& sizes) const override;
   void forget_cells() override;

@@ -29,19 +29,10 @@ void LocalTypes::build(const ScheduleInput& input) {
 
 void expanded_type_weights(const ScheduleInput& input, const LocalTypes& types, std::vector<uint32_t>& weights) {
   weights.assign(types.count(), 1);
-  const bool calls = input.calls && !input.calls->empty(), single_nodes = input.graph.cell_count() > 0;
-  if (!calls && !single_nodes) return;
-  for (size_t t = 0; t < types.count(); ++t) {
-    const ir::NodeId id = types.first[t];
-    if (calls) {
-      // A call group's type sits at the call's last node (scheduled_type).
-      if (const uint32_t c = input.calls->call(id); c != CallGroups::kNone && input.calls->calls[c].last == id)
-        weights[t] = uint32_t(input.calls->calls[c].schedule->batches.batch_count());
-    }
-    if (single_nodes)  // no call recorded as a single node (the jit's) unless the graph holds cells
-      if (const ir::Node& node = input.graph.node(id); node.op == ir::Op::call)
-        weights[t] = uint32_t(input.graph.cell(node.attrs.index).batches);
-  }
+  if (input.graph.cell_count() == 0) return;  // no call unless the graph holds cells
+  for (size_t t = 0; t < types.count(); ++t)
+    if (const ir::Node& node = input.graph.node(types.first[t]); node.op == ir::Op::call)
+      weights[t] = uint32_t(input.graph.cell(node.attrs.index).batches);
 }
 
 void Dependencies::build(const ScheduleInput& input, const LocalTypes& types) {

@@ -27,9 +27,8 @@ struct LocalTypes {
   std::vector<uint32_t> local_of_global_;
 };
 
-// Per local type, the batches one batch of it stands for once cells expand: 1, or a call type's
-// cell batches (a call group's, or a single-node call's cell), read at the type's first node: every
-// call of a type runs the same cell. Runs on every trace, in time linear in the types.
+// Per local type, the batches one batch of it stands for: 1, or a call type's cell's batches, read
+// at the type's first node: every call of a type runs the same cell. Runs on every trace, in time linear in the types.
 void expanded_type_weights(const ScheduleInput& input, const LocalTypes& types, std::vector<uint32_t>& weights);
 
 // Who consumes whom among the scheduled nodes of the range: built in two passes over the edges,

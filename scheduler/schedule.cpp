@@ -22,28 +22,16 @@ void Schedule::add_batch(ir::TypeId type, std::span<const ir::NodeId> members) {
 
 void Schedule::append(const Schedule& other) {
   const auto node_base = static_cast<uint32_t>(nodes.size());
-  const auto batch_base = static_cast<uint32_t>(batch_count());
-  const auto call_base = static_cast<uint32_t>(call_firsts.size());
   node_by_node = node_by_node || other.node_by_node;
   nodes.insert(nodes.end(), other.nodes.begin(), other.nodes.end());
   for (size_t b = 1; b < other.batch_begin.size(); ++b) batch_begin.push_back(node_base + other.batch_begin[b]);
   batch_type.insert(batch_type.end(), other.batch_type.begin(), other.batch_type.end());
-  for (CallBatch c : other.call_batches) {
-    c.first_batch += batch_base;
-    c.end_batch += batch_base;
-    c.calls_begin += call_base;
-    c.calls_end += call_base;
-    call_batches.push_back(c);
-  }
-  call_firsts.insert(call_firsts.end(), other.call_firsts.begin(), other.call_firsts.end());
 }
 
 void Schedule::clear() {
   nodes.clear();
   batch_begin.assign(1, 0);
   batch_type.clear();
-  call_batches.clear();
-  call_firsts.clear();
   node_by_node = false;
 }
 
@@ -54,51 +42,11 @@ void SequentialPolicy::schedule(const ScheduleInput& input, Schedule& out) {
     if (const ir::TypeId type = scheduled_type(input, id); type != ir::kNoType) out.add_batch(type, std::span(&id, 1));
 }
 
-void expand_calls(const CallGroups& calls, Schedule& schedule) {
-  if (calls.empty()) return;
-  Schedule expanded;
-  expanded.nodes.reserve(schedule.nodes.size());
-  std::vector<ir::NodeId> members;
-  for (size_t b = 0; b < schedule.batch_count(); ++b) {
-    const auto batch = schedule.batch(b);
-    const uint32_t first_call = calls.call(batch[0]);
-    if (first_call == CallGroups::kNone) {
-      expanded.add_batch(schedule.batch_type[b], batch);
-      continue;
-    }
-    const Schedule& inner = calls.calls[first_call].schedule->batches;
-    Schedule::CallBatch call_batch;
-    call_batch.first_batch = uint32_t(expanded.batch_count());
-    call_batch.end_batch = uint32_t(expanded.batch_count() + inner.batch_count());
-    call_batch.cell = calls.calls[first_call].schedule;
-    call_batch.type = calls.calls[first_call].type;
-    call_batch.calls_begin = uint32_t(expanded.call_firsts.size());
-    call_batch.body_nodes = calls.calls[first_call].last - calls.calls[first_call].first + 1;
-    for (ir::NodeId id : batch) expanded.call_firsts.push_back(calls.calls[calls.call(id)].first);
-    call_batch.calls_end = uint32_t(expanded.call_firsts.size());
-    expanded.call_batches.push_back(call_batch);
-    for (size_t i = 0; i < inner.batch_count(); ++i) {
-      // Node-major: the calls' copies of one body node lie together, so a batch that reads them
-      // (the next internal batch, or a consumer outside) finds them at a regular stride.
-      members.clear();
-      for (ir::NodeId offset : inner.batch(i))
-        for (ir::NodeId id : batch) members.push_back(calls.calls[calls.call(id)].first + offset);
-      expanded.add_batch(inner.batch_type[i], members);
-    }
-  }
-  schedule = std::move(expanded);
-}
-
 int64_t expanded_batch_count(const ScheduleInput& input, const Schedule& schedule) {
-  const CallGroups* calls = input.calls && !input.calls->empty() ? input.calls : nullptr;
   int64_t count = 0;
   for (size_t b = 0; b < schedule.batch_count(); ++b) {
-    const ir::NodeId first = schedule.batch(b)[0];
-    const uint32_t c = calls ? calls->call(first) : CallGroups::kNone;
-    const ir::Node& n = input.graph.node(first);
-    count += c != CallGroups::kNone  ? int64_t(calls->calls[c].schedule->batches.batch_count())
-             : n.op == ir::Op::call ? input.graph.cell(n.attrs.index).batches
-                                    : 1;
+    const ir::Node& n = input.graph.node(schedule.batch(b)[0]);
+    count += n.op == ir::Op::call ? input.graph.cell(n.attrs.index).batches : 1;
   }
   return count;
 }

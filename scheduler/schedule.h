@@ -20,18 +20,6 @@ struct Schedule {
   std::vector<ir::NodeId> nodes;         // members of every batch, batch after batch
   std::vector<uint32_t> batch_begin{0};  // batch b is nodes[batch_begin[b], batch_begin[b+1])
   std::vector<ir::TypeId> batch_type;
-  // Where expand_calls() put batches of cell calls: batches [first_batch, end_batch) are one
-  // cell's internal batches over the calls whose bodies start at call_firsts[calls_begin,
-  // calls_end) (each `body_nodes` nodes long), so an executor may run them as one kernel.
-  struct CallBatch {
-    uint32_t first_batch = 0, end_batch = 0;
-    const CellSchedule* cell = nullptr;
-    ir::TypeId type = ir::kNoType;  // the calls' type (one cell, and which parameters they pass)
-    uint32_t calls_begin = 0, calls_end = 0;
-    uint32_t body_nodes = 0;
-  };
-  std::vector<CallBatch> call_batches;
-  std::vector<ir::NodeId> call_firsts;
   // The unbatched baseline's (SequentialPolicy): a batch of one cell call runs its body node by
   // node too, not in the cell's batches, and counts as many batches as the body has operations.
   bool node_by_node = false;
@@ -41,46 +29,18 @@ struct Schedule {
     return {nodes.data() + batch_begin[b], batch_begin[b + 1] - batch_begin[b]};
   }
   void add_batch(ir::TypeId type, std::span<const ir::NodeId> members);
-  // Appends another schedule's batches (and batches of calls) after these.
+  // Appends another schedule's batches after these.
   void append(const Schedule& other);
   void clear();
 };
 
 struct Analysis;
 
-// Cell calls (edb::Cell): each call's body is copied into the graph as nodes [first, last], and the
-// policies see the whole call as one node, `last`, of the call's type, whose arguments are the
-// body's arguments from outside it. expand_calls() then replaces each batch of calls by the
-// cell's internal batches (planned once per cell), over the calls' copies.
+// A cell's schedule (edb::Cell): its body's batches, found once per cell (exact.h), whose members
+// are offsets into the body's operations.
 struct CellSchedule {
-  Schedule batches;  // members are offsets from a call's `first`
+  Schedule batches;  // members are offsets into the body's operations
   std::string name;  // the cell's, printable on one line (compiled kernels are named by it)
-  // Every argument of the body from outside it, in body order: (offset of the body node, which of
-  // its arguments). The same in every call, so the policies need not scan the body for them.
-  std::vector<std::pair<uint32_t, uint32_t>> outside_arguments;
-  std::vector<uint32_t> outputs;  // offsets of the body nodes a call returns
-};
-struct CallGroups {
-  static constexpr uint32_t kNone = ~0u;
-  struct Call {
-    ir::NodeId first, last;
-    ir::TypeId type;
-    const CellSchedule* schedule;
-  };
-  std::vector<uint32_t> call_of;  // per node (may be shorter than the graph: kNone beyond)
-  std::vector<Call> calls;
-
-  bool empty() const { return calls.empty(); }
-  uint32_t call(ir::NodeId id) const { return id < call_of.size() ? call_of[id] : kNone; }
-  // The node the scheduler sees for `id`: its call's `last`, or itself.
-  ir::NodeId outer(ir::NodeId id) const {
-    const uint32_t c = call(id);
-    return c == kNone ? id : calls[c].last;
-  }
-  void clear() {
-    call_of.clear();
-    calls.clear();
-  }
 };
 
 // Which way the analysis's same-type chain pass runs (type_chains.h): ranks from the sources, or
@@ -95,16 +55,10 @@ struct ScheduleInput {
   ir::NodeId begin = 0;
   const Analysis* analysis = nullptr;  // local types and chains, when the caller has them
   const ir::SignatureTable* signatures = nullptr;  // names of the types (the learned policy needs them)
-  const CallGroups* calls = nullptr;  // cell calls, each scheduled as one node (null or empty: none)
 };
 
-// The type the policies see for node `id`: a call's type at its `last`, nothing for the rest of
-// its body, the node's own type otherwise.
+// The type the policies see for node `id`: its own, nothing for a view of a cell call's output.
 inline ir::TypeId scheduled_type(const ScheduleInput& input, ir::NodeId id) {
-  if (input.calls) {
-    const uint32_t c = input.calls->call(id);
-    if (c != CallGroups::kNone) return id == input.calls->calls[c].last ? input.calls->calls[c].type : ir::kNoType;
-  }
   const ir::TypeId type = input.types[id];
   return type == ir::kCallOutput ? ir::kNoType : type;
 }
@@ -115,30 +69,14 @@ inline ir::NodeId scheduled_argument(const ScheduleInput& input, ir::NodeId arg)
   return arg;
 }
 
-// Calls f(argument) for each argument of scheduled node `id` as the policies see it (see
-// CallGroups); an argument may repeat.
+// Calls f(argument) for each argument of scheduled node `id` as the policies see it; an argument
+// may repeat.
 template <typename F>
 void for_each_argument(const ScheduleInput& input, ir::NodeId id, F&& f) {
-  const CallGroups* calls = input.calls;
-  if (!calls || calls->empty()) {
-    for (ir::NodeId arg : input.graph.args(id)) f(scheduled_argument(input, arg));
-    return;
-  }
-  const uint32_t c = calls->call(id);
-  if (c == CallGroups::kNone) {
-    for (ir::NodeId arg : input.graph.args(id)) f(calls->outer(scheduled_argument(input, arg)));
-    return;
-  }
-  const CallGroups::Call& call = calls->calls[c];
-  for (const auto& [offset, argument] : call.schedule->outside_arguments)
-    f(calls->outer(scheduled_argument(input, input.graph.args(call.first + offset)[argument])));
+  for (ir::NodeId arg : input.graph.args(id)) f(scheduled_argument(input, arg));
 }
 
-// Replaces every batch of calls in `schedule` by its cell's internal batches over the calls'
-// copies (body node by body node, calls in the batch's order). Other batches stay as they are.
-void expand_calls(const CallGroups& calls, Schedule& schedule);
-// How many batches the schedule has once expanded (without expanding it): a batch of calls, of a
-// call group or single-node, counts its cell's batches.
+// How many batches the schedule runs: a batch of calls counts its cell's batches.
 int64_t expanded_batch_count(const ScheduleInput& input, const Schedule& schedule);
 
 // A batching policy: a named type chosen by name, never by an integer code.

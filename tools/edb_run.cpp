@@ -76,10 +76,6 @@ void print_help() {
       "                     fewest-batch schedule inside; off: cells record node by node (default on)\n"
       "  --memplan on|off   on: the PQ-tree layout planner places batched operands in place;\n"
       "                     off: each batch's outputs in schedule order (default off)\n"
-      "  --cell-gradients auto|on|off  (--train) on: the backward pass keeps each cell call one\n"
-      "                     node and runs the cell's backward body per batch of calls (compiled\n"
-      "                     under jit); off: calls are copied as their bodies first; auto (the\n"
-      "                     default): on\n"
       "  --dump-schedule FILE  write the first trace's graph with each batch as a coloured cluster:\n"
       "                     FILE.dot or .gv (graphviz text), or .svg, .png, .pdf rendered by graphviz's\n"
       "                     dot (apt-get install graphviz); keep it small: --batch 2 --limit 2\n"
@@ -620,7 +616,7 @@ int run(int argc, char** argv) {
   edb::tools::Flags flags("edb-run",
                           {"data", "limit", "batch", "embed", "hidden", "policy", "executor", "device",
                            "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file", "skip", "search-budget",
-                           "policy-encoding", "cells", "memplan", "cell-gradients", "dump-schedule", "epochs", "lr", "optimizer",
+                           "policy-encoding", "cells", "memplan", "dump-schedule", "epochs", "lr", "optimizer",
                            "momentum", "clip", "holdout", "save", "load"},
                           {"json", "check-finite", "train", "help", "decode", "one-at-a-time"});
   const std::vector<std::string> positional = flags.parse(argc, argv, 1);
@@ -658,10 +654,6 @@ int run(int argc, char** argv) {
   if (memplan != "on" && memplan != "off")
     throw edb::UsageError("edb-run: --memplan takes on or off, not '" + memplan + "'");
   options.memplan = memplan == "on";
-  const std::string cell_gradients = flags.get("cell-gradients", "auto");
-  if (cell_gradients != "on" && cell_gradients != "off" && cell_gradients != "auto")
-    throw edb::UsageError("edb-run: --cell-gradients takes auto, on or off, not '" + cell_gradients + "'");
-  if (cell_gradients != "auto") options.cell_gradients = cell_gradients == "on";
   options.check_finite = flags.has("check-finite");
   const std::string train_path = flags.get("train-policy", "");
   const int train_traces = int(flags.get_int("train-traces", 8, 1, 10000));

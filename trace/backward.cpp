@@ -353,33 +353,25 @@ void Trace::record_backward(const Expr& loss, const char* function) {
   if (!(s.data.graph.node(s.id(loss)).shape == ir::Shape{1, 1}))
     throw UsageError(std::string(function) + ": the loss must be 1x1, got " +
                      ir::to_string(s.data.graph.node(s.id(loss)).shape));
-  // A call of a cell stays one node: its gradient is one call of the cell's backward body. A cell
-  // with cell_gradients off has its trace's calls copied as bodies (the forward pass then runs again),
-  // and the engine's later calls of it record their bodies (CellRecord::copies); other cells'
-  // calls stay nodes.
-  // By default, the engine's first backward pass finds calls laid out for inference (their frames
-  // keep only what they return): that trace's calls are recorded again, and its forward pass runs
-  // again, with the layout the backward bodies read, which the engine's later calls use too (the
-  // same arithmetic: values and gradients do not depend on which trace came first).
+  // A call of a cell stays one node: its gradient is one call of the cell's backward body.
+  // The engine's first backward pass may find calls laid out for inference (their frames keep only
+  // what they return): that trace's calls are recorded again, and its forward pass runs again,
+  // with the layout the backward bodies read, which the engine's later calls use too (the same
+  // arithmetic: values and gradients do not depend on which trace came first).
   if (s.call_nodes) {
-    bool expand = false;  // a call to copy as its body, or laid out for inference: recorded again
+    bool relayout = false;  // a call laid out for inference
     const ir::Graph& graph = s.data.graph;
     for (size_t c = 0; c < graph.cell_count(); ++c) {  // the cells the trace calls
       const auto& cell = static_cast<const runtime::CallCell&>(graph.cell(int64_t(c)));
       if (cell.is_backward) continue;  // a second derivative: refused by the pass
       detail::CellRecord& record = detail::record_of(*s.engine, cell);
-      if (record.inference_cell.get() == &cell) expand = true;
-      if (!record.copies && s.engine->cell_gradients) {
-        if (!record.backward_derived) detail::derive_backward(*s.engine, record);
-      } else {
-        record.copies = true;
-      }
-      expand |= record.copies;
+      relayout |= record.inference_cell.get() == &cell;
+      if (!record.backward_derived) detail::derive_backward(*s.engine, record);
     }
     s.engine->trained = true;
-    if (expand) {
+    if (relayout) {
       s.engine->driver.drain(s.data);
-      s.expand_calls();
+      s.record_calls_again();
       generation_ = s.generation;
     }
   }

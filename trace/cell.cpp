@@ -1,6 +1,6 @@
 // edb::Cell: the body is recorded once per engine, its fewest-batch schedule found once, and each
-// call copies the body's operations into the caller's trace as one call group (scheduler/
-// schedule.h, CallGroups) that the policies batch as one node.
+// call is one `call` node of the caller's trace, which the policies batch as any node
+// (runtime/cell_lowering.h: the cell it names).
 #include <algorithm>
 #include <atomic>
 
@@ -192,35 +192,24 @@ void detail::plan_cell(EngineState& engine, CellRecord& record, const std::strin
   record.call_key = key;
   record.call_name = printed;
   record.call_type = engine.driver.signatures.intern_named(record.call_key, printed);  // no parameter arguments
-  for (ir::NodeId output : record.outputs)
-    if (!ir::has_flag(record.body.node(output).op, ir::kLeaf)) record.schedule.outputs.push_back(offset_of[output]);
-  // A call copies the operations contiguously; everything else they read lies outside the copy.
-  for (uint32_t o = 0; o < record.operations.size(); ++o) {
-    const auto args = record.body.args(record.operations[o]);
-    for (uint32_t a = 0; a < args.size(); ++a)
-      if (ir::has_flag(record.body.node(args[a]).op, ir::kLeaf)) record.schedule.outside_arguments.emplace_back(o, a);
-  }
   for (char c : name) record.schedule.name += c >= ' ' && c != 127 ? c : '?';
-  if (engine.single_node_calls) {
-    // check_finite reads every value: the frame keeps them all, as for a backward pass.
-    record.call_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
-                                                record.schedule.batches, record.schedule.name, engine.lower_cells,
-                                                for_backward || engine.driver.options().check_finite, forward,
-                                                record.outputs_read_in_place);
-    if (for_backward && engine.cell_gradients_by_default && !engine.driver.options().check_finite)
-      record.inference_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
-                                                      record.schedule.batches, record.schedule.name, engine.lower_cells,
-                                                      false);
-    // Neither lowers: both keep every value, laid out alike (runtime/cell_lowering.h).
-    if (record.inference_cell && !record.inference_cell->lowered && !record.call_cell->lowered)
-      record.inference_cell.reset();
-    record.why_not_single = record.call_cell->why_not;
-    for (runtime::CallCell* cell : {record.call_cell.get(), record.inference_cell.get()}) {
-      if (!cell) continue;
-      cell->key = key;
-      cell->signature = printed;
-      cell->batches = int64_t(record.schedule.batches.batch_count());
-    }
+  // check_finite reads every value: the frame keeps them all, as for a backward pass.
+  record.call_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
+                                              record.schedule.batches, record.schedule.name, engine.lower_cells,
+                                              for_backward || engine.driver.options().check_finite, forward,
+                                              record.outputs_read_in_place);
+  if (for_backward && !engine.driver.options().check_finite)
+    record.inference_cell = runtime::make_call_cell(record.body, record.types, record.placeholders, record.outputs,
+                                                    record.schedule.batches, record.schedule.name, engine.lower_cells,
+                                                    false);
+  // Neither lowers: both keep every value, laid out alike (runtime/cell_lowering.h).
+  if (record.inference_cell && !record.inference_cell->lowered && !record.call_cell->lowered)
+    record.inference_cell.reset();
+  for (runtime::CallCell* cell : {record.call_cell.get(), record.inference_cell.get()}) {
+    if (!cell) continue;
+    cell->key = key;
+    cell->signature = printed;
+    cell->batches = int64_t(record.schedule.batches.batch_count());
   }
 }
 
@@ -247,7 +236,7 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
     // cells off: the call then returns that node itself.
     record->outputs.push_back(outputs[i].node_id());
   }
-  if (!state->data.calls.empty() || state->call_nodes)
+  if (state->call_nodes)
     throw UsageError(who + ": the body calls another cell; cells do not nest yet");
   record->body = state->data.graph;
   record->types = state->data.types;
@@ -264,8 +253,7 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
   for (size_t i = 0; i < inputs.size(); ++i)
     printed += (i ? ", " : "") + shape_text(inputs[i].first, inputs[i].second);
   printed += ")";
-  detail::plan_cell(engine, *record, std::to_string(cell.id()), printed, cell.name(),
-                    engine.cell_gradients);
+  detail::plan_cell(engine, *record, std::to_string(cell.id()), printed, cell.name(), true);
   CellRecord* kept = engine.cell_records.emplace_back(std::move(record)).get();
   engine.cells_by_structure.emplace(std::move(key), kept);
   engine.driver.cell_records.entries = int64_t(engine.cell_records.size());
@@ -280,48 +268,6 @@ ir::NodeId caller_leaf(TraceState& s, const ir::Graph& body, ir::NodeId leaf) {
   ir::Attributes attrs = n.attrs;
   attrs.index = s.data.graph.add_constants(std::span<const float>(body.leaf_data(leaf), size_t(n.shape.size())));
   return s.add(ir::Op::input, {}, n.shape, attrs).node_id();
-}
-
-// Copies the body of `record` into the trace as one call group on the given argument nodes;
-// the call's outputs are appended to `outputs`.
-void copy_call(TraceState& s, const CellRecord& record, ir::TypeId type, std::span<const ir::NodeId> arguments,
-               std::vector<ir::NodeId>& outputs) {
-  // Body node -> trace node: arguments for placeholders, the trace's own parameter nodes, copied
-  // constants, then the operations, contiguously.
-  ir::Graph& graph = s.data.graph;
-  const ir::Graph& body = record.body;
-  // Kept per thread: a call is recorded millions of times, and cells do not nest.
-  thread_local std::vector<ir::NodeId> to, args;
-  to.assign(body.size(), ir::kNoNode);
-  for (size_t i = 0; i < arguments.size(); ++i) to[record.placeholders[i]] = arguments[i];
-  for (ir::NodeId id = 0; id < body.size(); ++id) {
-    const ir::Node& n = body.node(id);
-    if (to[id] != ir::kNoNode) continue;
-    if (n.op == ir::Op::parameter || n.op == ir::Op::input) to[id] = caller_leaf(s, body, id);
-  }
-  if (record.operations.empty()) {
-    for (ir::NodeId id : record.outputs) outputs.push_back(to[id]);
-    return;
-  }
-  const int64_t limit = s.engine->driver.options().max_trace_nodes;
-  if (limit > 0 && int64_t(graph.size() + record.operations.size()) > limit) TraceState::node_limit_error(limit);
-  const ir::NodeId first = ir::NodeId(graph.size());
-  for (ir::NodeId id : record.operations) {
-    const ir::Node& n = body.node(id);
-    args.clear();
-    for (ir::NodeId arg : body.args(n)) args.push_back(to[arg]);
-    ir::Attributes attrs = n.attrs;
-    if (n.op == ir::Op::lookup)
-      attrs.parameter = graph.add_parameter(body.parameter(n.attrs.parameter));
-    to[id] = graph.add(n.op, args, n.shape, attrs);
-    s.data.types.push_back(record.types[id]);
-  }
-  const ir::NodeId last = ir::NodeId(graph.size() - 1);
-  scheduler::CallGroups& calls = s.data.calls;
-  calls.call_of.resize(graph.size(), scheduler::CallGroups::kNone);
-  for (ir::NodeId id = first; id <= last; ++id) calls.call_of[id] = uint32_t(calls.calls.size());
-  calls.calls.push_back({first, last, type, &record.schedule});
-  for (ir::NodeId id : record.outputs) outputs.push_back(to[id]);
 }
 
 }  // namespace
@@ -404,7 +350,7 @@ namespace {
 
 }  // namespace
 
-void detail::TraceState::expand_calls() {
+void detail::TraceState::record_calls_again() {
   if (call_nodes == 0) return;
   ir::Graph old;
   std::swap(old, data.graph);
@@ -428,13 +374,12 @@ void detail::TraceState::expand_calls() {
       call = id;
       record = &record_of(*engine, old.cell(n.attrs.index));
       outputs.clear();
-      if (record->copies) copy_call(*this, *record, old_types[id], args, outputs);
-      else to[id] = record_call_node(*this, *record, old_types[id], args, outputs);
+      to[id] = record_call_node(*this, *record, old_types[id], args, outputs);
       continue;
     }
     if (n.op == ir::Op::parameter) {
-      // One node per parameter, whether a copied body or the caller's trace met it first: every
-      // use then adds to the one gradient the backward pass reports for it.
+      // One node per parameter: every use then adds to the one gradient the backward pass reports
+      // for it.
       const uint64_t uid = old.parameter(n.attrs.parameter).uid;
       const auto seen = std::find_if(parameter_nodes.begin(), parameter_nodes.end(), [&](const auto& p) { return p.first == uid; });
       if (seen != parameter_nodes.end()) {
@@ -453,7 +398,7 @@ void detail::TraceState::expand_calls() {
       while (k < cell.output_offsets.size() &&
              !(cell.output_offsets[k] == n.attrs.begin && cell.body.node(cell.outputs[k]).shape.size() == n.shape.size()))
         ++k;
-      if (k == cell.output_offsets.size()) throw InternalError("TraceState::expand_calls: a view of a call at no output");
+      if (k == cell.output_offsets.size()) throw InternalError("TraceState::record_calls_again: a view of a call at no output");
       to[id] = outputs[k];
       continue;
     }
@@ -461,7 +406,7 @@ void detail::TraceState::expand_calls() {
     if (n.op == ir::Op::input) attrs.index = data.graph.add_constants(std::span<const float>(old.leaf_data(id), size_t(n.shape.size())));
     if (n.op == ir::Op::matmul_nt_rows) {  // an earlier backward pass's: it reads frames of calls kept
       if (std::find(args.begin(), args.end(), ir::kNoNode) != args.end())
-        throw InternalError("TraceState::expand_calls: node %" + std::to_string(id) + " reads a call copied as its body");
+        throw InternalError("TraceState::record_calls_again: node %" + std::to_string(id) + " reads a node not recorded again");
       attrs.index = data.graph.add_rows(old.rows(n.attrs.index, n.arg_count));
     }
     to[id] = data.graph.add(n.op, args, n.shape, attrs);
@@ -576,8 +521,7 @@ void Cell::record(Trace& trace, std::span<const Expr> arguments, std::vector<Exp
   }
   output_ids.clear();
   const ir::TypeId type = call_type(engine, cell, s.data.graph, argument_ids);
-  if (cell.call_cell && !cell.copies) record_call_node(s, cell, type, argument_ids, output_ids);
-  else copy_call(s, cell, type, argument_ids, output_ids);
+  record_call_node(s, cell, type, argument_ids, output_ids);
   deliver(output_ids.size(), [&](size_t k) { return s.make(output_ids[k]); });
 }
 

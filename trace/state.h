@@ -56,8 +56,8 @@ std::pair<ModelState*, uint32_t> find_parameter(uint64_t uid);
 
 struct BackwardCell;
 
-// A cell as first called in one engine (trace/cell.cpp): the body it recorded, and what every
-// call copies into its trace.
+// A cell as first called in one engine (trace/cell.cpp): the body it recorded, its schedule, and
+// the cells its calls name.
 struct CellRecord {
   ir::Graph body;
   std::vector<ir::TypeId> types;          // per body node, in the engine's signature table
@@ -80,22 +80,17 @@ struct CellRecord {
   // argument is, uid 0 for none), so that the calls of one batch read the same parameters there
   // (a compiled cell packs a weight and reads a shared slot once for the whole batch).
   std::vector<std::pair<std::vector<uint64_t>, ir::TypeId>> parameter_call_types;
-  // The body laid out for calls as single nodes (and, where it lowers, the jit's program; why_not
-  // says why not), or null: every call copies the body (device cuda).
+  // The body laid out for its calls, keeping what a backward pass reads (and, where it lowers, the
+  // jit's program; why_not says why not).
   std::unique_ptr<runtime::CallCell> call_cell;
-  // With cell_gradients unset (on by default), where the jit lowers the body: the same layout
-  // keeping only what the calls return, which calls use until the engine's first backward pass
-  // (inference pays no stores for a backward pass that never comes); null otherwise.
+  // Where the jit lowers the body: the same layout keeping only what the calls return, which calls
+  // use until the engine's first backward pass (inference pays no stores for a backward pass that
+  // never comes); null otherwise.
   std::unique_ptr<runtime::CallCell> inference_cell;
-  std::string why_not_single;
   // The cell's backward body as a cell of its own (trace/cell_backward.cpp), derived at the first
   // backward pass through one of its calls; null where no gradient flows through the body.
   std::unique_ptr<BackwardCell> backward;
   bool backward_derived = false;
-  // A backward pass met a call of this cell with cell_gradients off: from then on its calls record their bodies, which the pass reads, and a
-  // trace's calls of it recorded before are copied as bodies when it differentiates. Other cells'
-  // calls stay nodes.
-  bool copies = false;
 };
 
 // A cell's backward body: a call of it takes the forward call's frame, the forward call's
@@ -159,17 +154,11 @@ struct EngineState {
   static constexpr size_t kMaxCellIds = 4096;
   uint64_t last_cell_id = 0;        // the cell found last in `cells`, and its record
   CellRecord* last_cell = nullptr;
-  // Cell calls are single `call` nodes (on the CPU; the CUDA executor runs copied bodies).
-  bool single_node_calls = false;
   // Cells are lowered to programs the jit runs as one kernel per batch of calls (the jit executor,
   // without check_finite, which reads every value); otherwise their frames keep every value.
   bool lower_cells = false;
-  // Trace::backward keeps calls as nodes and differentiates through the cells' backward bodies
-  // (EngineOptions::cell_gradients, resolved).
-  bool cell_gradients = false;
-  // cell_gradients by default rather than asked for: calls use their cell's inference layout
-  // (CellRecord::inference_cell) until the first backward pass, which sets `trained`.
-  bool cell_gradients_by_default = false;
+  // A backward pass has run: calls use their cell's training layout (CellRecord::call_cell), no
+  // longer its inference layout (CellRecord::inference_cell).
   bool trained = false;
 };
 
@@ -178,12 +167,12 @@ struct EngineState {
 struct TraceState {
   uint32_t generation = 0;
   bool active = false;
-  uint32_t call_nodes = 0;  // single-node cell calls recorded in this trace (expand_calls undoes them)
+  uint32_t call_nodes = 0;  // cell calls recorded in this trace
   std::string cell_scope;   // the cell whose body records in this state (its own scope), or empty
   // With cells off: the cell whose body records into this trace now (a call inside it is refused,
   // as cells on refuse it), or null.
   const std::string* inline_body = nullptr;
-  // After expand_calls: the new id of each node recorded before it, for the Exprs of the
+  // After record_calls_again: the new id of each node recorded before it, for the Exprs of the
   // generation before (renumbered_generation).
   std::vector<ir::NodeId> renumbered;
   uint32_t renumbered_generation = 0;
@@ -212,7 +201,7 @@ struct TraceState {
 
   // The node behind `e`, after checking it belongs to this live trace; `function` names the caller.
   static TraceState& of(const Expr& e, const char* function);
-  // The node behind an Expr of this trace (checked by `of`), renumbered if it predates expand_calls.
+  // The node behind an Expr of this trace (checked by `of`), renumbered if it predates record_calls_again.
   ir::NodeId id(const Expr& e) const { return e.generation_ == generation ? e.id_ : renumbered[e.id_]; }
   Expr make(ir::NodeId id) { return Expr(this, generation, id); }
   // Before the trace changes: an execution of it still running in the background (run() with two
@@ -222,13 +211,11 @@ struct TraceState {
   void settle() {
     if (data.pending.load(std::memory_order_acquire)) engine->driver.drain(data);
   }
-  // Records the trace again (trace/cell.cpp), renumbering every node: each single-node call of a
-  // cell that copies (CellRecord::copies) becomes a copy of the body; every other call stays a
-  // single node, recorded again with its cell's current layout (an inference layout replaced by
-  // the one a backward pass reads). The trace evaluates again from its start. Exprs from before
-  // stay valid through `renumbered`; the generation moves on, so the caller's Trace must take the
-  // new one.
-  void expand_calls();
+  // Records the trace again (trace/cell.cpp), renumbering every node: each call is recorded again
+  // with its cell's current layout (an inference layout replaced by the one a backward pass
+  // reads). The trace evaluates again from its start. Exprs from before stay valid through
+  // `renumbered`; the generation moves on, so the caller's Trace must take the new one.
+  void record_calls_again();
   [[noreturn]] static void node_limit_error(int64_t limit);
   // A cell body read a value recorded outside it: argument `argument` (from 1) of `function`.
   [[noreturn]] static void captured_value_error(const std::string& cell, const std::string& function, size_t argument);

@@ -99,12 +99,7 @@ void TraceState::release_all(EngineState* engine) {
 EngineState::EngineState(const EngineOptions& options) : driver(options) {
   const EngineOptions& chosen = driver.options();  // with the device auto resolves to
   const runtime::Capabilities can = driver.capabilities();
-  single_node_calls = chosen.cells && can.runs_calls;
   lower_cells = can.lowers_cells && !chosen.check_finite;
-  // Unset: on. A cell the jit does not compile runs its calls, forward and backward, expanded per
-  // batch of calls in place in their frames (runtime/call_expansion.h).
-  cell_gradients = chosen.cell_gradients.value_or(true);
-  cell_gradients_by_default = cell_gradients && !chosen.cell_gradients.has_value();
   driver.cell_records.max_entries = chosen.cache_entries;
 }
 

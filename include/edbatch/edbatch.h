@@ -142,11 +142,6 @@ struct EngineOptions {
                                 // own limit, 2^31; below 0: refused): a guard against runaway recording
   bool cells = true;    // false: a Cell call records its body inline, node by node, as if there
                         // were no cell (the baseline cells are measured against)
-  // Trace::backward through a cell's calls: true, each call stays one node and its gradient is
-  // one call of the cell's backward body (derived once per cell, compiled by the jit, run in place
-  // per batch of calls by every other executor); false, each call's body is copied into the trace
-  // first. Unset (the default): true.
-  std::optional<bool> cell_gradients;
   bool memplan = false; // true: lay values out with the PQ-tree planner so batched operands sit in
                         // place (memplan/layout.h); false: each batch's outputs in schedule order
   std::string policy_file;              // fsm, learned: a table saved by save_policy(), loaded at start

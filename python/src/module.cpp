@@ -240,7 +240,6 @@ py::dict options_dict(const edb::EngineOptions& o) {
   d["max_trace_nodes"] = o.max_trace_nodes;
   d["cells"] = o.cells;
   d["memplan"] = o.memplan;
-  d["cell_gradients"] = o.cell_gradients ? py::object(py::bool_(*o.cell_gradients)) : py::object(py::none());
   d["policy_file"] = o.policy_file;
   d["policy_encoding"] = o.policy_encoding;
   d["search_budget_ms"] = o.search_budget_ms;
@@ -276,8 +275,7 @@ void set_if(T& field, const std::optional<T>& value) {
 const char* const kEngineDoc = R"doc(Evaluates traces: a batching policy, an executor and a device.
 
 Engine(*, policy=None, executor=None, device=None, threads=None, verify=None,
-       check_finite=None, max_trace_nodes=None, cells=None, memplan=None,
-       cell_gradients=None, policy_file=None, policy_encoding=None, search_budget_ms=None, cache_directory=None,
+       check_finite=None, max_trace_nodes=None, cells=None, memplan=None, policy_file=None, policy_encoding=None, search_budget_ms=None, cache_directory=None,
        cache_entries=None)
 
 Every argument is keyword-only and mirrors edb::EngineOptions; None keeps the C++ default
@@ -293,7 +291,7 @@ void bind_engine(py::module_& m) {
       .def(py::init([](std::optional<std::string> policy, std::optional<std::string> executor,
                        std::optional<std::string> device, std::optional<int> threads, std::optional<bool> verify,
                        std::optional<bool> check_finite, std::optional<int64_t> max_trace_nodes,
-                       std::optional<bool> cells, std::optional<bool> memplan, std::optional<bool> cell_gradients,
+                       std::optional<bool> cells, std::optional<bool> memplan,
                        std::optional<py::object> policy_file,
                        std::optional<std::string> policy_encoding, std::optional<int64_t> search_budget_ms,
                        std::optional<py::object> cache_directory, std::optional<int64_t> cache_entries) {
@@ -307,7 +305,6 @@ void bind_engine(py::module_& m) {
              set_if(o.max_trace_nodes, max_trace_nodes);
              set_if(o.cells, cells);
              set_if(o.memplan, memplan);
-             if (cell_gradients) o.cell_gradients = *cell_gradients;
              if (policy_file) o.policy_file = path_from(*policy_file);
              set_if(o.policy_encoding, policy_encoding);
              set_if(o.search_budget_ms, search_budget_ms);
@@ -320,7 +317,7 @@ void bind_engine(py::module_& m) {
            py::arg("device") = py::none(), py::arg("threads") = py::none(), py::arg("verify") = py::none(),
            py::arg("check_finite") = py::none(), py::arg("max_trace_nodes") = py::none(),
            py::arg("cells") = py::none(), py::arg("memplan") = py::none(),
-           py::arg("cell_gradients") = py::none(), py::arg("policy_file") = py::none(),
+           py::arg("policy_file") = py::none(),
            py::arg("policy_encoding") = py::none(), py::arg("search_budget_ms") = py::none(),
            py::arg("cache_directory") = py::none(), py::arg("cache_entries") = py::none())
       .def_property_readonly(

@@ -2,8 +2,8 @@
 // (differential_cells_test.cpp, shrunk), one small program each, written against the public API:
 // values, call outputs, the loss and every gradient under every executor x policy x cells on/off,
 // against the reference executor with cells off on the sequential policy. Each engine runs three
-// traces: forward only (calls as single nodes under jit), then backward twice (the first expands
-// its single-node calls, the next records bodies from the start).
+// traces: forward only (calls laid out for inference under jit), then backward twice (the first
+// records its calls again with the training layout, the next uses it from the start).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -111,13 +111,10 @@ void expect_every_engine_agrees(const Model& model, const Program& program, cons
   ASSERT_EQ(want.error, "");
   for (const std::string& executor : runtime::executor_names())
     for (const std::string& policy : scheduler::policy_names())
-      for (int variant = 0; variant < 3; ++variant) {  // cells on, off, on with cell_gradients
-        const bool cells = variant != 1;
+      for (const bool cells : {true, false}) {
         EngineOptions options = options_for(policy, executor, cells);
-        options.cell_gradients = variant == 2;
         options.cache_directory = cache;
-        const std::string name = executor + "/" + policy + "/cells " + (cells ? "on" : "off") +
-                                 (variant == 2 ? "/cell gradients" : "");
+        const std::string name = executor + "/" + policy + "/cells " + (cells ? "on" : "off");
         const Result got = run(model, program, options);
         EXPECT_EQ(got.error, "") << name;
         if (!got.error.empty()) continue;

@@ -266,7 +266,6 @@ TEST(Cells, ALookupInTheBodyIsAnArgumentAndItsRowGetsTheGradient) {
   for (const char* executor : {"reference", "batched", "jit"}) {
     EngineOptions options = testing::checked_options(executor);
     options.cache_directory = cache.path();
-    options.cell_gradients = true;  // the default under jit; under the others calls are copied
     const Result actual = run(options);
     EXPECT_TRUE(testing::near_relative(actual.loss, expected.loss)) << executor;
     EXPECT_TRUE(testing::near_relative(actual.w_gradient, expected.w_gradient)) << executor;

@@ -245,16 +245,16 @@ CellCounts expect_lowered_cells(const Expr& loss) {
   return counts;
 }
 
-// The jit records each call as one node. With cell_gradients off, a backward pass reads the values
-// inside the calls, so the trace's calls become their bodies (renumbering its nodes) and the
-// forward pass runs again. Exprs from before keep their values, the gradients are the reference's,
-// and later traces on the engine record bodies from the start.
+// The jit records each call as one node, laid out for inference until the engine's first backward
+// pass, which records that trace's calls again with the layout the backward bodies read
+// (renumbering its nodes) and runs the forward pass again. Exprs from before keep their values, the
+// gradients are the reference's, and every call stays a node, forward and backward, in that trace
+// and later ones.
 TEST(CompiledCells, BackwardThroughCallsRecordedAsSingleNodes) {
   const Lstm lstm(13, 5);
   EngineOptions jit_options, reference_options;
   jit_options.executor = "jit";
   jit_options.verify = true;
-  jit_options.cell_gradients = false;
   reference_options.executor = "reference";
   Engine jit(jit_options), reference(reference_options);
   auto gradient_of = [&](const Gradients& g, const Parameter& p) {
@@ -269,18 +269,18 @@ TEST(CompiledCells, BackwardThroughCallsRecordedAsSingleNodes) {
     Trace trace(jit);
     const std::vector<Expr> out = lstm.record(trace, 4);
     const Expr loss = pick_loss(out);
-    const bool calls_as_nodes = trace.dump().find("call(") != std::string::npos;
-    EXPECT_EQ(calls_as_nodes, round == 0) << trace.dump();
-    const Tensor before = out[0].value();  // evaluated with the calls as nodes in the first round
+    EXPECT_NE(trace.dump().find("call("), std::string::npos) << trace.dump();
+    const Tensor before = out[0].value();  // evaluated laid out for inference in the first round
     const Gradients got = trace.backward(loss);
-    EXPECT_EQ(trace.dump().find("call("), std::string::npos);
+    EXPECT_NE(trace.dump().find("cell=backward of"), std::string::npos) << trace.dump();
     EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss)));
     for (const Parameter* p : {&lstm.w, &lstm.u, &lstm.b}) {
       const std::vector<float> g = gradient_of(got, *p), w = gradient_of(want, *p);
       ASSERT_EQ(g.size(), w.size()) << p->name();
       for (size_t e = 0; e < w.size(); ++e) ASSERT_NEAR(g[e], w[e], 1e-4f * (1 + std::abs(w[e]))) << p->name() << " " << e;
     }
-    // Exprs recorded before the expansion still name their values, and new ops can use them.
+    // Exprs recorded before the calls were recorded again still name their values, and new ops can
+    // use them.
     EXPECT_EQ(out[0].value().data, before.data);
     EXPECT_EQ(out[0].rows(), 13);
     const Tensor doubled = (out[0] * 2.0f).value();
@@ -330,7 +330,7 @@ TEST(CompiledCells, ACellThatDoesNotCompileTrainsAsCallNodesByDefault) {
     const Expr loss = loss_of(trace);
     EXPECT_NE(trace.dump().find("call("), std::string::npos) << trace.dump();
     const Gradients got = trace.backward(loss);
-    EXPECT_NE(trace.dump().find("cell=backward of odd"), std::string::npos) << "calls were copied as bodies: " << trace.dump();
+    EXPECT_NE(trace.dump().find("cell=backward of odd"), std::string::npos) << "no backward call: " << trace.dump();
     ASSERT_NO_FATAL_FAILURE(expect_gradients(got, want, {&w}));
   }
 }
@@ -390,7 +390,7 @@ TEST(CompiledCells, EveryCellKeepsItsCallsAsNodesThroughTheBackwardPass) {
   }
 }
 
-// By default (cell_gradients unset) the jit differentiates through the cells' compiled backward
+// By default the jit differentiates through the cells' compiled backward
 // bodies. Calls are laid out for inference until the engine's first backward pass, which records
 // that trace's calls again with the layout the backward bodies read; calls stay single nodes and
 // each batch of backward calls is one compiled kernel. The gradients are the reference's every
@@ -537,7 +537,6 @@ TEST(CompiledCells, PerCallMatricesLowerAndEqualTheReference) {
     EngineOptions options;
     options.executor = "jit";
     options.verify = true;
-    options.cell_gradients = false;  // inference: the calls stay nodes
     Engine engine(options);
     Trace trace(engine);
     const Expr loss = mv.loss(trace, 5);
@@ -630,7 +629,6 @@ TEST(CompiledCells, PerCallMatricesOffTheBlocksAreRefusedWithTheReason) {
   };
   EngineOptions options;
   options.executor = "jit";
-  options.cell_gradients = false;
   Engine engine(options);
   Trace trace(engine);
   const std::vector<Expr> outputs = record(trace);

@@ -57,7 +57,6 @@ EngineOptions engine_options(const Combination& c, const std::string& cache_dire
   options.executor = c.executor;
   options.cells = c.cells;
   options.memplan = c.memplan;
-  options.cell_gradients = c.cell_gradients;
   options.threads = c.threads;
   options.verify = true;
   options.search_budget_ms = 20;
@@ -115,8 +114,9 @@ class RestoresValues {
 };
 
 // On a fresh engine: the program's values (forward only), then on `backward_traces` more traces its
-// values, the loss and every gradient (the jit records the first of them with calls as single
-// nodes, then expands them; the engine's later traces record the bodies from the start). With
+// values, the loss and every gradient (the jit records the first of them with calls laid out for
+// inference, then records them again laid out for training; the engine's later traces use that
+// layout from the start). With
 // `change_parameters`, every parameter changes between the forward trace and the next (compiled
 // cells must repack their weights); the model is as it was afterwards.
 Outcome run_program(const EngineOptions& options, testing::CellProgram& program, int backward_traces,

@@ -63,7 +63,6 @@ EngineOptions engine_options(const Combination& c, const std::string& cache_dire
   options.executor = c.executor;
   options.cells = c.cells;
   options.memplan = c.memplan;
-  options.cell_gradients = c.cell_gradients;
   options.threads = c.threads;
   options.verify = true;
   options.cache_directory = cache_directory;

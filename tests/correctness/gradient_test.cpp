@@ -426,12 +426,11 @@ TEST(Gradients, AddTakesRowsInAnyOrderAndRefusesRowsOfTheWrongSize) {
 
 struct Combination {
   std::string policy, executor;
-  bool cells, memplan, cell_gradients;
+  bool cells, memplan;
 };
 
 std::string name_of(const Combination& c) {
-  return c.policy + "/" + c.executor + "/cells " + (c.cells ? "on" : "off") + "/memplan " + (c.memplan ? "on" : "off") +
-         (c.cell_gradients ? "/cell gradients" : "");
+  return c.policy + "/" + c.executor + "/cells " + (c.cells ? "on" : "off") + "/memplan " + (c.memplan ? "on" : "off");
 }
 
 Gradients sample_gradients(samples::SampleModel& sample, const EngineOptions& options, size_t instances) {
@@ -480,14 +479,13 @@ TEST(Gradients, EverySampleModelEveryCombinationEqualsTheReference) {
     ASSERT_FALSE(expected.parameters.empty()) << entry.name;
     for (const std::string& policy : scheduler::policy_names())
       for (const std::string& executor : runtime::executor_names())
-        for (int cells = 0; cells < 3; ++cells)  // off, on, on with cell_gradients
+        for (bool cells : {false, true})
           for (bool memplan : {false, true}) {
-            const Combination c{policy, executor, cells > 0, memplan, cells == 2};
+            const Combination c{policy, executor, cells, memplan};
             EngineOptions options;
             options.policy = policy;
             options.executor = executor;
-            options.cells = cells > 0;
-            options.cell_gradients = cells == 2;
+            options.cells = cells;
             options.memplan = memplan;
             options.verify = true;
             options.cache_directory = cache.path();

@@ -127,7 +127,7 @@ TEST(Stats, TheLearnedPolicyDecidesOverCallsNotOverTheCellsBatches) {
 
 // The policy-training reports count the lower bound as Stats does at run time (each call weighted
 // by its cell's batches), so it compares with their batch counts: the same traces run with greedy
-// report the same bound, under the jit (single-node calls) and batched (copied bodies).
+// report the same bound, under the jit (compiled calls) and batched (calls run by expansion).
 TEST(Stats, PolicyTrainingCountsTheLowerBoundAsARunDoes) {
   auto body = [](Trace&, std::span<const Expr> in) { return std::vector<Expr>{sigmoid(tanh(in[0])) + in[0]}; };
   const Cell first("first", {{3, 1}}, body), second("second", {{3, 1}}, body);

@@ -16,19 +16,15 @@ struct Combination {
   std::string policy, executor;
   bool cells = true, memplan = false;
   int threads = 1;
-  bool cell_gradients = false;  // EngineOptions::cell_gradients (cells on only)
 };
 
 inline std::string name_of(const Combination& c) {
   return c.policy + "/" + c.executor + "/cells " + (c.cells ? "on" : "off") + "/memplan " +
-         (c.memplan ? "on" : "off") + "/threads " + std::to_string(c.threads) +
-         (c.cell_gradients ? "/cell gradients" : "");
+         (c.memplan ? "on" : "off") + "/threads " + std::to_string(c.threads);
 }
 
 // Threads 1 to max_threads, more than one only where execution can overlap recording (not the
-// reference executor, which runs on one thread only). With cells on, half the combinations
-// differentiate through the cells' backward bodies (cell_gradients): memplan on at odd thread
-// counts, off at even ones, so each of those pairs meets both.
+// reference executor, which runs on one thread only).
 inline std::vector<Combination> all_combinations(int max_threads) {
   std::vector<Combination> all;
   for (const std::string& policy : scheduler::policy_names())
@@ -37,7 +33,7 @@ inline std::vector<Combination> all_combinations(int max_threads) {
         for (bool memplan : {false, true})
           for (int threads = 1; threads <= max_threads; ++threads) {
             if (threads > 1 && executor == "reference") continue;
-            all.push_back({policy, executor, cells, memplan, threads, cells && memplan == (threads % 2 == 1)});
+            all.push_back({policy, executor, cells, memplan, threads});
           }
   return all;
 }

@@ -377,8 +377,7 @@ TEST(RemainingRule, ValidEverywhereAndAheadOfTheTightFirstRuleOnChildSumTrees) {
     detail::TraceState& state = detail::TraceState::of(losses[0], "search_test");
     const runtime::TraceData& data = state.data;
     ASSERT_EQ(data.types.size(), data.graph.size());
-    ScheduleInput in{data.graph, data.types, 0, nullptr, &state.engine->driver.signatures,
-                     data.calls.empty() ? nullptr : &data.calls};
+    ScheduleInput in{data.graph, data.types, 0, nullptr, &state.engine->driver.signatures};
     Analysis analysis;
     analysis.build(in);
     in.analysis = &analysis;
