@@ -1,7 +1,7 @@
-// The reductions, distances, losses, selections and normalisations of DyNet's list (issue 46),
-// composed from batched ops when recorded: each checks its arguments under its own name, then
-// records the ops that compute it (their backward rules give its gradient). docs/guide.md says
-// which ops each one records.
+// The reductions, distances, losses, selections, normalisations, 1-D convolutions and max
+// pooling of DyNet's list (issue 46), composed from batched ops when recorded: each checks its
+// arguments under its own name, then records the ops that compute it (their backward rules give
+// its gradient). docs/guide.md says which ops each one records.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -258,6 +258,74 @@ Expr weight_norm(const Expr& w, const Expr& g) {
   if (g.rows() != 1 || g.cols() != 1)
     throw UsageError("edb::weight_norm(): g is " + shape_text(g) + "; expected 1x1");
   return cmult(w, spread_scalar(s, div(g, sqrt(sum_elements(square(w)))), w.rows(), w.cols()));
+}
+
+namespace {
+
+// Rows begin, begin + step, ... (count of them) of x: a slice where they are consecutive, else a
+// product with a constant selection matrix.
+Expr every_step_rows(const char* function, const Expr& x, int begin, int step, int count) {
+  if (step == 1) return slice(x, begin, begin + count);
+  std::vector<int> rows;
+  for (int j = 0; j < count; ++j) rows.push_back(begin + j * step);
+  return selected_rows(function, x, rows);
+}
+
+void check_columns_filter(const char* function, const Expr& x, const Expr& f) {
+  TraceState::of(x, function);
+  TraceState::of(f, function);
+  if (f.rows() != x.rows())
+    throw UsageError(std::string(function) + ": x is " + shape_text(x) + " but f is " + shape_text(f) +
+                     "; expected as many rows (each row filtered by its own)");
+}
+
+// y[i][j] = sum_k x[i][j + k] f[i][k] for the columns j of y, x already padded: in the transposed
+// space, where x's columns are rows and a run of them a slice, sum_k x^T[j + k] .* f^T[k] spread
+// over the rows j (a product with a constant column of ones), transposed back at the end.
+Expr filtered_columns(TraceState& s, const Expr& x_rows, const Expr& f) {
+  const int m = f.cols(), out = x_rows.rows() - m + 1;
+  const Expr f_rows = transpose(f);
+  const Expr ones = filled(s, out, 1, 1.0f);
+  std::vector<Expr> terms;
+  for (int k = 0; k < m; ++k) terms.push_back(cmult(slice(x_rows, k, k + out), matmul(ones, slice(f_rows, k, k + 1))));
+  return transpose(terms.size() == 1 ? terms[0] : sum(terms));
+}
+
+}  // namespace
+
+Expr conv1d_narrow(const Expr& x, const Expr& f) {
+  check_columns_filter("edb::conv1d_narrow()", x, f);
+  TraceState& s = TraceState::of(x, "edb::conv1d_narrow()");
+  if (f.cols() > x.cols())
+    throw UsageError("edb::conv1d_narrow(): f is " + shape_text(f) + " but x is " + shape_text(x) +
+                     "; expected at most as many columns as x (conv1d_wide pads x)");
+  return filtered_columns(s, transpose(x), f);
+}
+
+Expr conv1d_wide(const Expr& x, const Expr& f) {
+  check_columns_filter("edb::conv1d_wide()", x, f);
+  TraceState& s = TraceState::of(x, "edb::conv1d_wide()");
+  const int pad = f.cols() - 1;
+  if (pad == 0) return filtered_columns(s, transpose(x), f);
+  // x's columns padded with m - 1 columns of zeros on each side: rows, in the transposed space.
+  const Expr zeros = filled(s, pad, x.rows(), 0.0f);
+  return filtered_columns(s, concat({zeros, transpose(x), zeros}), f);
+}
+
+Expr maxpool1d(const Expr& x, int window, int stride) {
+  TraceState::of(x, "edb::maxpool1d()");
+  if (window < 1 || window > x.cols())
+    throw UsageError("edb::maxpool1d(): window is " + std::to_string(window) + " but x is " + shape_text(x) +
+                     "; expected 1 <= window <= " + std::to_string(x.cols()) + " (x's columns)");
+  if (stride < 1) throw UsageError("edb::maxpool1d(): stride is " + std::to_string(stride) + "; expected 1 or more");
+  // Output column j is the maximum of x's columns j stride + w, w < window: in the transposed
+  // space a max over `window` row selections, folded as max(later, earlier) so that at a tie the
+  // earlier column (max's b) takes the gradient.
+  const int out = (x.cols() - window) / stride + 1;
+  const Expr x_rows = transpose(x);
+  Expr best = every_step_rows("edb::maxpool1d()", x_rows, 0, stride, out);
+  for (int w = 1; w < window; ++w) best = max(every_step_rows("edb::maxpool1d()", x_rows, w, stride, out), best);
+  return transpose(best);
 }
 
 }  // namespace edb

@@ -444,6 +444,15 @@ Expr argmax(const Expr& x, ArgmaxGradient gradient = ArgmaxGradient::zero);
 // In each row of x (rows x cols), its k largest values in their column order: rows x k, 1 <= k <=
 // cols. The gradient goes to the positions taken, 0 elsewhere.
 Expr kmax_pooling(const Expr& x, int k);
+// 1-D convolutions and max pooling over columns (DyNet's), each row of x (d x n) on its own,
+// recorded as batched ops (docs/guide.md says which). f is d x m: each row filtered by its own.
+// Narrow: y[i][j] = sum_k x[i][j + k] f[i][k], d x (n - m + 1), m <= n; wide: the same over x
+// padded with m - 1 columns of zeros on each side, d x (n + m - 1).
+Expr conv1d_narrow(const Expr& x, const Expr& f);
+Expr conv1d_wide(const Expr& x, const Expr& f);
+// Column j of the result: the maximum over x's columns j stride .. j stride + window - 1, per row;
+// d x ((n - window) / stride + 1). The gradient goes to the column that won, the first at ties.
+Expr maxpool1d(const Expr& x, int window, int stride);
 
 // Dropout's mode, chosen by the caller (one value for a trace, typically): inference, or training
 // with a seed. The same seed and the same recorded trace give the same masks.

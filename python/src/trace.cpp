@@ -425,6 +425,13 @@ void bind_ops(py::module_& m) {
       "'straight_through' (the gradient passed to x as is).");
   m.def("kmax_pooling", [](const PyExpr& x, int k) { return unary(x, [k](auto& v) { return edb::kmax_pooling(v, k); }); },
         py::arg("x"), py::arg("k"), "Per row the k largest values in their column order (rows x k); ties: the earlier column.");
+  m.def("conv1d_narrow", [](const PyExpr& x, const PyExpr& f) { return binary(x, f, [](auto& a, auto& b) { return edb::conv1d_narrow(a, b); }); },
+        py::arg("x"), py::arg("f"), "y[i][j] = sum_k x[i][j + k] f[i][k]: x d x n, f d x m (m <= n), y d x (n - m + 1).");
+  m.def("conv1d_wide", [](const PyExpr& x, const PyExpr& f) { return binary(x, f, [](auto& a, auto& b) { return edb::conv1d_wide(a, b); }); },
+        py::arg("x"), py::arg("f"), "conv1d_narrow of x padded with m - 1 zero columns on each side: d x (n + m - 1).");
+  m.def("maxpool1d", [](const PyExpr& x, int window, int stride) { return unary(x, [=](auto& v) { return edb::maxpool1d(v, window, stride); }); },
+        py::arg("x"), py::arg("window"), py::arg("stride"),
+        "Per row, the maximum over each window of columns: d x ((n - window) // stride + 1).");
   m.def(
       "dropout",
       [](const PyExpr& x, float p, bool training, uint64_t seed) {

@@ -372,6 +372,49 @@ def test_argmax_and_kmax_pooling(engine):
             edbatch.argmax(t.param(W), "sideways")
 
 
+def conv1d(x, f, wide):
+    m = f.shape[1]
+    if wide:
+        x = np.pad(x, ((0, 0), (m - 1, m - 1)))
+    return np.stack([(x[:, j:j + m] * f).sum(axis=1) for j in range(x.shape[1] - m + 1)], axis=1)
+
+
+def test_conv1d_and_maxpool1d(engine):
+    a, f = rand(3, 7).astype(np.float64), rand(3, 3).astype(np.float64)
+    model = edbatch.Model("convolutions", seed=4)
+    X, F = model.add_parameter("X", 3, 7), model.add_parameter("F", 3, 3)
+    X.set_values(a.astype(np.float32))
+    F.set_values(f.astype(np.float32))
+    for wide in (False, True):
+        op = edbatch.conv1d_wide if wide else edbatch.conv1d_narrow
+        weights = rand(3, 9 if wide else 5)
+        with edbatch.Trace(engine) as t:
+            y = op(t.param(X), t.param(F))
+            close(y.value(), conv1d(a, f, wide))
+            g = t.backward(edbatch.sum_elements(edbatch.cmult(y, t.input(weights))))
+            # d/dx and d/df of sum(w * conv(x, f)), from the definition.
+            m, pad = 3, 2 if wide else 0
+            padded = np.pad(a, ((0, 0), (pad, pad)))
+            dx, df = np.zeros_like(padded), np.zeros_like(f)
+            for j in range(weights.shape[1]):
+                dx[:, j:j + m] += weights[:, j:j + 1] * f
+                df += weights[:, j:j + 1] * padded[:, j:j + m]
+            np.testing.assert_allclose(g.of(X), dx[:, pad:pad + 7], rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(g.of(F), df, rtol=1e-4, atol=1e-5)
+    with edbatch.Trace(engine) as t:
+        y = edbatch.maxpool1d(t.param(X), 3, 2)
+        windows = np.stack([a[:, j * 2:j * 2 + 3] for j in range(3)], axis=1)  # 3 x 3 windows x 3
+        close(y.value(), windows.max(axis=2))
+        g = t.backward(edbatch.sum_elements(y))
+        want = np.zeros_like(a)
+        for i in range(3):
+            for j in range(3):
+                want[i, j * 2 + int(windows[i, j].argmax())] += 1
+        close(g.of(X), want)
+        with pytest.raises(edbatch.UsageError, match=r"edb::maxpool1d\(\): window is 8 but x is 3x7"):
+            edbatch.maxpool1d(t.param(X), 8, 1)
+
+
 def test_softmax_and_log_softmax_of_a_matrix_are_column_wise(engine):
     a = rand(3, 5) * 3
     e = np.exp(a.astype(np.float64) - a.max(axis=0, keepdims=True))

@@ -162,6 +162,10 @@ std::vector<OpCase> op_cases() {
       // Issue 46's selections: the taken values differ from the others by 0.05 or more.
       {"argmax times W", [=](Trace& t, Model& m) { return cmult(argmax(P(t, m, "W")), P(t, m, "W") * 2.0f); }},
       {"kmax_pooling", [=](Trace& t, Model& m) { return kmax_pooling(tanh(P(t, m, "W")), 2); }},
+      {"conv1d_narrow", [=](Trace& t, Model& m) { return conv1d_narrow(P(t, m, "W"), tanh(P(t, m, "B"))); }},
+      {"conv1d_wide", [=](Trace& t, Model& m) { return conv1d_wide(tanh(P(t, m, "W")), P(t, m, "B")); }},
+      {"maxpool1d", [=](Trace& t, Model& m) { return maxpool1d(transpose(P(t, m, "W")), 2, 1); }},
+      {"maxpool1d with stride 2", [=](Trace& t, Model& m) { return maxpool1d(P(t, m, "Wt") * 2.0f, 2, 2); }},
       {"softmax of a matrix", [=](Trace& t, Model& m) { return softmax(P(t, m, "W") * 3.0f); }},
       {"log_softmax of a matrix", [=](Trace& t, Model& m) { return log_softmax(P(t, m, "W") * 3.0f); }},
       {"dropout in training", [=](Trace& t, Model& m) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <edbatch/edbatch.h>
@@ -122,6 +123,29 @@ Values column_softmax(const Values& x, int rows, int cols, bool log) {
     }
   }
   return out;
+}
+
+// y[i][j] = sum_k x[i][j + k] f[i][k], x (rows x cols) padded with m - 1 zero columns each side
+// when wide; f the first m columns of `filter` (rows x cols too).
+Values conv1d_of(const Values& x, const Values& filter, int rows, int cols, int m, bool wide) {
+  const int pad = wide ? m - 1 : 0, out = cols + 2 * pad - m + 1;
+  Values y(size_t(rows * out), 0.0);
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < out; ++j)
+      for (int k = 0; k < m; ++k) {
+        const int column = j + k - pad;
+        if (column >= 0 && column < cols) y[size_t(j * rows + i)] += at(x, rows, i, column) * at(filter, rows, i, k);
+      }
+  return y;
+}
+
+Values maxpool_of(const Values& x, int rows, int cols, int window, int stride) {
+  const int out = (cols - window) / stride + 1;
+  Values y(size_t(rows * out), -INFINITY);
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < out; ++j)
+      for (int w = 0; w < window; ++w) y[size_t(j * rows + i)] = std::max(y[size_t(j * rows + i)], at(x, rows, i, j * stride + w));
+  return y;
 }
 
 double huber(double d, double c) {
@@ -285,6 +309,32 @@ const std::vector<ReductionCase>& reduction_cases() {
                  [](const std::vector<Values>& x) { return column_softmax(x[0], 3, 4, false); }, -4, 4});
     c.push_back({"log_softmax of a matrix", 3, 4, 1, 3, 4, [](std::span<const Expr> x) { return log_softmax(x[0]); },
                  [](const std::vector<Values>& x) { return column_softmax(x[0], 3, 4, true); }, -4, 4});
+    // conv1d and maxpool1d. The table gives every argument one shape, so a filter of m columns is
+    // the first m columns of the second argument (its other columns get no gradient, as the
+    // central differences say).
+    auto filter = [](const Expr& f, int m) {
+      std::vector<int> first;
+      for (int k = 0; k < m; ++k) first.push_back(k);
+      return m == f.cols() ? f : select_cols(f, first);
+    };
+    for (int m : {3, 1}) {
+      const std::string name = "conv1d_narrow m " + std::to_string(m);
+      c.push_back({name, 3, 5, 2, 3, 6 - m, [=](std::span<const Expr> x) { return conv1d_narrow(x[0], filter(x[1], m)); },
+                   [=](const std::vector<Values>& x) { return conv1d_of(x[0], x[1], 3, 5, m, false); }});
+    }
+    c.push_back({"conv1d_wide m 3", 3, 4, 2, 3, 6, [=](std::span<const Expr> x) { return conv1d_wide(x[0], filter(x[1], 3)); },
+                 [](const std::vector<Values>& x) { return conv1d_of(x[0], x[1], 3, 4, 3, true); }});
+    c.push_back({"conv1d_wide m = n", 2, 3, 2, 2, 5, [](std::span<const Expr> x) { return conv1d_wide(x[0], x[1]); },
+                 [](const std::vector<Values>& x) { return conv1d_of(x[0], x[1], 2, 3, 3, true); }});
+    c.push_back({"conv1d_narrow m = n", 2, 3, 2, 2, 1, [](std::span<const Expr> x) { return conv1d_narrow(x[0], x[1]); },
+                 [](const std::vector<Values>& x) { return conv1d_of(x[0], x[1], 2, 3, 3, false); }});
+    for (auto [rows, cols, window, stride] : {std::tuple{3, 7, 3, 2}, {2, 5, 2, 1}, {2, 6, 3, 3}, {2, 4, 1, 1}}) {
+      const int out = (cols - window) / stride + 1;
+      c.push_back({"maxpool1d " + std::to_string(rows) + "x" + std::to_string(cols) + " window " + std::to_string(window) +
+                       " stride " + std::to_string(stride),
+                   rows, cols, 1, rows, out, [=](std::span<const Expr> x) { return maxpool1d(x[0], window, stride); },
+                   [=](const std::vector<Values>& x) { return maxpool_of(x[0], rows, cols, window, stride); }});
+    }
     return c;
   }();
   return cases;
@@ -433,13 +483,19 @@ TEST(Reductions, ArgumentsAreCheckedWhenRecordedUnderTheFunctionsName) {
   EXPECT_EQ(testing::usage_error([&] { weight_norm(x, y); }), "edb::weight_norm(): g is 2x1; expected 1x1");
   EXPECT_EQ(testing::usage_error([&] { kmax_pooling(x, 4); }), "edb::kmax_pooling(): k is 4 but x is 2x3; expected 1 <= k <= 3 (x's columns)");
   EXPECT_EQ(testing::usage_error([&] { kmax_pooling(x, 0); }), "edb::kmax_pooling(): k is 0 but x is 2x3; expected 1 <= k <= 3 (x's columns)");
+  EXPECT_EQ(testing::usage_error([&] { conv1d_narrow(x, transpose(x)); }), "edb::conv1d_narrow(): x is 2x3 but f is 3x2; expected as many rows (each row filtered by its own)");
+  EXPECT_EQ(testing::usage_error([&] { conv1d_narrow(y, x); }), "edb::conv1d_narrow(): f is 2x3 but x is 2x1; expected at most as many columns as x (conv1d_wide pads x)");
+  EXPECT_EQ(testing::usage_error([&] { conv1d_wide(x, transpose(x)); }), "edb::conv1d_wide(): x is 2x3 but f is 3x2; expected as many rows (each row filtered by its own)");
+  EXPECT_EQ(testing::usage_error([&] { maxpool1d(x, 4, 1); }), "edb::maxpool1d(): window is 4 but x is 2x3; expected 1 <= window <= 3 (x's columns)");
+  EXPECT_EQ(testing::usage_error([&] { maxpool1d(x, 2, 0); }), "edb::maxpool1d(): stride is 0; expected 1 or more");
   EXPECT_EQ(testing::usage_error([&] { argmax(Expr()); }), "edb::argmax(): the expression is empty (default-constructed)");
   EXPECT_EQ(testing::usage_error([&] { argmax(x, ArgmaxGradient(7)); }),
             "edb::argmax(): gradient is 7; expected ArgmaxGradient::zero or ArgmaxGradient::straight_through");
 }
 
-// At ties argmax takes the first row and kmax_pooling the earlier columns, and kmax_pooling's
-// gradient goes to the columns it took, under every executor, in a batch of calls.
+// At ties argmax takes the first row, kmax_pooling the earlier columns and maxpool1d's gradient
+// the earlier column, and kmax_pooling's gradient goes to the columns it took, under every
+// executor, in a batch of calls.
 TEST(Selections, TiesTakeTheEarlierPositionUnderEveryExecutor) {
   testing::TempDir cache;
   for (const char* executor : {"reference", "batched", "jit"}) {
@@ -464,7 +520,16 @@ TEST(Selections, TiesTakeTheEarlierPositionUnderEveryExecutor) {
       for (int k = 0; k < 9; ++k) weights.push_back(float(10 * (k + 1) + call));
       terms.push_back(sum_elements(cmult(pooled.back(), trace.input(3, 3, weights))));
     }
+    // maxpool1d of the row 1 3 3 0 (window 2, stride 1): 3 3 3, from columns 1, 1 (a tie) and 2.
+    const Parameter r = model.add_parameter("R", 1, 4);
+    const std::vector<float> row = {1, 3, 3, 0};
+    std::copy(row.begin(), row.end(), r.values().begin());
+    const Expr maxima = maxpool1d(trace.param(r), 2, 1);
+    terms.push_back(sum_elements(cmult(maxima, trace.input(1, 3, std::vector<float>{1.0f, 10.0f, 100.0f}))));
     const Gradients g = trace.backward(sum(terms));
+    EXPECT_EQ(maxima.value().data, std::vector<float>({3, 3, 3})) << executor;
+    ASSERT_NE(g.of(r), nullptr) << executor;
+    EXPECT_EQ(g.of(r)->data, std::vector<float>({0, 11, 100, 0})) << executor;
     for (int call = 0; call < 3; ++call) {
       const Tensor y = pooled[size_t(call)].value(), a = taken[size_t(call)].value();
       const float scale = float(call + 1);
