@@ -197,7 +197,7 @@ TypeId SignatureTable::intern_recorded(const Graph& graph, NodeId id, std::span<
   if (has_flag(n.op, kConstant)) words[length++] = std::bit_cast<uint32_t>(n.attrs.constant);
   if (has_flag(n.op, kRange)) words[length++] = (uint64_t{uint32_t(n.attrs.begin)} << 32) | uint32_t(n.attrs.end);
   // The arguments' types do not fix these shapes.
-  if (n.op == Op::reshape || n.op == Op::matmul_nt_rows) words[length++] = pack(n.shape);
+  if (n.op == Op::reshape || n.op == Op::matmul_nt_rows || n.op == Op::kmax_pooling) words[length++] = pack(n.shape);
   if (length + n.arg_count > kRecordedWords) return intern(graph, id);
   // An argument is its type (which fixes its shape), a parameter's uid, or an input's shape.
   for (NodeId arg : graph.args(id)) {

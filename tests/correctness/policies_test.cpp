@@ -218,7 +218,8 @@ TEST(RandomDag, SeedsCoverEveryOpSinksAndFanOut) {
                                        "dot_product", "squared_norm", "l2_norm", "squared_distance", "l1_distance",
                                        "huber_distance", "hinge", "binary_log_loss", "pairwise_rank_loss",
                                        "poisson_loss", "select_rows", "select_cols", "pick", "layer_norm",
-                                       "weight_norm"};
+                                       "weight_norm", "argmax", "kmax_pooling", "conv1d_narrow", "conv1d_wide",
+                                       "maxpool1d"};
   EXPECT_EQ(ops, every);
   EXPECT_GE(op_nodes, instances * 10);
   EXPECT_LE(op_nodes, instances * 22);

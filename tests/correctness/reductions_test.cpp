@@ -511,10 +511,13 @@ TEST(Selections, TiesTakeTheEarlierPositionUnderEveryExecutor) {
     const std::vector<float> columns = {1, 1, 0, 0, 2, 2, 4, 4, 4};
     std::copy(columns.begin(), columns.end(), q.values().begin());
     Trace trace(engine);
-    std::vector<Expr> pooled, taken, terms;
+    std::vector<Expr> pooled, tops, taken, terms;
     for (int call = 0; call < 3; ++call) {
       const Expr x = trace.param(p) * float(call + 1);
       pooled.push_back(kmax_pooling(x, 3));
+      // Of the same shape with another k: a batch of its own (its output shape is not its
+      // argument's type's), so neither reads nor writes the other's places.
+      tops.push_back(kmax_pooling(x, 1));
       taken.push_back(argmax(trace.param(q) * float(call + 1)));
       std::vector<float> weights;
       for (int k = 0; k < 9; ++k) weights.push_back(float(10 * (k + 1) + call));
@@ -530,6 +533,10 @@ TEST(Selections, TiesTakeTheEarlierPositionUnderEveryExecutor) {
     EXPECT_EQ(maxima.value().data, std::vector<float>({3, 3, 3})) << executor;
     ASSERT_NE(g.of(r), nullptr) << executor;
     EXPECT_EQ(g.of(r)->data, std::vector<float>({0, 11, 100, 0})) << executor;
+    for (int call = 0; call < 3; ++call) {
+      const float s = float(call + 1);
+      EXPECT_EQ(tops[size_t(call)].value().data, std::vector<float>({2 * s, 3 * s, 5 * s})) << executor << " call " << call;
+    }
     for (int call = 0; call < 3; ++call) {
       const Tensor y = pooled[size_t(call)].value(), a = taken[size_t(call)].value();
       const float scale = float(call + 1);

@@ -93,6 +93,16 @@ const char* op_name(CellOp::Kind k) {
     case CellOp::poisson_loss: return "poisson_loss";
     case CellOp::pick: return "pick";
     case CellOp::transpose: return "transpose";
+    case CellOp::select_rows_ends: return "select_rows";
+    case CellOp::std_dim_plus: return "std_dim";
+    case CellOp::l2_norm_plus: return "l2_norm";
+    case CellOp::layer_norm_plus: return "layer_norm";
+    case CellOp::weight_norm_plus: return "weight_norm";
+    case CellOp::argmax_times: return "argmax";
+    case CellOp::kmax_rows: return "kmax_pooling";
+    case CellOp::conv1d_narrow_rows: return "conv1d_narrow";
+    case CellOp::conv1d_wide_rows: return "conv1d_wide";
+    case CellOp::maxpool_rows: return "maxpool1d";
   }
   return "?";
 }
@@ -122,8 +132,15 @@ std::pair<int, int> shape_of(const CellOp& op, const std::vector<CellOp>& list) 
     case CellOp::hinge:
     case CellOp::binary_log_loss:
     case CellOp::poisson_loss:
-    case CellOp::pick: return {1, 1};
+    case CellOp::pick:
+    case CellOp::std_dim_plus:
+    case CellOp::l2_norm_plus: return {1, 1};
     case CellOp::transpose: return {cols(0), rows(0)};
+    case CellOp::select_rows_ends: return {2, 1};
+    case CellOp::kmax_rows: return {op.begin, 1};
+    case CellOp::conv1d_narrow_rows: return {rows(0) - rows(1) + 1, 1};
+    case CellOp::conv1d_wide_rows: return {rows(0) + rows(1) - 1, 1};
+    case CellOp::maxpool_rows: return {(rows(0) - op.begin) / op.end + 1, 1};
     default: return {rows(0), cols(0)};
   }
 }
@@ -310,8 +327,9 @@ class Generator {
   int body_op(Body& b, bool reuse_allowed = true) {
     const int free = b.block ? 0 : 1;  // softmax, sum_elements and transpose do not lower
     const int again = reuse_allowed && !earlier_body_params_.empty() ? 10 : 0;
-    const int kind = r_.weighted({16, 12, 12, 6, 20, 16, 5, 3 * free, 3 * free, 2 * free, again});
+    const int kind = r_.weighted({16, 12, 12, 6, 20, 16, 5, 3 * free, 3 * free, 2 * free, again, 12 * free});
     if (kind == 10) return reuse(b);
+    if (kind == 11) return issue46_op(b);
     switch (kind) {
       case 0: {  // matmul, weight first
         const int x = pick_column(b);
@@ -388,6 +406,58 @@ class Generator {
         return b.add(make_op(CellOp::transpose, {t}));
       }
     }
+  }
+
+  // A body input of rows x cols (a constant of the body, its values from the seed).
+  int body_input(Body& b, int rows, int cols) {
+    CellOp op = make_op(CellOp::input);
+    op.rows = rows;
+    op.cols = cols;
+    return b.add(op);
+  }
+
+  // One of issue 46's selections, normalisations, convolutions and poolings (none lowers: free
+  // bodies only), of a column of two or more rows.
+  int issue46_op(Body& b) {
+    int a = pick_column(b);
+    if (b.at(a).rows < 2) a = pick(b, size(), 1, false);
+    const int rows = b.at(a).rows;
+    static constexpr CellOp::Kind kKinds[] = {
+        CellOp::select_rows_ends, CellOp::std_dim_plus,       CellOp::l2_norm_plus,      CellOp::layer_norm_plus,
+        CellOp::weight_norm_plus, CellOp::argmax_times,       CellOp::kmax_rows,         CellOp::conv1d_narrow_rows,
+        CellOp::conv1d_wide_rows, CellOp::maxpool_rows};
+    const CellOp::Kind k = kKinds[r_.below(int(std::size(kKinds)))];
+    CellOp op = make_op(k, {a});
+    switch (k) {
+      case CellOp::select_rows_ends: break;
+      case CellOp::std_dim_plus:
+      case CellOp::l2_norm_plus:
+      case CellOp::weight_norm_plus:
+      case CellOp::layer_norm_plus:
+      case CellOp::argmax_times:
+      case CellOp::kmax_rows: {
+        op.args.push_back(body_input(b, rows, 1));  // never all equal, never all 0, no near ties
+        if (k == CellOp::layer_norm_plus) {
+          op.args.push_back(pick(b, rows, 1, true));
+          op.args.push_back(pick(b, rows, 1, true));
+        }
+        if (k == CellOp::weight_norm_plus) op.args.push_back(pick_column(b));
+        if (k == CellOp::argmax_times) op.constant = float(r_.below(2));
+        if (k == CellOp::kmax_rows) op.begin = 1 + r_.below(rows);
+        break;
+      }
+      case CellOp::conv1d_narrow_rows:
+      case CellOp::conv1d_wide_rows: {
+        const int width = 1 + r_.below(std::min(rows, 3));
+        op.args.push_back(pick(b, width, 1, true));
+        break;
+      }
+      default:  // maxpool_rows
+        op.begin = 1 + r_.below(std::min(rows, 3));
+        op.end = 1 + r_.below(2);
+        break;
+    }
+    return b.add(op);
   }
 
   // A matmul or affine the body computes and then drops (never used, never returned).
@@ -633,6 +703,17 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
     case CellOp::poisson_loss: return edb::poisson_loss(sum_elements(edb::tanh(a[0])), 2);
     case CellOp::pick: return edb::pick(a[0], 0);
     case CellOp::transpose: return transpose(a[0]);
+    case CellOp::select_rows_ends: return edb::select_rows(a[0], {a[0].rows() - 1, 0});
+    case CellOp::std_dim_plus: return edb::std_dim(a[0] + a[1], 0);
+    case CellOp::l2_norm_plus: return edb::l2_norm(a[0] + a[1]);
+    case CellOp::layer_norm_plus: return edb::layer_norm(a[0] + a[1], a[2], a[3]);
+    case CellOp::weight_norm_plus: return edb::weight_norm(a[0] + a[1], sum_elements(a[2]));
+    case CellOp::argmax_times:
+      return cmult(edb::argmax(a[1], op.constant != 0 ? ArgmaxGradient::straight_through : ArgmaxGradient::zero), a[0]);
+    case CellOp::kmax_rows: return transpose(edb::kmax_pooling(transpose(a[0] + a[1] * 4.0f), op.begin));
+    case CellOp::conv1d_narrow_rows: return transpose(edb::conv1d_narrow(transpose(a[0]), transpose(a[1])));
+    case CellOp::conv1d_wide_rows: return transpose(edb::conv1d_wide(transpose(a[0]), transpose(a[1])));
+    case CellOp::maxpool_rows: return transpose(edb::maxpool1d(transpose(a[0]), op.begin, op.end));
     default: break;
   }
   throw std::logic_error("random_cells: not an op");

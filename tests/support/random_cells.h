@@ -50,6 +50,16 @@ struct CellOp {
     // the rows, hinge at row 0, binary_log_loss of their sigmoids, poisson_loss of sum_elements(tanh x), 2.
     dot_product, squared_distance, l1_distance, huber_distance, squared_norm, sum_dim_rows, mean_dim_rows,
     logsumexp_dim_rows, hinge, binary_log_loss, poisson_loss, pick,  // pick: row 0
+    // Issue 46's, of a column args[0] (args[1], args[2]: an input or values of its shape; a filter
+    // column of at most as many rows for the narrow conv1d). select_rows_ends: rows {last, 0};
+    // std_dim_plus, l2_norm_plus: of args[0] + args[1], to 1x1; layer_norm_plus: of args[0] + args[1]
+    // with g args[2], b args[3]; weight_norm_plus: of args[0] + args[1], g sum_elements(args[2]);
+    // argmax_times: cmult(argmax(args[1], constant 1: straight-through), args[0]); kmax_rows:
+    // kmax_pooling over the row (args[0] + 4 args[1])^T, k = begin; conv1d_narrow_rows,
+    // conv1d_wide_rows: of the rows args[0]^T and args[1]^T; maxpool_rows: maxpool1d of args[0]^T,
+    // window begin, stride end. Each row result transposed back to a column.
+    select_rows_ends, std_dim_plus, l2_norm_plus, layer_norm_plus, weight_norm_plus, argmax_times, kmax_rows,
+    conv1d_narrow_rows, conv1d_wide_rows, maxpool_rows,
   };
   Kind kind = input;
   std::vector<int> args;

@@ -87,6 +87,19 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::poisson_loss: return "poisson_loss(sum_elements(tanh(" + a[0] + ")), 2)";
     case CellOp::pick: return "pick(" + a[0] + ", 0)";
     case CellOp::transpose: return "transpose(" + a[0] + ")";
+    case CellOp::select_rows_ends: return "select_rows(" + a[0] + ", {" + a[0] + ".rows() - 1, 0})";
+    case CellOp::std_dim_plus: return "std_dim(" + a[0] + " + " + a[1] + ", 0)";
+    case CellOp::l2_norm_plus: return "l2_norm(" + a[0] + " + " + a[1] + ")";
+    case CellOp::layer_norm_plus: return "layer_norm(" + a[0] + " + " + a[1] + ", " + a[2] + ", " + a[3] + ")";
+    case CellOp::weight_norm_plus: return "weight_norm(" + a[0] + " + " + a[1] + ", sum_elements(" + a[2] + "))";
+    case CellOp::argmax_times:
+      return "cmult(argmax(" + a[1] + (op.constant != 0 ? ", ArgmaxGradient::straight_through" : "") + "), " + a[0] + ")";
+    case CellOp::kmax_rows:
+      return "transpose(kmax_pooling(transpose(" + a[0] + " + " + a[1] + " * 4.0f), " + std::to_string(op.begin) + "))";
+    case CellOp::conv1d_narrow_rows: return "transpose(conv1d_narrow(transpose(" + a[0] + "), transpose(" + a[1] + ")))";
+    case CellOp::conv1d_wide_rows: return "transpose(conv1d_wide(transpose(" + a[0] + "), transpose(" + a[1] + ")))";
+    case CellOp::maxpool_rows:
+      return "transpose(maxpool1d(transpose(" + a[0] + "), " + std::to_string(op.begin) + ", " + std::to_string(op.end) + "))";
     default: break;
   }
   return "?";

@@ -26,7 +26,8 @@ enum class Kind {
   mean_elements, transpose, sqrt, abs, square, cube, softsign, silu, elu, selu, log_sigmoid, erf, sin, cos,
   sinh, cosh, round, ceil, floor, tan, asinh, acosh, atanh, pow, logsumexp, logsumexp_dim, sum_dim, mean_dim,
   std_dim, average, dot_product, squared_norm, l2_norm, squared_distance, l1_distance, huber_distance, hinge,
-  binary_log_loss, pairwise_rank_loss, poisson_loss, select_rows, select_cols, pick_row, layer_norm, weight_norm, count
+  binary_log_loss, pairwise_rank_loss, poisson_loss, select_rows, select_cols, pick_row, layer_norm, weight_norm, argmax, kmax_pooling,
+  conv1d_narrow, conv1d_wide, maxpool1d, count
 };
 
 // Row splits whose totals are sizes, for concat.
@@ -382,6 +383,41 @@ class Recorder {
         const size_t a = pick_any();
         const Expr w = use(a) + use(input(nodes_[a].rows, nodes_[a].cols));
         add(edb::weight_norm(w, sum_elements(edb::tanh(use(pick_any())))), "weight_norm");
+        return;
+      }
+      // Issue 46's selections by value, of x plus 4 times a fresh input (values spread, so no
+      // executor's last-bit difference turns a near tie the other way); argmax times x, with
+      // either gradient.
+      case Kind::argmax: {
+        const size_t a = pick_any();
+        const Expr x = use(a);
+        const Expr spread = x + use(input(nodes_[a].rows, nodes_[a].cols)) * 4.0f;
+        const ArgmaxGradient gradient = s_->chance(0.5) ? ArgmaxGradient::zero : ArgmaxGradient::straight_through;
+        add(edb::cmult(edb::argmax(spread, gradient), x), "argmax");
+        return;
+      }
+      case Kind::kmax_pooling: {  // over a matrix's rows, or a column's transpose (a row)
+        const size_t a = pick_any();
+        const Expr x = nodes_[a].cols > 1 ? use(a) : transpose(use(a));
+        const Expr spread = x + use(input(x.rows(), x.cols())) * 4.0f;
+        add(edb::kmax_pooling(spread, 1 + s_->below(x.cols())), "kmax_pooling");
+        return;
+      }
+      // conv1d and maxpool1d over a matrix's columns, or a column's transpose (a row); the filter
+      // of conv1d has as many rows and 1 to 3 columns (narrow: at most x's).
+      case Kind::conv1d_narrow:
+      case Kind::conv1d_wide:
+      case Kind::maxpool1d: {
+        const size_t a = pick_any();
+        const Expr x = nodes_[a].cols > 1 ? use(a) : transpose(use(a));
+        const int width = 1 + s_->below(std::min(x.cols(), 3));
+        if (kind == Kind::maxpool1d) {
+          add(edb::maxpool1d(x, width, 1 + s_->below(2)), "maxpool1d");
+          return;
+        }
+        const Expr f = x.rows() == 1 ? transpose(use(pick_shape(width, 1))) : use(pick_shape(x.rows(), width));
+        if (kind == Kind::conv1d_narrow) add(edb::conv1d_narrow(x, f), "conv1d_narrow");
+        else add(edb::conv1d_wide(x, f), "conv1d_wide");
         return;
       }
       case Kind::count: break;
