@@ -143,5 +143,6 @@ std::unique_ptr<SampleModel> make_childsum(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_dagrnn(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_parser(const ModelConfig& config);
 std::unique_ptr<SampleModel> make_earlyexit(const ModelConfig& config);
+std::unique_ptr<SampleModel> make_charcnn(const ModelConfig& config);
 
 }  // namespace edb::samples

@@ -27,6 +27,8 @@ const std::vector<ModelEntry>& model_registry() {
        64, 64, make_parser},
       {"earlyexit", "tagger of up to 4 stacked LSTMs, each with its own exit (--decode: stops at the first confident exit)",
        64, 64, make_earlyexit},
+      {"charcnn", "tagger over [word embedding; char CNN (conv1d_wide, kmax_pooling)], layer_norm, MLP 32, a loss per word",
+       32, 32, make_charcnn},
   };
   return registry;
 }

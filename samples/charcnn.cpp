@@ -1,0 +1,106 @@
+// A tagger over word vectors from a character CNN (issue 46's second model for layer_norm and
+// conv1d): per word its letters' embeddings as a kCharEmbed x n matrix, a pointwise product to
+// kFilters channels, conv1d_wide with a kWidth filter per channel, tanh, kmax_pooling to the
+// largest value per channel; that beside the word's embedding (<unk> for words seen fewer than
+// kFrequent times), layer_norm, then tanh(MLP) -> tag logits -> a loss per word.
+#include <map>
+
+#include "samples/data/data.h"
+#include "samples/models.h"
+
+namespace edb::samples {
+
+namespace {
+
+constexpr int kCharEmbed = 16;
+constexpr int kFilters = 32;
+constexpr int kWidth = 3;     // conv1d_wide's filter: a letter and its neighbours
+constexpr int kFrequent = 5;  // words seen this often have an embedding of their own
+
+class CharCnnTagger final : public SampleModel {
+ public:
+  explicit CharCnnTagger(const ModelConfig& config) : model_("charcnn", config.seed) {
+    sentences_ = load_instances<TaggedSentence>(config, "charcnn", "sentences", read_tagged,
+                                                generate_spelled_tagged, source_);
+    std::map<std::string, int> seen;
+    for (const TaggedSentence& sentence : sentences_)
+      for (const std::string& word : sentence.words) ++seen[word];
+    // Ids fixed once, so recording a trace does no string work; tag t is output row t.
+    for (const TaggedSentence& sentence : sentences_) {
+      std::vector<int>& words = word_ids_.emplace_back();
+      std::vector<int>& tags = tag_ids_.emplace_back();
+      std::vector<std::vector<int>>& spelled = char_ids_.emplace_back();
+      for (size_t w = 0; w < sentence.words.size(); ++w) {
+        const std::string& word = sentence.words[w];
+        words.push_back(seen[word] < kFrequent ? 0 : vocabulary_.add(word));
+        std::vector<int>& letters = spelled.emplace_back();
+        for (char c : word) letters.push_back(chars_.add(std::string(1, c)));
+        tags.push_back(tags_.add(sentence.tags[w]) - 1);
+      }
+    }
+    vocabulary_.freeze();
+    chars_.freeze();
+    tags_.freeze();
+    const int features = config.embed + kFilters;
+    embeddings_ = model_.add_lookup("E", vocabulary_.size(), config.embed);
+    char_embeddings_ = model_.add_lookup("C", chars_.size(), kCharEmbed);
+    w_channels_ = model_.add_parameter("W_channels", kFilters, kCharEmbed);
+    filter_ = model_.add_parameter("F", kFilters, kWidth);
+    gain_ = model_.add_parameter("g_norm", features, 1);
+    for (float& g : gain_.values()) g = 1.0f;  // layer_norm starts as the identity's scale
+    bias_ = model_.add_parameter("b_norm", features, 1);
+    for (float& b : bias_.values()) b = 0.0f;
+    w_mlp_ = model_.add_parameter("W_mlp", config.hidden, features);
+    b_mlp_ = model_.add_parameter("b_mlp", config.hidden, 1);
+    w_out_ = model_.add_parameter("W_out", tags_.size() - 1, config.hidden);
+    b_out_ = model_.add_parameter("b_out", tags_.size() - 1, 1);
+  }
+
+  size_t instance_count() const override { return sentences_.size(); }
+  double instance_cost(size_t i) const override { return double(word_ids_.at(i).size()); }
+  Model& model() override { return model_; }
+  std::string describe_data() const override {
+    return std::to_string(sentences_.size()) + " sentences, " + std::to_string(vocabulary_.size()) +
+           " frequent word types, " + std::to_string(chars_.size() - 1) + " chars, " + std::to_string(tags_.size() - 1) +
+           " tags, " + source_;
+  }
+  std::string accuracy_unit() const override { return "word"; }
+
+ protected:
+  void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {
+    const std::vector<int>& words = word_ids_[i];
+    for (size_t w = 0; w < words.size(); ++w) {
+      const Expr features = concat({trace.lookup(embeddings_, words[w]), spelled(trace, char_ids_[i][w])});
+      const Expr normal = layer_norm(features, trace.param(gain_), trace.param(bias_));
+      const Expr mlp = tanh(affine({trace.param(b_mlp_), trace.param(w_mlp_), normal}));
+      output({affine({trace.param(b_out_), trace.param(w_out_), mlp}), tag_ids_[i][w]});
+    }
+  }
+
+ private:
+  // The char CNN of a word's letters: kFilters x 1. Words of one length batch together.
+  Expr spelled(Trace& trace, const std::vector<int>& letters) const {
+    const int n = int(letters.size());
+    std::vector<Expr> columns;
+    for (int letter : letters) columns.push_back(trace.lookup(char_embeddings_, letter));
+    // The letters' columns stacked, then viewed as kCharEmbed x n (column-major: column j is letter j).
+    const Expr x = reshape(concat(columns), kCharEmbed, n);
+    const Expr channels = matmul(trace.param(w_channels_), x);  // kFilters x n
+    return kmax_pooling(tanh(conv1d_wide(channels, trace.param(filter_))), 1);
+  }
+
+  Model model_;
+  std::vector<TaggedSentence> sentences_;
+  std::vector<std::vector<int>> word_ids_, tag_ids_;
+  std::vector<std::vector<std::vector<int>>> char_ids_;  // per sentence and word: its letters
+  Vocabulary vocabulary_, chars_, tags_;
+  std::string source_;
+  LookupTable embeddings_, char_embeddings_;
+  Parameter w_channels_, filter_, gain_, bias_, w_mlp_, b_mlp_, w_out_, b_out_;
+};
+
+}  // namespace
+
+std::unique_ptr<SampleModel> make_charcnn(const ModelConfig& config) { return std::make_unique<CharCnnTagger>(config); }
+
+}  // namespace edb::samples
