@@ -176,7 +176,12 @@ void Backward::send_call(NodeId n, const std::vector<uint8_t>& flows) {
     if (seeds[j].empty()) args.push_back(constant(ir::Shape{int32_t(backward.seed_floats[j]), 1}, 0.0f));
     else args.push_back(seeds[j].size() == 1 ? seeds[j][0] : emit(Op::sum, seeds[j]));
   }
-  const ir::TypeId type = detail::call_type(*s_.engine, backward.cell, graph_, args);
+  // A backward call passes a parameter only where its forward call did (the frame is a call and
+  // the seeds are gradients): a forward call of the cell's plain type needs no scan of the
+  // arguments.
+  const ir::TypeId type = s_.data.types[n] == record.call_type
+                              ? backward.cell.call_type
+                              : detail::call_type(*s_.engine, backward.cell, graph_, args);
   std::vector<NodeId>& outputs = b_.call_outputs;
   outputs.clear();
   const NodeId call = detail::record_call_node(s_, backward.cell, type, args, outputs);
