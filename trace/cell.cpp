@@ -345,11 +345,6 @@ ir::NodeId detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeI
   return call;
 }
 
-namespace {
-
-
-}  // namespace
-
 void detail::TraceState::record_calls_again() {
   if (call_nodes == 0) return;
   ir::Graph old;

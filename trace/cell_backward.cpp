@@ -15,8 +15,10 @@ using detail::CellRecord;
 
 namespace {
 
-// Why a value of the forward body cannot be found after its call, or "" (then `value` says where).
-std::string forward_value(const runtime::CallCell& cell, NodeId id, detail::BackwardCell::Value& value) {
+// Where a value of the forward body lies after its call (`value` says: an argument, rows of the
+// frame, or a constant); false where it does not (a parameter, a slice of an argument, a value the
+// frame does not keep).
+bool forward_value(const runtime::CallCell& cell, NodeId id, detail::BackwardCell::Value& value) {
   const ir::Graph& body = cell.body;
   const ir::Node& n = body.node(id);
   value.shape = n.shape;
@@ -25,28 +27,27 @@ std::string forward_value(const runtime::CallCell& cell, NodeId id, detail::Back
     if (argument != cell.placeholders.end()) {
       value.kind = detail::BackwardCell::Value::argument;
       value.at = argument - cell.placeholders.begin();
-      return "";
+      return true;
     }
-    if (n.op != Op::input) return "a parameter is a product's right factor";
+    if (n.op != Op::input) return false;
     value.kind = detail::BackwardCell::Value::constant;
     value.values.assign(body.leaf_data(id), body.leaf_data(id) + n.shape.size());
-    return "";
+    return true;
   }
   const int64_t at = cell.frame_at[id - cell.first];
   if (at >= 0) {
     value.kind = detail::BackwardCell::Value::frame;
     value.at = at;
-    return "";
+    return true;
   }
   if (n.op == Op::slice && n.shape.cols == 1) {  // a view of its source's rows
-    const std::string why = forward_value(cell, body.args(n)[0], value);
-    if (!why.empty() || value.kind == detail::BackwardCell::Value::argument) return why.empty() ? "a slice of an argument" : why;
+    if (!forward_value(cell, body.args(n)[0], value) || value.kind == detail::BackwardCell::Value::argument) return false;
     if (value.kind == detail::BackwardCell::Value::frame) value.at += n.attrs.begin;
     else value.values = std::vector<float>(value.values.begin() + n.attrs.begin, value.values.begin() + n.attrs.end);
     value.shape = n.shape;
-    return "";
+    return true;
   }
-  return "body node %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) + ") is not kept in the frame";
+  return false;
 }
 
 }  // namespace
@@ -134,7 +135,7 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
       return to[id] = state->add(Op::parameter, {}, n.shape, attrs).node_id();
     }
     BackwardCell::Value value;
-    if (!forward_value(cell, id, value).empty()) {
+    if (!forward_value(cell, id, value)) {
       std::vector<NodeId> args;
       for (NodeId a : g.args(n)) args.push_back(forward(a));
       return to[id] = state->add(n.op, args, n.shape, n.attrs).node_id();
@@ -170,7 +171,7 @@ void detail::derive_backward(EngineState& engine, CellRecord& record) {
     if (p.whole != ir::kNoNode) output(p.whole, {BackwardCell::Output::whole, index, {}});
     for (const auto& [dy, x] : p.pairs) {
       BackwardCell::Output pair{BackwardCell::Output::pair, index, {}};
-      if (x <= last ? forward_value(cell, x, pair.x).empty() : g.node(x).op == Op::input) {
+      if (x <= last ? forward_value(cell, x, pair.x) : g.node(x).op == Op::input) {
         if (x > last) {
           pair.x.kind = BackwardCell::Value::constant;
           pair.x.shape = g.node(x).shape;

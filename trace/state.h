@@ -70,8 +70,8 @@ struct CellRecord {
   // Per output (empty: none): the trace reads it in place as rows of a call's frame, with no view
   // (runtime::CallCell::in_place; a backward body's column dy of a weight's term).
   std::vector<uint8_t> outputs_read_in_place;
-  std::vector<ir::NodeId> operations;     // body nodes that run, in order; a call copies them
-                                          // contiguously, so offsets into this list name them
+  std::vector<ir::NodeId> operations;     // body nodes that run, in order: offsets into this
+                                          // list name them (the schedule's, a CallCell's)
   scheduler::CellSchedule schedule;       // the fewest-batch schedule over those offsets
   bool optimal = false;                   // the search proved it fewest
   ir::TypeId call_type = ir::kNoType;
