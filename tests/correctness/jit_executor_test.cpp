@@ -26,7 +26,12 @@ ChainRun run_chains(const std::string& executor, int instances, bool crossed) {
   Engine engine(options);
   Trace trace(engine);
   std::vector<Expr> xs, ts, outs;
-  for (int i = 0; i < instances; ++i) xs.push_back(trace.input({0.1f * float(i), -0.2f * float(i), 0.3f, 1.5f}));
+  // 64 floats a member: a batch of them is work the jit compiles (see SmallBatches... below).
+  for (int i = 0; i < instances; ++i) {
+    std::vector<float> x(64);
+    for (size_t j = 0; j < x.size(); ++j) x[j] = 0.1f * float(i) - 0.03f * float(j) + (j % 3 == 0 ? 1.5f : -0.2f);
+    xs.push_back(trace.input(x));
+  }
   for (int i = 0; i < instances; ++i) ts.push_back(tanh(xs[size_t(i)]));
   for (int i = 0; i < instances; ++i) {
     const Expr s = crossed ? cmult(ts[size_t(i)], ts[size_t((i + 1) % instances)]) : sigmoid(ts[size_t(i)]);
@@ -59,6 +64,38 @@ TEST(JitExecutor, DoesNotFuseWhereAMemberReadsAnothersValue) {
   EXPECT_EQ(jit.stats.kernel_calls, 2);  // tanh alone, then cmult .. relu fused
   for (size_t i = 0; i < jit.values.size(); ++i)
     EXPECT_TRUE(testing::near_relative(jit.values[i], reference.values[i], 1e-6)) << i;
+}
+
+// A trace's loss terms summed in groups of a few (every arity from 2 to kMaxJitInputs, in ever
+// new orders from one trace to the next) are batches of a handful of floats: the jit leaves them
+// to the batched executor's kernels rather than compiling a kernel for each arity and neighbour,
+// and the values are the reference's.
+TEST(JitExecutor, SmallBatchesRunWithoutCompilingAKernel) {
+  EngineOptions options;
+  options.executor = "jit";
+  options.verify = true;
+  Engine jit(options);
+  options.executor = "reference";
+  Engine reference(options);
+  for (int round = 0; round < 4; ++round) {
+    float values[2] = {0, 0};
+    for (Engine* engine : {&jit, &reference}) {
+      Trace trace(*engine);
+      std::vector<Expr> groups;
+      for (int g = 0; g < 5; ++g) {
+        std::vector<Expr> terms;
+        for (int t = 0; t < 2 + (g + round) % 7; ++t) terms.push_back(tanh(trace.input({0.1f * float(t - g), 0.2f})));
+        groups.push_back(sum(terms));
+      }
+      const Expr total = sum_elements(sum(groups) * 0.5f);
+      trace.run();
+      values[engine == &jit ? 0 : 1] = total.value().scalar();
+    }
+    EXPECT_NEAR(values[0], values[1], 1e-5f * std::max(1.0f, std::abs(values[1]))) << "round " << round;
+  }
+  // Neither compiled nor found compiled (in this process or the kernel cache's directory).
+  EXPECT_EQ(jit.stats().kernels_compiled, 0);
+  EXPECT_EQ(jit.stats().cache_hits, 0);
 }
 
 }  // namespace
