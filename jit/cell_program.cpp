@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 
 #include "edbatch/errors.h"
@@ -35,7 +36,41 @@ std::string segment_text(const CellProgram::Segment& segment) {
   return operand_text(segment.operand) + "[" + std::to_string(segment.row) + "+" + std::to_string(segment.rows) + "]";
 }
 
+constexpr const char* kColumnStepNames[] = {"softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "sum", "mean"};
+
+void check_column_step(const CellProgram& program, const CellProgram::ColumnStep& step, const std::string& where) {
+  if (size_t(step.kind) >= std::size(kColumnStepNames)) invalid(program, where + ": a column step of no kind");
+  if (step.x.rows <= 0 || step.x.row < 0 || step.cols < 1) invalid(program, where + ": an empty column step");
+  check_operand(program, step.x.operand, "a column step");
+  if (step.cols > 1 && step.x.operand.stride < step.x.rows) invalid(program, where + ": a column step's columns overlap");
+  if (column_step_has_y(step.kind)) {
+    check_operand(program, step.y.operand, "a column step");
+    if (step.y.rows != step.x.rows || step.y.row < 0 || (step.cols > 1 && step.y.operand.stride < step.y.rows))
+      invalid(program, where + ": a column step's second argument is not as tall as its first");
+  }
+  if (step.out.shared || step.out.stride != 0) invalid(program, where + ": a column step's output is not a call slot");
+  check_operand(program, step.out, "a column step's output");
+}
+
 }  // namespace
+
+const char* column_step_name(CellProgram::ColumnStep::Kind kind) { return kColumnStepNames[size_t(kind)]; }
+
+bool column_step_from_name(std::string_view name, CellProgram::ColumnStep::Kind& kind) {
+  for (size_t k = 0; k < std::size(kColumnStepNames); ++k)
+    if (name == kColumnStepNames[k]) {
+      kind = CellProgram::ColumnStep::Kind(k);
+      return true;
+    }
+  return false;
+}
+
+bool column_step_has_y(CellProgram::ColumnStep::Kind kind) {
+  return kind == CellProgram::ColumnStep::softmax_grad || kind == CellProgram::ColumnStep::log_softmax_grad;
+}
+bool column_step_is_total(CellProgram::ColumnStep::Kind kind) {
+  return kind == CellProgram::ColumnStep::sum || kind == CellProgram::ColumnStep::mean;
+}
 
 int32_t CellProgram::weight_count() const {
   int32_t count = 0;
@@ -95,6 +130,12 @@ void verify(const CellProgram& program) {
         }
       }
     }
+    if (!stage.steps.empty()) {
+      if (!stage.contractions.empty() || !stage.body.empty() || !stage.stores.empty() || stage.columns != 1)
+        invalid(program, where + ": a column stage with blocks of its own");
+      for (const CellProgram::ColumnStep& step : stage.steps) check_column_step(program, step, where);
+      continue;
+    }
     if (stage.stores.empty()) invalid(program, where + " stores nothing");
     for (const CellProgram::Store& store : stage.stores) {
       if (store.value < 0 || size_t(store.value) >= stage.body.size()) invalid(program, where + ": a store of no value");
@@ -147,6 +188,11 @@ std::string describe(const CellProgram& program) {
     }
     for (const CellProgram::Store& store : stage.stores)
       out << "  store %" << store.value << " " << operand_text(store.operand) << " block " << store.block << '\n';
+    for (const CellProgram::ColumnStep& step : stage.steps) {
+      out << "  column_step " << column_step_name(step.kind) << " cols " << step.cols << " x " << segment_text(step.x);
+      if (column_step_has_y(step.kind)) out << " y " << segment_text(step.y);
+      out << " out " << operand_text(step.out) << '\n';
+    }
   }
   return out.str();
 }
@@ -262,6 +308,21 @@ CellProgram parse_cell_program(std::string_view text) {
       store.block = parse_count(in, "block");
       in.end();
       stage.stores.push_back(store);
+    } else if (first == "column_step") {
+      CellProgram::ColumnStep step;
+      const std::string_view name = in.word();
+      if (!column_step_from_name(name, step.kind)) in.fail("unknown column step '" + std::string(name) + "'");
+      step.cols = parse_count(in, "cols");
+      in.expect("x");
+      step.x = parse_segment(in, in.word());
+      if (column_step_has_y(step.kind)) {
+        in.expect("y");
+        step.y = parse_segment(in, in.word());
+      }
+      in.expect("out");
+      step.out = parse_operand(in, in.word());
+      in.end();
+      stage.steps.push_back(step);
     } else if (first.starts_with("%")) {
       if (in.number(first, '%') != int32_t(stage.body.size())) in.fail("values must be numbered %0, %1, ... in order");
       in.expect("=");
@@ -285,7 +346,7 @@ CellProgram parse_cell_program(std::string_view text) {
       in.end();
       stage.body.push_back(instruction);
     } else {
-      in.fail("expected 'stage', 'contraction', 'store' or '%N = ...'");
+      in.fail("expected 'stage', 'contraction', 'store', 'column_step' or '%N = ...'");
     }
   }
   if (!header) throw UsageError("cell program text is empty");

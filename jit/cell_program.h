@@ -75,11 +75,25 @@ struct CellProgram {
     Operand operand;     // a call slot
     int32_t block = 0;   // rows [block * rows, (block + 1) * rows) of it
   };
+  // A step over whole columns, call by call, in a stage of its own (a column stage: no
+  // contractions, body or stores): it reads its op's arguments `x` (and `y`) from memory, `cols`
+  // columns of x.rows floats, and writes `out`: rows * cols floats (softmax and log_softmax per
+  // column; their gradients per column of (x, y) = (y, dy), the forward output and its gradient) or
+  // one float (sum and mean of every element). Later stages read `out` from memory.
+  struct ColumnStep {
+    enum Kind : uint8_t { softmax, log_softmax, softmax_grad, log_softmax_grad, sum, mean };
+    Kind kind = softmax;
+    Segment x;       // x.rows: a column's rows
+    Segment y;       // the gradients' second argument, as tall as x
+    int32_t cols = 1;  // x's operand.stride (and y's): floats from one column to the next
+    Operand out;       // a call slot; its columns lie x.rows floats apart
+  };
   struct Stage {
     int32_t columns = 1;
     std::vector<Contraction> contractions;
     std::vector<Instruction> body;
     std::vector<Store> stores;
+    std::vector<ColumnStep> steps;  // a column stage's steps, in order
   };
 
   std::string name;         // the cell's call signature; the first line of the text
@@ -91,8 +105,15 @@ struct CellProgram {
   int32_t weight_count() const;
 };
 
+// The column steps' names (column_step_name(softmax_grad) == "softmax_grad"), and back.
+const char* column_step_name(CellProgram::ColumnStep::Kind kind);
+bool column_step_from_name(std::string_view name, CellProgram::ColumnStep::Kind& kind);
+// Whether a column step reads a second argument (the gradients) and writes one float per call.
+bool column_step_has_y(CellProgram::ColumnStep::Kind kind);
+bool column_step_is_total(CellProgram::ColumnStep::Kind kind);
+
 // Throws InternalError unless slots, values, blocks and segments are in range and every stage has
-// work (a store).
+// work (a store, or column steps and nothing else).
 void verify(const CellProgram& program);
 
 // Canonical text, stable across runs and builds (the kernel cache's description of the program).

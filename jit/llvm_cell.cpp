@@ -38,6 +38,7 @@ int64_t cell_tile_step(const CellProgram& program) {
   const int64_t tiles = cell_tiles(program);
   int64_t step = 1;
   for (const CellProgram::Stage& stage : program.stages) {
+    if (!stage.steps.empty()) continue;  // a column stage runs whole columns
     const int64_t per_block = std::min<int64_t>(cell_blocking(stage, cell_vector_registers(), tiles).tiles, tiles);
     step = std::lcm(step, per_block);
   }
@@ -131,7 +132,11 @@ class CellRenderer {
     llvm::Value* tile_end = load_field(args, offsetof(CellArgs, tile_end), i64_);
     const int64_t tiles = (program_.rows + vector_ - 1) / vector_;
     tile_end_ = b_.CreateSelect(b_.CreateICmpSLT(tile_end, b_.getInt64(0)), b_.getInt64(uint64_t(tiles)), tile_end);
-    for (size_t s = 0; s < program_.stages.size(); ++s) stage(function, program_.stages[s], int(s));
+    for (size_t s = 0; s < program_.stages.size(); ++s) {
+      const CellProgram::Stage& stage = program_.stages[s];
+      if (stage.steps.empty()) this->stage(function, stage, int(s));
+      else b_.CreateCall(render_column_stage(module_, program_, stage, int(s)), {shared_, pointers_, calls_});
+    }
     b_.CreateRetVoid();
   }
 

@@ -9,6 +9,7 @@
 #include "jit/cell_program.h"
 
 namespace llvm {
+class Function;
 class Module;
 }
 
@@ -43,6 +44,11 @@ CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers, i
 // The widths of the k loops a pass of `vectors` weight vectors runs as, at most `group` each and
 // about equal, the wider first.
 std::vector<int32_t> cell_loop_widths(int32_t vectors, int32_t group);
+
+// A column stage (CellProgram::Stage::steps) as `void stageN_columns(ptr shared, ptr pointers, i64
+// calls)`: each call's steps in order (jit/llvm_cell_columns.cpp).
+llvm::Function* render_column_stage(llvm::Module& module, const CellProgram& program, const CellProgram::Stage& stage,
+                                    int index);
 
 // Defines `extern "C" void <symbol>(const CellArgs*)` in `module`.
 void render_cell(llvm::Module& module, const CellProgram& program, const std::string& symbol);

@@ -92,6 +92,54 @@ std::string operand_pointer(const jit::CellProgram::Operand& operand) {
   return operand.stride ? "(" + base + " + col * " + std::to_string(operand.stride) + ")" : base;
 }
 
+// A column stage: each step by thread 0 of the call's block, row after row (the steps' formulas
+// are the reference executor's), then a barrier before the stages that read their outputs.
+void render_column_steps(std::ostringstream& out, const jit::CellProgram::Stage& stage, size_t index) {
+  using Step = jit::CellProgram::ColumnStep;
+  auto base = [](const jit::CellProgram::Operand& operand) {
+    return (operand.shared ? "shared[" : "p[") + std::to_string(operand.slot) + "]";
+  };
+  out << "    // stage " << index << ": column steps\n    if (threadIdx.x == 0) {\n";
+  for (const Step& step : stage.steps) {
+    const std::string rows = std::to_string(step.x.rows);
+    out << "      {\n        const float* x = " << base(step.x.operand) << " + " << step.x.row << ";\n";
+    if (jit::column_step_has_y(step.kind))
+      out << "        const float* y = " << base(step.y.operand) << " + " << step.y.row << ";\n";
+    out << "        float* o = " << base(step.out) << ";\n";
+    if (jit::column_step_is_total(step.kind)) {
+      out << "        float t = 0.0f;\n        for (int c = 0; c < " << step.cols << "; ++c)\n          for (int r = 0; r < "
+          << rows << "; ++r) t += x[c * " << step.x.operand.stride << " + r];\n        o[0] = t"
+          << (step.kind == Step::mean ? " / " + std::to_string(step.x.rows * step.cols) + ".0f" : std::string()) << ";\n      }\n";
+      continue;
+    }
+    out << "        for (int c = 0; c < " << step.cols << "; ++c) {\n          const float* xc = x + c * "
+        << step.x.operand.stride << ";\n          float* oc = o + c * " << rows << ";\n";
+    if (jit::column_step_has_y(step.kind))
+      out << "          const float* yc = y + c * " << step.y.operand.stride << ";\n";
+    const std::string each = "          for (int r = 0; r < " + rows + "; ++r) ";
+    switch (step.kind) {
+      case Step::softmax:
+      case Step::log_softmax:
+        out << "          float m = __int_as_float(0xff800000), s = 0.0f;\n"
+            << each << "if (xc[r] > m) m = xc[r];\n";
+        if (step.kind == Step::softmax)
+          out << each << "{ oc[r] = expf(xc[r] - m); s += oc[r]; }\n" << each << "oc[r] = oc[r] / s;\n";
+        else
+          out << each << "s += expf(xc[r] - m);\n          const float l = m + logf(s);\n" << each << "oc[r] = xc[r] - l;\n";
+        break;
+      case Step::softmax_grad:
+        out << "          float d = 0.0f;\n" << each << "d += xc[r] * yc[r];\n" << each << "oc[r] = xc[r] * (yc[r] - d);\n";
+        break;
+      case Step::log_softmax_grad:
+        out << "          float d = 0.0f;\n" << each << "d += yc[r];\n" << each << "oc[r] = yc[r] - expf(xc[r]) * d;\n";
+        break;
+      default: break;
+    }
+    out << "        }\n      }\n";
+  }
+  out << "    }\n    __syncthreads();\n";
+}
+
 }  // namespace
 
 std::string render_kernel(const jit::Kernel& kernel, const std::string& symbol) {
@@ -128,6 +176,10 @@ std::string render_cell(const jit::CellProgram& program, const std::string& symb
       << "    (void)p; (void)shared; (void)weights;\n";
   for (size_t s = 0; s < program.stages.size(); ++s) {
     const jit::CellProgram::Stage& stage = program.stages[s];
+    if (!stage.steps.empty()) {
+      render_column_steps(out, stage, s);
+      continue;
+    }
     out << "    // stage " << s << "\n";
     if (stage.columns > 1) out << "    for (long long col = 0; col < " << stage.columns << "; ++col)\n";
     out << "    for (int r = threadIdx.x; r < " << rows << "; r += blockDim.x) {\n"

@@ -155,7 +155,9 @@ void CallExpansion::run(Executor& executor, std::span<const ir::NodeId> calls, c
   for (size_t c = 0; c < calls.size(); ++c)
     for (size_t o = 0; o < cell.frame_at.size(); ++o) {
       const ir::NodeId node = e.at[c * size + cell.first + o];
-      if (cell.frame_at[o] < 0 || e.plan.is_view(node)) continue;  // a view lies inside what is copied
+      // A view the frame keeps is copied too: a lowered cell's frame may keep it apart from its
+      // source (a reshape the program stores in a slot of its own).
+      if (cell.frame_at[o] < 0) continue;
       std::memcpy(values.frame(calls[c], cell.frame_at[o]), inner.in(node),
                   size_t(e.graph.node(node).shape.size()) * sizeof(float));
     }

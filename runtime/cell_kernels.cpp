@@ -118,7 +118,7 @@ void CellKernels::compile(Cell& cell, Stats& stats) {
     }
   cell.tiles = jit::cell_tiles(program);
   cell.tile_step = jit::cell_tile_step(program);
-  cell.splits_by_tiles = program.stages.size() == 1;
+  cell.splits_by_tiles = program.stages.size() == 1 && program.stages[0].steps.empty();  // a column step reads every row
   cell.weights.resize(cell.lowering->weights.size());
   cell.weight_pointers.resize(cell.lowering->weights.size());
 }

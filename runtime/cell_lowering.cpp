@@ -36,6 +36,18 @@ bool is_product(ir::Op op) {
   return op == ir::Op::affine || op == ir::Op::matmul || op == ir::Op::matvec || op == ir::Op::matmul_tn ||
          op == ir::Op::matmul_nt;
 }
+// An op over whole columns, a column step of its own stage (jit::CellProgram::ColumnStep).
+bool column_step_for(ir::Op op, Program::ColumnStep::Kind& kind) {
+  switch (op) {
+    case ir::Op::softmax: kind = Program::ColumnStep::softmax; return true;
+    case ir::Op::log_softmax: kind = Program::ColumnStep::log_softmax; return true;
+    case ir::Op::softmax_grad: kind = Program::ColumnStep::softmax_grad; return true;
+    case ir::Op::log_softmax_grad: kind = Program::ColumnStep::log_softmax_grad; return true;
+    case ir::Op::sum_elements: kind = Program::ColumnStep::sum; return true;
+    case ir::Op::mean_elements: kind = Program::ColumnStep::mean; return true;
+    default: return false;
+  }
+}
 
 class Lowerer {
  public:
@@ -65,11 +77,12 @@ class Lowerer {
     // Stages in order of level, then of columns (a value of other columns than its reader's is
     // read from memory, so from an earlier level); within one, nodes in recording order (a
     // topological order).
+    // A level's column stage (key columns 0) runs first: its block stages read the steps' outputs.
     for (uint32_t o = 0; o < count_; ++o)
-      if (forms_[o].stage > 0) stage_of_.try_emplace({forms_[o].stage, forms_[o].cols}, 0);
+      if (forms_[o].stage > 0) stage_of_.try_emplace(stage_key(forms_[o]), 0);
     for (auto& [key, index] : stage_of_) {
       index = int32_t(out_.program.stages.size());
-      out_.program.stages.emplace_back().columns = key.second;
+      out_.program.stages.emplace_back().columns = std::max(key.second, 1);
       level_.push_back(key.first);
     }
     loads_.assign(out_.program.stages.size(), {});
@@ -79,7 +92,7 @@ class Lowerer {
     out_.program.shared_slots = int32_t(out_.shared_slots.size());
     // A stage that stores nothing computes only values nobody reads (a later stage reads what
     // earlier ones stored): it goes, as dead code.
-    std::erase_if(out_.program.stages, [](const Program::Stage& stage) { return stage.stores.empty(); });
+    std::erase_if(out_.program.stages, [](const Program::Stage& stage) { return stage.stores.empty() && stage.steps.empty(); });
     std::vector<CellLowering::Weight> weights;  // the kept contractions' weights, renumbered
     for (Program::Stage& stage : out_.program.stages)
       for (Program::Contraction& c : stage.contractions) {
@@ -96,7 +109,9 @@ class Lowerer {
  private:
   // What the lowering knows of a body node, or of one reference to a node outside the body.
   struct Form {
-    enum Kind : uint8_t { external, contraction, elementwise, slice, concat, reshape };
+    // column: a column step's output (softmax, sum_elements, ...), computed into its own place by
+    // a column stage of its level, which runs before the level's block stages.
+    enum Kind : uint8_t { external, contraction, elementwise, slice, concat, reshape, column };
     Kind kind = external;
     int32_t rows = 0;
     int32_t cols = 1;   // a matrix's columns (column-major, `rows` apart in memory)
@@ -225,6 +240,22 @@ class Lowerer {
         throw Unsupported{"a copied slice of rows not on block boundaries"};
       return;
     }
+    Program::ColumnStep::Kind step;
+    if (column_step_for(n.op, step)) {
+      // Its arguments are read whole, from memory: a later level than theirs.
+      std::vector<int32_t> operands;
+      int32_t stage = 1;
+      for (size_t i = 0; i < args.size(); ++i) {
+        operands.push_back(argument_form(o, int32_t(i)));
+        stage = std::max(stage, memory_stage(operands.back()) + 1);
+        need_in_memory(operands.back());
+      }
+      Form& g = forms_[o];
+      g.kind = Form::column;
+      g.sources = operands;
+      g.stage = stage;
+      return;
+    }
     const bool concat = n.op == ir::Op::concat;
     if (concat || lowers_elementwise(n.op)) {
       if (!concat && !block_aligned(n.shape.rows))
@@ -342,7 +373,9 @@ class Lowerer {
       case ir::Op::tanh:
       case ir::Op::sigmoid:
       case ir::Op::relu:
-      case ir::Op::exp: needed_[o] = true; break;
+      case ir::Op::exp:
+      case ir::Op::softmax:
+      case ir::Op::log_softmax: needed_[o] = true; break;
       default: break;
     }
   }
@@ -422,15 +455,17 @@ class Lowerer {
     return it->second;
   }
 
-  // The program stage that computes form f.
-  int32_t stage_index(const Form& f) const { return stage_of_.at({f.stage, f.cols}); }
+  // The program stage that computes form f: its level's column stage, or its block stage of its columns.
+  static std::pair<int32_t, int32_t> stage_key(const Form& f) { return {f.stage, f.kind == Form::column ? 0 : f.cols}; }
+  int32_t stage_index(const Form& f) const { return stage_of_.at(stage_key(f)); }
 
   // Block g of form f as a value of program stage p (whose level is at least f's): f's own value
   // where p computes it, else a load (a value of other columns is always of an earlier level).
   int32_t block(int32_t f, int32_t g, int32_t p) {
     Form& form = forms_[size_t(f)];
     const int32_t s = level_[size_t(p)];
-    if (form.kind != Form::external && form.stage == s && form.cols != out_.program.stages[size_t(p)].columns)
+    if (form.kind != Form::external && form.kind != Form::column && form.stage == s &&
+        form.cols != out_.program.stages[size_t(p)].columns)
       throw InternalError("lower_cell: a value of " + std::to_string(form.cols) + " columns read in a stage of its level of other columns");
     switch (form.kind) {
       case Form::external: return load(p, form.memory, g * rows_);
@@ -466,6 +501,7 @@ class Lowerer {
       case Form::elementwise:
         if (form.stage != s) return load(p, form.memory, g * rows_);
         return form.values[size_t(g)];
+      case Form::column: return load(p, form.memory, g * rows_);
     }
     throw InternalError("lower_cell: a form of no kind");
   }
@@ -477,6 +513,10 @@ class Lowerer {
     const int32_t s = stage_index(form);  // a program stage, not a level, from here on
     Program::Stage& stage = out_.program.stages[size_t(s)];
     const int32_t blocks = (form.rows + rows_ - 1) / rows_;  // a padded product's last block is partly past its rows
+    if (form.kind == Form::column) {
+      emit_column_step(o, stage);
+      return;
+    }
     if (form.kind == Form::contraction && form.matrix >= 0) {
       Program::Contraction c;
       c.blocks = blocks;
@@ -560,6 +600,30 @@ class Lowerer {
     form.memory = {int32_t(out_.call_slots.size()), false, column_stride(form)};
     out_.call_slots.push_back({o, -1, block_aligned(form.rows) ? 0 : int64_t(blocks) * rows_});
     for (int32_t g = 0; g < blocks; ++g) stage.stores.push_back({block(int32_t(o), g, s), form.memory, g});
+  }
+
+  // Body node o's column step: its arguments where they lie (one value in memory each), its
+  // output into a call slot of its own, always stored (later stages read it from there).
+  void emit_column_step(uint32_t o, Program::Stage& stage) {
+    Form& form = forms_[o];
+    const ir::Node& n = body_node(o);
+    Program::ColumnStep step;
+    column_step_for(n.op, step.kind);
+    auto whole = [&](int32_t f) {
+      const Form& source = forms_[size_t(f)];
+      std::vector<Program::Segment> pieces;
+      segments(f, 0, source.rows, pieces);
+      if (pieces.size() != 1 || (source.cols > 1 && pieces[0].operand.stride < source.rows))
+        throw Unsupported{std::string(ir::op_name(n.op)) + " of a value that is not one value in memory"};
+      return pieces[0];
+    };
+    step.x = whole(form.sources[0]);
+    step.cols = forms_[size_t(form.sources[0])].cols;
+    if (jit::column_step_has_y(step.kind)) step.y = whole(form.sources[1]);
+    form.memory = {int32_t(out_.call_slots.size()), false, column_stride(form)};
+    out_.call_slots.push_back({o, -1, 0});
+    step.out = {form.memory.slot, false, 0};
+    stage.steps.push_back(step);
   }
 
   const ir::Graph& graph_;

@@ -169,9 +169,9 @@ TEST(CompiledCells, AContractionOverAValueOfTheSameCellIsALaterStage) {
 }
 
 TEST(CompiledCells, BodiesThatDoNotLowerRunBatchByBatch) {
-  // softmax and a per-call matrix are not cell-program ops: the body's batches run as before.
+  // transpose is not a cell-program op: the body's batches run as before.
   const Cell odd("odd", {{4, 1}, {4, 4}}, [](Trace&, std::span<const Expr> in) {
-    return std::vector<Expr>{softmax(matvec(in[1], in[0]) + in[0])};
+    return std::vector<Expr>{softmax(matvec(transpose(in[1]), in[0]) + in[0])};
   });
   const Record record = [&](Trace& t) {
     std::vector<Expr> outputs;
@@ -183,6 +183,17 @@ TEST(CompiledCells, BodiesThatDoNotLowerRunBatchByBatch) {
     return outputs;
   };
   expect_same(evaluate("jit", record), evaluate("reference", record), "odd");
+  EngineOptions options;
+  options.executor = "jit";
+  Engine engine(options);
+  Trace trace(engine);
+  const std::vector<Expr> outputs = record(trace);
+  outputs[0].value();
+  const detail::EvaluatedTrace evaluated = detail::evaluated_trace(outputs[0]);
+  ASSERT_EQ(evaluated.graph.cell_count(), 1u);
+  const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(0));
+  EXPECT_FALSE(cell.lowered);
+  EXPECT_EQ(cell.why_not, "op transpose");
 }
 
 TEST(CompiledCells, CheckFiniteSeesValuesTheCallsDoNotReturn) {

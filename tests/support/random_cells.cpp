@@ -325,9 +325,12 @@ class Generator {
   }
 
   int body_op(Body& b, bool reuse_allowed = true) {
-    const int free = b.block ? 0 : 1;  // softmax, sum_elements and transpose do not lower
+    // Values of 1x1 (sum_elements and the like) are not blocks; transpose and issue 46's
+    // selections, normalisations and convolutions do not lower: free bodies only. softmax of a
+    // column of whole blocks lowers (a column step).
+    const int free = b.block ? 0 : 1;
     const int again = reuse_allowed && !earlier_body_params_.empty() ? 10 : 0;
-    const int kind = r_.weighted({16, 12, 12, 6, 20, 16, 5, 3 * free, 3 * free, 2 * free, again, 12 * free});
+    const int kind = r_.weighted({16, 12, 12, 6, 20, 16, 5, 3, 3 * free, 2 * free, again, 12 * free});
     if (kind == 10) return reuse(b);
     if (kind == 11) return issue46_op(b);
     switch (kind) {

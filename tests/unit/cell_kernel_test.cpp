@@ -1,7 +1,7 @@
 // Compiled cell programs (jit/cell_program.h, jit/llvm_cell.cpp): the register-blocked
 // contraction against a plain product for awkward shapes (rows not a multiple of the vector, K not
 // a multiple of it, N = 1..1000, unaligned pointers), the elementwise stage body against libm,
-// packing, and the program's checks.
+// column steps against their formulas, packing, and the program's checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -326,6 +326,99 @@ TEST(CellKernel, TextReadsBackToTheSameProgram) {
   std::string broken = text;
   broken.replace(broken.find("c1[0+3]"), 7, "c9[0+3]");
   EXPECT_THROW(parse_cell_program(broken), UsageError);
+}
+
+// A column stage of every step kind over x and y (rows 5 and 16 x 2 columns, their columns 2
+// floats apart beyond their rows, their segments from row 1 of their slots) for 1..9 calls, against
+// the steps' formulas in double; the text reads back, and verify refuses overlapping columns and
+// a y of other rows.
+Program column_steps(int rows) {
+  Program p;
+  p.name = "test column steps";
+  p.rows = 8;
+  p.call_slots = 2 + 6;
+  Program::Stage stage;
+  for (int k = 0; k < 6; ++k) {
+    Program::ColumnStep step;
+    step.kind = Program::ColumnStep::Kind(k);
+    step.x = {{0, false, rows + 3}, 1, rows};
+    step.y = {{1, false, rows + 3}, 1, rows};
+    step.cols = 2;
+    step.out = {2 + k, false};
+    stage.steps.push_back(step);
+  }
+  p.stages.push_back(stage);
+  return p;
+}
+
+TEST(CellKernel, ColumnStepsEqualTheirFormulas) {
+  LlvmBackend backend;
+  for (int rows : {5, 16}) {
+    const Program program = column_steps(rows);
+    const std::string text = describe(program);
+    EXPECT_NE(text.find("  column_step softmax_grad cols 2 x c0*" + std::to_string(rows + 3) + "[1+" + std::to_string(rows) +
+                        "] y c1*" + std::to_string(rows + 3) + "[1+" + std::to_string(rows) + "] out c4\n"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(describe(parse_cell_program(text)), text);
+    const CompiledKernel kernel = backend.compile(program);
+    std::mt19937 random{uint32_t(rows)};
+    std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+    const int64_t in_floats = 2 * (rows + 3), out_floats = 2 * rows;
+    for (int calls = 1; calls <= 9; ++calls) {
+      std::vector<std::vector<float>> memory;  // per call: x, y, the six outputs
+      std::vector<float*> pointers;
+      for (int j = 0; j < calls; ++j)
+        for (int slot = 0; slot < 8; ++slot) {
+          memory.emplace_back(size_t(slot < 2 ? in_floats : out_floats));
+          for (float& v : memory.back()) v = uniform(random);
+        }
+      for (std::vector<float>& m : memory) pointers.push_back(m.data());
+      const CellArgs args{calls, nullptr, nullptr, pointers.data()};
+      kernel.cell()(&args);
+      for (int j = 0; j < calls; ++j) {
+        const std::vector<float>* slots = &memory[size_t(j) * 8];
+        double total = 0;
+        for (int c = 0; c < 2; ++c) {
+          const float* x = slots[0].data() + 1 + c * (rows + 3);
+          const float* y = slots[1].data() + 1 + c * (rows + 3);
+          double top = x[0], sum_exp = 0, dot = 0, sum_y = 0, abs_dot = 0, abs_y = 0;
+          for (int r = 0; r < rows; ++r) top = std::max(top, double(x[r]));
+          for (int r = 0; r < rows; ++r) {
+            sum_exp += std::exp(double(x[r]) - top);
+            dot += double(x[r]) * y[r];
+            sum_y += y[r];
+            abs_dot += std::abs(double(x[r]) * y[r]);
+            abs_y += std::abs(y[r]);
+            total += x[r];
+          }
+          const double log_sum = top + std::log(sum_exp);
+          for (int r = 0; r < rows; ++r) {
+            const int64_t at = c * rows + r;
+            const double want[] = {std::exp(x[r] - log_sum), x[r] - log_sum, x[r] * (y[r] - dot),
+                                   y[r] - std::exp(double(x[r])) * sum_y};
+            // The size of the terms each result sums (float rounding is relative to them).
+            const double terms[] = {0, std::abs(log_sum), std::abs(x[r]) * (std::abs(y[r]) + abs_dot),
+                                    std::abs(y[r]) + std::exp(double(x[r])) * abs_y};
+            for (int k = 0; k < 4; ++k)
+              ASSERT_NEAR(slots[2 + k][size_t(at)], want[k], 2e-6 * (1 + std::abs(want[k]) + terms[k]))
+                  << column_step_name(Program::ColumnStep::Kind(k)) << " rows " << rows << " calls " << calls << " call " << j;
+          }
+        }
+        EXPECT_NEAR(slots[6][0], total, 1e-5 * (1 + std::abs(total))) << "sum, call " << j;
+        EXPECT_NEAR(slots[7][0], total / (2 * rows), 1e-5 * (1 + std::abs(total))) << "mean, call " << j;
+      }
+    }
+  }
+  Program overlapping = column_steps(5);
+  overlapping.stages[0].steps[0].x.operand.stride = 4;
+  EXPECT_THROW(verify(overlapping), InternalError);
+  Program other_rows = column_steps(5);
+  other_rows.stages[0].steps[2].y.rows = 4;
+  EXPECT_THROW(verify(other_rows), InternalError);
+  Program mixed = column_steps(5);
+  mixed.stages[0].stores.push_back({0, {2, false}, 0});
+  EXPECT_THROW(verify(mixed), InternalError);
 }
 
 // LlvmBackendOptions::perf_map: each linked kernel's entry gets a line "START SIZE NAME" in

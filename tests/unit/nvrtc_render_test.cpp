@@ -91,6 +91,43 @@ TEST(NvrtcRender, AnInconsistentKernelIsRefused) {
   EXPECT_THROW(nvrtc::render_kernel(kernel, "edb_kernel_broken"), InternalError);
 }
 
+// A program of every column step (thread 0 of the call's block runs them), then a stage of
+// blocks that reads one of their outputs after a barrier.
+jit::CellProgram column_step_program() {
+  return jit::parse_cell_program(
+      "cell column steps\n"
+      "rows 8 call_slots 9 shared_slots 0\n"
+      "stage 0\n"
+      "  column_step softmax cols 2 x c0*9[1+8] out c2\n"
+      "  column_step log_softmax cols 1 x c0[0+8] out c3\n"
+      "  column_step softmax_grad cols 2 x c0*9[1+8] y c1*8[0+8] out c4\n"
+      "  column_step log_softmax_grad cols 2 x c0*9[1+8] y c1*8[0+8] out c5\n"
+      "  column_step sum cols 2 x c0*9[1+8] out c6\n"
+      "  column_step mean cols 1 x c1[0+8] out c7\n"
+      "stage 1\n"
+      "  %0 = load c2 block 0\n"
+      "  %1 = tanh %0\n"
+      "  store %1 c8 block 0\n");
+}
+
+TEST(NvrtcRender, ColumnStepsRenderAsOneThreadsLoops) {
+  const std::string source = nvrtc::render_cell(column_step_program(), "edb_kernel_columns");
+  EXPECT_NE(source.find("if (threadIdx.x == 0) {"), std::string::npos) << source;
+  EXPECT_NE(source.find("oc[r] = expf(xc[r] - m); s += oc[r];"), std::string::npos) << source;   // softmax
+  EXPECT_NE(source.find("const float l = m + logf(s);"), std::string::npos) << source;            // log_softmax
+  EXPECT_NE(source.find("oc[r] = xc[r] * (yc[r] - d);"), std::string::npos) << source;            // softmax_grad
+  EXPECT_NE(source.find("oc[r] = yc[r] - expf(xc[r]) * d;"), std::string::npos) << source;        // log_softmax_grad
+  EXPECT_NE(source.find("o[0] = t / 8.0f;"), std::string::npos) << source;                        // mean
+  EXPECT_LT(source.find("__syncthreads();"), source.find("// stage 1"));
+}
+
+TEST(NvrtcCompile, ColumnStepsCompileToPtx) {
+  REQUIRE_NVRTC(nvrtc);
+  const std::string source = nvrtc::render_cell(column_step_program(), "edb_kernel_columns");
+  const nvrtc::CompiledImage ptx = nvrtc->compile(source, "edb_kernel_columns", 8, 0, true);
+  EXPECT_NE(ptx.ptx.find(".entry edb_kernel_columns"), std::string::npos) << source;
+}
+
 TEST(NvrtcCompile, EveryOpAndTheGemmCompileForSm80AndSm90) {
   REQUIRE_NVRTC(nvrtc);
   const std::string kernel = nvrtc::render_kernel(every_op_kernel(), "edb_kernel_every_op");

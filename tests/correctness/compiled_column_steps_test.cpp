@@ -1,0 +1,209 @@
+// Compiled cells whose bodies hold ops over whole columns (softmax, log_softmax, sum_elements,
+// mean_elements and, in backward bodies, softmax_grad and log_softmax_grad): they lower to column
+// steps (jit/cell_program.h), and their values and gradients equal the reference executor's
+// without cells under jit, batched and reference, over calls of different inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+
+#include "runtime/cell_lowering.h"
+#include "trace/inspect.h"
+
+namespace edb {
+namespace {
+
+std::vector<float> column(int rows, float seed) {
+  std::vector<float> v(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) v[size_t(r)] = std::sin(seed * 1.7f + 0.37f * float(r)) * (1.0f + 0.1f * seed);
+  return v;
+}
+
+// A model and a cell over it; `loss` records calls of the cell over `instances` inputs and
+// returns a scalar loss that reads every output.
+struct CellCase {
+  std::string name;
+  std::shared_ptr<Model> model;  // Models do not move
+  std::vector<Parameter> parameters;
+  std::function<Expr(Trace&, int instances)> loss;
+  bool backward_steps = true;  // its backward body has column steps too (softmax_grad, log_softmax_grad)
+};
+
+// Each cell the trace of `loss` calls, forward and backward, lowered (its batches of calls are
+// compiled kernels), and how many of them, forward and backward, and how many with column steps.
+struct Lowered {
+  int forward = 0, backward = 0, forward_steps = 0, backward_steps = 0;
+};
+Lowered lowered_cells(const Expr& loss) {
+  const detail::EvaluatedTrace evaluated = detail::evaluated_trace(loss);
+  Lowered counts;
+  for (size_t c = 0; c < evaluated.graph.cell_count(); ++c) {
+    const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(int64_t(c)));
+    EXPECT_TRUE(cell.lowered) << cell.name << ": " << cell.why_not;
+    bool steps = false;
+    for (const jit::CellProgram::Stage& stage : cell.lowering.program.stages) steps |= !stage.steps.empty();
+    (cell.is_backward ? counts.backward : counts.forward) += 1;
+    (cell.is_backward ? counts.backward_steps : counts.forward_steps) += steps ? 1 : 0;
+  }
+  return counts;
+}
+
+// The loss and every parameter's gradient under `executor` (cells on) against the reference
+// executor with cells off, over traces of 1, 3 and 6 instances (batches of calls of several
+// sizes, inputs different per call); under jit, every cell lowered, forward and backward.
+void expect_reference_values(CellCase& c, const std::string& executor) {
+  SCOPED_TRACE(c.name + " under " + executor);
+  EngineOptions options, reference_options;
+  options.executor = executor;
+  options.verify = true;
+  reference_options.executor = "reference";
+  reference_options.cells = false;
+  reference_options.verify = true;
+  Engine engine(options), reference(reference_options);
+  for (int instances : {1, 3, 6}) {
+    SCOPED_TRACE(std::to_string(instances) + " instances");
+    Trace want_trace(reference);
+    const Gradients want = want_trace.backward(c.loss(want_trace, instances));
+    Trace trace(engine);
+    const Expr loss = c.loss(trace, instances);
+    const Gradients got = trace.backward(loss);
+    if (executor == "jit") {
+      const Lowered cells = lowered_cells(loss);
+      EXPECT_EQ(cells.forward, 1);
+      EXPECT_EQ(cells.backward, 1);
+      EXPECT_EQ(cells.forward_steps, 1);
+      EXPECT_EQ(cells.backward_steps, c.backward_steps ? 1 : 0);
+    }
+    EXPECT_NEAR(got.loss, want.loss, 2e-5f * (1 + std::abs(want.loss)));
+    for (const Parameter& p : c.parameters) {
+      const Tensor* g = got.of(p);
+      const Tensor* w = want.of(p);
+      ASSERT_TRUE(g && w) << p.name();
+      ASSERT_EQ(g->data.size(), w->data.size()) << p.name();
+      for (size_t e = 0; e < w->data.size(); ++e)
+        ASSERT_NEAR(g->data[e], w->data[e], 1e-4f * (1 + std::abs(w->data[e]))) << p.name() << " element " << e;
+    }
+  }
+}
+
+// Attention over a column (hidden size n): scores = W h, a = softmax(scores), out = tanh(U (a .* v)
+// + b), and the log-probabilities log_softmax(V out) as a second output; chains of calls, each
+// step's h the last one's out.
+CellCase attention(int n) {
+  CellCase c{"attention " + std::to_string(n), std::make_shared<Model>("attention", 5), {}, {}};
+  const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
+  const Parameter v = c.model->add_parameter("V", n, n), b = c.model->add_parameter("b", n, 1);
+  c.parameters = {w, u, v, b};
+  auto cell = std::make_shared<Cell>("attend", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}},
+                                     [=](Trace& t, std::span<const Expr> in) {
+                                       const Expr a = softmax(matmul(t.param(w), in[0]));
+                                       const Expr out = tanh(affine({t.param(b), t.param(u), cmult(a, in[1])}));
+                                       return std::vector<Expr>{out, log_softmax(matmul(t.param(v), out))};
+                                     });
+  c.loss = [=](Trace& t, int instances) {
+    std::vector<Expr> terms;
+    for (int k = 0; k < instances; ++k) {
+      Expr h = t.input(column(n, float(k)));
+      for (int step = 0; step <= k % 3; ++step) {
+        const std::vector<Expr> out = (*cell)(t, {h, t.input(column(n, float(k * 5 + step) + 0.5f))});
+        h = out[0];
+        terms.push_back(sum_elements(cmult(out[1], t.input(column(n, float(k + step) + 0.25f)))));
+      }
+      terms.push_back(sum_elements(cmult(h, t.input(column(n, float(k) + 0.75f)))));
+    }
+    return sum(terms);
+  };
+  return c;
+}
+
+// Softmax over the columns of a per-call matrix (n x n scores of n keys), its weights' product
+// with a per-call vector of n (as tall as the blocks: the backward body's dx of that vector is a
+// product of the weights' transpose, which lowers in whole blocks only).
+CellCase attention_over_columns(int n) {
+  CellCase c{"attention over columns " + std::to_string(n), std::make_shared<Model>("columns", 7), {}, {}};
+  const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
+  c.parameters = {w, u};
+  auto cell = std::make_shared<Cell>("keys", std::vector<std::pair<int, int>>{{n, n}, {n, 1}},
+                                     [=](Trace& t, std::span<const Expr> in) {
+                                       const Expr weights = softmax(matmul(t.param(w), in[0]));
+                                       return std::vector<Expr>{tanh(matmul(t.param(u), matmul(weights, in[1])))};
+                                     });
+  c.loss = [=](Trace& t, int instances) {
+    std::vector<Expr> terms;
+    for (int k = 0; k < instances; ++k) {
+      std::vector<float> keys;
+      for (int j = 0; j < n; ++j)
+        for (float x : column(n, float(k * n + j))) keys.push_back(x);
+      const Expr out = (*cell)(t, {t.input(n, n, keys), t.input(column(n, float(k) + 0.5f))})[0];
+      terms.push_back(sum_elements(cmult(out, t.input(column(n, float(k) + 0.25f)))));
+    }
+    return sum(terms);
+  };
+  return c;
+}
+
+// layer_norm of a recurrent step (its means are products with constant rows), then per call the
+// sum and the mean of the step's squares as outputs of their own (1x1 values of the cell).
+CellCase normalised(int n) {
+  CellCase c{"layer_norm " + std::to_string(n), std::make_shared<Model>("normalised", 9), {}, {}, false};
+  const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
+  const Parameter g = c.model->add_parameter("g", n, 1), beta = c.model->add_parameter("beta", n, 1);
+  c.parameters = {w, u, g, beta};
+  auto cell = std::make_shared<Cell>("norm_step", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}},
+                                     [=](Trace& t, std::span<const Expr> in) {
+                                       const Expr z = matmul(t.param(w), in[0]) + matmul(t.param(u), in[1]);
+                                       const Expr h = tanh(layer_norm(z, t.param(g), t.param(beta)));
+                                       const Expr squares = square(h);
+                                       return std::vector<Expr>{h, sum_elements(squares), mean_elements(cmult(squares, in[0]))};
+                                     });
+  c.loss = [=](Trace& t, int instances) {
+    std::vector<Expr> terms;
+    for (int k = 0; k < instances; ++k) {
+      Expr h = t.input(column(n, float(k)));
+      for (int step = 0; step <= k % 3; ++step) {
+        const std::vector<Expr> out = (*cell)(t, {t.input(column(n, float(k * 5 + step) + 0.5f)), h});
+        h = out[0];
+        terms.push_back(out[1] * 0.5f);
+        terms.push_back(out[2] * float(step + 1));
+      }
+      terms.push_back(sum_elements(cmult(h, t.input(column(n, float(k) + 0.75f)))));
+    }
+    return sum(terms);
+  };
+  return c;
+}
+
+class CompiledCellsColumnSteps : public testing::TestWithParam<std::string> {};
+
+TEST_P(CompiledCellsColumnSteps, SoftmaxAndLogSoftmaxEqualTheReference) {
+  for (int n : {8, 13}) {
+    CellCase c = attention(n);
+    ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+  }
+}
+
+TEST_P(CompiledCellsColumnSteps, SoftmaxOverTheColumnsOfAMatrixEqualsTheReference) {
+  for (int n : {8, 13}) {
+    CellCase c = attention_over_columns(n);
+    ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+  }
+}
+
+TEST_P(CompiledCellsColumnSteps, LayerNormSumAndMeanEqualTheReference) {
+  for (int n : {8, 13}) {
+    CellCase c = normalised(n);
+    ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Executors, CompiledCellsColumnSteps, testing::Values("jit", "batched", "reference"),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace edb
