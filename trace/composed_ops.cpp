@@ -36,16 +36,8 @@ void check_dim(const char* function, int dim) {
                      "; expected 0 (over the rows) or 1 (over the columns)");
 }
 
-// A rows x cols input of these values (column-major) in x's trace: inside a cell body, a constant
-// of the body.
-Expr constant(TraceState& s, int rows, int cols, std::span<const float> values) {
-  ir::Attributes attrs;
-  attrs.index = s.data.graph.add_constants(values);
-  return s.add(ir::Op::input, {}, ir::Shape{rows, cols}, attrs);
-}
-Expr filled(TraceState& s, int rows, int cols, float value) {
-  return constant(s, rows, cols, std::vector<float>(size_t(rows) * size_t(cols), value));
-}
+using detail::constant;
+using detail::filled;
 
 // The sum over one dimension with each term weighted by `weight`: a product with a row or a
 // column of that weight (dim 0: 1 x rows times x, 1 x cols; dim 1: x times cols x 1, rows x 1).
@@ -59,6 +51,36 @@ Expr spread(TraceState& s, const Expr& reduced, const Expr& x, int dim) {
 }
 
 }  // namespace
+
+Expr detail::constant(TraceState& s, int rows, int cols, std::span<const float> values) {
+  ir::Attributes attrs;
+  attrs.index = s.data.graph.add_constants(values);
+  return s.add(ir::Op::input, {}, ir::Shape{rows, cols}, attrs);
+}
+
+Expr detail::filled(TraceState& s, int rows, int cols, float value) {
+  return constant(s, rows, cols, std::vector<float>(size_t(rows) * size_t(cols), value));
+}
+
+Expr concat_cols(std::span<const Expr> xs) {
+  const char* function = "edb::concat_cols()";
+  if (xs.empty()) throw UsageError(std::string(function) + ": needs at least one expression");
+  TraceState::of(xs[0], function);
+  int cols = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    TraceState::of(xs[i], function);
+    if (xs[i].rows() != xs[0].rows())
+      throw UsageError(std::string(function) + ": argument " + std::to_string(i + 1) + " is " + shape_text(xs[i]) +
+                       " but argument 1 is " + shape_text(xs[0]) + "; every argument needs as many rows");
+    cols += xs[i].cols();
+  }
+  if (xs.size() == 1) return xs[0];
+  // Column-major: the columns side by side are the arguments' values one after another.
+  std::vector<Expr> flat;
+  for (const Expr& x : xs) flat.push_back(x.cols() == 1 ? x : reshape(x, x.rows() * x.cols(), 1));
+  return reshape(concat(flat), xs[0].rows(), cols);
+}
+Expr concat_cols(std::initializer_list<Expr> xs) { return concat_cols(std::span<const Expr>(xs.begin(), xs.size())); }
 
 Expr logsumexp(std::span<const Expr> xs) {
   same_shapes("edb::logsumexp()", xs);

@@ -231,4 +231,10 @@ struct TraceState {
   }
 };
 
+// A rows x cols input of these values (column-major) in the trace: inside a cell body, a constant of
+// the body (trace/composed_ops.cpp).
+Expr constant(TraceState& s, int rows, int cols, std::span<const float> values);
+// The same with every value `value`.
+Expr filled(TraceState& s, int rows, int cols, float value);
+
 }  // namespace edb::detail

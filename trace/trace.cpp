@@ -293,6 +293,27 @@ Expr record2(ir::Op op, const Expr& a, const Expr& b) {
   return record(op, args);
 }
 
+// An elementwise op of two arguments with DyNet's broadcasting: where the shapes differ, a
+// dimension of 1 in one argument stretches to the other's (a 1x1 scales or shifts a matrix, a
+// column repeats across the columns, a row down the rows). A stretch is recorded as a product
+// with a constant of ones (ones(R x 1) x, x ones(1 x C)), so batching, every executor and the
+// backward pass (the stretched argument's gradient summed over the dimension it was stretched
+// along) are matmul's. Any other mismatch is the op's own error, naming both shapes.
+Expr record_elementwise2(ir::Op op, const Expr& a, const Expr& b) {
+  const std::string& function = function_name(op);
+  TraceState& s = TraceState::of(a, function.c_str());
+  if (&TraceState::of(b, function.c_str()) != &s || (a.rows() == b.rows() && a.cols() == b.cols())) return record2(op, a, b);
+  const int rows = std::max(a.rows(), b.rows()), cols = std::max(a.cols(), b.cols());
+  auto fits = [&](const Expr& x) { return (x.rows() == rows || x.rows() == 1) && (x.cols() == cols || x.cols() == 1); };
+  if (!fits(a) || !fits(b)) return record2(op, a, b);
+  auto stretch = [&](Expr x) {
+    if (x.rows() != rows) x = matmul(detail::filled(s, rows, 1, 1.0f), x);
+    if (x.cols() != cols) x = matmul(x, detail::filled(s, 1, cols, 1.0f));
+    return x;
+  };
+  return record2(op, stretch(a), stretch(b));
+}
+
 ir::Attributes constant_attr(float constant) {
   ir::Attributes attrs;
   attrs.constant = constant;
@@ -305,9 +326,9 @@ Expr matmul(const Expr& a, const Expr& b) { return record2(ir::Op::matmul, a, b)
 Expr affine(std::span<const Expr> xs) { return record(ir::Op::affine, xs); }
 Expr affine(std::initializer_list<Expr> xs) { return affine(std::span(xs.begin(), xs.size())); }
 Expr matvec(const Expr& matrix, const Expr& vector) { return record2(ir::Op::matvec, matrix, vector); }
-Expr operator+(const Expr& a, const Expr& b) { return record2(ir::Op::add, a, b); }
-Expr operator-(const Expr& a, const Expr& b) { return record2(ir::Op::sub, a, b); }
-Expr cmult(const Expr& a, const Expr& b) { return record2(ir::Op::cmult, a, b); }
+Expr operator+(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::add, a, b); }
+Expr operator-(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::sub, a, b); }
+Expr cmult(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::cmult, a, b); }
 Expr operator*(const Expr& x, float c) { return record1(ir::Op::scale, x, constant_attr(c)); }
 Expr operator*(float c, const Expr& x) { return x * c; }
 Expr operator+(const Expr& x, float c) { return record1(ir::Op::add_const, x, constant_attr(c)); }
@@ -356,10 +377,10 @@ Expr tan(const Expr& x) { return record1(ir::Op::tan, x); }
 Expr asinh(const Expr& x) { return record1(ir::Op::asinh, x); }
 Expr acosh(const Expr& x) { return record1(ir::Op::acosh, x); }
 Expr atanh(const Expr& x) { return record1(ir::Op::atanh, x); }
-Expr pow(const Expr& x, const Expr& y) { return record2(ir::Op::pow, x, y); }
-Expr div(const Expr& a, const Expr& b) { return record2(ir::Op::div, a, b); }
-Expr max(const Expr& a, const Expr& b) { return record2(ir::Op::max, a, b); }
-Expr min(const Expr& a, const Expr& b) { return record2(ir::Op::min, a, b); }
+Expr pow(const Expr& x, const Expr& y) { return record_elementwise2(ir::Op::pow, x, y); }
+Expr div(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::div, a, b); }
+Expr max(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::max, a, b); }
+Expr min(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::min, a, b); }
 Expr sum_elements(const Expr& x) { return record1(ir::Op::sum_elements, x); }
 Expr mean_elements(const Expr& x) { return record1(ir::Op::mean_elements, x); }
 Expr transpose(const Expr& x) { return record1(ir::Op::transpose, x); }

@@ -336,6 +336,9 @@ class Cell {
 
 // Ops. Shapes are checked when an op is recorded; a mismatch throws UsageError naming the op and
 // both shapes. All arguments must come from the same trace.
+// The elementwise ops of two arguments (+, -, cmult, div, max, min, pow) broadcast as DyNet's do:
+// where the shapes differ, a dimension of 1 in either argument stretches to the other's (a 1x1
+// scales a matrix, a rows x 1 column repeats across the columns, a 1 x cols row down the rows).
 Expr matmul(const Expr& a, const Expr& b);
 Expr affine(std::initializer_list<Expr> b_w1_x1_w2_x2);  // b + W1 x1 + W2 x2 + ...
 Expr affine(std::span<const Expr> b_w1_x1_w2_x2);
@@ -358,6 +361,10 @@ Expr sum(std::span<const Expr> xs);
 Expr sum(std::initializer_list<Expr> xs);
 Expr concat(std::span<const Expr> xs);
 Expr concat(std::initializer_list<Expr> xs);
+// The arguments' columns side by side (DyNet's concatenate_cols): every argument has as many rows;
+// rows x (the sum of their cols). A reshape of their concat (column-major: the same values).
+Expr concat_cols(std::span<const Expr> xs);
+Expr concat_cols(std::initializer_list<Expr> xs);
 Expr slice(const Expr& x, int begin_row, int end_row);  // rows [begin_row, end_row)
 Expr reshape(const Expr& x, int rows, int cols);        // the same values (column-major), rows x cols
 Expr softmax(const Expr& x);

@@ -463,6 +463,8 @@ void bind_ops(py::module_& m) {
       "x itself unless training; then x plus Gaussian noise of stddev drawn from the seed.");
   m.def("concat", [](const py::args& args) { return nary(args, "edb::concat()", [](auto xs) { return edb::concat(xs); }); },
         "concat(a, b, ...) or concat([a, b, ...]): rows stacked.");
+  m.def("concat_cols", [](const py::args& args) { return nary(args, "edb::concat_cols()", [](auto xs) { return edb::concat_cols(xs); }); },
+        "concat_cols(a, b, ...) or concat_cols([a, b, ...]): columns side by side, every argument of as many rows.");
   m.def(
       "slice", [](const PyExpr& x, int begin, int end) { return unary(x, [=](auto& v) { return edb::slice(v, begin, end); }); },
       py::arg("x"), py::arg("begin"), py::arg("end"), "Rows [begin, end) (also x[begin:end]).");

@@ -435,3 +435,29 @@ def test_dropout_variants(engine):
         assert (block == block[0, 0]).all() and block[0, 0] in (0.0, 2.0)
         noisy = edbatch.noise(t.input(np.zeros((4000, 1), np.float32)), 0.5, training=True, seed=4).value()
         assert abs(noisy.std() - 0.5) < 0.05 and abs(noisy.mean()) < 0.05
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((3, 4), (1, 1)), ((1, 1), (3, 4)), ((3, 4), (3, 1)), ((1, 4), (3, 4)),
+                                             ((3, 1), (1, 4))])
+def test_binary_ops_broadcast_as_numpy(engine, a_shape, b_shape):
+    a, b = rand(*a_shape), np.abs(rand(*b_shape)) + 0.5
+    with edbatch.Trace(engine) as t:
+        x, y = t.input(a), t.input(b)
+        close((x + y).value(), a + b)
+        close((x - y).value(), a - b)
+        close((x * y).value(), a * b)
+        close((x / y).value(), a / b)
+        close(edbatch.max(x, y).value(), np.maximum(a, b))
+        close(edbatch.min(y, x).value(), np.minimum(b, a))
+        close(edbatch.pow(y, x).value(), np.power(b.astype(np.float64), a).astype(np.float32))
+
+
+def test_concat_cols(engine):
+    a, b = rand(3, 1), rand(3, 2)
+    with edbatch.Trace(engine) as t:
+        x = edbatch.concat_cols(t.input(a), t.input(b), t.input(a))
+        assert x.shape == (3, 4)
+        close(x.value(), np.concatenate([a, b, a], axis=1))
+        close(edbatch.concat_cols([t.input(b)]).value(), b)
+        with pytest.raises(edbatch.UsageError, match="concat_cols"):
+            edbatch.concat_cols(t.input(a), t.input(rand(2, 1)))

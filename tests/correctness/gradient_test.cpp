@@ -168,6 +168,16 @@ std::vector<OpCase> op_cases() {
       {"maxpool1d with stride 2", [=](Trace& t, Model& m) { return maxpool1d(P(t, m, "Wt") * 2.0f, 2, 2); }},
       {"softmax of a matrix", [=](Trace& t, Model& m) { return softmax(P(t, m, "W") * 3.0f); }},
       {"log_softmax of a matrix", [=](Trace& t, Model& m) { return log_softmax(P(t, m, "W") * 3.0f); }},
+      // DyNet's broadcasting: a 1x1, a column and a row against a matrix, and a column with a row.
+      {"cmult broadcasting a 1x1", [=](Trace& t, Model& m) { return cmult(sum_elements(P(t, m, "b")) * 0.5f, P(t, m, "W")); }},
+      {"add broadcasting a column", [=](Trace& t, Model& m) { return tanh(P(t, m, "W") + P(t, m, "b")); }},
+      {"sub broadcasting a row", [=](Trace& t, Model& m) { return P(t, m, "W") - pick(P(t, m, "V"), 2) * 2.0f; }},
+      {"div by a broadcast 1x1", [=](Trace& t, Model& m) { return div(P(t, m, "W"), sum_elements(square(P(t, m, "b"))) + 0.5f); }},
+      // 10 b is 1.5 or more from every value of V's row: h never crosses a tie; rows where b is
+      // negative take V's.
+      {"max of a column and a row", [=](Trace& t, Model& m) { return max(P(t, m, "b") * 10.0f, pick(P(t, m, "V"), 1)); }},
+      {"pow of a broadcast exponent", [=](Trace& t, Model& m) { return pow(square(P(t, m, "W")) + 0.5f, sum_elements(P(t, m, "b"))); }},
+      {"concat_cols", [=](Trace& t, Model& m) { return cmult(concat_cols({P(t, m, "b"), tanh(P(t, m, "B"))}), P(t, m, "W")); }},
       {"dropout in training", [=](Trace& t, Model& m) {
          return dropout(tanh(P(t, m, "W")), 0.5f, {.training = true, .seed = 7});
        }},

@@ -219,7 +219,8 @@ TEST(RandomDag, SeedsCoverEveryOpSinksAndFanOut) {
                                        "huber_distance", "hinge", "binary_log_loss", "pairwise_rank_loss",
                                        "poisson_loss", "select_rows", "select_cols", "pick", "layer_norm",
                                        "weight_norm", "argmax", "kmax_pooling", "conv1d_narrow", "conv1d_wide",
-                                       "maxpool1d"};
+                                       "maxpool1d", "add, broadcast", "sub, broadcast", "cmult, broadcast",
+                                       "div, broadcast", "concat_cols"};
   EXPECT_EQ(ops, every);
   EXPECT_GE(op_nodes, instances * 10);
   EXPECT_LE(op_nodes, instances * 22);

@@ -103,6 +103,7 @@ const char* op_name(CellOp::Kind k) {
     case CellOp::conv1d_narrow_rows: return "conv1d_narrow";
     case CellOp::conv1d_wide_rows: return "conv1d_wide";
     case CellOp::maxpool_rows: return "maxpool1d";
+    case CellOp::broadcast_scalar: return "broadcast";
   }
   return "?";
 }
@@ -428,11 +429,15 @@ class Generator {
     static constexpr CellOp::Kind kKinds[] = {
         CellOp::select_rows_ends, CellOp::std_dim_plus,       CellOp::l2_norm_plus,      CellOp::layer_norm_plus,
         CellOp::weight_norm_plus, CellOp::argmax_times,       CellOp::kmax_rows,         CellOp::conv1d_narrow_rows,
-        CellOp::conv1d_wide_rows, CellOp::maxpool_rows};
+        CellOp::conv1d_wide_rows, CellOp::maxpool_rows,       CellOp::broadcast_scalar};
     const CellOp::Kind k = kKinds[r_.below(int(std::size(kKinds)))];
     CellOp op = make_op(k, {a});
     switch (k) {
       case CellOp::select_rows_ends: break;
+      case CellOp::broadcast_scalar:
+        op.args.push_back(pick_column(b));
+        op.begin = r_.below(4);
+        break;
       case CellOp::std_dim_plus:
       case CellOp::l2_norm_plus:
       case CellOp::weight_norm_plus:
@@ -717,6 +722,13 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
     case CellOp::conv1d_narrow_rows: return transpose(edb::conv1d_narrow(transpose(a[0]), transpose(a[1])));
     case CellOp::conv1d_wide_rows: return transpose(edb::conv1d_wide(transpose(a[0]), transpose(a[1])));
     case CellOp::maxpool_rows: return transpose(edb::maxpool1d(transpose(a[0]), op.begin, op.end));
+    case CellOp::broadcast_scalar: {
+      const Expr s = sum_elements(edb::tanh(a[1]));
+      if (op.begin == 0) return a[0] + s;
+      if (op.begin == 1) return s - a[0];
+      if (op.begin == 2) return cmult(s, a[0]);
+      return div(a[0], edb::square(s) + 1.0f);
+    }
     default: break;
   }
   throw std::logic_error("random_cells: not an op");

@@ -60,6 +60,9 @@ struct CellOp {
     // window begin, stride end. Each row result transposed back to a column.
     select_rows_ends, std_dim_plus, l2_norm_plus, layer_norm_plus, weight_norm_plus, argmax_times, kmax_rows,
     conv1d_narrow_rows, conv1d_wide_rows, maxpool_rows,
+    // Broadcasting: the column args[0] with the 1x1 sum_elements(tanh(args[1])), by op.begin: 0
+    // x + s, 1 s - x, 2 cmult(s, x), 3 div(x, s^2 + 1).
+    broadcast_scalar,
   };
   Kind kind = input;
   std::vector<int> args;

@@ -73,6 +73,13 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::sum_elements: return "sum_elements(" + a[0] + ")";
     case CellOp::logsumexp: return "logsumexp({" + a[0] + ", " + a[1] + "})";
     case CellOp::average: return "average({" + a[0] + ", " + a[1] + "})";
+    case CellOp::broadcast_scalar: {
+      const std::string scalar = "sum_elements(tanh(" + a[1] + "))";
+      if (op.begin == 0) return a[0] + " + " + scalar;
+      if (op.begin == 1) return scalar + " - " + a[0];
+      if (op.begin == 2) return "cmult(" + scalar + ", " + a[0] + ")";
+      return "div(" + a[0] + ", square(" + scalar + ") + 1.0f)";
+    }
     case CellOp::pairwise_rank_loss: return "pairwise_rank_loss(" + a[0] + ", " + a[1] + ")";
     case CellOp::dot_product: return "dot_product(" + a[0] + ", " + a[1] + ")";
     case CellOp::squared_distance: return "squared_distance(" + a[0] + ", " + a[1] + ")";

@@ -27,7 +27,7 @@ enum class Kind {
   sinh, cosh, round, ceil, floor, tan, asinh, acosh, atanh, pow, logsumexp, logsumexp_dim, sum_dim, mean_dim,
   std_dim, average, dot_product, squared_norm, l2_norm, squared_distance, l1_distance, huber_distance, hinge,
   binary_log_loss, pairwise_rank_loss, poisson_loss, select_rows, select_cols, pick_row, layer_norm, weight_norm, argmax, kmax_pooling,
-  conv1d_narrow, conv1d_wide, maxpool1d, count
+  conv1d_narrow, conv1d_wide, maxpool1d, broadcast, concat_cols, count
 };
 
 // Row splits whose totals are sizes, for concat.
@@ -255,6 +255,33 @@ class Recorder {
         if (kind == Kind::div) add(div(x, cmult(y, y) + 1.0f), "div");
         else if (kind == Kind::max) add(edb::max(x, y), "max");
         else add(edb::min(x, y), "min");
+        return;
+      }
+      case Kind::broadcast: {
+        // An elementwise op of two shapes (DyNet's broadcasting): a 1x1, a column or a row against
+        // a value of the full shape, on either side.
+        const size_t a = pick_any();
+        const int rows = nodes_[a].rows, cols = nodes_[a].cols, form = s_->below(3);
+        const Expr x = use(a), y = use(pick_shape(form == 1 ? rows : 1, form == 2 ? cols : 1));
+        const bool swap = s_->chance(0.5);
+        const Expr l = swap ? y : x, r = swap ? x : y;
+        switch (s_->below(4)) {
+          case 0: add(l + r, "add, broadcast"); break;
+          case 1: add(l - r, "sub, broadcast"); break;
+          case 2: add(cmult(l, r), "cmult, broadcast"); break;
+          default: add(div(l, cmult(r, r) + 1.0f), "div, broadcast"); break;
+        }
+        return;
+      }
+      case Kind::concat_cols: {
+        const size_t a = pick_any();
+        const int rows = nodes_[a].rows, more = 1 + s_->below(2);
+        std::vector<Expr> parts{use(a)};
+        for (int i = 0; i < more; ++i) {
+          const int cols = 1 + s_->below(2);
+          parts.push_back(use(pick([=](const Node& n) { return n.rows == rows; }, rows, cols)));
+        }
+        add(concat_cols(parts), "concat_cols");
         return;
       }
       case Kind::sum_elements: add(sum_elements(use(pick_any())), "sum_elements"); return;
