@@ -1,5 +1,6 @@
 // A column stage of a cell program (jit/cell_program.h) as LLVM IR: call by call, each step's
-// loops over its columns' rows (the maximum, the sum of exponentials, the outputs). What a column
+// loops over its columns' rows in vectors of the host's width, the last one masked (the maximum,
+// the sum of exponentials, the outputs). What a column
 // step computes is the reference executor's formula (runtime/reference.cpp); choosing which values
 // become column steps is runtime/cell_lowering.cpp's.
 #include <limits>
@@ -9,6 +10,7 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include "jit/llvm_backend.h"
 #include "jit/llvm_cell.h"
 #include "jit/llvm_math.h"
 
@@ -21,8 +23,9 @@ using Step = CellProgram::ColumnStep;
 class ColumnRenderer {
  public:
   ColumnRenderer(llvm::Module& module, const CellProgram& program)
-      : module_(module), program_(program), b_(module.getContext()), f32_(b_.getFloatTy()), i64_(b_.getInt64Ty()),
-        ptr_(b_.getPtrTy()), math_(b_, f32_) {}
+      : module_(module), program_(program), b_(module.getContext()), vector_(cell_vector_floats()), f32_(b_.getFloatTy()),
+        i64_(b_.getInt64Ty()), ptr_(b_.getPtrTy()), vf_(llvm::FixedVectorType::get(f32_, unsigned(vector_))),
+        math_(b_, f32_), vector_math_(b_, vf_) {}
 
   llvm::Function* render(const CellProgram::Stage& stage, int index) {
     auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, i64_}, false);
@@ -88,11 +91,57 @@ class ColumnRenderer {
   llvm::Value* column(llvm::Value* base, llvm::Value* j, int64_t stride) {
     return b_.CreateInBoundsGEP(f32_, base, b_.CreateMul(j, b_.getInt64(uint64_t(stride))));
   }
-  llvm::Value* at(llvm::Value* base, llvm::Value* i) {
-    return b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, base, i));
+  llvm::Value* splat(llvm::Value* scalar) { return b_.CreateVectorSplat(unsigned(vector_), scalar); }
+  llvm::Value* splat(float value) { return splat(llvm::ConstantFP::get(f32_, double(value))); }
+
+  // A vector of rows [at, at + vector) of a column; `mask`: only the rows inside it, `outside` in
+  // the other lanes.
+  llvm::Value* load(llvm::Value* base, llvm::Value* at, llvm::Value* mask, float outside = 0.0f) {
+    llvm::Value* address = b_.CreateInBoundsGEP(f32_, base, at);
+    if (!mask) return b_.CreateAlignedLoad(vf_, address, llvm::Align(4));
+    return b_.CreateMaskedLoad(vf_, address, llvm::Align(4), mask, splat(outside));
   }
-  void put(llvm::Value* value, llvm::Value* base, llvm::Value* i) {
-    b_.CreateStore(value, b_.CreateInBoundsGEP(f32_, base, i));
+  void store(llvm::Value* value, llvm::Value* base, llvm::Value* at, llvm::Value* mask) {
+    llvm::Value* address = b_.CreateInBoundsGEP(f32_, base, at);
+    if (!mask) b_.CreateAlignedStore(value, address, llvm::Align(4));
+    else b_.CreateMaskedStore(value, address, llvm::Align(4), mask);
+  }
+  // A term of a sum: 0 in the lanes outside the column.
+  llvm::Value* inside(llvm::Value* value, llvm::Value* mask) {
+    return mask ? b_.CreateSelect(mask, value, splat(0.0f)) : value;
+  }
+
+  // body(at, mask, carried) -> carried, over a column of `rows` rows in vectors: a loop over the
+  // whole vectors (mask null), then one vector holding the rest (mask: its rows). Returns the
+  // carried vectors after.
+  template <typename Body>
+  std::vector<llvm::Value*> over_rows(int64_t rows, std::vector<llvm::Value*> carried, Body&& body) {
+    const int64_t whole = rows / vector_;
+    if (whole > 0)
+      carried = loop(b_.getInt64(uint64_t(whole)), carried, "rows", [&](llvm::Value* i, const std::vector<llvm::Value*>& c) {
+        return body(b_.CreateMul(i, b_.getInt64(uint64_t(vector_))), static_cast<llvm::Value*>(nullptr), c);
+      });
+    if (rows % vector_ != 0) {
+      std::vector<llvm::Constant*> lanes;
+      for (int32_t l = 0; l < vector_; ++l) lanes.push_back(b_.getInt1(whole * vector_ + l < rows));
+      carried = body(b_.getInt64(uint64_t(whole * vector_)), llvm::ConstantVector::get(lanes), carried);
+    }
+    return carried;
+  }
+  // The sum over the rows of `terms`: a vector of lane sums, added across in lane order.
+  template <typename Term>
+  llvm::Value* sum(int64_t rows, llvm::Value* start, Term&& term) {
+    llvm::Value* lanes = over_rows(rows, {splat(0.0f)}, [&](llvm::Value* at, llvm::Value* mask, const std::vector<llvm::Value*>& c) {
+                           return std::vector<llvm::Value*>{b_.CreateFAdd(c[0], inside(term(at, mask), mask))};
+                         })[0];
+    return b_.CreateFAddReduce(start, lanes);
+  }
+  template <typename Each>
+  void each(int64_t rows, Each&& each) {
+    over_rows(rows, {}, [&](llvm::Value* at, llvm::Value* mask, const std::vector<llvm::Value*>&) {
+      each(at, mask);
+      return std::vector<llvm::Value*>{};
+    });
   }
 
   void step(const Step& step, llvm::Value* shared, llvm::Value* table) {
@@ -100,18 +149,11 @@ class ColumnRenderer {
     llvm::Value* x = pointer(step.x.operand, step.x.row, shared, table);
     llvm::Value* y = column_step_has_y(step.kind) ? pointer(step.y.operand, step.y.row, shared, table) : nullptr;
     llvm::Value* out = pointer(step.out, 0, shared, table);
-    llvm::Value* n = b_.getInt64(uint64_t(rows));
     llvm::Value* zero = llvm::ConstantFP::get(f32_, 0.0);
-    // Sums in row order from 0 (the reference's Eigen sums in another order: within rounding).
-    auto sum = [&](llvm::Value* start, auto&& term) {
-      return loop(n, {start}, "row", [&](llvm::Value* i, const std::vector<llvm::Value*>& s) {
-               return std::vector<llvm::Value*>{b_.CreateFAdd(s[0], term(i))};
-             })[0];
-    };
     if (column_step_is_total(step.kind)) {
       llvm::Value* total = loop(b_.getInt64(uint64_t(step.cols)), {zero}, "col", [&](llvm::Value* j, const std::vector<llvm::Value*>& s) {
         llvm::Value* xj = column(x, j, step.x.operand.stride);
-        return std::vector<llvm::Value*>{sum(s[0], [&](llvm::Value* i) { return at(xj, i); })};
+        return std::vector<llvm::Value*>{sum(rows, s[0], [&](llvm::Value* at, llvm::Value* mask) { return load(xj, at, mask); })};
       })[0];
       if (step.kind == Step::mean) total = b_.CreateFDiv(total, llvm::ConstantFP::get(f32_, double(rows * step.cols)));
       b_.CreateStore(total, out);
@@ -124,47 +166,43 @@ class ColumnRenderer {
       switch (step.kind) {
         case Step::softmax:
         case Step::log_softmax: {
-          // exp(x - max) summed; a NaN anywhere makes the sum, so every output, NaN, as the reference's.
-          llvm::Value* top = loop(n, {llvm::ConstantFP::getInfinity(f32_, true)}, "row",
-                                  [&](llvm::Value* i, const std::vector<llvm::Value*>& m) {
-                                    llvm::Value* v = at(xj, i);
-                                    return std::vector<llvm::Value*>{b_.CreateSelect(b_.CreateFCmpOGT(v, m[0]), v, m[0])};
-                                  })[0];
+          // exp(x - max) summed; a NaN anywhere makes the sum, so every output, NaN, as the
+          // reference's (the maximum's lanes skip NaNs: they never hold one).
+          const float minus_infinity = -std::numeric_limits<float>::infinity();
+          llvm::Value* lanes = over_rows(rows, {splat(minus_infinity)}, [&](llvm::Value* at, llvm::Value* mask, const std::vector<llvm::Value*>& m) {
+                                 llvm::Value* v = load(xj, at, mask, minus_infinity);
+                                 return std::vector<llvm::Value*>{b_.CreateSelect(b_.CreateFCmpOGT(v, m[0]), v, m[0])};
+                               })[0];
+          llvm::Value* top = b_.CreateFPMaxReduce(lanes);
           const bool soft = step.kind == Step::softmax;
-          llvm::Value* total = sum(zero, [&](llvm::Value* i) {
-            llvm::Value* e = math_.exp(b_.CreateFSub(at(xj, i), top));
-            if (soft) put(e, oj, i);
+          llvm::Value* total = sum(rows, zero, [&](llvm::Value* at, llvm::Value* mask) {
+            llvm::Value* e = vector_math_.exp(b_.CreateFSub(load(xj, at, mask), splat(top)));
+            if (soft) store(e, oj, at, mask);
             return e;
           });
           if (soft) {
-            loop(n, {}, "row", [&](llvm::Value* i, const std::vector<llvm::Value*>&) {
-              put(b_.CreateFDiv(at(oj, i), total), oj, i);
-              return std::vector<llvm::Value*>{};
-            });
+            each(rows, [&](llvm::Value* at, llvm::Value* mask) { store(b_.CreateFDiv(load(oj, at, mask), splat(total)), oj, at, mask); });
           } else {
-            llvm::Value* log_sum = b_.CreateFAdd(top, math_.log(total));
-            loop(n, {}, "row", [&](llvm::Value* i, const std::vector<llvm::Value*>&) {
-              put(b_.CreateFSub(at(xj, i), log_sum), oj, i);
-              return std::vector<llvm::Value*>{};
-            });
+            llvm::Value* log_sum = splat(b_.CreateFAdd(top, math_.log(total)));
+            each(rows, [&](llvm::Value* at, llvm::Value* mask) { store(b_.CreateFSub(load(xj, at, mask), log_sum), oj, at, mask); });
           }
           break;
         }
         case Step::softmax_grad: {
           // (y, dy): y * (dy - sum(dy * y))
-          llvm::Value* dot = sum(zero, [&](llvm::Value* i) { return b_.CreateFMul(at(xj, i), at(yj, i)); });
-          loop(n, {}, "row", [&](llvm::Value* i, const std::vector<llvm::Value*>&) {
-            put(b_.CreateFMul(at(xj, i), b_.CreateFSub(at(yj, i), dot)), oj, i);
-            return std::vector<llvm::Value*>{};
+          llvm::Value* dot = splat(sum(rows, zero, [&](llvm::Value* at, llvm::Value* mask) {
+            return b_.CreateFMul(load(xj, at, mask), load(yj, at, mask));
+          }));
+          each(rows, [&](llvm::Value* at, llvm::Value* mask) {
+            store(b_.CreateFMul(load(xj, at, mask), b_.CreateFSub(load(yj, at, mask), dot)), oj, at, mask);
           });
           break;
         }
         case Step::log_softmax_grad: {
           // (y, dy): dy - exp(y) * sum(dy)
-          llvm::Value* total = sum(zero, [&](llvm::Value* i) { return at(yj, i); });
-          loop(n, {}, "row", [&](llvm::Value* i, const std::vector<llvm::Value*>&) {
-            put(b_.CreateFSub(at(yj, i), b_.CreateFMul(math_.exp(at(xj, i)), total)), oj, i);
-            return std::vector<llvm::Value*>{};
+          llvm::Value* total = splat(sum(rows, zero, [&](llvm::Value* at, llvm::Value* mask) { return load(yj, at, mask); }));
+          each(rows, [&](llvm::Value* at, llvm::Value* mask) {
+            store(b_.CreateFSub(load(yj, at, mask), b_.CreateFMul(vector_math_.exp(load(xj, at, mask)), total)), oj, at, mask);
           });
           break;
         }
@@ -177,8 +215,9 @@ class ColumnRenderer {
   llvm::Module& module_;
   const CellProgram& program_;
   llvm::IRBuilder<> b_;
-  llvm::Type *f32_, *i64_, *ptr_;
-  MathEmitter math_;
+  int32_t vector_;
+  llvm::Type *f32_, *i64_, *ptr_, *vf_;
+  MathEmitter math_, vector_math_;
   llvm::Function* function_ = nullptr;
 };
 

@@ -328,7 +328,7 @@ TEST(CellKernel, TextReadsBackToTheSameProgram) {
   EXPECT_THROW(parse_cell_program(broken), UsageError);
 }
 
-// A column stage of every step kind over x and y (rows 5 and 16 x 2 columns, their columns 2
+// A column stage of every step kind over x and y (5 to 40 rows x 2 columns, their columns 3
 // floats apart beyond their rows, their segments from row 1 of their slots) for 1..9 calls, against
 // the steps' formulas in double; the text reads back, and verify refuses overlapping columns and
 // a y of other rows.
@@ -353,7 +353,7 @@ Program column_steps(int rows) {
 
 TEST(CellKernel, ColumnStepsEqualTheirFormulas) {
   LlvmBackend backend;
-  for (int rows : {5, 16}) {
+  for (int rows : {5, 16, 21, 40}) {  // within one vector, whole vectors, and whole vectors and a part
     const Program program = column_steps(rows);
     const std::string text = describe(program);
     EXPECT_NE(text.find("  column_step softmax_grad cols 2 x c0*" + std::to_string(rows + 3) + "[1+" + std::to_string(rows) +

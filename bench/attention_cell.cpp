@@ -1,0 +1,125 @@
+// edb-bench-attention: a cell with softmax (scores = W h, a = softmax(scores), out = tanh(U (a .* v)
+// + b), and log_softmax(V out) as a second output) over chains of calls, `jit` against `batched`:
+// inference and training (a backward pass, no update) instances/s per round, rounds interleaved,
+// medians of each and of each round's ratio. It leaves checking the values to the tests
+// (tests/correctness/compiled_column_steps_test.cpp).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+
+#include "tools/flags.h"
+
+namespace {
+
+struct Attention {
+  int n;
+  edb::Model model{"attention", 5};
+  edb::Parameter w, u, v, b;
+  std::unique_ptr<edb::Cell> cell;
+  explicit Attention(int hidden)
+      : n(hidden), w(model.add_parameter("W", hidden, hidden)), u(model.add_parameter("U", hidden, hidden)),
+        v(model.add_parameter("V", hidden, hidden)), b(model.add_parameter("b", hidden, 1)) {
+    cell = std::make_unique<edb::Cell>("attend", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}},
+                                       [this](edb::Trace& t, std::span<const edb::Expr> in) {
+                                         const edb::Expr a = edb::softmax(edb::matmul(t.param(w), in[0]));
+                                         const edb::Expr out = edb::tanh(edb::affine({t.param(b), t.param(u), edb::cmult(a, in[1])}));
+                                         return std::vector<edb::Expr>{out, edb::log_softmax(edb::matmul(t.param(v), out))};
+                                       });
+  }
+
+  // Column i of the inputs: made once, so that the measures time the engine, not the inputs.
+  std::vector<std::vector<float>> columns;
+  const std::vector<float>& input(int i) {
+    while (int(columns.size()) <= i) {
+      columns.emplace_back(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) columns.back()[size_t(r)] = std::sin(0.7f * float(columns.size()) + 0.13f * float(r));
+    }
+    return columns[size_t(i)];
+  }
+
+  // `chains` chains of 1..`steps` calls (lengths rotating), each step's h the last one's out; a
+  // loss that reads every output.
+  edb::Expr loss(edb::Trace& t, int chains, int steps) {
+    std::vector<edb::Expr> terms;
+    for (int k = 0; k < chains; ++k) {
+      edb::Expr h = t.input(input(k));
+      for (int s = 0; s < 1 + k % steps; ++s) {
+        const std::vector<edb::Expr> out = (*cell)(t, {h, t.input(input(k + s + 1))});
+        h = out[0];
+        terms.push_back(edb::pick(out[1], (k + s) % n));
+      }
+    }
+    return edb::sum(terms) * -1.0f;
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int body(int argc, char** argv) {
+  edb::tools::Flags flags("edb-bench-attention", {"hidden", "chains", "steps", "rounds", "traces", "threads"}, {});
+  flags.parse(argc, argv, 1);
+  const int hidden = int(flags.get_int("hidden", 64, 1, 4096));
+  const int chains = int(flags.get_int("chains", 64, 1, 100000));
+  const int steps = int(flags.get_int("steps", 8, 1, 1000));
+  const int rounds = int(flags.get_int("rounds", 5, 1, 1000));
+  const int traces = int(flags.get_int("traces", 10, 1, 100000));
+  const int threads = int(flags.get_int("threads", 1, 1, 256));
+  Attention attention(hidden);
+  int instances = 0;
+  for (int k = 0; k < chains; ++k) instances += 1 + k % steps;
+  const std::vector<std::string> executors = {"batched", "jit"};
+  std::vector<std::unique_ptr<edb::Engine>> engines;
+  for (const std::string& executor : executors) {
+    edb::EngineOptions options;
+    options.executor = executor;
+    options.threads = threads;
+    engines.push_back(std::make_unique<edb::Engine>(options));
+  }
+  // calls/s of `traces` traces on engine e (training: a backward pass each).
+  auto measure = [&](size_t e, bool train) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < traces; ++i) {
+      edb::Trace trace(*engines[e]);
+      const edb::Expr loss = attention.loss(trace, chains, steps);
+      if (train) trace.backward(loss);
+      else loss.scalar();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return double(instances) * traces / seconds;
+  };
+  for (size_t e = 0; e < engines.size(); ++e)  // warm-up: kernels compiled, the training layout, arenas grown
+    for (bool train : {false, true}) measure(e, train);
+  std::printf("attention cell: hidden %d, %d chains of 1-%d calls (%d calls a trace), %d traces a measure, %d thread(s)\n",
+              hidden, chains, steps, instances, traces, threads);
+  for (bool train : {false, true}) {
+    std::vector<std::vector<double>> rates(engines.size());
+    std::vector<double> ratios;
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<double> round(engines.size());
+      for (size_t i = 0; i < engines.size(); ++i) {
+        const size_t e = r % 2 ? engines.size() - 1 - i : i;  // alternate which runs first
+        round[e] = measure(e, train);
+        rates[e].push_back(round[e]);
+      }
+      ratios.push_back(round[1] / round[0]);
+      std::printf("  %s round %d: batched %.0f calls/s, jit %.0f calls/s, jit/batched %.2fx\n", train ? "training" : "inference",
+                  r + 1, round[0], round[1], ratios.back());
+    }
+    std::printf("%s medians: batched %.0f calls/s, jit %.0f calls/s, jit/batched %.2fx (median of the rounds' ratios)\n",
+                train ? "training" : "inference", median(rates[0]), median(rates[1]), median(ratios));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return edb::tools::run_tool("edb-bench-attention", body, argc, argv); }
