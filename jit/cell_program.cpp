@@ -36,7 +36,7 @@ std::string segment_text(const CellProgram::Segment& segment) {
   return operand_text(segment.operand) + "[" + std::to_string(segment.row) + "+" + std::to_string(segment.rows) + "]";
 }
 
-constexpr const char* kColumnStepNames[] = {"softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "sum", "mean"};
+constexpr const char* kColumnStepNames[] = {"softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "sum", "mean", "dot"};
 
 void check_column_step(const CellProgram& program, const CellProgram::ColumnStep& step, const std::string& where) {
   if (size_t(step.kind) >= std::size(kColumnStepNames)) invalid(program, where + ": a column step of no kind");
@@ -66,10 +66,11 @@ bool column_step_from_name(std::string_view name, CellProgram::ColumnStep::Kind&
 }
 
 bool column_step_has_y(CellProgram::ColumnStep::Kind kind) {
-  return kind == CellProgram::ColumnStep::softmax_grad || kind == CellProgram::ColumnStep::log_softmax_grad;
+  return kind == CellProgram::ColumnStep::softmax_grad || kind == CellProgram::ColumnStep::log_softmax_grad ||
+         kind == CellProgram::ColumnStep::dot;
 }
 bool column_step_is_total(CellProgram::ColumnStep::Kind kind) {
-  return kind == CellProgram::ColumnStep::sum || kind == CellProgram::ColumnStep::mean;
+  return kind == CellProgram::ColumnStep::sum || kind == CellProgram::ColumnStep::mean || kind == CellProgram::ColumnStep::dot;
 }
 
 int32_t CellProgram::weight_count() const {

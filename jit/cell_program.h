@@ -79,9 +79,10 @@ struct CellProgram {
   // contractions, body or stores): it reads its op's arguments `x` (and `y`) from memory, `cols`
   // columns of x.rows floats, and writes `out`: rows * cols floats (softmax and log_softmax per
   // column; their gradients per column of (x, y) = (y, dy), the forward output and its gradient) or
-  // one float (sum and mean of every element). Later stages read `out` from memory.
+  // one float (sum and mean of every element; dot: the sum of x .* y, a product to 1x1 such as a
+  // pick's row times a column). Later stages read `out` from memory.
   struct ColumnStep {
-    enum Kind : uint8_t { softmax, log_softmax, softmax_grad, log_softmax_grad, sum, mean };
+    enum Kind : uint8_t { softmax, log_softmax, softmax_grad, log_softmax_grad, sum, mean, dot };
     Kind kind = softmax;
     Segment x;       // x.rows: a column's rows
     Segment y;       // the gradients' second argument, as tall as x

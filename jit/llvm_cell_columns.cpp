@@ -153,7 +153,10 @@ class ColumnRenderer {
     if (column_step_is_total(step.kind)) {
       llvm::Value* total = loop(b_.getInt64(uint64_t(step.cols)), {zero}, "col", [&](llvm::Value* j, const std::vector<llvm::Value*>& s) {
         llvm::Value* xj = column(x, j, step.x.operand.stride);
-        return std::vector<llvm::Value*>{sum(rows, s[0], [&](llvm::Value* at, llvm::Value* mask) { return load(xj, at, mask); })};
+        llvm::Value* yj = y ? column(y, j, step.y.operand.stride) : nullptr;
+        return std::vector<llvm::Value*>{sum(rows, s[0], [&](llvm::Value* at, llvm::Value* mask) {
+          return yj ? b_.CreateFMul(load(xj, at, mask), load(yj, at, mask)) : load(xj, at, mask);
+        })};
       })[0];
       if (step.kind == Step::mean) total = b_.CreateFDiv(total, llvm::ConstantFP::get(f32_, double(rows * step.cols)));
       b_.CreateStore(total, out);

@@ -108,7 +108,9 @@ void render_column_steps(std::ostringstream& out, const jit::CellProgram::Stage&
     out << "        float* o = " << base(step.out) << ";\n";
     if (jit::column_step_is_total(step.kind)) {
       out << "        float t = 0.0f;\n        for (int c = 0; c < " << step.cols << "; ++c)\n          for (int r = 0; r < "
-          << rows << "; ++r) t += x[c * " << step.x.operand.stride << " + r];\n        o[0] = t"
+          << rows << "; ++r) t += x[c * " << step.x.operand.stride << " + r]"
+          << (step.kind == Step::dot ? " * y[c * " + std::to_string(step.y.operand.stride) + " + r]" : std::string())
+          << ";\n        o[0] = t"
           << (step.kind == Step::mean ? " / " + std::to_string(step.x.rows * step.cols) + ".0f" : std::string()) << ";\n      }\n";
       continue;
     }

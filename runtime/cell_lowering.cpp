@@ -131,15 +131,17 @@ class Lowerer {
   const ir::Node& body_node(uint32_t o) const { return graph_.node(first_ + o); }
   bool inside(ir::NodeId id) const { return id >= first_ && id < first_ + count_; }
 
-  // The block height: the rows of the narrowest elementwise value (else of the narrowest product).
+  // The block height: the rows of the narrowest elementwise value (else of the narrowest product
+  // but for products to 1x1, which are dot steps where their W is per call).
   void choose_rows() {
-    int32_t elementwise = 0, linear = 0;
+    int32_t elementwise = 0, linear = 0, scalar = 0;
     for (uint32_t o = 0; o < count_; ++o) {
       const ir::Node& n = body_node(o);
       if (lowers_elementwise(n.op)) elementwise = elementwise ? std::min(elementwise, n.shape.rows) : n.shape.rows;
-      if (is_product(n.op)) linear = linear ? std::min(linear, n.shape.rows) : n.shape.rows;
+      if (is_product(n.op) && n.shape.size() == 1) scalar = 1;
+      else if (is_product(n.op)) linear = linear ? std::min(linear, n.shape.rows) : n.shape.rows;
     }
-    rows_ = elementwise ? elementwise : linear;
+    rows_ = elementwise ? elementwise : linear ? linear : scalar;
     if (rows_ <= 0) throw Unsupported{"no elementwise op or product to build blocks from"};
   }
 
@@ -287,6 +289,18 @@ class Lowerer {
     const ir::Node& n = body_node(o);
     const std::string op(ir::op_name(n.op));
     if (graph_.args(n).size() != 2) throw Unsupported{op + " of several products"};
+    if (n.shape.size() == 1 && n.op != ir::Op::matmul_nt) {
+      // A row times a column, or (matmul_tn) a column's transpose times one: a dot step (a pick,
+      // a sum or mean over a column's rows, their gradients' sums).
+      const int32_t w = argument_form(o, 0), x = argument_form(o, 1);
+      need_in_memory(w);
+      need_in_memory(x);
+      Form& g = forms_[o];
+      g.kind = Form::column;
+      g.sources = {w, x};
+      g.stage = std::max(memory_stage(w), memory_stage(x)) + 1;
+      return;
+    }
     if (!block_aligned(n.shape.rows))
       throw Unsupported{op + " of a per-call matrix, of " + std::to_string(n.shape.rows) + " rows, not blocks of " + std::to_string(rows_)};
     const int32_t matrix = argument_form(o, 0), x = argument_form(o, 1);
@@ -608,7 +622,6 @@ class Lowerer {
     Form& form = forms_[o];
     const ir::Node& n = body_node(o);
     Program::ColumnStep step;
-    column_step_for(n.op, step.kind);
     auto whole = [&](int32_t f) {
       const Form& source = forms_[size_t(f)];
       std::vector<Program::Segment> pieces;
@@ -617,11 +630,29 @@ class Lowerer {
         throw Unsupported{std::string(ir::op_name(n.op)) + " of a value that is not one value in memory"};
       return pieces[0];
     };
-    step.x = whole(form.sources[0]);
-    step.cols = forms_[size_t(form.sources[0])].cols;
-    if (jit::column_step_has_y(step.kind)) step.y = whole(form.sources[1]);
+    if (column_step_for(n.op, step.kind)) {
+      step.x = whole(form.sources[0]);
+      step.cols = forms_[size_t(form.sources[0])].cols;
+      if (jit::column_step_has_y(step.kind)) step.y = whole(form.sources[1]);
+    } else {
+      // A product to 1x1 (classify_per_call_product): W's K values (a 1 x K row lies as K
+      // consecutive floats) dotted with x's.
+      step.kind = Program::ColumnStep::dot;
+      const Form& w = forms_[size_t(form.sources[0])];
+      step.x = whole(form.sources[0]);
+      if (w.cols > 1) {
+        if (step.x.operand.stride != 1) throw Unsupported{std::string(ir::op_name(n.op)) + " of a row that is not one value in memory"};
+        step.x.operand.stride = 0;
+        step.x.rows = w.cols;
+      }
+      step.y = whole(form.sources[1]);
+      if (step.x.rows != step.y.rows) throw InternalError("lower_cell: a dot step of " + std::to_string(step.x.rows) + " and " + std::to_string(step.y.rows) + " rows");
+    }
+    // Whole blocks of the frame, so that what follows starts on a block (a backward body reads
+    // the forward frame's values in blocks): a 1x1 output takes a block.
+    const int64_t floats = int64_t(form.rows) * form.cols;
     form.memory = {int32_t(out_.call_slots.size()), false, column_stride(form)};
-    out_.call_slots.push_back({o, -1, 0});
+    out_.call_slots.push_back({o, -1, floats % rows_ ? (floats / rows_ + 1) * rows_ : 0});
     step.out = {form.memory.slot, false, 0};
     stage.steps.push_back(step);
   }

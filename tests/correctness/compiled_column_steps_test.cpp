@@ -1,7 +1,8 @@
 // Compiled cells whose bodies hold ops over whole columns (softmax, log_softmax, sum_elements,
-// mean_elements and, in backward bodies, softmax_grad and log_softmax_grad): they lower to column
-// steps (jit/cell_program.h), and their values and gradients equal the reference executor's
-// without cells under jit, batched and reference, over calls of different inputs.
+// mean_elements, products to 1x1 such as pick and, in backward bodies, softmax_grad and
+// log_softmax_grad): they lower to column steps (jit/cell_program.h), and their values and
+// gradients equal the reference executor's without cells under jit, batched and reference, over
+// calls of different inputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,7 +33,6 @@ struct CellCase {
   std::shared_ptr<Model> model;  // Models do not move
   std::vector<Parameter> parameters;
   std::function<Expr(Trace&, int instances)> loss;
-  bool backward_steps = true;  // its backward body has column steps too (softmax_grad, log_softmax_grad)
 };
 
 // Each cell the trace of `loss` calls, forward and backward, lowered (its batches of calls are
@@ -78,7 +78,7 @@ void expect_reference_values(CellCase& c, const std::string& executor) {
       EXPECT_EQ(cells.forward, 1);
       EXPECT_EQ(cells.backward, 1);
       EXPECT_EQ(cells.forward_steps, 1);
-      EXPECT_EQ(cells.backward_steps, c.backward_steps ? 1 : 0);
+      EXPECT_EQ(cells.backward_steps, 1);  // softmax_grad, log_softmax_grad, dot steps of the stretches' gradients
     }
     EXPECT_NEAR(got.loss, want.loss, 2e-5f * (1 + std::abs(want.loss)));
     for (const Parameter& p : c.parameters) {
@@ -148,10 +148,36 @@ CellCase attention_over_columns(int n) {
   return c;
 }
 
+// Attention weights picked one by one and stretched over a column (DyNet's cmult of a 1x1 with
+// a column): each pick is a product of a constant row with the weights, a product to 1x1 (a dot
+// step), and each stretch a product of a column of ones with it.
+CellCase attention_by_picks(int n) {
+  CellCase c{"attention by picks " + std::to_string(n), std::make_shared<Model>("picks", 11), {}, {}};
+  const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
+  c.parameters = {w, u};
+  auto cell = std::make_shared<Cell>("picks", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}, {n, 1}},
+                                     [=](Trace& t, std::span<const Expr> in) {
+                                       const Expr a = softmax(matmul(t.param(w), in[0]));
+                                       const Expr mixed = cmult(pick(a, 0), in[1]) + cmult(pick(a, n - 1), in[2]);
+                                       return std::vector<Expr>{tanh(matmul(t.param(u), mixed))};
+                                     });
+  c.loss = [=](Trace& t, int instances) {
+    std::vector<Expr> terms;
+    for (int k = 0; k < instances; ++k) {
+      Expr h = t.input(column(n, float(k)));
+      for (int step = 0; step <= k % 3; ++step)
+        h = (*cell)(t, {h, t.input(column(n, float(k * 5 + step) + 0.5f)), t.input(column(n, float(k + step) + 0.3f))})[0];
+      terms.push_back(sum_elements(cmult(h, t.input(column(n, float(k) + 0.75f)))));
+    }
+    return sum(terms);
+  };
+  return c;
+}
+
 // layer_norm of a recurrent step (its means are products with constant rows), then per call the
 // sum and the mean of the step's squares as outputs of their own (1x1 values of the cell).
 CellCase normalised(int n) {
-  CellCase c{"layer_norm " + std::to_string(n), std::make_shared<Model>("normalised", 9), {}, {}, false};
+  CellCase c{"layer_norm " + std::to_string(n), std::make_shared<Model>("normalised", 9), {}, {}};
   const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
   const Parameter g = c.model->add_parameter("g", n, 1), beta = c.model->add_parameter("beta", n, 1);
   c.parameters = {w, u, g, beta};
@@ -191,6 +217,13 @@ TEST_P(CompiledCellsColumnSteps, SoftmaxAndLogSoftmaxEqualTheReference) {
 TEST_P(CompiledCellsColumnSteps, SoftmaxOverTheColumnsOfAMatrixEqualsTheReference) {
   for (int n : {8, 13}) {
     CellCase c = attention_over_columns(n);
+    ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+  }
+}
+
+TEST_P(CompiledCellsColumnSteps, PicksStretchedOverAColumnEqualTheReference) {
+  for (int n : {8, 13}) {
+    CellCase c = attention_by_picks(n);
     ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
   }
 }

@@ -336,9 +336,9 @@ Program column_steps(int rows) {
   Program p;
   p.name = "test column steps";
   p.rows = 8;
-  p.call_slots = 2 + 6;
+  p.call_slots = 2 + 7;
   Program::Stage stage;
-  for (int k = 0; k < 6; ++k) {
+  for (int k = 0; k < 7; ++k) {
     Program::ColumnStep step;
     step.kind = Program::ColumnStep::Kind(k);
     step.x = {{0, false, rows + 3}, 1, rows};
@@ -366,10 +366,10 @@ TEST(CellKernel, ColumnStepsEqualTheirFormulas) {
     std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
     const int64_t in_floats = 2 * (rows + 3), out_floats = 2 * rows;
     for (int calls = 1; calls <= 9; ++calls) {
-      std::vector<std::vector<float>> memory;  // per call: x, y, the six outputs
+      std::vector<std::vector<float>> memory;  // per call: x, y, the seven outputs
       std::vector<float*> pointers;
       for (int j = 0; j < calls; ++j)
-        for (int slot = 0; slot < 8; ++slot) {
+        for (int slot = 0; slot < 9; ++slot) {
           memory.emplace_back(size_t(slot < 2 ? in_floats : out_floats));
           for (float& v : memory.back()) v = uniform(random);
         }
@@ -377,8 +377,8 @@ TEST(CellKernel, ColumnStepsEqualTheirFormulas) {
       const CellArgs args{calls, nullptr, nullptr, pointers.data()};
       kernel.cell()(&args);
       for (int j = 0; j < calls; ++j) {
-        const std::vector<float>* slots = &memory[size_t(j) * 8];
-        double total = 0;
+        const std::vector<float>* slots = &memory[size_t(j) * 9];
+        double total = 0, products = 0, abs_products = 0;
         for (int c = 0; c < 2; ++c) {
           const float* x = slots[0].data() + 1 + c * (rows + 3);
           const float* y = slots[1].data() + 1 + c * (rows + 3);
@@ -390,6 +390,8 @@ TEST(CellKernel, ColumnStepsEqualTheirFormulas) {
             sum_y += y[r];
             abs_dot += std::abs(double(x[r]) * y[r]);
             abs_y += std::abs(y[r]);
+            products += double(x[r]) * y[r];
+            abs_products += std::abs(double(x[r]) * y[r]);
             total += x[r];
           }
           const double log_sum = top + std::log(sum_exp);
@@ -407,6 +409,7 @@ TEST(CellKernel, ColumnStepsEqualTheirFormulas) {
         }
         EXPECT_NEAR(slots[6][0], total, 1e-5 * (1 + std::abs(total))) << "sum, call " << j;
         EXPECT_NEAR(slots[7][0], total / (2 * rows), 1e-5 * (1 + std::abs(total))) << "mean, call " << j;
+        EXPECT_NEAR(slots[8][0], products, 1e-6 * (1 + abs_products)) << "dot, call " << j;
       }
     }
   }
