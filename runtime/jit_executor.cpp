@@ -35,12 +35,13 @@ namespace {
 
 constexpr size_t kMaxJitInputs = 8;  // wider sums run on Eigen
 constexpr size_t kMaxFused = 16;     // batches in one fused kernel, at most
-// A batch of fewer floats runs on the batched executor's kernels, not compiled: it takes well
-// under a microsecond there, and a kernel costs milliseconds to compile. Such batches (a trace's
-// loss terms summed in groups of up to kMaxJitInputs, a handful of scalars) come in ever new
-// arities and neighbours, so compiling them kept compiling new kernels epoch after epoch (a
-// BiLSTM's fourth epoch of training still spent 27-128 ms of about 600 compiling scalar sums).
-constexpr int64_t kMinJitFloats = 256;
+// A batch of fewer floats runs as a kernel of its own, never fused with its neighbours: such
+// batches (a trace's loss terms summed in groups of up to kMaxJitInputs, a handful of scalars) come
+// next to ever new neighbours, and a fused kernel is keyed by the whole run, so fusing them kept
+// compiling new kernels epoch after epoch (a BiLSTM's fourth epoch of training still spent 27-128
+// ms of about 600 compiling runs of scalar sums); alone, each op and arity is one kernel. They
+// stay compiled (not Eigen's) so that their values equal a compiled cell's bit for bit.
+constexpr int64_t kMinFusedFloats = 256;
 
 // The kernel op of an elementwise batch the JIT runs; false for others (and for wide sums, a
 // trace's losses, where each arity would be a kernel of its own).
@@ -148,7 +149,7 @@ size_t fusable_end(const scheduler::Schedule& schedule, const Values& values, si
   jit::KernelOp op;
   if (!jit_op_of(first, op)) return b;
   const int64_t n = int64_t(lead.size()), elements = first.shape.size();
-  if (n * elements < kMinJitFloats) return b;
+  if (n * elements < kMinFusedFloats) return b + 1;
   std::vector<const float*> outs{values.in(lead[0])};
   size_t end = b + 1;
   for (; end < schedule.batch_count() && end - b < kMaxFused; ++end) {
