@@ -1,5 +1,7 @@
 // Shape inference and flop counts per op. Errors name the public function and both shapes,
 // because they surface while the user records the op.
+#include <cmath>
+
 #include "edbatch/errors.h"
 #include "ir/ir.h"
 
@@ -202,6 +204,10 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
         shape_error(op, "rows [" + std::to_string(attrs.begin) + ", " + std::to_string(attrs.end) +
                             ") are not a non-empty range inside " + to_string(args[0]));
       return {attrs.end - attrs.begin, args[0].cols};
+    case Op::scale_gradient:
+      if (!std::isfinite(attrs.constant))
+        shape_error(op, "the gradient's scale is " + std::to_string(attrs.constant) + "; expected a finite number");
+      return args[0];
     case Op::reshape:
       if (attrs.target.rows <= 0 || attrs.target.cols <= 0 || attrs.target.size() != args[0].size())
         shape_error(op, "cannot view " + to_string(args[0]) + " (" + std::to_string(args[0].size()) +
@@ -237,6 +243,7 @@ int64_t node_flops(const Graph& graph, NodeId id) {
     case Op::concat:
     case Op::slice:
     case Op::reshape:
+    case Op::scale_gradient:
       return 0;
     case Op::matmul:
     case Op::matvec:

@@ -84,7 +84,7 @@ void verify(const ir::Graph& graph, const Plan& plan) {
     }
     const ir::Node& n = graph.node(id);
     const ir::NodeId source = graph.args(n)[0];
-    if ((n.op != ir::Op::slice && n.op != ir::Op::reshape) || plan.offset[source] < 0 ||
+    if (!viewable(n) || plan.offset[source] < 0 ||
         plan.offset[id] != view_at(graph, plan, id))
       throw InternalError("memplan::verify: view %" + std::to_string(id) + " (" + std::string(ir::op_name(n.op)) +
                           ") does not start where its argument %" + std::to_string(source) + " says");

@@ -34,7 +34,9 @@ struct Plan {
 // A slice of a column and a reshape may alias their argument (when it is planned): the rows
 // [view_offset, + size) of it. Both planners, and a cell's frame laid out as an expansion plans
 // it (runtime/cell_lowering.cpp), follow this rule.
-inline bool viewable(const ir::Node& n) { return (n.op == ir::Op::slice && n.shape.cols == 1) || n.op == ir::Op::reshape; }
+inline bool viewable(const ir::Node& n) {
+  return (n.op == ir::Op::slice && n.shape.cols == 1) || n.op == ir::Op::reshape || n.op == ir::Op::scale_gradient;
+}
 inline int64_t view_offset(const ir::Node& n) { return n.op == ir::Op::slice ? n.attrs.begin : 0; }
 
 // Where row `at` of the frame of call node `call` (planned) lies in the arena: `at` floats past

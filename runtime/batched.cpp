@@ -539,7 +539,8 @@ void run_batch(const BatchContext& c) {
       c.stats.kernel_calls += 1;
       return;
     }
-    case ir::Op::reshape: {  // when the plan could not make it a view: copy each member
+    case ir::Op::reshape:  // when the plan could not make it a view: copy each member
+    case ir::Op::scale_gradient: {
       const Operand x = c.operand(0);
       const int64_t size = node.shape.size();
       for (int64_t k = 0; k < c.n(); ++k) std::copy_n(x.member(k), size, c.out + k * size);

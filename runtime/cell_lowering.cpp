@@ -216,7 +216,7 @@ class Lowerer {
       g.bias = bias;
       return;
     }
-    if (n.op == ir::Op::reshape) {
+    if (n.op == ir::Op::reshape || n.op == ir::Op::scale_gradient) {  // scale_gradient: x itself
       // The same floats seen as another shape: read in place from the source's memory, so the
       // source is stored (the backward body's gradient seeds and frame reads, vectors seen as matrices).
       const int32_t source = argument_form(o, 0);

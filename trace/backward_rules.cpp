@@ -206,6 +206,11 @@ void Backward::send(NodeId n, NodeId dy, const std::vector<uint8_t>& flows) {
     case Op::reshape:
       attrs.target = graph_.node(args[0]).shape;
       return to(0, emit(Op::reshape, {dy}, attrs));
+    case Op::scale_gradient:  // nobackprop sends nothing; flip_gradient -dy
+      if (node.attrs.constant == 0.0f) return;
+      if (node.attrs.constant == 1.0f) return to(0, dy);
+      attrs.constant = node.attrs.constant;
+      return to(0, emit(Op::scale, {dy}, attrs));
     case Op::pick_neg_log_softmax:
       attrs.index = node.attrs.index;
       return to(0, emit(Op::pick_neg_log_softmax_grad, {args[0], dy}, attrs));

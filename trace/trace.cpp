@@ -382,6 +382,9 @@ Expr div(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::div,
 Expr max(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::max, a, b); }
 Expr min(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::min, a, b); }
 Expr sum_elements(const Expr& x) { return record1(ir::Op::sum_elements, x); }
+Expr scale_gradient(const Expr& x, float scale) { return record1(ir::Op::scale_gradient, x, constant_attr(scale)); }
+Expr nobackprop(const Expr& x) { return scale_gradient(x, 0.0f); }
+Expr flip_gradient(const Expr& x) { return scale_gradient(x, -1.0f); }
 Expr mean_elements(const Expr& x) { return record1(ir::Op::mean_elements, x); }
 Expr transpose(const Expr& x) { return record1(ir::Op::transpose, x); }
 

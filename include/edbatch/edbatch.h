@@ -403,6 +403,12 @@ Expr pow(const Expr& x, const Expr& y);
 Expr sum_elements(const Expr& x);          // the sum of all of x's values, 1x1
 Expr mean_elements(const Expr& x);         // their mean, 1x1
 Expr transpose(const Expr& x);             // rows x cols -> cols x rows
+// DyNet's gradient control: x itself, whose gradient the backward pass scales by `scale` (finite):
+// nobackprop sends none back (a frozen embedding, a stopped path), flip_gradient sends it negated
+// (domain-adversarial training). No copy where the memory plan can view x.
+Expr scale_gradient(const Expr& x, float scale);
+Expr nobackprop(const Expr& x);     // scale_gradient(x, 0)
+Expr flip_gradient(const Expr& x);  // scale_gradient(x, -1)
 
 // Reductions, distances and losses of DyNet's (issue 46), each recorded as batched ops (the
 // elementwise ones fuse under the jit executor); docs/guide.md lists which ops and derivatives.

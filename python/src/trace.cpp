@@ -463,6 +463,15 @@ void bind_ops(py::module_& m) {
       "x itself unless training; then x plus Gaussian noise of stddev drawn from the seed.");
   m.def("concat", [](const py::args& args) { return nary(args, "edb::concat()", [](auto xs) { return edb::concat(xs); }); },
         "concat(a, b, ...) or concat([a, b, ...]): rows stacked.");
+  m.def(
+      "scale_gradient", [](const PyExpr& x, float scale) { return unary(x, [=](auto& v) { return edb::scale_gradient(v, scale); }); },
+      py::arg("x"), py::arg("scale"), "x itself; the backward pass scales its gradient by scale (0: none, -1: flipped).");
+  m.def(
+      "nobackprop", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::nobackprop(v); }); }, py::arg("x"),
+      "x itself; no gradient flows back through it.");
+  m.def(
+      "flip_gradient", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::flip_gradient(v); }); }, py::arg("x"),
+      "x itself; its gradient flows back negated.");
   m.def("concat_cols", [](const py::args& args) { return nary(args, "edb::concat_cols()", [](auto xs) { return edb::concat_cols(xs); }); },
         "concat_cols(a, b, ...) or concat_cols([a, b, ...]): columns side by side, every argument of as many rows.");
   m.def(

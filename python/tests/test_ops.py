@@ -461,3 +461,17 @@ def test_concat_cols(engine):
         close(edbatch.concat_cols([t.input(b)]).value(), b)
         with pytest.raises(edbatch.UsageError, match="concat_cols"):
             edbatch.concat_cols(t.input(a), t.input(rand(2, 1)))
+
+
+def test_gradient_control(engine):
+    model = edbatch.Model("gradient_control")
+    w = model.add_parameter("w", 3)
+    for scale, op in [(0.0, edbatch.nobackprop), (-1.0, edbatch.flip_gradient),
+                      (0.5, lambda x: edbatch.scale_gradient(x, 0.5))]:
+        with edbatch.Trace(engine) as t:
+            x = t.param(w)
+            y = op(x)
+            close(y.value(), w.values())
+            g = t.backward(edbatch.sum_elements(edbatch.square(y)) + edbatch.sum_elements(x))
+            want = scale * 2 * w.values() + 1
+            close(g.of(w), want)

@@ -220,7 +220,7 @@ TEST(RandomDag, SeedsCoverEveryOpSinksAndFanOut) {
                                        "poisson_loss", "select_rows", "select_cols", "pick", "layer_norm",
                                        "weight_norm", "argmax", "kmax_pooling", "conv1d_narrow", "conv1d_wide",
                                        "maxpool1d", "add, broadcast", "sub, broadcast", "cmult, broadcast",
-                                       "div, broadcast", "concat_cols"};
+                                       "div, broadcast", "concat_cols", "scale_gradient"};
   EXPECT_EQ(ops, every);
   EXPECT_GE(op_nodes, instances * 10);
   EXPECT_LE(op_nodes, instances * 22);

@@ -27,7 +27,7 @@ enum class Kind {
   sinh, cosh, round, ceil, floor, tan, asinh, acosh, atanh, pow, logsumexp, logsumexp_dim, sum_dim, mean_dim,
   std_dim, average, dot_product, squared_norm, l2_norm, squared_distance, l1_distance, huber_distance, hinge,
   binary_log_loss, pairwise_rank_loss, poisson_loss, select_rows, select_cols, pick_row, layer_norm, weight_norm, argmax, kmax_pooling,
-  conv1d_narrow, conv1d_wide, maxpool1d, broadcast, concat_cols, count
+  conv1d_narrow, conv1d_wide, maxpool1d, broadcast, concat_cols, scale_gradient, count
 };
 
 // Row splits whose totals are sizes, for concat.
@@ -282,6 +282,12 @@ class Recorder {
           parts.push_back(use(pick([=](const Node& n) { return n.rows == rows; }, rows, cols)));
         }
         add(concat_cols(parts), "concat_cols");
+        return;
+      }
+      case Kind::scale_gradient: {  // the gradient stopped, flipped or halved on its way back
+        const Expr x = use(pick_any());
+        const int form = s_->below(3);
+        add(form == 0 ? nobackprop(x) : form == 1 ? flip_gradient(x) : scale_gradient(x, 0.5f), "scale_gradient");
         return;
       }
       case Kind::sum_elements: add(sum_elements(use(pick_any())), "sum_elements"); return;
