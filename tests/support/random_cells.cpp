@@ -104,6 +104,7 @@ const char* op_name(CellOp::Kind k) {
     case CellOp::conv1d_wide_rows: return "conv1d_wide";
     case CellOp::maxpool_rows: return "maxpool1d";
     case CellOp::broadcast_scalar: return "broadcast";
+    case CellOp::scale_gradient: return "scale_gradient";
   }
   return "?";
 }
@@ -368,7 +369,7 @@ class Generator {
             CellOp::softsign,       CellOp::silu,           CellOp::elu,    CellOp::selu,
             CellOp::log_sigmoid,    CellOp::erf,            CellOp::sin_tanh, CellOp::cos_tanh,
             CellOp::sinh_tanh,      CellOp::cosh_tanh,      CellOp::tan_tanh, CellOp::asinh,
-            CellOp::acosh_square,   CellOp::atanh_tanh};
+            CellOp::acosh_square,   CellOp::atanh_tanh,     CellOp::scale_gradient};
         const CellOp::Kind k = kUnary[r_.below(int(std::size(kUnary)))];
         CellOp op = make_op(k, {pick_column(b)});
         static constexpr float kConstants[] = {0.5f, -1.5f, 2.0f, 0.25f};
@@ -722,6 +723,7 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
     case CellOp::conv1d_narrow_rows: return transpose(edb::conv1d_narrow(transpose(a[0]), transpose(a[1])));
     case CellOp::conv1d_wide_rows: return transpose(edb::conv1d_wide(transpose(a[0]), transpose(a[1])));
     case CellOp::maxpool_rows: return transpose(edb::maxpool1d(transpose(a[0]), op.begin, op.end));
+    case CellOp::scale_gradient: return edb::scale_gradient(a[0], op.constant);
     case CellOp::broadcast_scalar: {
       const Expr s = sum_elements(edb::tanh(a[1]));
       if (op.begin == 0) return a[0] + s;

@@ -63,6 +63,7 @@ struct CellOp {
     // Broadcasting: the column args[0] with the 1x1 sum_elements(tanh(args[1])), by op.begin: 0
     // x + s, 1 s - x, 2 cmult(s, x), 3 div(x, s^2 + 1).
     broadcast_scalar,
+    scale_gradient,  // of args[0] by constant: its value, its gradient scaled on the way back
   };
   Kind kind = input;
   std::vector<int> args;

@@ -73,6 +73,7 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::sum_elements: return "sum_elements(" + a[0] + ")";
     case CellOp::logsumexp: return "logsumexp({" + a[0] + ", " + a[1] + "})";
     case CellOp::average: return "average({" + a[0] + ", " + a[1] + "})";
+    case CellOp::scale_gradient: return "scale_gradient(" + a[0] + ", " + constant + ")";
     case CellOp::broadcast_scalar: {
       const std::string scalar = "sum_elements(tanh(" + a[1] + "))";
       if (op.begin == 0) return a[0] + " + " + scalar;
