@@ -129,14 +129,9 @@ double loss_of(const BroadcastCase& c, const Values& a, const Values& b) {
   return loss;
 }
 
-struct Outcome {
-  std::vector<Tensor> plain, celled;
-  Gradients gradients;
-};
-
 // Call i's arguments are lookups (entry i for the plain op, kCalls + i for the cell's call),
 // reshaped to their shapes; each output is weighed into the loss.
-Outcome run(const BroadcastCase& c, const std::string& executor, bool cells, const LookupTable& ta, const LookupTable& tb) {
+testing::WeighedRun run(const BroadcastCase& c, const std::string& executor, bool cells, const LookupTable& ta, const LookupTable& tb) {
   EngineOptions options = testing::checked_options(executor);
   options.cells = cells;
   Engine engine(options);
@@ -146,23 +141,14 @@ Outcome run(const BroadcastCase& c, const std::string& executor, bool cells, con
   });
   std::vector<float> weights;
   for (int k = 0; k < c.out.size(); ++k) weights.push_back(float(loss_weight(k)));
-  Outcome result;
   Trace trace(engine);
-  const Expr w = trace.input(1, c.out.size(), weights);
-  std::vector<Expr> plain, celled, terms;
+  std::vector<Expr> plain, celled;
   for (int i = 0; i < kCalls; ++i) {
     const Expr a = reshape(trace.lookup(ta, i), c.a.rows, c.a.cols), b = reshape(trace.lookup(tb, i), c.b.rows, c.b.cols);
     plain.push_back(reshape(c.op(a, b), c.out.size(), 1));
     celled.push_back(cell(trace, {trace.lookup(ta, kCalls + i), trace.lookup(tb, kCalls + i)})[0]);
-    terms.push_back(matmul(w, plain.back()));
-    terms.push_back(matmul(w, celled.back()));
   }
-  result.gradients = trace.backward(sum(terms));
-  for (int i = 0; i < kCalls; ++i) {
-    result.plain.push_back(plain[size_t(i)].value());
-    result.celled.push_back(celled[size_t(i)].value());
-  }
-  return result;
+  return testing::weigh_and_backward(trace, trace.input(1, c.out.size(), weights), plain, celled);
 }
 
 TEST(Broadcasting, ValuesAndGradientsMatchDoublePrecisionUnderEveryExecutorInAndOutOfCells) {
@@ -178,7 +164,7 @@ TEST(Broadcasting, ValuesAndGradientsMatchDoublePrecisionUnderEveryExecutorInAnd
     for (const char* executor : {"reference", "batched", "jit"})
       for (bool cells : {false, true}) {
         const std::string where = c.name + " " + executor + (cells ? " cells on" : " cells off");
-        const Outcome r = run(c, executor, cells, ta, tb);
+        const testing::WeighedRun r = run(c, executor, cells, ta, tb);
         for (int i = 0; i < kCalls; ++i) {
           const Values want = c.value(argument_of(c, 0, i), argument_of(c, 1, i));
           const Tensor expected{int(want.size()), 1, std::vector<float>(want.begin(), want.end())};

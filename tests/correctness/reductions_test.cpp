@@ -363,14 +363,9 @@ double loss_of(const ReductionCase& c, const std::vector<Values>& x) {
   return loss;
 }
 
-struct Outcome {
-  std::vector<Tensor> plain, celled;
-  Gradients gradients;
-};
-
 // Call i's arguments are lookups (entry i for the plain op, kCalls + i for the cell's call), each
 // reshaped to rows x cols; each output is weighed into the loss.
-Outcome run(const ReductionCase& c, const std::string& executor, bool cells, const std::vector<LookupTable>& tables) {
+testing::WeighedRun run(const ReductionCase& c, const std::string& executor, bool cells, const std::vector<LookupTable>& tables) {
   EngineOptions options = testing::checked_options(executor);
   options.cells = cells;
   Engine engine(options);
@@ -383,10 +378,8 @@ Outcome run(const ReductionCase& c, const std::string& executor, bool cells, con
   });
   std::vector<float> weights;
   for (int k = 0; k < out_size; ++k) weights.push_back(float(loss_weight(k)));
-  Outcome result;
   Trace trace(engine);
-  const Expr w = trace.input(1, out_size, weights);
-  std::vector<Expr> plain, celled, terms;
+  std::vector<Expr> plain, celled;
   for (int i = 0; i < kCalls; ++i) {
     std::vector<Expr> x, y;
     for (int a = 0; a < c.arguments; ++a) {
@@ -395,15 +388,8 @@ Outcome run(const ReductionCase& c, const std::string& executor, bool cells, con
     }
     plain.push_back(reshape(c.op(x), out_size, 1));
     celled.push_back(cell(trace, y)[0]);
-    terms.push_back(matmul(w, plain.back()));
-    terms.push_back(matmul(w, celled.back()));
   }
-  result.gradients = trace.backward(sum(terms));
-  for (int i = 0; i < kCalls; ++i) {
-    result.plain.push_back(plain[size_t(i)].value());
-    result.celled.push_back(celled[size_t(i)].value());
-  }
-  return result;
+  return testing::weigh_and_backward(trace, trace.input(1, out_size, weights), plain, celled);
 }
 
 TEST(Reductions, ValuesAndGradientsMatchDoublePrecisionUnderEveryExecutorInAndOutOfCells) {
@@ -420,7 +406,7 @@ TEST(Reductions, ValuesAndGradientsMatchDoublePrecisionUnderEveryExecutorInAndOu
     for (const char* executor : {"reference", "batched", "jit"})
       for (bool cells : {false, true}) {
         const std::string where = c.name + " " + executor + (cells ? " cells on" : " cells off");
-        const Outcome r = run(c, executor, cells, tables);
+        const testing::WeighedRun r = run(c, executor, cells, tables);
         for (int i = 0; i < kCalls; ++i) {
           const Values want = c.value(arguments_of(c, i));
           Tensor expected{int(want.size()), 1, std::vector<float>(want.begin(), want.end())};

@@ -15,6 +15,19 @@
 
 namespace edb::testing {
 
+WeighedRun weigh_and_backward(Trace& trace, const Expr& w, const std::vector<Expr>& plain, const std::vector<Expr>& celled) {
+  std::vector<Expr> terms;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    terms.push_back(matmul(w, plain[i]));
+    terms.push_back(matmul(w, celled[i]));
+  }
+  WeighedRun run;
+  run.gradients = trace.backward(sum(terms));
+  for (const Expr& e : plain) run.plain.push_back(e.value());
+  for (const Expr& e : celled) run.celled.push_back(e.value());
+  return run;
+}
+
 EngineOptions checked_options(const std::string& executor, int threads) {
   EngineOptions options;
   options.executor = executor;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include <edbatch/edbatch.h>
 
@@ -17,6 +18,14 @@ namespace edb::testing {
 // What an executor test starts from: the executor, the thread count, and verify on (checks
 // between stages; new values start as NaN).
 EngineOptions checked_options(const std::string& executor, int threads = 1);
+
+// The tail of the table-driven op tests (reductions, broadcasting): every value, plain and through
+// a cell, weighed by the row `w` into one loss; its backward pass, then the values read.
+struct WeighedRun {
+  std::vector<Tensor> plain, celled;
+  Gradients gradients;
+};
+WeighedRun weigh_and_backward(Trace& trace, const Expr& w, const std::vector<Expr>& plain, const std::vector<Expr>& celled);
 
 // A fresh directory under the system temp dir, removed when the object goes away.
 class TempDir {
