@@ -1,5 +1,6 @@
 // edb-bench-attention: a cell with softmax (scores = W h, a = softmax(scores), out = tanh(U (a .* v)
-// + b), and log_softmax(V out) as a second output) over chains of calls, `jit` against `batched`:
+// + b), and log_softmax(V out) as a second output), or with `--cell layer_norm` layer_norm(W h, v,
+// v) in place of a .* v, over chains of calls, `jit` against `batched`:
 // inference and training (a backward pass, no update) instances/s per round, rounds interleaved,
 // medians of each and of each round's ratio. It leaves checking the values to the tests
 // (tests/correctness/compiled_column_steps_test.cpp).
@@ -22,14 +23,18 @@ struct Attention {
   edb::Model model{"attention", 5};
   edb::Parameter w, u, v, b;
   std::unique_ptr<edb::Cell> cell;
-  explicit Attention(int hidden)
+  // `layer_norm`: layer_norm(W h, v, v) in place of the softmax's a .* v, tanh(V out) for the second output.
+  Attention(int hidden, bool layer_norm)
       : n(hidden), w(model.add_parameter("W", hidden, hidden)), u(model.add_parameter("U", hidden, hidden)),
         v(model.add_parameter("V", hidden, hidden)), b(model.add_parameter("b", hidden, 1)) {
     cell = std::make_unique<edb::Cell>("attend", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}},
-                                       [this](edb::Trace& t, std::span<const edb::Expr> in) {
-                                         const edb::Expr a = edb::softmax(edb::matmul(t.param(w), in[0]));
-                                         const edb::Expr out = edb::tanh(edb::affine({t.param(b), t.param(u), edb::cmult(a, in[1])}));
-                                         return std::vector<edb::Expr>{out, edb::log_softmax(edb::matmul(t.param(v), out))};
+                                       [this, layer_norm](edb::Trace& t, std::span<const edb::Expr> in) {
+                                         const edb::Expr scores = edb::matmul(t.param(w), in[0]);
+                                         const edb::Expr mixed = layer_norm ? edb::layer_norm(scores, in[1], in[1])
+                                                                            : edb::cmult(edb::softmax(scores), in[1]);
+                                         const edb::Expr out = edb::tanh(edb::affine({t.param(b), t.param(u), mixed}));
+                                         const edb::Expr second = edb::matmul(t.param(v), out);
+                                         return std::vector<edb::Expr>{out, layer_norm ? edb::tanh(second) : edb::log_softmax(second)};
                                        });
   }
 
@@ -65,7 +70,7 @@ double median(std::vector<double> v) {
 }
 
 int body(int argc, char** argv) {
-  edb::tools::Flags flags("edb-bench-attention", {"hidden", "chains", "steps", "rounds", "traces", "threads"}, {});
+  edb::tools::Flags flags("edb-bench-attention", {"cell", "hidden", "chains", "steps", "rounds", "traces", "threads"}, {});
   flags.parse(argc, argv, 1);
   const int hidden = int(flags.get_int("hidden", 64, 1, 4096));
   const int chains = int(flags.get_int("chains", 64, 1, 100000));
@@ -73,7 +78,10 @@ int body(int argc, char** argv) {
   const int rounds = int(flags.get_int("rounds", 5, 1, 1000));
   const int traces = int(flags.get_int("traces", 10, 1, 100000));
   const int threads = int(flags.get_int("threads", 1, 1, 256));
-  Attention attention(hidden);
+  const std::string kind = flags.get("cell", "attention");
+  if (kind != "attention" && kind != "layer_norm")
+    throw edb::UsageError("edb-bench-attention: --cell is '" + kind + "'; expected attention or layer_norm");
+  Attention attention(hidden, kind == "layer_norm");
   int instances = 0;
   for (int k = 0; k < chains; ++k) instances += 1 + k % steps;
   const std::vector<std::string> executors = {"batched", "jit"};
@@ -98,8 +106,8 @@ int body(int argc, char** argv) {
   };
   for (size_t e = 0; e < engines.size(); ++e)  // warm-up: kernels compiled, the training layout, arenas grown
     for (bool train : {false, true}) measure(e, train);
-  std::printf("attention cell: hidden %d, %d chains of 1-%d calls (%d calls a trace), %d traces a measure, %d thread(s)\n",
-              hidden, chains, steps, instances, traces, threads);
+  std::printf("%s cell: hidden %d, %d chains of 1-%d calls (%d calls a trace), %d traces a measure, %d thread(s)\n",
+              kind.c_str(), hidden, chains, steps, instances, traces, threads);
   for (bool train : {false, true}) {
     std::vector<std::vector<double>> rates(engines.size());
     std::vector<double> ratios;

@@ -36,14 +36,17 @@ std::string segment_text(const CellProgram::Segment& segment) {
   return operand_text(segment.operand) + "[" + std::to_string(segment.row) + "+" + std::to_string(segment.rows) + "]";
 }
 
-constexpr const char* kColumnStepNames[] = {"softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "sum", "mean", "dot"};
+constexpr const char* kColumnStepNames[] = {"softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "sum", "mean", "dot", "scalar"};
 
 void check_column_step(const CellProgram& program, const CellProgram::ColumnStep& step, const std::string& where) {
   if (size_t(step.kind) >= std::size(kColumnStepNames)) invalid(program, where + ": a column step of no kind");
   if (step.x.rows <= 0 || step.x.row < 0 || step.cols < 1) invalid(program, where + ": an empty column step");
   check_operand(program, step.x.operand, "a column step");
   if (step.cols > 1 && step.x.operand.stride < step.x.rows) invalid(program, where + ": a column step's columns overlap");
-  if (column_step_has_y(step.kind)) {
+  if (step.kind == CellProgram::ColumnStep::scalar &&
+      (step.x.rows != 1 || step.cols != 1 || step.op == KernelOp::load || kernel_op_arity(step.op) < 1))
+    invalid(program, where + ": a scalar step of more than one float, or of no computing op");
+  if (column_step_has_y(step)) {
     check_operand(program, step.y.operand, "a column step");
     if (step.y.rows != step.x.rows || step.y.row < 0 || (step.cols > 1 && step.y.operand.stride < step.y.rows))
       invalid(program, where + ": a column step's second argument is not as tall as its first");
@@ -65,12 +68,14 @@ bool column_step_from_name(std::string_view name, CellProgram::ColumnStep::Kind&
   return false;
 }
 
-bool column_step_has_y(CellProgram::ColumnStep::Kind kind) {
-  return kind == CellProgram::ColumnStep::softmax_grad || kind == CellProgram::ColumnStep::log_softmax_grad ||
-         kind == CellProgram::ColumnStep::dot;
+bool column_step_has_y(const CellProgram::ColumnStep& step) {
+  using Step = CellProgram::ColumnStep;
+  return step.kind == Step::softmax_grad || step.kind == Step::log_softmax_grad || step.kind == Step::dot ||
+         (step.kind == Step::scalar && kernel_op_arity(step.op) == 2);
 }
 bool column_step_is_total(CellProgram::ColumnStep::Kind kind) {
-  return kind == CellProgram::ColumnStep::sum || kind == CellProgram::ColumnStep::mean || kind == CellProgram::ColumnStep::dot;
+  using Step = CellProgram::ColumnStep;
+  return kind == Step::sum || kind == Step::mean || kind == Step::dot || kind == Step::scalar;
 }
 
 int32_t CellProgram::weight_count() const {
@@ -190,8 +195,13 @@ std::string describe(const CellProgram& program) {
     for (const CellProgram::Store& store : stage.stores)
       out << "  store %" << store.value << " " << operand_text(store.operand) << " block " << store.block << '\n';
     for (const CellProgram::ColumnStep& step : stage.steps) {
-      out << "  column_step " << column_step_name(step.kind) << " cols " << step.cols << " x " << segment_text(step.x);
-      if (column_step_has_y(step.kind)) out << " y " << segment_text(step.y);
+      out << "  column_step " << column_step_name(step.kind);
+      if (step.kind == CellProgram::ColumnStep::scalar) {
+        out << ' ' << kernel_op_name(step.op);
+        if (kernel_op_has_constant(step.op)) out << ' ' << constant_text(step.constant);
+      }
+      out << " cols " << step.cols << " x " << segment_text(step.x);
+      if (column_step_has_y(step)) out << " y " << segment_text(step.y);
       out << " out " << operand_text(step.out) << '\n';
     }
   }
@@ -313,10 +323,15 @@ CellProgram parse_cell_program(std::string_view text) {
       CellProgram::ColumnStep step;
       const std::string_view name = in.word();
       if (!column_step_from_name(name, step.kind)) in.fail("unknown column step '" + std::string(name) + "'");
+      if (step.kind == CellProgram::ColumnStep::scalar) {
+        const std::string_view op = in.word();
+        if (!kernel_op_from_name(op, step.op) || step.op == KernelOp::load) in.fail("unknown op '" + std::string(op) + "'");
+        if (kernel_op_has_constant(step.op)) step.constant = in.constant();
+      }
       step.cols = parse_count(in, "cols");
       in.expect("x");
       step.x = parse_segment(in, in.word());
-      if (column_step_has_y(step.kind)) {
+      if (column_step_has_y(step)) {
         in.expect("y");
         step.y = parse_segment(in, in.word());
       }

@@ -80,10 +80,13 @@ struct CellProgram {
   // columns of x.rows floats, and writes `out`: rows * cols floats (softmax and log_softmax per
   // column; their gradients per column of (x, y) = (y, dy), the forward output and its gradient) or
   // one float (sum and mean of every element; dot: the sum of x .* y, a product to 1x1 such as a
-  // pick's row times a column). Later stages read `out` from memory.
+  // pick's row times a column; scalar: kernel op `op` of the one float of x (and y), an
+  // elementwise op on 1x1 values). Later stages read `out` from memory.
   struct ColumnStep {
-    enum Kind : uint8_t { softmax, log_softmax, softmax_grad, log_softmax_grad, sum, mean, dot };
+    enum Kind : uint8_t { softmax, log_softmax, softmax_grad, log_softmax_grad, sum, mean, dot, scalar };
     Kind kind = softmax;
+    KernelOp op = KernelOp::add;  // scalar
+    float constant = 0;           // scalar: scale, add_const, elu
     Segment x;       // x.rows: a column's rows
     Segment y;       // the gradients' second argument, as tall as x
     int32_t cols = 1;  // x's operand.stride (and y's): floats from one column to the next
@@ -109,8 +112,9 @@ struct CellProgram {
 // The column steps' names (column_step_name(softmax_grad) == "softmax_grad"), and back.
 const char* column_step_name(CellProgram::ColumnStep::Kind kind);
 bool column_step_from_name(std::string_view name, CellProgram::ColumnStep::Kind& kind);
-// Whether a column step reads a second argument (the gradients) and writes one float per call.
-bool column_step_has_y(CellProgram::ColumnStep::Kind kind);
+// Whether a column step reads a second argument (the gradients, dot, a scalar op of two) and writes
+// one float per call.
+bool column_step_has_y(const CellProgram::ColumnStep& step);
 bool column_step_is_total(CellProgram::ColumnStep::Kind kind);
 
 // Throws InternalError unless slots, values, blocks and segments are in range and every stage has

@@ -147,9 +147,15 @@ class ColumnRenderer {
   void step(const Step& step, llvm::Value* shared, llvm::Value* table) {
     const int64_t rows = step.x.rows;
     llvm::Value* x = pointer(step.x.operand, step.x.row, shared, table);
-    llvm::Value* y = column_step_has_y(step.kind) ? pointer(step.y.operand, step.y.row, shared, table) : nullptr;
+    llvm::Value* y = column_step_has_y(step) ? pointer(step.y.operand, step.y.row, shared, table) : nullptr;
     llvm::Value* out = pointer(step.out, 0, shared, table);
     llvm::Value* zero = llvm::ConstantFP::get(f32_, 0.0);
+    if (step.kind == Step::scalar) {
+      llvm::Value* a = b_.CreateLoad(f32_, x);
+      llvm::Value* c = y ? b_.CreateLoad(f32_, y) : nullptr;
+      b_.CreateStore(math_.op(step.op, a, c, step.constant), out);
+      return;
+    }
     if (column_step_is_total(step.kind)) {
       llvm::Value* total = loop(b_.getInt64(uint64_t(step.cols)), {zero}, "col", [&](llvm::Value* j, const std::vector<llvm::Value*>& s) {
         llvm::Value* xj = column(x, j, step.x.operand.stride);

@@ -103,9 +103,14 @@ void render_column_steps(std::ostringstream& out, const jit::CellProgram::Stage&
   for (const Step& step : stage.steps) {
     const std::string rows = std::to_string(step.x.rows);
     out << "      {\n        const float* x = " << base(step.x.operand) << " + " << step.x.row << ";\n";
-    if (jit::column_step_has_y(step.kind))
+    if (jit::column_step_has_y(step))
       out << "        const float* y = " << base(step.y.operand) << " + " << step.y.row << ";\n";
     out << "        float* o = " << base(step.out) << ";\n";
+    if (step.kind == Step::scalar) {
+      out << "        o[0] = " << op_expression(step.op, "x[0]", jit::column_step_has_y(step) ? "y[0]" : "", step.constant)
+          << ";\n      }\n";
+      continue;
+    }
     if (jit::column_step_is_total(step.kind)) {
       out << "        float t = 0.0f;\n        for (int c = 0; c < " << step.cols << "; ++c)\n          for (int r = 0; r < "
           << rows << "; ++r) t += x[c * " << step.x.operand.stride << " + r]"
@@ -116,7 +121,7 @@ void render_column_steps(std::ostringstream& out, const jit::CellProgram::Stage&
     }
     out << "        for (int c = 0; c < " << step.cols << "; ++c) {\n          const float* xc = x + c * "
         << step.x.operand.stride << ";\n          float* oc = o + c * " << rows << ";\n";
-    if (jit::column_step_has_y(step.kind))
+    if (jit::column_step_has_y(step))
       out << "          const float* yc = y + c * " << step.y.operand.stride << ";\n";
     const std::string each = "          for (int r = 0; r < " + rows + "; ++r) ";
     switch (step.kind) {

@@ -36,6 +36,12 @@ bool is_product(ir::Op op) {
   return op == ir::Op::affine || op == ir::Op::matmul || op == ir::Op::matvec || op == ir::Op::matmul_tn ||
          op == ir::Op::matmul_nt;
 }
+// An elementwise op of 1x1 values that is a scalar column step: a kernel op, or a sum (a chain of
+// adds). Not an activation gradient (several kernel ops).
+bool is_scalar_step(const ir::Node& n) {
+  jit::KernelOp op;
+  return n.shape.size() == 1 && (n.op == ir::Op::sum || jit::kernel_op_for(n.op, op));
+}
 // An op over whole columns, a column step of its own stage (jit::CellProgram::ColumnStep).
 bool column_step_for(ir::Op op, Program::ColumnStep::Kind& kind) {
   switch (op) {
@@ -131,13 +137,14 @@ class Lowerer {
   const ir::Node& body_node(uint32_t o) const { return graph_.node(first_ + o); }
   bool inside(ir::NodeId id) const { return id >= first_ && id < first_ + count_; }
 
-  // The block height: the rows of the narrowest elementwise value (else of the narrowest product
-  // but for products to 1x1, which are dot steps where their W is per call).
+  // The block height: the rows of the narrowest elementwise value (else of the narrowest product)
+  // but for values of 1x1, which are column steps (scalar and dot steps).
   void choose_rows() {
     int32_t elementwise = 0, linear = 0, scalar = 0;
     for (uint32_t o = 0; o < count_; ++o) {
       const ir::Node& n = body_node(o);
-      if (lowers_elementwise(n.op)) elementwise = elementwise ? std::min(elementwise, n.shape.rows) : n.shape.rows;
+      if (is_scalar_step(n)) scalar = 1;
+      else if (lowers_elementwise(n.op)) elementwise = elementwise ? std::min(elementwise, n.shape.rows) : n.shape.rows;
       if (is_product(n.op) && n.shape.size() == 1) scalar = 1;
       else if (is_product(n.op)) linear = linear ? std::min(linear, n.shape.rows) : n.shape.rows;
     }
@@ -243,7 +250,7 @@ class Lowerer {
       return;
     }
     Program::ColumnStep::Kind step;
-    if (column_step_for(n.op, step)) {
+    if (column_step_for(n.op, step) || is_scalar_step(n)) {
       // Its arguments are read whole, from memory: a later level than theirs.
       std::vector<int32_t> operands;
       int32_t stage = 1;
@@ -630,10 +637,37 @@ class Lowerer {
         throw Unsupported{std::string(ir::op_name(n.op)) + " of a value that is not one value in memory"};
       return pieces[0];
     };
+    if (is_scalar_step(n)) {
+      // One float of each operand; a sum is a chain of adds into the output's own float.
+      form.memory = {int32_t(out_.call_slots.size()), false, 0};
+      out_.call_slots.push_back({o, -1, rows_ > 1 ? rows_ : 0});
+      step.kind = Program::ColumnStep::scalar;
+      step.out = form.memory;
+      std::vector<Program::Segment> operands;
+      for (int32_t f : form.sources) operands.push_back(whole(f));
+      if (n.op == ir::Op::sum) {
+        step.op = operands.size() == 1 ? jit::KernelOp::add_const : jit::KernelOp::add;
+        step.x = operands[0];
+        if (operands.size() > 1) step.y = operands[1];
+        stage.steps.push_back(step);
+        for (size_t i = 2; i < operands.size(); ++i) {
+          step.x = {form.memory, 0, 1};
+          step.y = operands[i];
+          stage.steps.push_back(step);
+        }
+        return;
+      }
+      jit::kernel_op_for(n.op, step.op);
+      if (jit::kernel_op_has_constant(step.op)) step.constant = n.attrs.constant;
+      step.x = operands[0];
+      if (jit::kernel_op_arity(step.op) == 2) step.y = operands[1];
+      stage.steps.push_back(step);
+      return;
+    }
     if (column_step_for(n.op, step.kind)) {
       step.x = whole(form.sources[0]);
       step.cols = forms_[size_t(form.sources[0])].cols;
-      if (jit::column_step_has_y(step.kind)) step.y = whole(form.sources[1]);
+      if (jit::column_step_has_y(step)) step.y = whole(form.sources[1]);
     } else {
       // A product to 1x1 (classify_per_call_product): W's K values (a 1 x K row lies as K
       // consecutive floats) dotted with x's.

@@ -33,6 +33,7 @@ struct CellCase {
   std::shared_ptr<Model> model;  // Models do not move
   std::vector<Parameter> parameters;
   std::function<Expr(Trace&, int instances)> loss;
+  int hidden = 0;  // every program's block height: the 1x1 values are column steps, not blocks of one row
 };
 
 // Each cell the trace of `loss` calls, forward and backward, lowered (its batches of calls are
@@ -40,12 +41,13 @@ struct CellCase {
 struct Lowered {
   int forward = 0, backward = 0, forward_steps = 0, backward_steps = 0;
 };
-Lowered lowered_cells(const Expr& loss) {
+Lowered lowered_cells(const Expr& loss, int hidden) {
   const detail::EvaluatedTrace evaluated = detail::evaluated_trace(loss);
   Lowered counts;
   for (size_t c = 0; c < evaluated.graph.cell_count(); ++c) {
     const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(int64_t(c)));
     EXPECT_TRUE(cell.lowered) << cell.name << ": " << cell.why_not;
+    EXPECT_EQ(cell.lowering.program.rows, hidden) << cell.name;
     bool steps = false;
     for (const jit::CellProgram::Stage& stage : cell.lowering.program.stages) steps |= !stage.steps.empty();
     (cell.is_backward ? counts.backward : counts.forward) += 1;
@@ -74,7 +76,7 @@ void expect_reference_values(CellCase& c, const std::string& executor) {
     const Expr loss = c.loss(trace, instances);
     const Gradients got = trace.backward(loss);
     if (executor == "jit") {
-      const Lowered cells = lowered_cells(loss);
+      const Lowered cells = lowered_cells(loss, c.hidden);
       EXPECT_EQ(cells.forward, 1);
       EXPECT_EQ(cells.backward, 1);
       EXPECT_EQ(cells.forward_steps, 1);
@@ -97,6 +99,7 @@ void expect_reference_values(CellCase& c, const std::string& executor) {
 // step's h the last one's out.
 CellCase attention(int n) {
   CellCase c{"attention " + std::to_string(n), std::make_shared<Model>("attention", 5), {}, {}};
+  c.hidden = n;
   const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
   const Parameter v = c.model->add_parameter("V", n, n), b = c.model->add_parameter("b", n, 1);
   c.parameters = {w, u, v, b};
@@ -127,6 +130,7 @@ CellCase attention(int n) {
 // product of the weights' transpose, which lowers in whole blocks only).
 CellCase attention_over_columns(int n) {
   CellCase c{"attention over columns " + std::to_string(n), std::make_shared<Model>("columns", 7), {}, {}};
+  c.hidden = n;
   const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
   c.parameters = {w, u};
   auto cell = std::make_shared<Cell>("keys", std::vector<std::pair<int, int>>{{n, n}, {n, 1}},
@@ -153,6 +157,7 @@ CellCase attention_over_columns(int n) {
 // step), and each stretch a product of a column of ones with it.
 CellCase attention_by_picks(int n) {
   CellCase c{"attention by picks " + std::to_string(n), std::make_shared<Model>("picks", 11), {}, {}};
+  c.hidden = n;
   const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
   c.parameters = {w, u};
   auto cell = std::make_shared<Cell>("picks", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}, {n, 1}},
@@ -174,10 +179,12 @@ CellCase attention_by_picks(int n) {
   return c;
 }
 
-// layer_norm of a recurrent step (its means are products with constant rows), then per call the
-// sum and the mean of the step's squares as outputs of their own (1x1 values of the cell).
+// layer_norm of a recurrent step (its means are products of constant rows with columns, dot
+// steps; the deviation's sqrt and add_const scalar steps), then per call the sum and the mean of
+// the step's squares as outputs of their own (1x1 values of the cell).
 CellCase normalised(int n) {
   CellCase c{"layer_norm " + std::to_string(n), std::make_shared<Model>("normalised", 9), {}, {}};
+  c.hidden = n;
   const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
   const Parameter g = c.model->add_parameter("g", n, 1), beta = c.model->add_parameter("beta", n, 1);
   c.parameters = {w, u, g, beta};

@@ -336,7 +336,7 @@ Program column_steps(int rows) {
   Program p;
   p.name = "test column steps";
   p.rows = 8;
-  p.call_slots = 2 + 7;
+  p.call_slots = 2 + 9;
   Program::Stage stage;
   for (int k = 0; k < 7; ++k) {
     Program::ColumnStep step;
@@ -347,6 +347,19 @@ Program column_steps(int rows) {
     step.out = {2 + k, false};
     stage.steps.push_back(step);
   }
+  // Scalar steps: x's row 2 scaled by 0.5, then that over y's row 3 (a step reading another's output).
+  Program::ColumnStep scalar;
+  scalar.kind = Program::ColumnStep::scalar;
+  scalar.op = KernelOp::scale;
+  scalar.constant = 0.5f;
+  scalar.x = {{0, false}, 2, 1};
+  scalar.out = {9, false};
+  stage.steps.push_back(scalar);
+  scalar.op = KernelOp::div;
+  scalar.x = {{9, false}, 0, 1};
+  scalar.y = {{1, false}, 3, 1};
+  scalar.out = {10, false};
+  stage.steps.push_back(scalar);
   p.stages.push_back(stage);
   return p;
 }
@@ -366,10 +379,10 @@ TEST(CellKernel, ColumnStepsEqualTheirFormulas) {
     std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
     const int64_t in_floats = 2 * (rows + 3), out_floats = 2 * rows;
     for (int calls = 1; calls <= 9; ++calls) {
-      std::vector<std::vector<float>> memory;  // per call: x, y, the seven outputs
+      std::vector<std::vector<float>> memory;  // per call: x, y, the nine outputs
       std::vector<float*> pointers;
       for (int j = 0; j < calls; ++j)
-        for (int slot = 0; slot < 9; ++slot) {
+        for (int slot = 0; slot < 11; ++slot) {
           memory.emplace_back(size_t(slot < 2 ? in_floats : out_floats));
           for (float& v : memory.back()) v = uniform(random);
         }
@@ -377,7 +390,7 @@ TEST(CellKernel, ColumnStepsEqualTheirFormulas) {
       const CellArgs args{calls, nullptr, nullptr, pointers.data()};
       kernel.cell()(&args);
       for (int j = 0; j < calls; ++j) {
-        const std::vector<float>* slots = &memory[size_t(j) * 9];
+        const std::vector<float>* slots = &memory[size_t(j) * 11];
         double total = 0, products = 0, abs_products = 0;
         for (int c = 0; c < 2; ++c) {
           const float* x = slots[0].data() + 1 + c * (rows + 3);
@@ -410,6 +423,8 @@ TEST(CellKernel, ColumnStepsEqualTheirFormulas) {
         EXPECT_NEAR(slots[6][0], total, 1e-5 * (1 + std::abs(total))) << "sum, call " << j;
         EXPECT_NEAR(slots[7][0], total / (2 * rows), 1e-5 * (1 + std::abs(total))) << "mean, call " << j;
         EXPECT_NEAR(slots[8][0], products, 1e-6 * (1 + abs_products)) << "dot, call " << j;
+        EXPECT_EQ(slots[9][0], slots[0][2] * 0.5f) << "scalar scale, call " << j;
+        EXPECT_EQ(slots[10][0], slots[9][0] / slots[1][3]) << "scalar div, call " << j;
       }
     }
   }

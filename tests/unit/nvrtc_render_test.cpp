@@ -96,7 +96,7 @@ TEST(NvrtcRender, AnInconsistentKernelIsRefused) {
 jit::CellProgram column_step_program() {
   return jit::parse_cell_program(
       "cell column steps\n"
-      "rows 8 call_slots 10 shared_slots 0\n"
+      "rows 8 call_slots 11 shared_slots 0\n"
       "stage 0\n"
       "  column_step softmax cols 2 x c0*9[1+8] out c2\n"
       "  column_step log_softmax cols 1 x c0[0+8] out c3\n"
@@ -105,6 +105,7 @@ jit::CellProgram column_step_program() {
       "  column_step sum cols 2 x c0*9[1+8] out c6\n"
       "  column_step mean cols 1 x c1[0+8] out c7\n"
       "  column_step dot cols 1 x c0[0+8] y c1[0+8] out c9\n"
+      "  column_step scalar div cols 1 x c6[0+1] y c7[0+1] out c10\n"
       "stage 1\n"
       "  %0 = load c2 block 0\n"
       "  %1 = tanh %0\n"
@@ -120,6 +121,7 @@ TEST(NvrtcRender, ColumnStepsRenderAsOneThreadsLoops) {
   EXPECT_NE(source.find("oc[r] = yc[r] - expf(xc[r]) * d;"), std::string::npos) << source;        // log_softmax_grad
   EXPECT_NE(source.find("o[0] = t / 8.0f;"), std::string::npos) << source;                        // mean
   EXPECT_NE(source.find("t += x[c * 0 + r] * y[c * 0 + r];"), std::string::npos) << source;        // dot
+  EXPECT_NE(source.find("o[0] = x[0] / y[0];"), std::string::npos) << source;                      // scalar div
   EXPECT_LT(source.find("__syncthreads();"), source.find("// stage 1"));
 }
 
