@@ -70,8 +70,18 @@ double median(std::vector<double> v) {
 }
 
 int body(int argc, char** argv) {
-  edb::tools::Flags flags("edb-bench-attention", {"cell", "hidden", "chains", "steps", "rounds", "traces", "threads"}, {});
+  edb::tools::Flags flags("edb-bench-attention", {"cell", "hidden", "chains", "steps", "rounds", "traces", "threads"}, {"help"});
   flags.parse(argc, argv, 1);
+  if (flags.has("help")) {
+    std::printf(
+        "usage: edb-bench-attention [--cell attention|layer_norm] [--hidden N] [--chains N] [--steps N]\n"
+        "                           [--rounds N] [--traces N] [--threads N]\n"
+        "  A cell with softmax (scores = W h, a = softmax(scores), out = tanh(U (a .* v) + b), log_softmax(V\n"
+        "  out)), or with layer_norm(W h, v, v) in place of a .* v, over --chains chains of 1..--steps calls\n"
+        "  (defaults: attention, hidden 64, 64 chains, 8 steps): batched against jit, inference and\n"
+        "  training, --traces traces a measure (10), --rounds interleaved rounds (5), medians.\n");
+    return 0;
+  }
   const int hidden = int(flags.get_int("hidden", 64, 1, 4096));
   const int chains = int(flags.get_int("chains", 64, 1, 100000));
   const int steps = int(flags.get_int("steps", 8, 1, 1000));
