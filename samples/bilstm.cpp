@@ -4,7 +4,6 @@
 // embeddings of kCharEmbed, embed/2 each way): its vector is [fwd_h after the last char; bwd_h
 // after the first].
 // LSTM step: [i; f; o; g] = W x + U h_prev + b (one affine); c = f*c_prev + i*g; h = o*tanh(c).
-#include <map>
 #include <optional>
 
 #include "samples/data/data.h"
@@ -31,29 +30,8 @@ class BiLstmTagger final : public SampleModel {
                                                 chars ? generate_spelled_tagged : generate_tagged, source_);
     // With chars, the words seen fewer than kFrequent times are spelled out (<unk> stands for them
     // in the word vocabulary).
-    std::map<std::string, int> seen;
-    if (chars)
-      for (const TaggedSentence& sentence : sentences_)
-        for (const std::string& word : sentence.words) ++seen[word];
-    // Word, char and tag ids by first appearance, fixed once so recording a trace does no string
-    // work. Tags need no <unk>: Vocabulary's id 0 is skipped so tag t is output row t.
-    for (const TaggedSentence& sentence : sentences_) {
-      std::vector<int>& words = word_ids_.emplace_back();
-      std::vector<int>& tags = tag_ids_.emplace_back();
-      std::vector<std::vector<int>>& spelled = char_ids_.emplace_back();
-      for (size_t w = 0; w < sentence.words.size(); ++w) {
-        const std::string& word = sentence.words[w];
-        const bool rare = chars && seen[word] < kFrequent;
-        words.push_back(rare ? 0 : vocabulary_.add(word));
-        std::vector<int>& letters = spelled.emplace_back();
-        if (rare)
-          for (char c : word) letters.push_back(chars_vocabulary_.add(std::string(1, c)));
-        tags.push_back(tags_.add(sentence.tags[w]) - 1);
-      }
-    }
-    vocabulary_.freeze();
-    chars_vocabulary_.freeze();
-    tags_.freeze();
+    ids_ = tagged_ids(sentences_, chars ? kFrequent : 0, chars ? Spell::rare : Spell::none, vocabulary_,
+                      chars_vocabulary_, tags_);
     const int h = hidden_;
     embeddings_ = model_.add_lookup("E", vocabulary_.size(), config.embed);
     forward_ = {model_.add_parameter("W_fwd", 4 * h, config.embed), model_.add_parameter("U_fwd", 4 * h, h),
@@ -77,7 +55,7 @@ class BiLstmTagger final : public SampleModel {
   }
 
   size_t instance_count() const override { return sentences_.size(); }
-  double instance_cost(size_t i) const override { return double(word_ids_.at(i).size()); }
+  double instance_cost(size_t i) const override { return double(ids_.words.at(i).size()); }
   Model& model() override { return model_; }
   std::string describe_data() const override {
     return std::to_string(sentences_.size()) + " sentences, " + std::to_string(vocabulary_.size()) +
@@ -89,17 +67,17 @@ class BiLstmTagger final : public SampleModel {
 
  protected:
   void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {
-    const std::vector<int>& words = word_ids_[i];
-    const std::vector<int>& tags = tag_ids_[i];
+    const std::vector<int>& words = ids_.words[i];
+    const std::vector<int>& tags = ids_.tags[i];
     const size_t length = words.size();
     // Each direction looks its words up itself, in the order its steps read them, so the planner
     // can lay both operands out in place (one shared lookup could suit only one direction).
     // A rare word's vector is one value both directions read.
     std::vector<Expr> forward_x(length), backward_x(length);
     for (size_t w = 0; w < length; ++w)
-      forward_x[w] = char_ids_[i][w].empty() ? trace.lookup(embeddings_, words[w]) : spelled(trace, char_ids_[i][w]);
+      forward_x[w] = ids_.letters[i][w].empty() ? trace.lookup(embeddings_, words[w]) : spelled(trace, ids_.letters[i][w]);
     for (size_t w = length; w-- > 0;)
-      backward_x[w] = char_ids_[i][w].empty() ? trace.lookup(embeddings_, words[w]) : forward_x[w];
+      backward_x[w] = ids_.letters[i][w].empty() ? trace.lookup(embeddings_, words[w]) : forward_x[w];
     // The zero initial h and c: an input rather than a parameter, so the first step's affine has
     // the same signature as every later step and batches with them.
     const Expr zero = trace.input(zeros_);
@@ -163,8 +141,7 @@ class BiLstmTagger final : public SampleModel {
   bool chars_;
   std::vector<float> zeros_, char_zeros_;
   std::vector<TaggedSentence> sentences_;
-  std::vector<std::vector<int>> word_ids_, tag_ids_;
-  std::vector<std::vector<std::vector<int>>> char_ids_;  // per sentence and word: a rare word's letters, else none
+  TaggedIds ids_;  // letters: a rare word's, else none
   Vocabulary vocabulary_, chars_vocabulary_, tags_;
   std::string source_;
   LookupTable embeddings_, char_embeddings_;

@@ -3,7 +3,6 @@
 // kFilters channels, conv1d_wide with a kWidth filter per channel, tanh, kmax_pooling to the
 // largest value per channel; that beside the word's embedding (<unk> for words seen fewer than
 // kFrequent times), layer_norm, then tanh(MLP) -> tag logits -> a loss per word.
-#include <map>
 
 #include "samples/data/data.h"
 #include "samples/models.h"
@@ -22,25 +21,7 @@ class CharCnnTagger final : public SampleModel {
   explicit CharCnnTagger(const ModelConfig& config) : model_("charcnn", config.seed) {
     sentences_ = load_instances<TaggedSentence>(config, "charcnn", "sentences", read_tagged,
                                                 generate_spelled_tagged, source_);
-    std::map<std::string, int> seen;
-    for (const TaggedSentence& sentence : sentences_)
-      for (const std::string& word : sentence.words) ++seen[word];
-    // Ids fixed once, so recording a trace does no string work; tag t is output row t.
-    for (const TaggedSentence& sentence : sentences_) {
-      std::vector<int>& words = word_ids_.emplace_back();
-      std::vector<int>& tags = tag_ids_.emplace_back();
-      std::vector<std::vector<int>>& spelled = char_ids_.emplace_back();
-      for (size_t w = 0; w < sentence.words.size(); ++w) {
-        const std::string& word = sentence.words[w];
-        words.push_back(seen[word] < kFrequent ? 0 : vocabulary_.add(word));
-        std::vector<int>& letters = spelled.emplace_back();
-        for (char c : word) letters.push_back(chars_.add(std::string(1, c)));
-        tags.push_back(tags_.add(sentence.tags[w]) - 1);
-      }
-    }
-    vocabulary_.freeze();
-    chars_.freeze();
-    tags_.freeze();
+    ids_ = tagged_ids(sentences_, kFrequent, Spell::every, vocabulary_, chars_, tags_);
     const int features = config.embed + kFilters;
     embeddings_ = model_.add_lookup("E", vocabulary_.size(), config.embed);
     char_embeddings_ = model_.add_lookup("C", chars_.size(), kCharEmbed);
@@ -57,7 +38,7 @@ class CharCnnTagger final : public SampleModel {
   }
 
   size_t instance_count() const override { return sentences_.size(); }
-  double instance_cost(size_t i) const override { return double(word_ids_.at(i).size()); }
+  double instance_cost(size_t i) const override { return double(ids_.words.at(i).size()); }
   Model& model() override { return model_; }
   std::string describe_data() const override {
     return std::to_string(sentences_.size()) + " sentences, " + std::to_string(vocabulary_.size()) +
@@ -68,12 +49,12 @@ class CharCnnTagger final : public SampleModel {
 
  protected:
   void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {
-    const std::vector<int>& words = word_ids_[i];
+    const std::vector<int>& words = ids_.words[i];
     for (size_t w = 0; w < words.size(); ++w) {
-      const Expr features = concat({trace.lookup(embeddings_, words[w]), spelled(trace, char_ids_[i][w])});
+      const Expr features = concat({trace.lookup(embeddings_, words[w]), spelled(trace, ids_.letters[i][w])});
       const Expr normal = layer_norm(features, trace.param(gain_), trace.param(bias_));
       const Expr mlp = tanh(affine({trace.param(b_mlp_), trace.param(w_mlp_), normal}));
-      output({affine({trace.param(b_out_), trace.param(w_out_), mlp}), tag_ids_[i][w]});
+      output({affine({trace.param(b_out_), trace.param(w_out_), mlp}), ids_.tags[i][w]});
     }
   }
 
@@ -91,8 +72,7 @@ class CharCnnTagger final : public SampleModel {
 
   Model model_;
   std::vector<TaggedSentence> sentences_;
-  std::vector<std::vector<int>> word_ids_, tag_ids_;
-  std::vector<std::vector<std::vector<int>>> char_ids_;  // per sentence and word: its letters
+  TaggedIds ids_;  // letters: every word's
   Vocabulary vocabulary_, chars_, tags_;
   std::string source_;
   LookupTable embeddings_, char_embeddings_;

@@ -143,6 +143,20 @@ class Vocabulary {
   bool frozen_ = false;
 };
 
+// A tagged corpus as ids, fixed once so that recording a trace does no string work: per sentence
+// and word, its word id, its tag id and its letters' ids, each vocabulary filled by first
+// appearance and then frozen. A word seen fewer than `frequent` times in the corpus is <unk> (0) in
+// the word vocabulary (frequent 0: none is); `spell` says whose letters are kept (none, those rare
+// words', every word's; the others' lists are empty). Tags need no <unk>: Vocabulary's id 0 is
+// skipped, so tag t is output row t.
+enum class Spell { none, rare, every };
+struct TaggedIds {
+  std::vector<std::vector<int>> words, tags;
+  std::vector<std::vector<std::vector<int>>> letters;
+};
+TaggedIds tagged_ids(const std::vector<TaggedSentence>& sentences, int frequent, Spell spell, Vocabulary& words,
+                     Vocabulary& chars, Vocabulary& tags);
+
 // Shared by the three readers so that every format reports errors alike; not for models.
 namespace detail {
 

@@ -1,6 +1,7 @@
 // Tagged sentences, one per line: "word|tag word|tag ..." with single spaces (the format of
-// dynet-benchmark's bilstm-tagger). Parse and write; the tag set is left to the models.
+// dynet-benchmark's bilstm-tagger). Parse and write, and the ids the taggers record with.
 #include <fstream>
+#include <map>
 #include <ostream>
 
 #include <edbatch/errors.h>
@@ -79,6 +80,33 @@ void write_tagged(std::ostream& out, const TaggedSentence& sentence) {
   }
   text += '\n';
   out << text;
+}
+
+TaggedIds tagged_ids(const std::vector<TaggedSentence>& sentences, int frequent, Spell spell, Vocabulary& words,
+                     Vocabulary& chars, Vocabulary& tags) {
+  std::map<std::string, int> seen;
+  if (frequent > 0)
+    for (const TaggedSentence& sentence : sentences)
+      for (const std::string& word : sentence.words) ++seen[word];
+  TaggedIds ids;
+  for (const TaggedSentence& sentence : sentences) {
+    std::vector<int>& word_ids = ids.words.emplace_back();
+    std::vector<int>& tag_ids = ids.tags.emplace_back();
+    std::vector<std::vector<int>>& spelled = ids.letters.emplace_back();
+    for (size_t w = 0; w < sentence.words.size(); ++w) {
+      const std::string& word = sentence.words[w];
+      const bool rare = frequent > 0 && seen[word] < frequent;
+      word_ids.push_back(rare ? 0 : words.add(word));
+      std::vector<int>& letters = spelled.emplace_back();
+      if (spell == Spell::every || (spell == Spell::rare && rare))
+        for (char c : word) letters.push_back(chars.add(std::string(1, c)));
+      tag_ids.push_back(tags.add(sentence.tags[w]) - 1);
+    }
+  }
+  words.freeze();
+  chars.freeze();
+  tags.freeze();
+  return ids;
 }
 
 }  // namespace edb::samples
