@@ -2,7 +2,7 @@
 // loops over its columns' rows in vectors of the host's width, the last one masked (the maximum,
 // the sum of exponentials, the outputs). What a column
 // step computes is the reference executor's formula (runtime/reference.cpp); choosing which values
-// become column steps is runtime/cell_lowering.cpp's.
+// become column steps is runtime/cell_lowerer_columns.cpp's.
 #include <limits>
 #include <string>
 #include <vector>
