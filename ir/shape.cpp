@@ -168,6 +168,9 @@ Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs) {
     case Op::asinh:
     case Op::acosh:
     case Op::atanh:
+    case Op::asin:
+    case Op::acos:
+    case Op::atan:
     case Op::softmax:
     case Op::log_softmax:
     case Op::argmax:

@@ -69,6 +69,9 @@ float apply(const Instruction& in, float a, float b) {
     case KernelOp::asinh: return std::asinh(a);
     case KernelOp::acosh: return std::acosh(a);
     case KernelOp::atanh: return std::atanh(a);
+    case KernelOp::asin: return std::asin(a);
+    case KernelOp::acos: return std::acos(a);
+    case KernelOp::atan: return std::atan(a);
     case KernelOp::pow: return std::pow(a, b);
   }
   throw InternalError("interpret: no scalar rule for kernel op " + std::string(kernel_op_name(in.op)));
@@ -114,6 +117,9 @@ bool kernel_op_for(ir::Op op, KernelOp& out) {
     case ir::Op::asinh: out = KernelOp::asinh; return true;
     case ir::Op::acosh: out = KernelOp::acosh; return true;
     case ir::Op::atanh: out = KernelOp::atanh; return true;
+    case ir::Op::asin: out = KernelOp::asin; return true;
+    case ir::Op::acos: out = KernelOp::acos; return true;
+    case ir::Op::atan: out = KernelOp::atan; return true;
     case ir::Op::pow: out = KernelOp::pow; return true;
     default: return false;
   }

@@ -53,6 +53,9 @@ namespace edb::jit {
   X(asinh, 1, false)      \
   X(acosh, 1, false)      \
   X(atanh, 1, false)      \
+  X(asin, 1, false)       \
+  X(acos, 1, false)       \
+  X(atan, 1, false)       \
   X(pow, 2, false)
 
 enum class KernelOp : uint8_t {

@@ -259,6 +259,50 @@ class MathEmitter {
     // Above 1 the ratio is below -2, where log1p is NaN; at 1 it is inf and so is log1p.
     return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, value, x);
   }
+  // The inverse trigonometric functions, after Cephes' asinf and atanf. asin s for |s| <= 1/2 is
+  // s + s z p(z), z = s^2; above 1/2, asin a = pi/2 - 2 asin sqrt((1 - a) / 2), whose root is at
+  // most 1/2 again. asin takes the sign of x; acos x is 2 asin sqrt((1 - x) / 2) above 1/2 (so
+  // it keeps relative accuracy next to 1, where acos goes to 0), pi minus that of -x below -1/2,
+  // and pi/2 - asin x between. Outside [-1, 1] the root is NaN, and so is the value.
+  llvm::Value* small_asin(llvm::Value* s) {
+    llvm::Value* z = b_.CreateFMul(s, s);
+    llvm::Value* p = polynomial(z, {4.2163199048e-2f, 2.4181311049e-2f, 4.5470025998e-2f, 7.4953002686e-2f, 1.6666752422e-1f});
+    return fma(b_.CreateFMul(p, z), s, s);
+  }
+  llvm::Value* half_root_of_one_minus(llvm::Value* a) {  // sqrt((1 - a) / 2)
+    return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFMul(b_.CreateFSub(f(1.0f), a), f(0.5f)));
+  }
+  llvm::Value* asin(llvm::Value* x) {
+    llvm::Value* a = fabs(x);
+    llvm::Value* high = b_.CreateFCmpOGT(a, f(0.5f));
+    llvm::Value* s = small_asin(b_.CreateSelect(high, half_root_of_one_minus(a), a));
+    llvm::Value* value = b_.CreateSelect(high, fma(s, f(-2.0f), f(1.57079632679489662f)), s);
+    return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, value, x);
+  }
+  llvm::Value* acos(llvm::Value* x) {
+    llvm::Value* a = fabs(x);
+    llvm::Value* high = b_.CreateFCmpOGT(a, f(0.5f));
+    llvm::Value* s = small_asin(b_.CreateSelect(high, half_root_of_one_minus(a), x));
+    llvm::Value* twice = b_.CreateFAdd(s, s);
+    llvm::Value* outer = b_.CreateSelect(b_.CreateFCmpOLT(x, f(0.0f)), b_.CreateFSub(f(3.14159265358979324f), twice), twice);
+    return b_.CreateSelect(high, outer, b_.CreateFSub(f(1.57079632679489662f), s));
+  }
+  // atan |x| = y0 + atan t: |x| above tan(3 pi / 8) as pi/2 + atan(-1 / |x|), above tan(pi / 8)
+  // as pi/4 + atan((|x| - 1) / (|x| + 1)), so |t| <= tan(pi / 8), where an odd polynomial of
+  // degree 9 holds; with the sign of x (pi/2 at infinity, NaN for NaN).
+  llvm::Value* atan(llvm::Value* x) {
+    llvm::Value* a = fabs(x);
+    llvm::Value* far = b_.CreateFCmpOGT(a, f(2.414213562373095f));
+    llvm::Value* middle = b_.CreateFCmpOGT(a, f(0.4142135623730950f));
+    llvm::Value* t = b_.CreateSelect(
+        far, b_.CreateFDiv(f(-1.0f), a),
+        b_.CreateSelect(middle, b_.CreateFDiv(b_.CreateFSub(a, f(1.0f)), b_.CreateFAdd(a, f(1.0f))), a));
+    llvm::Value* y0 = b_.CreateSelect(far, f(1.57079632679489662f), b_.CreateSelect(middle, f(0.785398163397448310f), f(0.0f)));
+    llvm::Value* z = b_.CreateFMul(t, t);
+    llvm::Value* p = polynomial(z, {8.05374449538e-2f, -1.38776856032e-1f, 1.99777106478e-1f, -3.33329491539e-1f});
+    llvm::Value* value = b_.CreateFAdd(y0, fma(b_.CreateFMul(p, z), t, t));
+    return b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, value, x);
+  }
   // powf(a, b) as e^(b log |a|), the sign and the special cases as libm: 1 where b is 0 or a is
   // 1 (even for a NaN in the other), and for a < 0 NaN unless b is whole, negative where b is odd.
   // Relative error about |b log |a|| 1.2e-7 plus exp's (log's rounding, scaled by b).
@@ -336,6 +380,9 @@ class MathEmitter {
       case KernelOp::asinh: return asinh(a);
       case KernelOp::acosh: return acosh(a);
       case KernelOp::atanh: return atanh(a);
+      case KernelOp::asin: return asin(a);
+      case KernelOp::acos: return acos(a);
+      case KernelOp::atan: return atan(a);
       case KernelOp::pow: return pow(a, c);
     }
     throw InternalError("LlvmBackend::compile: no rule for kernel op " + std::string(kernel_op_name(op)));

@@ -75,6 +75,9 @@ std::string op_expression(jit::KernelOp op, const std::string& a, const std::str
     case jit::KernelOp::asinh: return "asinhf(" + a + ")";
     case jit::KernelOp::acosh: return "acoshf(" + a + ")";
     case jit::KernelOp::atanh: return "atanhf(" + a + ")";
+    case jit::KernelOp::asin: return "asinf(" + a + ")";
+    case jit::KernelOp::acos: return "acosf(" + a + ")";
+    case jit::KernelOp::atan: return "atanf(" + a + ")";
     case jit::KernelOp::pow: return "powf(" + a + ", " + b + ")";
   }
   throw InternalError("render_kernel: no CUDA rule for kernel op " + std::string(jit::kernel_op_name(op)));

@@ -607,6 +607,9 @@ void run_batch(const BatchContext& c) {
     case ir::Op::asinh: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::asinh(v); }); });
     case ir::Op::acosh: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::acosh(v); }); });
     case ir::Op::atanh: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::atanh(v); }); });
+    case ir::Op::asin: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::asin(v); }); });
+    case ir::Op::acos: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::acos(v); }); });
+    case ir::Op::atan: return unary(c, [](auto x) { return x.unaryExpr([](float v) { return std::atan(v); }); });
     case ir::Op::pow:
       return binary(c, [](auto x, auto y) { return x.binaryExpr(y, [](float a, float b) { return std::pow(a, b); }); });
     case ir::Op::div: return binary(c, [](auto x, auto y) { return x / y; });

@@ -243,7 +243,10 @@ void Lowerer::need_for_backward(uint32_t o) {
     case ir::Op::cosh:
     case ir::Op::asinh:
     case ir::Op::acosh:
-    case ir::Op::atanh: need(args[0]); break;
+    case ir::Op::atanh:
+    case ir::Op::asin:
+    case ir::Op::acos:
+    case ir::Op::atan: need(args[0]); break;
     case ir::Op::pow: need(args[0]); need(args[1]); needed_[o] = true; break;
     case ir::Op::silu:
     case ir::Op::elu:

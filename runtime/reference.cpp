@@ -160,6 +160,9 @@ void eval_tan(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) {
 void eval_asinh(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::asinh(v); }); }
 void eval_acosh(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::acosh(v); }); }
 void eval_atanh(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::atanh(v); }); }
+void eval_asin(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::asin(v); }); }
+void eval_acos(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::acos(v); }); }
+void eval_atan(const NodeContext& c) { c.out() = c.arg(0).unaryExpr([](float v) { return std::atan(v); }); }
 void eval_pow(const NodeContext& c) {
   c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return std::pow(a, b); });
 }

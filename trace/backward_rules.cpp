@@ -147,6 +147,24 @@ void Backward::send(NodeId n, NodeId dy, const std::vector<uint8_t>& flows) {
       const NodeId product = emit(Op::cmult, {other, plus_one});
       return to(0, emit(Op::div, {dy, node.op == Op::acosh ? emit(Op::sqrt, {product}) : product}));
     }
+    case Op::atan:  // dy / (1 + x^2)
+      attrs.constant = 1.0f;
+      return to(0, emit(Op::div, {dy, emit(Op::add_const, {emit(Op::square, {args[0]})}, attrs)}));
+    case Op::asin:
+    case Op::acos: {
+      // asin: dy / sqrt((1 - x)(1 + x)), acos its negative; infinite at -1 and 1. Factored as
+      // atanh's, for accuracy next to 1.
+      attrs.constant = 1.0f;
+      const NodeId plus_one = emit(Op::add_const, {args[0]}, attrs);
+      attrs.constant = -1.0f;
+      const NodeId negated = emit(Op::scale, {args[0]}, attrs);
+      attrs.constant = 1.0f;
+      const NodeId one_minus = emit(Op::add_const, {negated}, attrs);
+      const NodeId root = emit(Op::sqrt, {emit(Op::cmult, {one_minus, plus_one})});
+      if (node.op == Op::asin) return to(0, emit(Op::div, {dy, root}));
+      attrs.constant = -1.0f;
+      return to(0, emit(Op::div, {emit(Op::scale, {dy}, attrs), root}));
+    }
     case Op::pow:
       if (flows_to(0)) {  // dy b a^(b - 1): b at a = 0 when b = 1, not b y / a's NaN
         attrs.constant = -1.0f;

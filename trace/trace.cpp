@@ -377,6 +377,9 @@ Expr tan(const Expr& x) { return record1(ir::Op::tan, x); }
 Expr asinh(const Expr& x) { return record1(ir::Op::asinh, x); }
 Expr acosh(const Expr& x) { return record1(ir::Op::acosh, x); }
 Expr atanh(const Expr& x) { return record1(ir::Op::atanh, x); }
+Expr asin(const Expr& x) { return record1(ir::Op::asin, x); }
+Expr acos(const Expr& x) { return record1(ir::Op::acos, x); }
+Expr atan(const Expr& x) { return record1(ir::Op::atan, x); }
 Expr pow(const Expr& x, const Expr& y) { return record_elementwise2(ir::Op::pow, x, y); }
 Expr div(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::div, a, b); }
 Expr max(const Expr& a, const Expr& b) { return record_elementwise2(ir::Op::max, a, b); }

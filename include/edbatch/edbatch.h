@@ -397,6 +397,9 @@ Expr tan(const Expr& x);                   // radians; as sin and cos, the jit's
 Expr asinh(const Expr& x);
 Expr acosh(const Expr& x);                 // NaN below 1; its gradient is infinite at 1
 Expr atanh(const Expr& x);                 // NaN outside [-1, 1], -inf and inf at -1 and 1
+Expr asin(const Expr& x);                  // NaN outside [-1, 1]; its gradient is infinite at -1 and 1
+Expr acos(const Expr& x);                  // NaN outside [-1, 1]; its gradient is infinite at -1 and 1
+Expr atan(const Expr& x);
 // x^y elementwise, x and y of one shape, as libm's powf: NaN where x < 0 and y is not whole.
 // Gradients y x^(y-1) for x and x^y log(x) for y (NaN at x <= 0: y's only exists above 0).
 Expr pow(const Expr& x, const Expr& y);

@@ -349,6 +349,11 @@ void bind_ops(py::module_& m) {
         "NaN below 1.");
   m.def("atanh", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::atanh(v); }); }, py::arg("x"),
         "NaN outside [-1, 1].");
+  m.def("asin", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::asin(v); }); }, py::arg("x"),
+        "NaN outside [-1, 1].");
+  m.def("acos", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::acos(v); }); }, py::arg("x"),
+        "NaN outside [-1, 1].");
+  m.def("atan", [](const PyExpr& x) { return unary(x, [](auto& v) { return edb::atan(v); }); }, py::arg("x"));
   m.def("pow", [](const PyExpr& x, const PyExpr& y) { return binary(x, y, [](auto& a, auto& b) { return edb::pow(a, b); }); },
         py::arg("x"), py::arg("y"),
         "x^y elementwise, x and y of one shape (as powf: NaN where x < 0 and y is not whole).");

@@ -140,7 +140,7 @@ def _sigmoid(a):
 
 
 # The unary ops of issue 46: (name, its value, its derivative), in float64. sqrt reads x^2 + 0.5,
-# acosh x^2 + 1.5 (INNER); W's values are inside (-1, 1), atanh's domain.
+# acosh x^2 + 1.5 (INNER); W's values are inside (-1, 1), the domain of atanh, asin and acos.
 UNARY = [
     ("sqrt", lambda a: np.sqrt(a * a + 0.5), lambda a: a / np.sqrt(a * a + 0.5)),
     ("abs", np.abs, np.sign),
@@ -164,6 +164,9 @@ UNARY = [
     ("asinh", np.arcsinh, lambda a: 1 / np.sqrt(a * a + 1)),
     ("acosh", lambda a: np.arccosh(a * a + 1.5), lambda a: 2 * a / np.sqrt((a * a + 1.5) ** 2 - 1)),
     ("atanh", np.arctanh, lambda a: 1 / (1 - a * a)),
+    ("asin", np.arcsin, lambda a: 1 / np.sqrt(1 - a * a)),
+    ("acos", np.arccos, lambda a: -1 / np.sqrt(1 - a * a)),
+    ("atan", np.arctan, lambda a: 1 / (1 + a * a)),
 ]
 INNER = {"sqrt": lambda x: edbatch.square(x) + 0.5, "acosh": lambda x: edbatch.square(x) + 1.5}
 

@@ -126,6 +126,9 @@ std::vector<OpCase> op_cases() {
       {"asinh", [=](Trace& t, Model& m) { return asinh(P(t, m, "W") * 3.0f); }},
       {"acosh", [=](Trace& t, Model& m) { return acosh(square(P(t, m, "W") * 3.0f) + 1.2f); }},
       {"atanh", [=](Trace& t, Model& m) { return atanh(P(t, m, "W") * 2.0f); }},  // |2 W| <= 0.9
+      {"asin", [=](Trace& t, Model& m) { return asin(P(t, m, "W") * 2.0f); }},
+      {"acos", [=](Trace& t, Model& m) { return acos(P(t, m, "W") * 2.0f); }},
+      {"atan", [=](Trace& t, Model& m) { return atan(P(t, m, "W") * 6.0f); }},
       {"pow", [=](Trace& t, Model& m) { return pow(square(P(t, m, "W")) + 0.5f, P(t, m, "V") * 2.0f); }},
       {"pow of itself", [=](Trace& t, Model& m) {
          const Expr w = square(P(t, m, "W")) + 0.5f;

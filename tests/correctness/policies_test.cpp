@@ -213,7 +213,7 @@ TEST(RandomDag, SeedsCoverEveryOpSinksAndFanOut) {
                                        "exp", "log", "div", "max", "min", "sum_elements", "mean_elements",
                                        "transpose", "sqrt", "abs", "square", "cube", "softsign", "silu",
                                        "elu", "selu", "log_sigmoid", "erf", "sin", "cos", "sinh", "cosh", "round",
-                                       "ceil", "floor", "tan", "asinh", "acosh", "atanh", "pow",
+                                       "ceil", "floor", "tan", "asinh", "acosh", "atanh", "asin", "acos", "atan", "pow",
                                        "logsumexp", "logsumexp_dim", "sum_dim", "mean_dim", "std_dim", "average",
                                        "dot_product", "squared_norm", "l2_norm", "squared_distance", "l1_distance",
                                        "huber_distance", "hinge", "binary_log_loss", "pairwise_rank_loss",

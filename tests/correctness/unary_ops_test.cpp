@@ -63,6 +63,11 @@ const std::vector<UnaryCase>& unary_cases() {
        1.05, 6},
       {"atanh", edb::atanh, [](double x) { return std::atanh(x); }, [](double x) { return 1 / (1 - x * x); }, -0.95,
        0.95},
+      {"asin", edb::asin, [](double x) { return std::asin(x); }, [](double x) { return 1 / std::sqrt(1 - x * x); },
+       -0.97, 0.97},
+      {"acos", edb::acos, [](double x) { return std::acos(x); }, [](double x) { return -1 / std::sqrt(1 - x * x); },
+       -0.97, 0.97},
+      {"atan", edb::atan, [](double x) { return std::atan(x); }, [](double x) { return 1 / (1 + x * x); }, -12, 12},
   };
   return cases;
 }

@@ -65,6 +65,9 @@ const char* op_name(CellOp::Kind k) {
     case CellOp::asinh: return "asinh";
     case CellOp::acosh_square: return "acosh_square";
     case CellOp::atanh_tanh: return "atanh_tanh";
+    case CellOp::asin_tanh: return "asin_tanh";
+    case CellOp::acos_tanh: return "acos_tanh";
+    case CellOp::atan: return "atan";
     case CellOp::pow: return "pow";
     case CellOp::constant_minus: return "constant_minus";
     case CellOp::minus_constant: return "minus_constant";
@@ -369,7 +372,8 @@ class Generator {
             CellOp::softsign,       CellOp::silu,           CellOp::elu,    CellOp::selu,
             CellOp::log_sigmoid,    CellOp::erf,            CellOp::sin_tanh, CellOp::cos_tanh,
             CellOp::sinh_tanh,      CellOp::cosh_tanh,      CellOp::tan_tanh, CellOp::asinh,
-            CellOp::acosh_square,   CellOp::atanh_tanh,     CellOp::scale_gradient};
+            CellOp::acosh_square,   CellOp::atanh_tanh,     CellOp::asin_tanh, CellOp::acos_tanh,
+            CellOp::atan,           CellOp::scale_gradient};
         const CellOp::Kind k = kUnary[r_.below(int(std::size(kUnary)))];
         CellOp op = make_op(k, {pick_column(b)});
         static constexpr float kConstants[] = {0.5f, -1.5f, 2.0f, 0.25f};
@@ -684,6 +688,9 @@ Expr record_op(const CellOp& op, std::span<const Expr> a) {
     case CellOp::asinh: return edb::asinh(a[0]);
     case CellOp::acosh_square: return edb::acosh(edb::square(a[0]) + 1.5f);
     case CellOp::atanh_tanh: return edb::atanh(edb::tanh(a[0]) * 0.5f);
+    case CellOp::asin_tanh: return edb::asin(edb::tanh(a[0]) * 0.9f);
+    case CellOp::acos_tanh: return edb::acos(edb::tanh(a[0]) * 0.9f);
+    case CellOp::atan: return edb::atan(a[0]);
     case CellOp::pow: return edb::pow(edb::sigmoid(a[0]) + 0.5f, edb::tanh(a[1]) * 2.0f);
     case CellOp::constant_minus: return op.constant - a[0];
     case CellOp::minus_constant: return a[0] - op.constant;

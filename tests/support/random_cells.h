@@ -42,6 +42,7 @@ struct CellOp {
     abs, square, cube_tanh, softsign, silu,  // cube of tanh, as exp_tanh: magnitudes stay small
     elu, selu, log_sigmoid, erf, sin_tanh, cos_tanh, sinh_tanh, cosh_tanh,  // sin(4 tanh x), cos(4 tanh x), sinh(tanh x), cosh(tanh x)
     tan_tanh, asinh, acosh_square, atanh_tanh,  // tan(tanh x), acosh(x^2 + 1.5), atanh(tanh(x) / 2)
+    asin_tanh, acos_tanh, atan,                 // asin(0.9 tanh x), acos(0.9 tanh x), atan(x)
     pow,          // pow(sigmoid(args[0]) + 0.5, 2 tanh(args[1])): a base in [0.5, 1.5], an exponent in [-2, 2]
     slice,        // rows [begin, end) of args[0]
     concat, sum, softmax, sum_elements, transpose,

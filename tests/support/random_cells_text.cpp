@@ -59,6 +59,9 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::asinh: return "asinh(" + a[0] + ")";
     case CellOp::acosh_square: return "acosh(square(" + a[0] + ") + 1.5f)";
     case CellOp::atanh_tanh: return "atanh(tanh(" + a[0] + ") * 0.5f)";
+    case CellOp::asin_tanh: return "asin(tanh(" + a[0] + ") * 0.9f)";
+    case CellOp::acos_tanh: return "acos(tanh(" + a[0] + ") * 0.9f)";
+    case CellOp::atan: return "atan(" + a[0] + ")";
     case CellOp::pow: return "pow(sigmoid(" + a[0] + ") + 0.5f, tanh(" + a[1] + ") * 2.0f)";
     case CellOp::constant_minus: return constant + " - " + a[0];
     case CellOp::minus_constant: return a[0] + " - " + constant;

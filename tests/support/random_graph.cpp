@@ -24,7 +24,7 @@ enum class Kind {
   affine1, affine2, matmul, matvec, add, sub, cmult, scale, add_const, tanh, sigmoid, relu, sum,
   concat, slice, softmax, log_softmax, pick, lookup, reshape, exp, log, div, max, min, sum_elements,
   mean_elements, transpose, sqrt, abs, square, cube, softsign, silu, elu, selu, log_sigmoid, erf, sin, cos,
-  sinh, cosh, round, ceil, floor, tan, asinh, acosh, atanh, pow, logsumexp, logsumexp_dim, sum_dim, mean_dim,
+  sinh, cosh, round, ceil, floor, tan, asinh, acosh, atanh, asin, acos, atan, pow, logsumexp, logsumexp_dim, sum_dim, mean_dim,
   std_dim, average, dot_product, squared_norm, l2_norm, squared_distance, l1_distance, huber_distance, hinge,
   binary_log_loss, pairwise_rank_loss, poisson_loss, select_rows, select_cols, pick_row, layer_norm, weight_norm, argmax, kmax_pooling,
   conv1d_narrow, conv1d_wide, maxpool1d, broadcast, concat_cols, scale_gradient, count
@@ -332,6 +332,11 @@ class Recorder {
       case Kind::asinh: add(edb::asinh(use(pick_any())), "asinh"); return;
       case Kind::acosh: add(edb::acosh(edb::square(use(pick_any())) + 1.5f), "acosh"); return;
       case Kind::atanh: add(edb::atanh(edb::tanh(use(pick_any())) * 0.5f), "atanh"); return;
+      // asin and acos of tanh(x) * 0.9 (inside (-1, 1), away from the ends where their slopes are
+      // infinite), atan of x.
+      case Kind::asin: add(edb::asin(edb::tanh(use(pick_any())) * 0.9f), "asin"); return;
+      case Kind::acos: add(edb::acos(edb::tanh(use(pick_any())) * 0.9f), "acos"); return;
+      case Kind::atan: add(edb::atan(use(pick_any())), "atan"); return;
       case Kind::pow: {
         const size_t a = pick_any();
         const Expr x = use(a), y = use(pick_shape(nodes_[a].rows, nodes_[a].cols));

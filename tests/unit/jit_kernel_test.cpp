@@ -277,7 +277,8 @@ TEST(LlvmBackend, EveryOpAloneMatchesTheInterpreter) {
     for (KernelOp op : {KernelOp::load, KernelOp::tanh, KernelOp::sigmoid, KernelOp::relu, KernelOp::exp, KernelOp::log,
                         KernelOp::sqrt, KernelOp::softsign, KernelOp::silu, KernelOp::selu, KernelOp::log_sigmoid,
                         KernelOp::erf, KernelOp::sin, KernelOp::cos, KernelOp::sinh, KernelOp::cosh, KernelOp::tan,
-                        KernelOp::asinh, KernelOp::acosh, KernelOp::atanh})
+                        KernelOp::asinh, KernelOp::acosh, KernelOp::atanh, KernelOp::asin, KernelOp::acos,
+                        KernelOp::atan})
       expect_matches_interpreter(backend, unary_kernel(op, access), seed++);  // log, sqrt: NaN below 0 on both
     for (KernelOp op : {KernelOp::abs, KernelOp::square, KernelOp::cube})  // the same operations in the same order
       expect_matches_interpreter(backend, unary_kernel(op, access), seed++, 0.0);
@@ -445,6 +446,44 @@ TEST(LlvmBackend, UnaryOpsOfIssue46AreAccurate) {
   for (const Accuracy& a :
        {tan, tan_near_zero, asinh, asinh_small, asinh_near_zero, acosh, acosh_near_one, atanh, atanh_near_zero})
     EXPECT_LE(a.max_relative, 1e-6);
+  // The inverse trigonometric functions: relative near 0, and acos near 1 (where it goes to 0).
+  const Accuracy asin = sweep(backend, KernelOp::asin, [](double x) { return std::asin(x); }, -1, 1, 1000000);
+  const Accuracy asin_near_zero =
+      sweep(backend, KernelOp::asin, [](double x) { return std::asin(x); }, -1e-3f, 1e-3f, 100001);
+  const Accuracy acos = sweep(backend, KernelOp::acos, [](double x) { return std::acos(x); }, -1, 0.9999f, 1000000);
+  const Accuracy acos_near_one =
+      sweep(backend, KernelOp::acos, [](double x) { return std::acos(x); }, 0.99f, 0.999999f, 100001);
+  const Accuracy atan = sweep(backend, KernelOp::atan, [](double x) { return std::atan(x); }, -1e6, 1e6, 1000000);
+  const Accuracy atan_small = sweep(backend, KernelOp::atan, [](double x) { return std::atan(x); }, -8, 8, 1000000);
+  const Accuracy atan_near_zero =
+      sweep(backend, KernelOp::atan, [](double x) { return std::atan(x); }, -1e-3f, 1e-3f, 100001);
+  for (const Accuracy& a : {asin, asin_near_zero, acos, acos_near_one, atan, atan_small, atan_near_zero})
+    EXPECT_LE(a.max_relative, 1e-6);
+}
+
+// Their special values: NaN outside [-1, 1] (asin, acos) and for NaN, the ends exactly as libm's
+// to a rounding, atan's limits at the infinities, and -0 kept by the odd ones.
+TEST(LlvmBackend, InverseTrigonometricSpecialValues) {
+  LlvmBackend backend;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (KernelOp op : {KernelOp::asin, KernelOp::acos, KernelOp::atan}) {
+    const CompiledKernel compiled = backend.compile(unary_kernel(op, OperandAccess::strided));
+    const std::vector<float> x = {-inf, -1.5f, -1.0f, -0.0f, 0.0f, 1.0f, 1.0000001f, inf, nan};
+    std::vector<float> y(x.size());
+    const KernelInput input{x.data(), int64_t(x.size()), nullptr};
+    float* output = y.data();
+    compiled({1, int64_t(x.size()), &input, &output});
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float expected = op == KernelOp::asin ? std::asin(x[i]) : op == KernelOp::acos ? std::acos(x[i]) : std::atan(x[i]);
+      SCOPED_TRACE(std::string(kernel_op_name(op)) + "(" + std::to_string(x[i]) + ")");
+      if (std::isnan(expected)) {
+        EXPECT_TRUE(std::isnan(y[i])) << y[i];
+      } else {
+        EXPECT_NEAR(y[i], expected, 2.4e-7 * std::abs(expected));
+        EXPECT_EQ(std::signbit(y[i]), std::signbit(expected));
+      }
+    }
+  }
 }
 
 // pow against libm in double over bases and exponents where |y log x| <= 10 (inside the

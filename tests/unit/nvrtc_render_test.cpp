@@ -55,7 +55,7 @@ jit::Kernel every_op_kernel() {
                            jit::KernelOp::log_sigmoid, jit::KernelOp::erf, jit::KernelOp::sin, jit::KernelOp::cos,
                            jit::KernelOp::sinh, jit::KernelOp::cosh, jit::KernelOp::round, jit::KernelOp::ceil,
                            jit::KernelOp::floor, jit::KernelOp::tan, jit::KernelOp::asinh, jit::KernelOp::acosh,
-                           jit::KernelOp::atanh})
+                           jit::KernelOp::atanh, jit::KernelOp::asin, jit::KernelOp::acos, jit::KernelOp::atan})
     chain = jit::kernel_op_has_constant(op) ? k.with_constant(op, chain, 0.5f) : k.unary(op, chain);
   k.store(chain);
   return k;
