@@ -1,6 +1,8 @@
 // edb-bench-attention: a cell with softmax (scores = W h, a = softmax(scores), out = tanh(U (a .* v)
 // + b), and log_softmax(V out) as a second output), or with `--cell layer_norm` layer_norm(W h, v,
-// v) in place of a .* v, over chains of calls, `jit` against `batched`:
+// v) in place of a .* v, `--cell pick` the loss pick_neg_log_softmax(V out) as the second output,
+// `--cell kmax` the largest of each row of tanh(W M) (kmax_pooling, M a per-call n x 6 matrix) in
+// place of a .* v, over chains of calls, `jit` against `batched`:
 // inference and training (a backward pass, no update) instances/s per round, rounds interleaved,
 // medians of each and of each round's ratio. It leaves checking the values to the tests
 // (tests/correctness/compiled_column_steps_test.cpp).
@@ -23,18 +25,24 @@ struct Attention {
   edb::Model model{"attention", 5};
   edb::Parameter w, u, v, b;
   std::unique_ptr<edb::Cell> cell;
-  // `layer_norm`: layer_norm(W h, v, v) in place of the softmax's a .* v, tanh(V out) for the second output.
-  Attention(int hidden, bool layer_norm)
+  std::string kind;
+  // `layer_norm`: layer_norm(W h, v, v) in place of the softmax's a .* v, tanh(V out) for the
+  // second output; `pick`: the second output pick_neg_log_softmax(V out, n / 2), the loss's term;
+  // `kmax`: kmax_pooling(tanh(W M), 1) + h in place of a .* v (M the second argument, n x 6).
+  Attention(int hidden, const std::string& cell_kind)
       : n(hidden), w(model.add_parameter("W", hidden, hidden)), u(model.add_parameter("U", hidden, hidden)),
-        v(model.add_parameter("V", hidden, hidden)), b(model.add_parameter("b", hidden, 1)) {
-    cell = std::make_unique<edb::Cell>("attend", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}},
-                                       [this, layer_norm](edb::Trace& t, std::span<const edb::Expr> in) {
-                                         const edb::Expr scores = edb::matmul(t.param(w), in[0]);
+        v(model.add_parameter("V", hidden, hidden)), b(model.add_parameter("b", hidden, 1)), kind(cell_kind) {
+    const bool layer_norm = kind == "layer_norm", kmax = kind == "kmax";
+    cell = std::make_unique<edb::Cell>("attend", std::vector<std::pair<int, int>>{{n, 1}, {n, kmax ? 6 : 1}},
+                                       [this, layer_norm, kmax](edb::Trace& t, std::span<const edb::Expr> in) {
+                                         const edb::Expr scores = edb::matmul(t.param(w), in[kmax ? 1 : 0]);
                                          const edb::Expr mixed = layer_norm ? edb::layer_norm(scores, in[1], in[1])
-                                                                            : edb::cmult(edb::softmax(scores), in[1]);
+                                                                 : kmax ? edb::kmax_pooling(edb::tanh(scores), 1) + in[0]
+                                                                        : edb::cmult(edb::softmax(scores), in[1]);
                                          const edb::Expr out = edb::tanh(edb::affine({t.param(b), t.param(u), mixed}));
                                          const edb::Expr second = edb::matmul(t.param(v), out);
-                                         return std::vector<edb::Expr>{out, layer_norm ? edb::tanh(second) : edb::log_softmax(second)};
+                                         if (kind == "pick") return std::vector<edb::Expr>{out, edb::pick_neg_log_softmax(second, n / 2)};
+                                         return std::vector<edb::Expr>{out, layer_norm || kmax ? edb::tanh(second) : edb::log_softmax(second)};
                                        });
   }
 
@@ -47,6 +55,16 @@ struct Attention {
     }
     return columns[size_t(i)];
   }
+  // `kmax`'s second argument: columns i..i+5 side by side.
+  std::vector<std::vector<float>> matrices;
+  const std::vector<float>& matrix(int i) {
+    while (int(matrices.size()) <= i) {
+      const int at = int(matrices.size());
+      matrices.emplace_back();
+      for (int j = 0; j < 6; ++j) matrices.back().insert(matrices.back().end(), input(at + j).begin(), input(at + j).end());
+    }
+    return matrices[size_t(i)];
+  }
 
   // `chains` chains of 1..`steps` calls (lengths rotating), each step's h the last one's out; a
   // loss that reads every output.
@@ -55,9 +73,10 @@ struct Attention {
     for (int k = 0; k < chains; ++k) {
       edb::Expr h = t.input(input(k));
       for (int s = 0; s < 1 + k % steps; ++s) {
-        const std::vector<edb::Expr> out = (*cell)(t, {h, t.input(input(k + s + 1))});
+        const edb::Expr second = kind == "kmax" ? t.input(n, 6, matrix(k + s + 1)) : t.input(input(k + s + 1));
+        const std::vector<edb::Expr> out = (*cell)(t, {h, second});
         h = out[0];
-        terms.push_back(edb::pick(out[1], (k + s) % n));
+        terms.push_back(kind == "pick" ? out[1] * -1.0f : edb::pick(out[1], (k + s) % n));
       }
     }
     return edb::sum(terms) * -1.0f;
@@ -74,10 +93,12 @@ int body(int argc, char** argv) {
   flags.parse(argc, argv, 1);
   if (flags.has("help")) {
     std::printf(
-        "usage: edb-bench-attention [--cell attention|layer_norm] [--hidden N] [--chains N] [--steps N]\n"
-        "                           [--rounds N] [--traces N] [--threads N]\n"
+        "usage: edb-bench-attention [--cell attention|layer_norm|pick|kmax] [--hidden N] [--chains N]\n"
+        "                           [--steps N] [--rounds N] [--traces N] [--threads N]\n"
         "  A cell with softmax (scores = W h, a = softmax(scores), out = tanh(U (a .* v) + b), log_softmax(V\n"
-        "  out)), or with layer_norm(W h, v, v) in place of a .* v, over --chains chains of 1..--steps calls\n"
+        "  out)), or with layer_norm(W h, v, v) in place of a .* v (layer_norm), the loss\n"
+        "  pick_neg_log_softmax(V out, n / 2) as its second output (pick), or kmax_pooling(tanh(W M), 1) + h\n"
+        "  in place of a .* v, M a per-call n x 6 matrix (kmax), over --chains chains of 1..--steps calls\n"
         "  (defaults: attention, hidden 64, 64 chains, 8 steps): batched against jit, inference and\n"
         "  training, --traces traces a measure (10), --rounds interleaved rounds (5), medians.\n");
     return 0;
@@ -89,9 +110,9 @@ int body(int argc, char** argv) {
   const int traces = int(flags.get_int("traces", 10, 1, 100000));
   const int threads = int(flags.get_int("threads", 1, 1, 256));
   const std::string kind = flags.get("cell", "attention");
-  if (kind != "attention" && kind != "layer_norm")
-    throw edb::UsageError("edb-bench-attention: --cell is '" + kind + "'; expected attention or layer_norm");
-  Attention attention(hidden, kind == "layer_norm");
+  if (kind != "attention" && kind != "layer_norm" && kind != "pick" && kind != "kmax")
+    throw edb::UsageError("edb-bench-attention: --cell is '" + kind + "'; expected attention, layer_norm, pick or kmax");
+  Attention attention(hidden, kind);
   int instances = 0;
   for (int k = 0; k < chains; ++k) instances += 1 + k % steps;
   const std::vector<std::string> executors = {"batched", "jit"};

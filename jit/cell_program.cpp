@@ -36,7 +36,10 @@ std::string segment_text(const CellProgram::Segment& segment) {
   return operand_text(segment.operand) + "[" + std::to_string(segment.row) + "+" + std::to_string(segment.rows) + "]";
 }
 
-constexpr const char* kColumnStepNames[] = {"softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "sum", "mean", "dot", "scalar"};
+constexpr const char* kColumnStepNames[] = {"softmax", "log_softmax", "softmax_grad", "log_softmax_grad",
+                                             "sum", "mean", "dot", "scalar", "pick_neg_log_softmax",
+                                             "pick_neg_log_softmax_grad", "argmax", "kmax_pooling",
+                                             "kmax_pooling_grad", "transpose"};
 
 void check_column_step(const CellProgram& program, const CellProgram::ColumnStep& step, const std::string& where) {
   if (size_t(step.kind) >= std::size(kColumnStepNames)) invalid(program, where + ": a column step of no kind");
@@ -46,9 +49,18 @@ void check_column_step(const CellProgram& program, const CellProgram::ColumnStep
   if (step.kind == CellProgram::ColumnStep::scalar &&
       (step.x.rows != 1 || step.cols != 1 || step.op == KernelOp::load || kernel_op_arity(step.op) < 1))
     invalid(program, where + ": a scalar step of more than one float, or of no computing op");
+  using Step = CellProgram::ColumnStep;
+  if ((step.kind == Step::pick_neg_log_softmax || step.kind == Step::pick_neg_log_softmax_grad) &&
+      (step.cols != 1 || step.index < 0 || step.index >= step.x.rows))
+    invalid(program, where + ": a label outside its column, or a column step of labels over several columns");
+  if ((step.kind == Step::kmax_pooling || step.kind == Step::kmax_pooling_grad) && (step.index < 1 || step.index > step.cols))
+    invalid(program, where + ": k is " + std::to_string(step.index) + " for " + std::to_string(step.cols) + " columns");
   if (column_step_has_y(step)) {
     check_operand(program, step.y.operand, "a column step");
-    if (step.y.rows != step.x.rows || step.y.row < 0 || (step.cols > 1 && step.y.operand.stride < step.y.rows))
+    // pick_neg_log_softmax_grad's y is one float; kmax_pooling_grad's has k columns.
+    const int32_t rows = step.kind == Step::pick_neg_log_softmax_grad ? 1 : step.x.rows;
+    const int32_t cols = step.kind == Step::kmax_pooling_grad ? step.index : step.cols;
+    if (step.y.rows != rows || step.y.row < 0 || (cols > 1 && step.y.operand.stride < step.y.rows))
       invalid(program, where + ": a column step's second argument is not as tall as its first");
   }
   if (step.out.shared || step.out.stride != 0) invalid(program, where + ": a column step's output is not a call slot");
@@ -71,11 +83,18 @@ bool column_step_from_name(std::string_view name, CellProgram::ColumnStep::Kind&
 bool column_step_has_y(const CellProgram::ColumnStep& step) {
   using Step = CellProgram::ColumnStep;
   return step.kind == Step::softmax_grad || step.kind == Step::log_softmax_grad || step.kind == Step::dot ||
+         step.kind == Step::pick_neg_log_softmax_grad || step.kind == Step::kmax_pooling_grad ||
          (step.kind == Step::scalar && kernel_op_arity(step.op) == 2);
 }
 bool column_step_is_total(CellProgram::ColumnStep::Kind kind) {
   using Step = CellProgram::ColumnStep;
-  return kind == Step::sum || kind == Step::mean || kind == Step::dot || kind == Step::scalar;
+  return kind == Step::sum || kind == Step::mean || kind == Step::dot || kind == Step::scalar ||
+         kind == Step::pick_neg_log_softmax;
+}
+bool column_step_has_index(CellProgram::ColumnStep::Kind kind) {
+  using Step = CellProgram::ColumnStep;
+  return kind == Step::pick_neg_log_softmax || kind == Step::pick_neg_log_softmax_grad || kind == Step::kmax_pooling ||
+         kind == Step::kmax_pooling_grad;
 }
 
 int32_t CellProgram::weight_count() const {
@@ -200,7 +219,9 @@ std::string describe(const CellProgram& program) {
         out << ' ' << kernel_op_name(step.op);
         if (kernel_op_has_constant(step.op)) out << ' ' << constant_text(step.constant);
       }
-      out << " cols " << step.cols << " x " << segment_text(step.x);
+      out << " cols " << step.cols;
+      if (column_step_has_index(step.kind)) out << " index " << step.index;
+      out << " x " << segment_text(step.x);
       if (column_step_has_y(step)) out << " y " << segment_text(step.y);
       out << " out " << operand_text(step.out) << '\n';
     }
@@ -329,6 +350,7 @@ CellProgram parse_cell_program(std::string_view text) {
         if (kernel_op_has_constant(step.op)) step.constant = in.constant();
       }
       step.cols = parse_count(in, "cols");
+      if (column_step_has_index(step.kind)) step.index = parse_count(in, "index");
       in.expect("x");
       step.x = parse_segment(in, in.word());
       if (column_step_has_y(step)) {

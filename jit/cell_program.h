@@ -81,16 +81,26 @@ struct CellProgram {
   // column; their gradients per column of (x, y) = (y, dy), the forward output and its gradient) or
   // one float (sum and mean of every element; dot: the sum of x .* y, a product to 1x1 such as a
   // pick's row times a column; scalar: kernel op `op` of the one float of x (and y), an
-  // elementwise op on 1x1 values). Later stages read `out` from memory.
+  // elementwise op on 1x1 values). Selections, with `index`: pick_neg_log_softmax, one float
+  // (log sum exp(x) - x[index], x a column) and its gradient (softmax(x) - e_index) * y[0] (y one
+  // float); argmax, per column of x a one-hot column at its largest; kmax_pooling, per row of x its
+  // `index` largest values in column order (rows * index floats), and its gradient, y (rows x
+  // index, columns y.operand.stride apart) put back where they were taken, 0 elsewhere; transpose,
+  // x's cols x rows transpose. Selections rank as runtime/selection.h does (a NaN above every
+  // number, the earlier at ties). Later stages read `out` from memory.
   struct ColumnStep {
-    enum Kind : uint8_t { softmax, log_softmax, softmax_grad, log_softmax_grad, sum, mean, dot, scalar };
+    enum Kind : uint8_t {
+      softmax, log_softmax, softmax_grad, log_softmax_grad, sum, mean, dot, scalar,
+      pick_neg_log_softmax, pick_neg_log_softmax_grad, argmax, kmax_pooling, kmax_pooling_grad, transpose
+    };
     Kind kind = softmax;
     KernelOp op = KernelOp::add;  // scalar
     float constant = 0;           // scalar: scale, add_const, elu
     Segment x;       // x.rows: a column's rows
-    Segment y;       // the gradients' second argument, as tall as x
+    Segment y;       // the gradients' second argument, as tall as x (pick_neg_log_softmax_grad: 1 row)
     int32_t cols = 1;  // x's operand.stride (and y's): floats from one column to the next
-    Operand out;       // a call slot; its columns lie x.rows floats apart
+    int32_t index = 0; // pick_neg_log_softmax and its gradient: the label; kmax_pooling and its gradient: k
+    Operand out;       // a call slot; its columns lie x.rows floats apart (transpose: cols apart)
   };
   struct Stage {
     int32_t columns = 1;
@@ -112,10 +122,11 @@ struct CellProgram {
 // The column steps' names (column_step_name(softmax_grad) == "softmax_grad"), and back.
 const char* column_step_name(CellProgram::ColumnStep::Kind kind);
 bool column_step_from_name(std::string_view name, CellProgram::ColumnStep::Kind& kind);
-// Whether a column step reads a second argument (the gradients, dot, a scalar op of two) and writes
-// one float per call.
+// Whether a column step reads a second argument (the gradients, dot, a scalar op of two), writes
+// one float per call, and has an `index` (a label, or k).
 bool column_step_has_y(const CellProgram::ColumnStep& step);
 bool column_step_is_total(CellProgram::ColumnStep::Kind kind);
+bool column_step_has_index(CellProgram::ColumnStep::Kind kind);
 
 // Throws InternalError unless slots, values, blocks and segments are in range and every stage has
 // work (a store, or column steps and nothing else).

@@ -1,6 +1,6 @@
 // A column stage of a cell program (jit/cell_program.h) as LLVM IR: call by call, each step's
 // loops over its columns' rows in vectors of the host's width, the last one masked (the maximum,
-// the sum of exponentials, the outputs). What a column
+// the sum of exponentials, the outputs; argmax and transpose float by float). What a column
 // step computes is the reference executor's formula (runtime/reference.cpp); choosing which values
 // become column steps is runtime/cell_lowerer_columns.cpp's.
 #include <limits>
@@ -150,6 +150,15 @@ class ColumnRenderer {
     llvm::Value* y = column_step_has_y(step) ? pointer(step.y.operand, step.y.row, shared, table) : nullptr;
     llvm::Value* out = pointer(step.out, 0, shared, table);
     llvm::Value* zero = llvm::ConstantFP::get(f32_, 0.0);
+    switch (step.kind) {
+      case Step::pick_neg_log_softmax:
+      case Step::pick_neg_log_softmax_grad: return pick_neg_log_softmax(step, x, y, out);
+      case Step::argmax: return argmax(step, x, out);
+      case Step::kmax_pooling:
+      case Step::kmax_pooling_grad: return kmax_pooling(step, x, y, out);
+      case Step::transpose: return transpose(step, x, out);
+      default: break;
+    }
     if (step.kind == Step::scalar) {
       llvm::Value* a = b_.CreateLoad(f32_, x);
       llvm::Value* c = y ? b_.CreateLoad(f32_, y) : nullptr;
@@ -217,6 +226,120 @@ class ColumnRenderer {
         }
         default: break;
       }
+      return std::vector<llvm::Value*>{};
+    });
+  }
+
+  // Whether a ranks strictly above b (scalars or vectors), as runtime/selection.h ranks: a NaN
+  // above every number, NaNs alike.
+  llvm::Value* ranks_above(llvm::Value* a, llvm::Value* b) {
+    return b_.CreateOr(b_.CreateFCmpOGT(a, b), b_.CreateAnd(b_.CreateFCmpUNO(a, a), b_.CreateFCmpORD(b, b)));
+  }
+  // log sum exp of a column: its maximum (the lanes skip NaNs, as softmax's) plus the log of the
+  // sum of exp(x - maximum), NaN where x holds one.
+  llvm::Value* log_sum_exp(llvm::Value* xj, int64_t rows) {
+    const float minus_infinity = -std::numeric_limits<float>::infinity();
+    llvm::Value* lanes = over_rows(rows, {splat(minus_infinity)}, [&](llvm::Value* at, llvm::Value* mask, const std::vector<llvm::Value*>& m) {
+                           llvm::Value* v = load(xj, at, mask, minus_infinity);
+                           return std::vector<llvm::Value*>{b_.CreateSelect(b_.CreateFCmpOGT(v, m[0]), v, m[0])};
+                         })[0];
+    llvm::Value* top = b_.CreateFPMaxReduce(lanes);
+    llvm::Value* total = sum(rows, llvm::ConstantFP::get(f32_, 0.0), [&](llvm::Value* at, llvm::Value* mask) {
+      return vector_math_.exp(b_.CreateFSub(load(xj, at, mask), splat(top)));
+    });
+    return b_.CreateFAdd(top, math_.log(total));
+  }
+
+  // log sum exp(x) - x[label]; the gradient (exp(x - log sum exp(x)) - e_label) * dl, in the
+  // reference's order: the softmax, the label's minus 1, the product.
+  void pick_neg_log_softmax(const Step& step, llvm::Value* x, llvm::Value* y, llvm::Value* out) {
+    const int64_t rows = step.x.rows;
+    llvm::Value* lse = log_sum_exp(x, rows);
+    llvm::Value* label = b_.CreateConstInBoundsGEP1_64(f32_, x, uint64_t(step.index));
+    if (step.kind == Step::pick_neg_log_softmax) {
+      b_.CreateStore(b_.CreateFSub(lse, b_.CreateLoad(f32_, label)), out);
+      return;
+    }
+    each(rows, [&](llvm::Value* at, llvm::Value* mask) {
+      store(vector_math_.exp(b_.CreateFSub(load(x, at, mask), splat(lse))), out, at, mask);
+    });
+    llvm::Value* picked = b_.CreateConstInBoundsGEP1_64(f32_, out, uint64_t(step.index));
+    b_.CreateStore(b_.CreateFSub(b_.CreateLoad(f32_, picked), llvm::ConstantFP::get(f32_, 1.0)), picked);
+    llvm::Value* dl = splat(b_.CreateLoad(f32_, y));
+    each(rows, [&](llvm::Value* at, llvm::Value* mask) { store(b_.CreateFMul(load(out, at, mask), dl), out, at, mask); });
+  }
+
+  // Per column a one-hot column at its largest row (the first at ties): a scalar scan, then zeros
+  // and the one.
+  void argmax(const Step& step, llvm::Value* x, llvm::Value* out) {
+    const int64_t rows = step.x.rows;
+    loop(b_.getInt64(uint64_t(step.cols)), {}, "col", [&](llvm::Value* j, const std::vector<llvm::Value*>&) {
+      llvm::Value* xj = column(x, j, step.x.operand.stride);
+      llvm::Value* oj = column(out, j, rows);
+      const std::vector<llvm::Value*> start = {b_.getInt64(0), b_.CreateLoad(f32_, xj)};
+      llvm::Value* best = loop(b_.getInt64(uint64_t(rows - 1)), start, "scan", [&](llvm::Value* i, const std::vector<llvm::Value*>& c) {
+                            llvm::Value* r = b_.CreateNSWAdd(i, b_.getInt64(1));
+                            llvm::Value* v = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, xj, r));
+                            llvm::Value* above = ranks_above(v, c[1]);
+                            return std::vector<llvm::Value*>{b_.CreateSelect(above, r, c[0]), b_.CreateSelect(above, v, c[1])};
+                          })[0];
+      each(rows, [&](llvm::Value* at, llvm::Value* mask) { store(splat(0.0f), oj, at, mask); });
+      b_.CreateStore(llvm::ConstantFP::get(f32_, 1.0), b_.CreateInBoundsGEP(f32_, oj, best));
+      return std::vector<llvm::Value*>{};
+    });
+  }
+
+  // kmax_pooling (y null) or its gradient, rows in vectors: per column p of x, its rank in its row
+  // (the columns before it in a stable sort, largest first: larger ones, and equal earlier ones);
+  // kept when below k, at the place that counts the kept columns before it. Forward, kept values
+  // go to their place's column; backward, dy's column at the place comes back, 0 where not kept.
+  void kmax_pooling(const Step& step, llvm::Value* x, llvm::Value* y, llvm::Value* out) {
+    const int64_t rows = step.x.rows, cols = step.cols, k = step.index;
+    const int32_t stride = step.x.operand.stride;
+    llvm::Type* vi = llvm::FixedVectorType::get(b_.getInt32Ty(), unsigned(vector_));
+    llvm::Value* none = llvm::Constant::getNullValue(vi);
+    llvm::Value* no = llvm::Constant::getNullValue(llvm::FixedVectorType::get(b_.getInt1Ty(), unsigned(vector_)));
+    auto count = [&](llvm::Value* scalar) { return b_.CreateVectorSplat(unsigned(vector_), b_.CreateTrunc(scalar, b_.getInt32Ty())); };
+    each(rows, [&](llvm::Value* at, llvm::Value* mask) {
+      loop(b_.getInt64(uint64_t(cols)), {none}, "column", [&](llvm::Value* p, const std::vector<llvm::Value*>& place) {
+        llvm::Value* xp = load(column(x, p, stride), at, mask);
+        llvm::Value* rank = loop(b_.getInt64(uint64_t(cols)), {none}, "rank", [&](llvm::Value* q, const std::vector<llvm::Value*>& r) {
+                              llvm::Value* xq = load(column(x, q, stride), at, mask);
+                              llvm::Value* before = b_.CreateSelect(b_.CreateICmpSLT(q, p), b_.CreateNot(ranks_above(xp, xq)),
+                                                                    b_.CreateSelect(b_.CreateICmpSGT(q, p), ranks_above(xq, xp), no));
+                              return std::vector<llvm::Value*>{b_.CreateAdd(r[0], b_.CreateZExt(before, vi))};
+                            })[0];
+        llvm::Value* kept = b_.CreateICmpSLT(rank, count(b_.getInt64(uint64_t(k))));
+        if (!y) {
+          loop(b_.getInt64(uint64_t(k)), {}, "place", [&](llvm::Value* s, const std::vector<llvm::Value*>&) {
+            llvm::Value* here = b_.CreateAnd(kept, b_.CreateICmpEQ(place[0], count(s)));
+            if (mask) here = b_.CreateAnd(here, mask);
+            b_.CreateMaskedStore(xp, b_.CreateInBoundsGEP(f32_, column(out, s, rows), at), llvm::Align(4), here);
+            return std::vector<llvm::Value*>{};
+          });
+        } else {
+          const int32_t y_stride = step.y.operand.stride;
+          llvm::Value* dx = loop(b_.getInt64(uint64_t(k)), {splat(0.0f)}, "place", [&](llvm::Value* s, const std::vector<llvm::Value*>& d) {
+                              llvm::Value* here = b_.CreateAnd(kept, b_.CreateICmpEQ(place[0], count(s)));
+                              return std::vector<llvm::Value*>{b_.CreateSelect(here, load(column(y, s, y_stride), at, mask), d[0])};
+                            })[0];
+          store(dx, column(out, p, rows), at, mask);
+        }
+        return std::vector<llvm::Value*>{b_.CreateAdd(place[0], b_.CreateZExt(kept, vi))};
+      });
+    });
+  }
+
+  // x's transpose: element (r, c) to (c, r), float by float.
+  void transpose(const Step& step, llvm::Value* x, llvm::Value* out) {
+    const int64_t rows = step.x.rows, cols = step.cols;
+    loop(b_.getInt64(uint64_t(cols)), {}, "col", [&](llvm::Value* c, const std::vector<llvm::Value*>&) {
+      llvm::Value* xc = column(x, c, step.x.operand.stride);
+      loop(b_.getInt64(uint64_t(rows)), {}, "row", [&](llvm::Value* r, const std::vector<llvm::Value*>&) {
+        llvm::Value* v = b_.CreateLoad(f32_, b_.CreateInBoundsGEP(f32_, xc, r));
+        b_.CreateStore(v, b_.CreateInBoundsGEP(f32_, out, b_.CreateAdd(b_.CreateMul(r, b_.getInt64(uint64_t(cols))), c)));
+        return std::vector<llvm::Value*>{};
+      });
       return std::vector<llvm::Value*>{};
     });
   }

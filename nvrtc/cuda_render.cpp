@@ -95,6 +95,59 @@ std::string operand_pointer(const jit::CellProgram::Operand& operand) {
   return operand.stride ? "(" + base + " + col * " + std::to_string(operand.stride) + ")" : base;
 }
 
+// The selection steps (pick_neg_log_softmax, argmax, kmax_pooling, their gradients, transpose)
+// inside the step's braces, x, y and o declared: the reference's rule (runtime/selection.h ranks a
+// NaN above every number, the earlier at ties). False for another step.
+bool render_selection_step(std::ostringstream& out, const jit::CellProgram::ColumnStep& step) {
+  using Step = jit::CellProgram::ColumnStep;
+  const std::string rows = std::to_string(step.x.rows), cols = std::to_string(step.cols), index = std::to_string(step.index);
+  const std::string stride = std::to_string(step.x.operand.stride);
+  // Whether a ranks strictly above b.
+  const auto ranks = [](const std::string& a, const std::string& b) {
+    return "(" + a + " > " + b + " || (" + a + " != " + a + " && " + b + " == " + b + "))";
+  };
+  const std::string each = "        for (int r = 0; r < " + rows + "; ++r) ";
+  switch (step.kind) {
+    case Step::pick_neg_log_softmax:
+    case Step::pick_neg_log_softmax_grad:
+      out << "        float m = __int_as_float(0xff800000), s = 0.0f;\n"
+          << each << "if (x[r] > m) m = x[r];\n" << each << "s += expf(x[r] - m);\n"
+          << "        const float l = m + logf(s);\n";
+      if (step.kind == Step::pick_neg_log_softmax)
+        out << "        o[0] = l - x[" << index << "];\n";
+      else
+        out << each << "o[r] = expf(x[r] - l);\n        o[" << index << "] -= 1.0f;\n" << each << "o[r] *= y[0];\n";
+      break;
+    case Step::argmax:
+      out << "        for (int c = 0; c < " << cols << "; ++c) {\n          const float* xc = x + c * " << stride
+          << ";\n          float* oc = o + c * " << rows << ";\n          int b = 0;\n"
+          << "          for (int r = 1; r < " << rows << "; ++r) if " << ranks("xc[r]", "xc[b]") << " b = r;\n"
+          << "          for (int r = 0; r < " << rows << "; ++r) oc[r] = 0.0f;\n          oc[b] = 1.0f;\n        }\n";
+      break;
+    case Step::kmax_pooling:
+    case Step::kmax_pooling_grad:
+      // Per row, column p's rank: the columns before it when sorted largest first, stably.
+      out << each << "{\n          int place = 0;\n          for (int p = 0; p < " << cols << "; ++p) {\n"
+          << "            const float v = x[p * " << stride << " + r];\n            int rank = 0;\n"
+          << "            for (int q = 0; q < " << cols << "; ++q) {\n              const float w = x[q * " << stride << " + r];\n"
+          << "              if (q < p ? !" << ranks("v", "w") << " : q > p && " << ranks("w", "v") << ") ++rank;\n            }\n";
+      if (step.kind == Step::kmax_pooling)
+        out << "            if (rank < " << index << ") o[place++ * " << rows << " + r] = v;\n";
+      else
+        out << "            o[p * " << rows << " + r] = rank < " << index << " ? y[place++ * " << step.y.operand.stride
+            << " + r] : 0.0f;\n";
+      out << "          }\n        }\n";
+      break;
+    case Step::transpose:
+      out << "        for (int c = 0; c < " << cols << "; ++c)\n" << "  " << each << "o[r * " << cols << " + c] = x[c * " << stride
+          << " + r];\n";
+      break;
+    default: return false;
+  }
+  out << "      }\n";
+  return true;
+}
+
 // A column stage: each step by thread 0 of the call's block, row after row (the steps' formulas
 // are the reference executor's), then a barrier before the stages that read their outputs.
 void render_column_steps(std::ostringstream& out, const jit::CellProgram::Stage& stage, size_t index) {
@@ -109,6 +162,7 @@ void render_column_steps(std::ostringstream& out, const jit::CellProgram::Stage&
     if (jit::column_step_has_y(step))
       out << "        const float* y = " << base(step.y.operand) << " + " << step.y.row << ";\n";
     out << "        float* o = " << base(step.out) << ";\n";
+    if (render_selection_step(out, step)) continue;
     if (step.kind == Step::scalar) {
       out << "        o[0] = " << op_expression(step.op, "x[0]", jit::column_step_has_y(step) ? "y[0]" : "", step.constant)
           << ";\n      }\n";

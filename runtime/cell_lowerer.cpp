@@ -260,6 +260,8 @@ void Lowerer::need_for_backward(uint32_t o) {
     case ir::Op::exp:
     case ir::Op::softmax:
     case ir::Op::log_softmax: needed_[o] = true; break;
+    case ir::Op::pick_neg_log_softmax:
+    case ir::Op::kmax_pooling: need(args[0]); break;
     default: break;
   }
 }

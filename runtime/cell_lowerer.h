@@ -117,8 +117,8 @@ class Lowerer {
   // a product's factors (a parameter's are outside the body), both factors of cmult, max and min,
   // the arguments of log, abs, square, cube, softsign, silu, elu, selu, log_sigmoid, erf and the
   // trigonometric and hyperbolic ops and their inverses, div's divisor and output, pow's arguments
-  // and output, the outputs of activations, exp, sqrt, tan, silu, elu and selu (round, ceil and
-  // floor read nothing).
+  // and output, the outputs of activations, exp, sqrt, tan, silu, elu and selu, the arguments of
+  // pick_neg_log_softmax and kmax_pooling (round, ceil, floor, argmax and transpose read nothing).
   void need_for_backward(uint32_t o);
   // After which stage form f's values are all in memory (0: before the kernel starts).
   int32_t memory_stage(int32_t f) const;

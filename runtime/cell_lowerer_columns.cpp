@@ -1,6 +1,7 @@
 // The column steps of a cell program (runtime/cell_lowerer.h): ops over whole columns (softmax,
-// log_softmax, their gradients, sums and means of elements), products to 1x1 (dot steps) and
-// elementwise ops on 1x1 values (scalar steps), each read from memory and stored whole.
+// log_softmax, their gradients, sums and means of elements, pick_neg_log_softmax, argmax,
+// kmax_pooling, transpose and their gradients), products to 1x1 (dot steps) and elementwise ops on
+// 1x1 values (scalar steps), each read from memory and stored whole.
 #include "runtime/cell_lowerer.h"
 
 #include <algorithm>
@@ -22,6 +23,12 @@ bool column_step_for(ir::Op op, Program::ColumnStep::Kind& kind) {
     case ir::Op::log_softmax_grad: kind = Program::ColumnStep::log_softmax_grad; return true;
     case ir::Op::sum_elements: kind = Program::ColumnStep::sum; return true;
     case ir::Op::mean_elements: kind = Program::ColumnStep::mean; return true;
+    case ir::Op::pick_neg_log_softmax: kind = Program::ColumnStep::pick_neg_log_softmax; return true;
+    case ir::Op::pick_neg_log_softmax_grad: kind = Program::ColumnStep::pick_neg_log_softmax_grad; return true;
+    case ir::Op::argmax: kind = Program::ColumnStep::argmax; return true;
+    case ir::Op::kmax_pooling: kind = Program::ColumnStep::kmax_pooling; return true;
+    case ir::Op::kmax_pooling_grad: kind = Program::ColumnStep::kmax_pooling_grad; return true;
+    case ir::Op::transpose: kind = Program::ColumnStep::transpose; return true;
     default: return false;
   }
 }
@@ -117,6 +124,10 @@ void Lowerer::emit_column_step(uint32_t o, Program::Stage& stage) {
     step.x = whole(form.sources[0]);
     step.cols = forms_[size_t(form.sources[0])].cols;
     if (jit::column_step_has_y(step)) step.y = whole(form.sources[1]);
+    // The label; kmax_pooling's k, its output's columns (its gradient's: dy's).
+    if (n.op == ir::Op::pick_neg_log_softmax || n.op == ir::Op::pick_neg_log_softmax_grad) step.index = n.attrs.index;
+    if (n.op == ir::Op::kmax_pooling) step.index = form.cols;
+    if (n.op == ir::Op::kmax_pooling_grad) step.index = forms_[size_t(form.sources[1])].cols;
   } else {
     // A product to 1x1 (classify_per_call_product): W's K values (a 1 x K row lies as K
     // consecutive floats) dotted with x's.

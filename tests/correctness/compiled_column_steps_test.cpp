@@ -1,6 +1,6 @@
 // Compiled cells whose bodies hold ops over whole columns (softmax, log_softmax, sum_elements,
-// mean_elements, products to 1x1 such as pick and, in backward bodies, softmax_grad and
-// log_softmax_grad): they lower to column steps (jit/cell_program.h), and their values and
+// mean_elements, products to 1x1 such as pick, pick_neg_log_softmax, argmax, kmax_pooling,
+// transpose and, in backward bodies, their gradients): they lower to column steps (jit/cell_program.h), and their values and
 // gradients equal the reference executor's without cells under jit, batched and reference, over
 // calls of different inputs.
 #include <gtest/gtest.h>
@@ -212,6 +212,119 @@ CellCase normalised(int n) {
   return c;
 }
 
+// A recurrent step whose loss is a cell output: pick_neg_log_softmax of its logits at a label
+// fixed in the body (a column step; the backward body's pick_neg_log_softmax_grad is one too).
+CellCase picked_loss(int n) {
+  CellCase c{"pick_neg_log_softmax " + std::to_string(n), std::make_shared<Model>("picked", 13), {}, {}};
+  c.hidden = n;
+  const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
+  const Parameter v = c.model->add_parameter("V", n, n), b = c.model->add_parameter("b", n, 1);
+  c.parameters = {w, u, v, b};
+  auto cell = std::make_shared<Cell>("picked", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}},
+                                     [=](Trace& t, std::span<const Expr> in) {
+                                       const Expr h = tanh(affine({t.param(b), t.param(w), in[0], t.param(u), in[1]}));
+                                       return std::vector<Expr>{h, pick_neg_log_softmax(matmul(t.param(v), h), n - 2)};
+                                     });
+  c.loss = [=](Trace& t, int instances) {
+    std::vector<Expr> terms;
+    for (int k = 0; k < instances; ++k) {
+      Expr h = t.input(column(n, float(k)));
+      for (int step = 0; step <= k % 3; ++step) {
+        const std::vector<Expr> out = (*cell)(t, {h, t.input(column(n, float(k * 5 + step) + 0.5f))});
+        h = out[0];
+        terms.push_back(out[1]);
+      }
+      terms.push_back(sum_elements(cmult(h, t.input(column(n, float(k) + 0.75f)))));
+    }
+    return sum(terms);
+  };
+  return c;
+}
+
+// argmax of a step's scores (a one-hot column step) selects an input's element, beside a softmax of
+// other scores; with `straight_through`, the one-hot's gradient is dy itself, else zero. The
+// backward body's softmax_grad is its column step.
+CellCase selected(int n, bool straight_through) {
+  CellCase c{std::string("argmax ") + (straight_through ? "straight-through " : "") + std::to_string(n),
+             std::make_shared<Model>("selected", 17), {}, {}};
+  c.hidden = n;
+  const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
+  const Parameter v = c.model->add_parameter("V", n, n);
+  c.parameters = {w, u, v};
+  const ArgmaxGradient gradient = straight_through ? ArgmaxGradient::straight_through : ArgmaxGradient::zero;
+  auto cell = std::make_shared<Cell>("selected", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}},
+                                     [=](Trace& t, std::span<const Expr> in) {
+                                       const Expr h = tanh(matmul(t.param(w), in[0]));
+                                       const Expr chosen = cmult(argmax(matmul(t.param(u), h), gradient), in[1]);
+                                       return std::vector<Expr>{tanh(matmul(t.param(v), chosen + softmax(h)))};
+                                     });
+  c.loss = [=](Trace& t, int instances) {
+    std::vector<Expr> terms;
+    for (int k = 0; k < instances; ++k) {
+      Expr h = t.input(column(n, float(k)));
+      for (int step = 0; step <= k % 3; ++step) h = (*cell)(t, {h, t.input(column(n, float(k * 5 + step) + 0.5f))})[0];
+      terms.push_back(sum_elements(cmult(h, t.input(column(n, float(k) + 0.75f)))));
+    }
+    return sum(terms);
+  };
+  return c;
+}
+
+// kmax_pooling of a per-call matrix's channels (n x 5, the char-CNN's pooling): the k largest per
+// row, a column for k = 1 and a matrix for k = 3; the backward body's kmax_pooling_grad puts dy back.
+CellCase pooled(int n, int k) {
+  CellCase c{"kmax_pooling " + std::to_string(k) + " of " + std::to_string(n), std::make_shared<Model>("pooled", 19), {}, {}};
+  c.hidden = n;
+  const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
+  c.parameters = {w, u};
+  auto cell = std::make_shared<Cell>("pooled", std::vector<std::pair<int, int>>{{n, 5}},
+                                     [=](Trace& t, std::span<const Expr> in) {
+                                       const Expr channels = tanh(matmul(t.param(w), in[0]));
+                                       return std::vector<Expr>{tanh(matmul(t.param(u), kmax_pooling(channels, k)))};
+                                     });
+  c.loss = [=](Trace& t, int instances) {
+    std::vector<Expr> terms;
+    for (int i = 0; i < instances; ++i) {
+      std::vector<float> letters;
+      for (int j = 0; j < 5; ++j)
+        for (float x : column(n, float(i * 5 + j) * 1.3f)) letters.push_back(x);
+      const Expr out = (*cell)(t, {t.input(n, 5, letters)})[0];
+      std::vector<float> weights;
+      for (int j = 0; j < k; ++j)
+        for (float x : column(n, float(i + j) + 0.25f)) weights.push_back(x);
+      terms.push_back(sum_elements(cmult(out, t.input(n, k, weights))));
+    }
+    return sum(terms);
+  };
+  return c;
+}
+
+// The transpose of a per-call n x n matrix of scores multiplies a column (a per-call W); the
+// backward body transposes that product's dW back.
+CellCase transposed(int n) {
+  CellCase c{"transpose " + std::to_string(n), std::make_shared<Model>("transposed", 23), {}, {}};
+  c.hidden = n;
+  const Parameter w = c.model->add_parameter("W", n, n);
+  c.parameters = {w};
+  auto cell = std::make_shared<Cell>("transposed", std::vector<std::pair<int, int>>{{n, n}, {n, 1}},
+                                     [=](Trace& t, std::span<const Expr> in) {
+                                       const Expr scores = tanh(matmul(t.param(w), in[0]));
+                                       return std::vector<Expr>{tanh(matmul(transpose(scores), in[1]))};
+                                     });
+  c.loss = [=](Trace& t, int instances) {
+    std::vector<Expr> terms;
+    for (int k = 0; k < instances; ++k) {
+      std::vector<float> keys;
+      for (int j = 0; j < n; ++j)
+        for (float x : column(n, float(k * n + j))) keys.push_back(x);
+      const Expr out = (*cell)(t, {t.input(n, n, keys), t.input(column(n, float(k) + 0.5f))})[0];
+      terms.push_back(sum_elements(cmult(out, t.input(column(n, float(k) + 0.25f)))));
+    }
+    return sum(terms);
+  };
+  return c;
+}
+
 class CompiledCellsColumnSteps : public testing::TestWithParam<std::string> {};
 
 TEST_P(CompiledCellsColumnSteps, SoftmaxAndLogSoftmaxEqualTheReference) {
@@ -238,6 +351,36 @@ TEST_P(CompiledCellsColumnSteps, PicksStretchedOverAColumnEqualTheReference) {
 TEST_P(CompiledCellsColumnSteps, LayerNormSumAndMeanEqualTheReference) {
   for (int n : {8, 13}) {
     CellCase c = normalised(n);
+    ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+  }
+}
+
+TEST_P(CompiledCellsColumnSteps, PickNegLogSoftmaxEqualsTheReference) {
+  for (int n : {8, 13}) {
+    CellCase c = picked_loss(n);
+    ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+  }
+}
+
+TEST_P(CompiledCellsColumnSteps, ArgmaxEqualsTheReferenceWithEitherGradient) {
+  for (int n : {8, 13})
+    for (bool straight_through : {false, true}) {
+      CellCase c = selected(n, straight_through);
+      ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+    }
+}
+
+TEST_P(CompiledCellsColumnSteps, KmaxPoolingEqualsTheReference) {
+  for (int n : {8, 13})
+    for (int k : {1, 3}) {
+      CellCase c = pooled(n, k);
+      ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+    }
+}
+
+TEST_P(CompiledCellsColumnSteps, TransposeEqualsTheReference) {
+  for (int n : {8, 13}) {
+    CellCase c = transposed(n);
     ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
   }
 }

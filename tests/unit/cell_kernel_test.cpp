@@ -1,7 +1,8 @@
 // Compiled cell programs (jit/cell_program.h, jit/llvm_cell.cpp): the register-blocked
 // contraction against a plain product for awkward shapes (rows not a multiple of the vector, K not
 // a multiple of it, N = 1..1000, unaligned pointers), the elementwise stage body against libm,
-// column steps against their formulas, packing, and the program's checks.
+// column steps against their formulas (selections against runtime/selection.h), packing, and the
+// program's checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -18,6 +20,7 @@
 #include "jit/cell_program.h"
 #include "jit/llvm_backend.h"
 #include "jit/llvm_cell.h"
+#include "runtime/selection.h"
 
 namespace edb::jit {
 namespace {
@@ -437,6 +440,126 @@ TEST(CellKernel, ColumnStepsEqualTheirFormulas) {
   Program mixed = column_steps(5);
   mixed.stages[0].stores.push_back({0, {2, false}, 0});
   EXPECT_THROW(verify(mixed), InternalError);
+}
+
+// The selection steps (pick_neg_log_softmax and its gradient, argmax, kmax_pooling for k = 1, 3
+// and every column, its gradient, transpose) over x of 7 columns (5 to 40 rows, columns 3 floats
+// apart beyond their rows, from row 1 of their slot) with ties and NaNs, for 1..5 calls: the
+// selections equal runtime/selection.h's rule exactly, the losses their formulas in double.
+Program selection_steps(int rows) {
+  Program p;
+  p.name = "test selection steps";
+  p.rows = 8;
+  p.call_slots = 3 + 8;
+  Program::Stage stage;
+  const Program::Segment x{{0, false, rows + 3}, 1, rows}, dy{{1, false, rows + 3}, 1, rows};
+  const Program::Segment column{{2, false}, 1, rows}, dl{{1, false}, 0, 1};
+  auto add = [&](Program::ColumnStep::Kind kind, Program::Segment on, int32_t cols, int32_t index, Program::Segment y = {}) {
+    Program::ColumnStep step;
+    step.kind = kind;
+    step.x = on;
+    step.y = y;
+    step.cols = cols;
+    step.index = index;
+    step.out = {int32_t(3 + stage.steps.size()), false};
+    stage.steps.push_back(step);
+  };
+  add(Program::ColumnStep::pick_neg_log_softmax, column, 1, rows - 1);
+  add(Program::ColumnStep::pick_neg_log_softmax_grad, column, 1, rows - 1, dl);
+  add(Program::ColumnStep::argmax, x, 7, 0);
+  add(Program::ColumnStep::kmax_pooling, x, 7, 1);
+  add(Program::ColumnStep::kmax_pooling, x, 7, 3);
+  add(Program::ColumnStep::kmax_pooling, x, 7, 7);
+  add(Program::ColumnStep::kmax_pooling_grad, x, 7, 3, dy);
+  add(Program::ColumnStep::transpose, x, 7, 0);
+  p.stages.push_back(stage);
+  return p;
+}
+
+bool same_float(float a, float b) { return (a != a && b != b) || a == b; }
+
+TEST(CellKernel, SelectionStepsEqualTheirRules) {
+  LlvmBackend backend;
+  for (int rows : {5, 16, 21, 40}) {
+    const Program program = selection_steps(rows);
+    const std::string text = describe(program);
+    const std::string x = "x c0*" + std::to_string(rows + 3) + "[1+" + std::to_string(rows) + "]";
+    EXPECT_NE(text.find("  column_step kmax_pooling_grad cols 7 index 3 " + x + " y c1*" + std::to_string(rows + 3) + "[1+" +
+                        std::to_string(rows) + "] out c9\n"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("  column_step pick_neg_log_softmax cols 1 index " + std::to_string(rows - 1) + " x c2[1+"), std::string::npos)
+        << text;
+    EXPECT_EQ(describe(parse_cell_program(text)), text);
+    const CompiledKernel kernel = backend.compile(program);
+    std::mt19937 random{uint32_t(rows)};
+    std::uniform_int_distribution<int> steps(-4, 4);  // few values: ties in every row and column
+    std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+    const int64_t x_floats = 7 * (rows + 3);
+    const int64_t out_floats[] = {1, rows, 7 * rows, rows, 3 * rows, 7 * rows, 7 * rows, 7 * rows};
+    for (int calls = 1; calls <= 5; ++calls) {
+      std::vector<std::vector<float>> memory;  // per call: x, dy, the column, the eight outputs
+      std::vector<float*> pointers;
+      for (int j = 0; j < calls; ++j)
+        for (int slot = 0; slot < 11; ++slot) {
+          memory.emplace_back(size_t(slot < 3 ? x_floats : out_floats[slot - 3]));
+          for (float& v : memory.back()) v = slot == 0 ? 0.5f * float(steps(random)) : uniform(random);
+          if (slot == 0 && (j + rows) % 2 == 0)  // NaNs rank above every number
+            for (int64_t at : {int64_t(2), int64_t(rows + 3 + 1), 3 * int64_t(rows + 3) + rows})
+              memory.back()[size_t(at)] = std::numeric_limits<float>::quiet_NaN();
+        }
+      for (std::vector<float>& m : memory) pointers.push_back(m.data());
+      const CellArgs args{calls, nullptr, nullptr, pointers.data()};
+      kernel.cell()(&args);
+      for (int j = 0; j < calls; ++j) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " calls " + std::to_string(calls) + " call " + std::to_string(j));
+        const std::vector<float>* slots = &memory[size_t(j) * 11];
+        const float* xs = slots[0].data() + 1;
+        const float* dys = slots[1].data() + 1;
+        const float* c = slots[2].data() + 1;
+        double top = c[0], sum_exp = 0;
+        for (int r = 0; r < rows; ++r) top = std::max(top, double(c[r]));
+        for (int r = 0; r < rows; ++r) sum_exp += std::exp(double(c[r]) - top);
+        const double lse = top + std::log(sum_exp), dl = slots[1][0];
+        EXPECT_NEAR(slots[3][0], lse - c[rows - 1], 2e-6 * (1 + std::abs(lse)));
+        for (int r = 0; r < rows; ++r) {
+          const double want = (std::exp(double(c[r]) - lse) - (r == rows - 1 ? 1.0 : 0.0)) * dl;
+          ASSERT_NEAR(slots[4][size_t(r)], want, 2e-6 * (1 + std::abs(dl))) << "pick_neg_log_softmax_grad row " << r;
+        }
+        for (int col = 0; col < 7; ++col) {
+          const int64_t best = runtime::argmax_position(xs + col * (rows + 3), rows, 1);
+          for (int r = 0; r < rows; ++r)
+            ASSERT_EQ(slots[5][size_t(col * rows + r)], r == best ? 1.0f : 0.0f) << "argmax column " << col << " row " << r;
+        }
+        std::vector<int64_t> kept;
+        for (int r = 0; r < rows; ++r) {
+          for (int k : {1, 3, 7}) {
+            runtime::kmax_positions(xs + r, 7, rows + 3, k, kept);
+            const std::vector<float>& out = slots[k == 1 ? 6 : k == 3 ? 7 : 8];
+            for (int s = 0; s < k; ++s)
+              ASSERT_TRUE(same_float(out[size_t(s * rows + r)], xs[kept[size_t(s)] * (rows + 3) + r]))
+                  << "kmax_pooling k " << k << " row " << r << " place " << s << ": " << out[size_t(s * rows + r)];
+          }
+          runtime::kmax_positions(xs + r, 7, rows + 3, 3, kept);
+          for (int col = 0; col < 7; ++col) {
+            const auto place = std::find(kept.begin(), kept.end(), col);
+            const float want = place == kept.end() ? 0.0f : dys[(place - kept.begin()) * (rows + 3) + r];
+            ASSERT_EQ(slots[9][size_t(col * rows + r)], want) << "kmax_pooling_grad row " << r << " column " << col;
+            ASSERT_TRUE(same_float(slots[10][size_t(r * 7 + col)], xs[col * (rows + 3) + r])) << "transpose row " << r << " column " << col;
+          }
+        }
+      }
+    }
+  }
+  Program label_outside = selection_steps(5);
+  label_outside.stages[0].steps[0].index = 5;
+  EXPECT_THROW(verify(label_outside), InternalError);
+  Program too_many = selection_steps(5);
+  too_many.stages[0].steps[4].index = 8;
+  EXPECT_THROW(verify(too_many), InternalError);
+  Program tall_dl = selection_steps(5);
+  tall_dl.stages[0].steps[1].y.rows = 5;
+  EXPECT_THROW(verify(tall_dl), InternalError);
 }
 
 // LlvmBackendOptions::perf_map: each linked kernel's entry gets a line "START SIZE NAME" in

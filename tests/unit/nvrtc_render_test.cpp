@@ -132,6 +132,43 @@ TEST(NvrtcCompile, ColumnStepsCompileToPtx) {
   EXPECT_NE(ptx.ptx.find(".entry edb_kernel_columns"), std::string::npos) << source;
 }
 
+// The selection steps (pick_neg_log_softmax and its gradient, argmax, kmax_pooling and its
+// gradient, transpose), also by thread 0, as the reference's loops.
+jit::CellProgram selection_step_program() {
+  return jit::parse_cell_program(
+      "cell selection steps\n"
+      "rows 8 call_slots 9 shared_slots 0\n"
+      "stage 0\n"
+      "  column_step pick_neg_log_softmax cols 1 index 3 x c0[1+8] out c2\n"
+      "  column_step pick_neg_log_softmax_grad cols 1 index 3 x c0[1+8] y c1[0+1] out c3\n"
+      "  column_step argmax cols 4 x c0*9[1+8] out c4\n"
+      "  column_step kmax_pooling cols 4 index 2 x c0*9[1+8] out c5\n"
+      "  column_step kmax_pooling_grad cols 4 index 2 x c0*9[1+8] y c1*8[0+8] out c6\n"
+      "  column_step transpose cols 4 x c0*9[1+8] out c7\n"
+      "stage 1\n"
+      "  %0 = load c5 block 0\n"
+      "  %1 = tanh %0\n"
+      "  store %1 c8 block 0\n");
+}
+
+TEST(NvrtcRender, SelectionStepsRenderAsOneThreadsLoops) {
+  const std::string source = nvrtc::render_cell(selection_step_program(), "edb_kernel_selections");
+  EXPECT_NE(source.find("o[0] = l - x[3];"), std::string::npos) << source;                                // pick_neg_log_softmax
+  EXPECT_NE(source.find("o[3] -= 1.0f;"), std::string::npos) << source;                                   // its gradient
+  EXPECT_NE(source.find("if (xc[r] > xc[b] || (xc[r] != xc[r] && xc[b] == xc[b])) b = r;"), std::string::npos) << source;  // argmax
+  EXPECT_NE(source.find("if (rank < 2) o[place++ * 8 + r] = v;"), std::string::npos) << source;          // kmax_pooling
+  EXPECT_NE(source.find("o[p * 8 + r] = rank < 2 ? y[place++ * 8 + r] : 0.0f;"), std::string::npos) << source;  // its gradient
+  EXPECT_NE(source.find("o[r * 4 + c] = x[c * 9 + r];"), std::string::npos) << source;                   // transpose
+  EXPECT_LT(source.find("__syncthreads();"), source.find("// stage 1"));
+}
+
+TEST(NvrtcCompile, SelectionStepsCompileToPtx) {
+  REQUIRE_NVRTC(nvrtc);
+  const std::string source = nvrtc::render_cell(selection_step_program(), "edb_kernel_selections");
+  const nvrtc::CompiledImage ptx = nvrtc->compile(source, "edb_kernel_selections", 8, 0, true);
+  EXPECT_NE(ptx.ptx.find(".entry edb_kernel_selections"), std::string::npos) << source;
+}
+
 TEST(NvrtcCompile, EveryOpAndTheGemmCompileForSm80AndSm90) {
   REQUIRE_NVRTC(nvrtc);
   const std::string kernel = nvrtc::render_kernel(every_op_kernel(), "edb_kernel_every_op");
