@@ -27,7 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cell_lowering.h"
 #include "runtime/executor.h"
+#include "trace/inspect.h"
 #include "tests/support/combinations.h"
 #include "tests/support/random_cells.h"
 #include "tests/support/test_support.h"
@@ -415,6 +417,38 @@ TEST(DifferentialCells, ProgramsCoverTheCellSpace) {
     EXPECT_GE(seen[feature], 10) << feature;
   for (const auto& [kind, feature] : kIssue46Kinds) EXPECT_GE(seen[feature], 4) << feature;  // free bodies only
   for (const auto& [feature, count] : seen) std::printf("%6d times: %s\n", count, feature.c_str());
+}
+
+// The bodies of blocks the generator draws with argmax compile under jit, forward and backward
+// (argmax is a column step), so the fuzzer above compares the compiled step, not only expansion.
+TEST(DifferentialCells, ArgmaxInBodiesOfBlocksCompiles) {
+  int lowered = 0, backward = 0;
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    const testing::CellProgramSpec spec = testing::random_cell_program(seed, options_for(seed));
+    bool argmax = false;
+    for (const testing::CellSpec& cell : spec.cells)
+      for (const testing::CellOp& op : cell.body) argmax |= op.kind == testing::CellOp::argmax_times;
+    if (!argmax) continue;
+    testing::CellProgram program(spec);
+    EngineOptions options;
+    options.executor = "jit";
+    Engine engine(options);
+    Trace trace(engine);
+    const std::vector<Expr> compared = program.record(trace);
+    const Expr loss = loss_of(trace, compared);
+    trace.backward(loss);
+    const detail::EvaluatedTrace evaluated = detail::evaluated_trace(loss);
+    for (size_t c = 0; c < evaluated.graph.cell_count(); ++c) {
+      const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(int64_t(c)));
+      if (!cell.lowered) continue;
+      for (const jit::CellProgram::Stage& stage : cell.lowering.program.stages)
+        for (const jit::CellProgram::ColumnStep& step : stage.steps)
+          if (step.kind == jit::CellProgram::ColumnStep::argmax) ++lowered;
+      if (cell.is_backward) ++backward;
+    }
+  }
+  std::printf("argmax steps in compiled cells: %d; compiled backward cells of those programs: %d\n", lowered, backward);
+  EXPECT_GE(lowered, 10);
 }
 
 // Every shrinking step keeps a program well formed: it records and runs on the reference.

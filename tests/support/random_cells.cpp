@@ -330,12 +330,12 @@ class Generator {
   }
 
   int body_op(Body& b, bool reuse_allowed = true) {
-    // Values of 1x1 (sum_elements and the like) are not blocks; transpose and issue 46's
-    // selections, normalisations and convolutions do not lower: free bodies only. softmax of a
-    // column of whole blocks lowers (a column step).
+    // Values of 1x1 (sum_elements and the like), transposes of columns (rows) and the matrices
+    // of issue 46's convolutions are not whole blocks: free bodies only, but for argmax of a column,
+    // which lowers in blocks (a column step). softmax of a column of whole blocks lowers too.
     const int free = b.block ? 0 : 1;
     const int again = reuse_allowed && !earlier_body_params_.empty() ? 10 : 0;
-    const int kind = r_.weighted({16, 12, 12, 6, 20, 16, 5, 3, 3 * free, 2 * free, again, 12 * free});
+    const int kind = r_.weighted({16, 12, 12, 6, 20, 16, 5, 3, 3 * free, 2 * free, again, free ? 12 : 2});
     if (kind == 10) return reuse(b);
     if (kind == 11) return issue46_op(b);
     switch (kind) {
@@ -425,17 +425,17 @@ class Generator {
     return b.add(op);
   }
 
-  // One of issue 46's selections, normalisations, convolutions and poolings (none lowers: free
-  // bodies only), of a column of two or more rows.
+  // One of issue 46's selections, normalisations, convolutions and poolings, of a column of two or
+  // more rows; in a body of blocks, argmax (the others work on values that are not whole blocks).
   int issue46_op(Body& b) {
     int a = pick_column(b);
-    if (b.at(a).rows < 2) a = pick(b, size(), 1, false);
+    if (b.at(a).rows < 2) a = pick(b, b.block ? size(b) : size(), 1, false);
     const int rows = b.at(a).rows;
     static constexpr CellOp::Kind kKinds[] = {
         CellOp::select_rows_ends, CellOp::std_dim_plus,       CellOp::l2_norm_plus,      CellOp::layer_norm_plus,
         CellOp::weight_norm_plus, CellOp::argmax_times,       CellOp::kmax_rows,         CellOp::conv1d_narrow_rows,
         CellOp::conv1d_wide_rows, CellOp::maxpool_rows,       CellOp::broadcast_scalar};
-    const CellOp::Kind k = kKinds[r_.below(int(std::size(kKinds)))];
+    const CellOp::Kind k = b.block ? CellOp::argmax_times : kKinds[r_.below(int(std::size(kKinds)))];
     CellOp op = make_op(k, {a});
     switch (k) {
       case CellOp::select_rows_ends: break;
