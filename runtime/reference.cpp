@@ -100,10 +100,27 @@ void eval_reshape(const NodeContext& c) {
 
 void eval_scale_gradient(const NodeContext& c) { eval_reshape(c); }  // x itself
 
+// The oracle's sums: in row order, in double, rounded once. Eigen's vectorized sums start their
+// packets at the first aligned entry, so the same values at another address (another trace's
+// arena) could round differently; these do not depend on where the values lie.
+template <typename Derived>
+double total(const Eigen::MatrixBase<Derived>& x) {
+  double s = 0.0;
+  for (Eigen::Index j = 0; j < x.cols(); ++j)
+    for (Eigen::Index i = 0; i < x.rows(); ++i) s += double(x(i, j));
+  return s;
+}
+template <typename Derived>
+Eigen::RowVectorXf column_sums(const Eigen::MatrixBase<Derived>& x) {
+  Eigen::RowVectorXf sums(x.cols());
+  for (Eigen::Index j = 0; j < x.cols(); ++j) sums(j) = float(total(x.col(j)));
+  return sums;
+}
+
 // Per column: log sum exp, stabilised by the column maximum.
 Eigen::RowVectorXf log_sum_exp(const ConstMatrix& x) {
   const Eigen::RowVectorXf max = x.colwise().maxCoeff();
-  return max + ((x.rowwise() - max).array().exp().colwise().sum().log()).matrix();
+  return max + column_sums((x.rowwise() - max).array().exp().matrix()).array().log().matrix();
 }
 
 void eval_softmax(const NodeContext& c) {
@@ -185,8 +202,10 @@ void eval_kmax_pooling(const NodeContext& c) {
 void eval_div(const NodeContext& c) { c.out() = c.arg(0).cwiseQuotient(c.arg(1)); }
 void eval_max(const NodeContext& c) { c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return ir::max_of(a, b); }); }
 void eval_min(const NodeContext& c) { c.out() = c.arg(0).binaryExpr(c.arg(1), [](float a, float b) { return ir::min_of(a, b); }); }
-void eval_sum_elements(const NodeContext& c) { c.out()(0, 0) = c.arg(0).sum(); }
-void eval_mean_elements(const NodeContext& c) { c.out()(0, 0) = c.arg(0).mean(); }
+void eval_sum_elements(const NodeContext& c) { c.out()(0, 0) = float(total(c.arg(0))); }
+void eval_mean_elements(const NodeContext& c) {
+  c.out()(0, 0) = float(total(c.arg(0)) / double(c.arg(0).size()));
+}
 void eval_transpose(const NodeContext& c) { c.out() = c.arg(0).transpose(); }
 
 void eval_matmul_tn(const NodeContext& c) { c.out().noalias() = c.arg(0).transpose() * c.arg(1); }
@@ -219,13 +238,13 @@ void eval_relu_grad(const NodeContext& c) {
 
 void eval_softmax_grad(const NodeContext& c) {
   ConstMatrix y = c.arg(0), dy = c.arg(1);
-  const Eigen::RowVectorXf dot = y.cwiseProduct(dy).colwise().sum();
+  const Eigen::RowVectorXf dot = column_sums(y.cwiseProduct(dy));
   c.out() = y.cwiseProduct(dy - dot.replicate(y.rows(), 1));
 }
 
 void eval_log_softmax_grad(const NodeContext& c) {
   ConstMatrix y = c.arg(0), dy = c.arg(1);
-  c.out() = dy - (y.array().exp().matrix().array().rowwise() * dy.colwise().sum().array()).matrix();
+  c.out() = dy - (y.array().exp().matrix().array().rowwise() * column_sums(dy).array()).matrix();
 }
 
 void eval_pick_neg_log_softmax_grad(const NodeContext& c) {

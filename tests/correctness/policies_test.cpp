@@ -188,7 +188,7 @@ TEST(RandomDag, SameSeedRecordsTheSameGraph) {
   EXPECT_EQ(first.ops, again.ops);
   // The same input values too: every node evaluates to the same numbers.
   for (size_t i = 0; i < first.compared.size(); ++i)
-    EXPECT_TRUE(testing::near_relative(first.compared[i].value(), again.compared[i].value(), 0.0));
+    EXPECT_TRUE(testing::near_relative(first.compared[i].value(), again.compared[i].value(), 0.0)) << first.ops[i];
 }
 
 TEST(RandomDag, SeedsCoverEveryOpSinksAndFanOut) {
