@@ -31,7 +31,7 @@ class BiLstmTagger final : public SampleModel {
     // With chars, the words seen fewer than kFrequent times are spelled out (<unk> stands for them
     // in the word vocabulary).
     ids_ = tagged_ids(sentences_, chars ? kFrequent : 0, chars ? Spell::rare : Spell::none, vocabulary_,
-                      chars_vocabulary_, tags_);
+                      chars_vocabulary_, tags_, config, name);
     const int h = hidden_;
     embeddings_ = model_.add_lookup("E", vocabulary_.size(), config.embed);
     forward_ = {model_.add_parameter("W_fwd", 4 * h, config.embed), model_.add_parameter("U_fwd", 4 * h, h),
@@ -64,6 +64,10 @@ class BiLstmTagger final : public SampleModel {
   }
 
   std::string accuracy_unit() const override { return "word"; }
+  std::vector<std::pair<std::string, const Vocabulary*>> vocabularies() const override {
+    if (!chars_) return {{"words", &vocabulary_}, {"tags", &tags_}};
+    return {{"words", &vocabulary_}, {"chars", &chars_vocabulary_}, {"tags", &tags_}};
+  }
 
  protected:
   void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {

@@ -21,7 +21,7 @@ class CharCnnTagger final : public SampleModel {
   explicit CharCnnTagger(const ModelConfig& config) : model_("charcnn", config.seed) {
     sentences_ = load_instances<TaggedSentence>(config, "charcnn", "sentences", read_tagged,
                                                 generate_spelled_tagged, source_);
-    ids_ = tagged_ids(sentences_, kFrequent, Spell::every, vocabulary_, chars_, tags_);
+    ids_ = tagged_ids(sentences_, kFrequent, Spell::every, vocabulary_, chars_, tags_, config, "charcnn");
     const int features = config.embed + kFilters;
     embeddings_ = model_.add_lookup("E", vocabulary_.size(), config.embed);
     char_embeddings_ = model_.add_lookup("C", chars_.size(), kCharEmbed);
@@ -46,6 +46,9 @@ class CharCnnTagger final : public SampleModel {
            " tags, " + source_;
   }
   std::string accuracy_unit() const override { return "word"; }
+  std::vector<std::pair<std::string, const Vocabulary*>> vocabularies() const override {
+    return {{"words", &vocabulary_}, {"chars", &chars_}, {"tags", &tags_}};
+  }
 
  protected:
   void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {

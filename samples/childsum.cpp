@@ -20,6 +20,7 @@ class ChildSumTreeLstm final : public SampleModel {
   explicit ChildSumTreeLstm(const ModelConfig& config)
       : model_("childsum", config.seed), hidden_(config.hidden), embed_(config.embed) {
     trees_ = load_instances<NaryTree>(config, "childsum", "trees", read_nary_trees, generate_nary_trees, source_);
+    restore_vocabulary(config, "words", vocabulary_);
     for (const NaryTree& tree : trees_) {
       std::vector<int>& ids = word_ids_.emplace_back(tree.nodes.size(), -1);
       for (size_t n = 0; n < tree.nodes.size(); ++n)
@@ -44,6 +45,9 @@ class ChildSumTreeLstm final : public SampleModel {
     return std::to_string(trees_.size()) + " trees, " + std::to_string(vocabulary_.size()) + " word types, " + source_;
   }
   std::string accuracy_unit() const override { return "root"; }
+  std::vector<std::pair<std::string, const Vocabulary*>> vocabularies() const override {
+    return {{"words", &vocabulary_}};
+  }
 
  protected:
   void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {

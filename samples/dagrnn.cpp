@@ -16,6 +16,7 @@ class DagRnn final : public SampleModel {
  public:
   explicit DagRnn(const ModelConfig& config) : model_("dagrnn", config.seed), hidden_(config.hidden), embed_(config.embed) {
     dags_ = load_instances<Dag>(config, "dagrnn", "DAGs", read_dags, generate_dags, source_);
+    restore_vocabulary(config, "words", vocabulary_);
     for (const Dag& dag : dags_) {
       std::vector<int>& ids = word_ids_.emplace_back();
       for (const DagNode& node : dag.nodes) ids.push_back(vocabulary_.add(node.word));
@@ -35,6 +36,9 @@ class DagRnn final : public SampleModel {
     return std::to_string(dags_.size()) + " DAGs, " + std::to_string(vocabulary_.size()) + " word types, " + source_;
   }
   std::string accuracy_unit() const override { return "node"; }
+  std::vector<std::pair<std::string, const Vocabulary*>> vocabularies() const override {
+    return {{"words", &vocabulary_}};
+  }
 
  protected:
   void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {

@@ -25,12 +25,14 @@ class EarlyExitTagger final : public SampleModel {
       : model_("earlyexit", config.seed), embed_(config.embed), hidden_(config.hidden),
         zeros_hidden_(size_t(config.hidden), 0.0f) {
     sentences_ = load_instances<TaggedSentence>(config, "earlyexit", "sentences", read_tagged, generate_tagged, source_);
+    restore_vocabulary(config, "words", vocabulary_);
+    restore_vocabulary(config, "tags", tags_);
     for (const TaggedSentence& sentence : sentences_) {
       std::vector<int>& words = word_ids_.emplace_back();
       std::vector<int>& tags = tag_ids_.emplace_back();
       for (size_t w = 0; w < sentence.words.size(); ++w) {
         words.push_back(vocabulary_.add(sentence.words[w]));
-        tags.push_back(tags_.add(sentence.tags[w]) - 1);  // tag t is output row t (no <unk>)
+        tags.push_back(label_id(tags_, sentence.tags[w], "edb-run earlyexit: tag", config) - 1);  // tag t is output row t (no <unk>)
       }
     }
     vocabulary_.freeze();
@@ -56,6 +58,9 @@ class EarlyExitTagger final : public SampleModel {
   }
   // Every exit's prediction of every word counts (training's held-out accuracy averages the exits).
   std::string accuracy_unit() const override { return "word"; }
+  std::vector<std::pair<std::string, const Vocabulary*>> vocabularies() const override {
+    return {{"words", &vocabulary_}, {"tags", &tags_}};
+  }
   bool decodes() const override { return true; }
   std::string decoded_unit() const override { return "tag"; }
 

@@ -45,6 +45,9 @@ struct LatticeDataset {
   static LatticeDataset load(const ModelConfig& config, const std::string& model) {
     LatticeDataset data;
     data.lattices = load_instances<Lattice>(config, model, "lattices", read_lattices, generate_lattices, data.source);
+    restore_vocabulary(config, "chars", data.chars);
+    restore_vocabulary(config, "words", data.words);
+    restore_vocabulary(config, "labels", data.labels);
     for (const Lattice& lattice : data.lattices) {
       Ids& ids = data.ids.emplace_back();
       const size_t length = lattice.chars.size();
@@ -52,7 +55,7 @@ struct LatticeDataset {
       ids.ending.resize(length);
       for (size_t j = 0; j < length; ++j) {
         ids.chars.push_back(data.chars.add(lattice.chars[j]));
-        ids.labels.push_back(data.labels.add(lattice.labels[j]) - 1);
+        ids.labels.push_back(label_id(data.labels, lattice.labels[j], "edb-run " + model + ": label", config) - 1);
       }
       for (size_t a = 0; a < lattice.words.size(); ++a) {
         const LatticeArc& arc = lattice.words[a];
@@ -85,6 +88,9 @@ class LatticeTagger : public SampleModel {
   std::string describe_data() const override { return data_.describe(); }
 
   std::string accuracy_unit() const override { return "char"; }
+  std::vector<std::pair<std::string, const Vocabulary*>> vocabularies() const override {
+    return {{"chars", &data_.chars}, {"words", &data_.words}, {"labels", &data_.labels}};
+  }
 
  protected:
   void record(Trace& trace, size_t i, const std::function<void(const Prediction&)>& output) override {

@@ -7,12 +7,16 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <edbatch/edbatch.h>
 #include <edbatch/program.h>
 
 namespace edb::samples {
+
+struct SavedVocabularies;  // samples/data/data.h
+class Vocabulary;
 
 struct ModelConfig {
   std::string data_path;  // empty: a generated workload
@@ -24,6 +28,9 @@ struct ModelConfig {
   // The memory this process may use (edb-run: ir::memory_bytes): a generated workload that would
   // need more is refused before it is generated. 0: not checked.
   uint64_t memory_bytes = 0;
+  // Vocabularies saved with a model (edb-run --load PATH reads PATH.vocab): when set, a model takes
+  // its ids from them (unknown words <unk>) instead of building them from the data.
+  std::shared_ptr<const SavedVocabularies> vocabularies;
 };
 
 // One labelled position of an instance: the class scores (logits) its loss reads, and its gold
@@ -68,6 +75,9 @@ class SampleModel {
   virtual std::string describe_data() const = 0;  // "2000 trees from FILE", "generated ..."
   // What one accuracy count is: "root" (tree models: the root's class), "word", "char".
   virtual std::string accuracy_unit() const = 0;
+  // The vocabularies its ids come from, by name, for edb-run --save to keep beside the model
+  // (ModelConfig::vocabularies gives them back); none for a model without strings.
+  virtual std::vector<std::pair<std::string, const Vocabulary*>> vocabularies() const { return {}; }
   // A rough relative cost of instance `i` (a tree's nodes, a sentence's words), by which
   // data-parallel training splits a batch across ranks evenly; 1 for models that do not say.
   virtual double instance_cost(size_t i) const { return i < instance_count() ? 1.0 : 0.0; }

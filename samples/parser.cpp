@@ -26,6 +26,7 @@ class Parser final : public SampleModel {
         zeros_embed_(size_t(config.embed), 0.0f),
         zeros_hidden_(size_t(config.hidden), 0.0f) {
     sentences_ = load_instances<TaggedSentence>(config, "parser", "sentences", read_tagged, generate_parses, source_);
+    restore_vocabulary(config, "words", vocabulary_);
     for (size_t s = 0; s < sentences_.size(); ++s) {
       const TaggedSentence& sentence = sentences_[s];
       std::vector<int>& words = word_ids_.emplace_back();
@@ -63,6 +64,9 @@ class Parser final : public SampleModel {
            " word types, " + source_;
   }
   std::string accuracy_unit() const override { return "transition"; }
+  std::vector<std::pair<std::string, const Vocabulary*>> vocabularies() const override {
+    return {{"words", &vocabulary_}};
+  }
   bool decodes() const override { return true; }
   std::string decoded_unit() const override { return "head"; }
 

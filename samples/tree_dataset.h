@@ -28,6 +28,9 @@ class TreeSample : public SampleModel {
   Model& model() override { return model_; }
   std::string describe_data() const override { return data_.describe(); }
   double instance_cost(size_t i) const override { return double(data_.trees.at(i).nodes.size()); }
+  std::vector<std::pair<std::string, const Vocabulary*>> vocabularies() const override {
+    return {{"words", &data_.vocabulary}};
+  }
 
  protected:
   TreeSample(const std::string& name, const ModelConfig& config)

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <new>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "jit/host.h"
 #include "runtime/executor.h"
 #include "scheduler/schedule.h"
+#include "samples/data/data.h"
 #include "samples/models.h"
 #include "samples/runner.h"
 #include "samples/training.h"
@@ -81,7 +83,9 @@ void print_help() {
       "                     dot (apt-get install graphviz); keep it small: --batch 2 --limit 2\n"
       "  --check-finite     stop at the first NaN or infinity, naming the node that produced it\n"
       "  --load PATH        start from the model saved in PATH (and, with --train, the optimizer state\n"
-      "                     in PATH.optimizer when present)\n"
+      "                     in PATH.optimizer when present); the model's words, chars and tags keep\n"
+      "                     their ids from PATH.vocab when present (words it lacks are <unk>), so\n"
+      "                     --data may name other data than the training's\n"
       "  --decode           (parser) parse from the model's own predictions instead: each instance a\n"
       "                     program that awaits its scores, --batch of them run together per trace;\n"
       "                     reports instances/s, rounds (evaluations) and the heads found\n"
@@ -100,7 +104,8 @@ void print_help() {
       "  --holdout F        the last fraction F of the instances is held out (default 0.1; 0: none)\n"
       "  --save PATH        after training, write the model to PATH and the optimizer state to\n"
       "                     PATH.optimizer as one unit (--load continues from both, and refuses\n"
-      "                     two files of different saves); checked before training starts\n"
+      "                     two files of different saves), and the vocabularies to PATH.vocab;\n"
+      "                     checked before training starts\n"
       "  --json             print one JSON object instead of the table\n"
       "  --help             this text\n\n"
       "Under mpirun (mpirun -np N edb-run MODEL --train ...), every rank trains its share of each\n"
@@ -274,6 +279,21 @@ void print_table(const Report& r) {
 }
 
 // Writes nothing, but finds out before any work whether `path` can be written.
+// --load PATH: the vocabularies saved beside the model (PATH.vocab), or none for a save without
+// them (the ids are then built from --data, as the training's were when it was the same data).
+std::shared_ptr<const edb::samples::SavedVocabularies> saved_vocabularies(const std::string& load_path) {
+  const std::string path = load_path + ".vocab";
+  if (!std::filesystem::exists(path)) return nullptr;
+  if (const std::string why = edb::ir::unreadable_file_reason(path, edb::ir::kMaxModelFileBytes); !why.empty())
+    throw edb::UsageError("edb-run: --load: '" + path + "' " + why);
+  std::ifstream in(path);
+  try {
+    return std::make_shared<const edb::samples::SavedVocabularies>(edb::samples::parse_vocabularies(in, path));
+  } catch (const edb::UsageError& e) {
+    throw edb::UsageError(std::string("edb-run: --load: ") + e.what());
+  }
+}
+
 void check_writable(const std::string& flag, const std::string& path) {
   if (const std::string why = edb::ir::unwritable_file_reason(path); !why.empty())
     throw edb::UsageError("edb-run: " + flag + ": " + why);
@@ -444,8 +464,9 @@ void print_training_table(const Report& r, const TrainingReport& t) {
     std::printf("With two or more threads a step's forward and backward passes run as one evaluation while the "
                 "next step records: \"forward ms\" is recording, \"backward ms\" the wait for the evaluation "
                 "(no bwd/fwd; its JSON value is 0).\n");
-  if (!t.saved.empty()) std::printf("saved the model to %s and the optimizer to %s.optimizer\n", t.saved.c_str(),
-                                    t.saved.c_str());
+  if (!t.saved.empty())
+    std::printf("saved the model to %s, the optimizer to %s.optimizer and the vocabularies to %s.vocab\n",
+                t.saved.c_str(), t.saved.c_str(), t.saved.c_str());
 }
 
 // Trains after --load (the optimizer state too when PATH.optimizer exists: its steps say how many
@@ -510,6 +531,13 @@ int run_training(edb::samples::SampleModel& model, edb::Engine& engine, Training
   if (!setup.save_path.empty()) {
     try {
       edb::save_training(model.model(), optimizer, setup.save_path);
+      // Beside them, the ids' strings, so that --load on other data reads it with the same ids.
+      const edb::samples::NamedVocabularies vocabularies = model.vocabularies();
+      if (!vocabularies.empty()) {
+        const std::string path = setup.save_path + ".vocab";
+        if (const std::string why = edb::ir::write_file(path, edb::samples::vocabularies_text(vocabularies)); !why.empty())
+          throw edb::UsageError(why);
+      }
       t.saved = setup.save_path;
     } catch (const edb::UsageError& e) {
       save_error = e.what();
@@ -679,6 +707,7 @@ int run(int argc, char** argv) {
   const std::string load_path = flags.get("load", "");
 
   edb::Engine engine(options);  // rejects unknown or unavailable names before any work
+  if (!load_path.empty()) config.vocabularies = saved_vocabularies(load_path);
   const std::unique_ptr<edb::samples::SampleModel> model = make_model(*entry, config, flags, training.has_value());
   if (!load_path.empty()) model->model().load(load_path);
   // Started by mpirun: every rank trains its share of each global batch (--train only).

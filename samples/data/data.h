@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace edb::samples {
@@ -136,6 +137,9 @@ class Vocabulary {
   int size() const;
   void freeze();
   bool frozen() const;
+  // Becomes `words` (id i is words[i], words[0] "<unk>"), frozen: a saved vocabulary restored.
+  void restore(const std::vector<std::string>& words);
+  const std::vector<std::string>& words() const { return words_; }
 
  private:
   std::vector<std::string> words_;
@@ -143,9 +147,33 @@ class Vocabulary {
   bool frozen_ = false;
 };
 
+struct ModelConfig;  // samples/models.h
+
+// The vocabularies a sample model's ids came from, by name ("words", "chars", "tags"), as edb-run
+// --save writes them beside the model (PATH.vocab) so that --load on other data gives its strings
+// the same ids (unknown words <unk>). The text: "edbatch vocabularies 1", then per vocabulary a
+// line "NAME COUNT" and its COUNT entries, one per line, in id order.
+struct SavedVocabularies {
+  std::string path;  // where they were read from, for errors
+  std::vector<std::pair<std::string, std::vector<std::string>>> vocabularies;
+};
+using NamedVocabularies = std::vector<std::pair<std::string, const Vocabulary*>>;
+// The file's text; UsageError for an entry that cannot be one line (a newline in it).
+std::string vocabularies_text(const NamedVocabularies& vocabularies);
+// Parses vocabularies_text's text; UsageError "PATH:LINE: expected ..., found ..." otherwise.
+SavedVocabularies parse_vocabularies(std::istream& in, const std::string& path);
+// When `config` carries saved vocabularies: `v` becomes the one named `name` and true (a
+// UsageError when there is none of that name: saved by another model); else false, v untouched.
+bool restore_vocabulary(const ModelConfig& config, const std::string& name, Vocabulary& v);
+// The id of `label` in `labels` (by first appearance while it is open); a frozen (restored)
+// vocabulary without it is a UsageError naming the label, `what` it is, and the saved file.
+int label_id(Vocabulary& labels, const std::string& label, const std::string& what, const ModelConfig& config);
+
 // A tagged corpus as ids, fixed once so that recording a trace does no string work: per sentence
 // and word, its word id, its tag id and its letters' ids, each vocabulary filled by first
-// appearance and then frozen. A word seen fewer than `frequent` times in the corpus is <unk> (0) in
+// appearance and then frozen, or restored from `config`'s saved vocabularies ("words", "chars"
+// unless spell is none, "tags"; then a word is rare when the saved words lack it, and a tag they
+// lack is a UsageError naming `model`). A word seen fewer than `frequent` times in the corpus is <unk> (0) in
 // the word vocabulary (frequent 0: none is); `spell` says whose letters are kept (none, those rare
 // words', every word's; the others' lists are empty). Tags need no <unk>: Vocabulary's id 0 is
 // skipped, so tag t is output row t.
@@ -155,7 +183,7 @@ struct TaggedIds {
   std::vector<std::vector<std::vector<int>>> letters;
 };
 TaggedIds tagged_ids(const std::vector<TaggedSentence>& sentences, int frequent, Spell spell, Vocabulary& words,
-                     Vocabulary& chars, Vocabulary& tags);
+                     Vocabulary& chars, Vocabulary& tags, const ModelConfig& config, const std::string& model);
 
 // Shared by the three readers so that every format reports errors alike; not for models.
 namespace detail {

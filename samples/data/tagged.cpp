@@ -83,9 +83,12 @@ void write_tagged(std::ostream& out, const TaggedSentence& sentence) {
 }
 
 TaggedIds tagged_ids(const std::vector<TaggedSentence>& sentences, int frequent, Spell spell, Vocabulary& words,
-                     Vocabulary& chars, Vocabulary& tags) {
+                     Vocabulary& chars, Vocabulary& tags, const ModelConfig& config, const std::string& model) {
+  const bool restored = restore_vocabulary(config, "words", words);
+  if (spell != Spell::none) restore_vocabulary(config, "chars", chars);
+  restore_vocabulary(config, "tags", tags);
   std::map<std::string, int> seen;
-  if (frequent > 0)
+  if (frequent > 0 && !restored)
     for (const TaggedSentence& sentence : sentences)
       for (const std::string& word : sentence.words) ++seen[word];
   TaggedIds ids;
@@ -95,12 +98,12 @@ TaggedIds tagged_ids(const std::vector<TaggedSentence>& sentences, int frequent,
     std::vector<std::vector<int>>& spelled = ids.letters.emplace_back();
     for (size_t w = 0; w < sentence.words.size(); ++w) {
       const std::string& word = sentence.words[w];
-      const bool rare = frequent > 0 && seen[word] < frequent;
+      const bool rare = frequent > 0 && (restored ? words.id(word) == 0 : seen[word] < frequent);
       word_ids.push_back(rare ? 0 : words.add(word));
       std::vector<int>& letters = spelled.emplace_back();
       if (spell == Spell::every || (spell == Spell::rare && rare))
         for (char c : word) letters.push_back(chars.add(std::string(1, c)));
-      tag_ids.push_back(tags.add(sentence.tags[w]) - 1);
+      tag_ids.push_back(label_id(tags, sentence.tags[w], "edb-run " + model + ": tag", config) - 1);
     }
   }
   words.freeze();

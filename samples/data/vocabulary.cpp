@@ -2,7 +2,10 @@
 // Freezing after training-set construction makes unseen test words map to <unk>.
 #include <edbatch/errors.h>
 
+#include <string>
+
 #include "samples/data/data.h"
+#include "samples/models.h"
 
 namespace edb::samples {
 
@@ -39,5 +42,94 @@ int Vocabulary::size() const { return static_cast<int>(words_.size()); }
 void Vocabulary::freeze() { frozen_ = true; }
 
 bool Vocabulary::frozen() const { return frozen_; }
+
+void Vocabulary::restore(const std::vector<std::string>& words) {
+  if (words.empty() || words[0] != "<unk>")
+    throw UsageError("edb::samples::Vocabulary::restore(): the first entry must be <unk>");
+  words_ = words;
+  ids_.clear();
+  for (size_t i = 0; i < words_.size(); ++i)
+    if (!ids_.emplace(words_[i], int(i)).second)
+      throw UsageError("edb::samples::Vocabulary::restore(): '" + words_[i] + "' appears twice");
+  frozen_ = true;
+}
+
+namespace {
+constexpr std::string_view kVocabulariesHeader = "edbatch vocabularies 1";
+}
+
+std::string vocabularies_text(const NamedVocabularies& vocabularies) {
+  std::string text(kVocabulariesHeader);
+  text += '\n';
+  for (const auto& [name, vocabulary] : vocabularies) {
+    text += name + ' ' + std::to_string(vocabulary->size()) + '\n';
+    for (const std::string& word : vocabulary->words()) {
+      if (word.empty() || word.find_first_of("\n\r") != std::string::npos)
+        throw UsageError("edb::samples::vocabularies_text(): vocabulary '" + name + "' holds an entry that is not one line");
+      text += word;
+      text += '\n';
+    }
+  }
+  return text;
+}
+
+SavedVocabularies parse_vocabularies(std::istream& in, const std::string& path) {
+  SavedVocabularies saved;
+  saved.path = path;
+  std::string line;
+  int number = 0;
+  auto next = [&](std::string_view expected) {
+    if (!std::getline(in, line)) detail::throw_parse_error(path, number + 1, 1, expected, "end of file");
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+  };
+  next(kVocabulariesHeader);
+  if (line != kVocabulariesHeader) detail::throw_parse_error(path, number, 1, kVocabulariesHeader, "'" + line + "'");
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const size_t space = line.find(' ');
+    size_t count = 0;
+    try {
+      size_t used = 0;
+      if (space == std::string::npos || space == 0) throw std::invalid_argument("no count");
+      count = std::stoul(line.substr(space + 1), &used);
+      if (used != line.size() - space - 1 || count == 0) throw std::invalid_argument("not a count");
+    } catch (const std::exception&) {
+      detail::throw_parse_error(path, number, 1, "a vocabulary's NAME COUNT", "'" + line + "'");
+    }
+    auto& [name, words] = saved.vocabularies.emplace_back(line.substr(0, space), std::vector<std::string>{});
+    for (size_t i = 0; i < count; ++i) {
+      next("entry " + std::to_string(i + 1) + " of " + std::to_string(count) + " of vocabulary '" + name + "'");
+      words.push_back(line);
+    }
+    if (words[0] != "<unk>") detail::throw_parse_error(path, number - int(count) + 1, 1, "<unk>", "'" + words[0] + "'");
+  }
+  return saved;
+}
+
+bool restore_vocabulary(const ModelConfig& config, const std::string& name, Vocabulary& v) {
+  if (!config.vocabularies) return false;
+  for (const auto& [saved_name, words] : config.vocabularies->vocabularies)
+    if (saved_name == name) {
+      try {
+        v.restore(words);
+      } catch (const UsageError& e) {
+        throw UsageError("'" + config.vocabularies->path + "': vocabulary '" + name + "': " + e.what());
+      }
+      return true;
+    }
+  throw UsageError("'" + config.vocabularies->path + "' has no vocabulary '" + name +
+                   "': it was saved with another model");
+}
+
+int label_id(Vocabulary& labels, const std::string& label, const std::string& what, const ModelConfig& config) {
+  const int id = labels.add(label);
+  if (id == 0 && labels.frozen())
+    throw UsageError(what + " '" + label + "' is not one of the " + std::to_string(labels.size() - 1) +
+                     " the model was trained with (" + (config.vocabularies ? config.vocabularies->path : "") + ")");
+  return id;
+}
 
 }  // namespace edb::samples

@@ -204,5 +204,37 @@ TEST_F(EdbRunTrain, InferenceLoadsTheModel) {
   EXPECT_LT(loaded.value("loss", 1e9), fresh.value("loss", 0.0));
 }
 
+// A model saved after training reads other data with the training's ids (PATH.vocab): inference
+// on the next instances of a generated tagger and lattice workload (other words, so another
+// vocabulary) runs, and beats a fresh model's loss there. Without PATH.vocab (a save of before)
+// the vocabularies come from the data, whose sizes the model's tables do not have: a clear error.
+// A tag the training never saw is an error naming it; a damaged PATH.vocab one naming its line.
+TEST_F(EdbRunTrain, LoadReadsOtherDataWithTheSavedVocabularies) {
+  TempDir dir;
+  for (const std::string model : {"bilstm", "latticelstm"}) {
+    SCOPED_TRACE(model);
+    const std::string sizes = model + " --hidden 8 --embed 8";
+    const std::string saved = dir.file(model + ".model");
+    run_json(sizes + " --limit 120 --batch 16 --train --epochs 3 --json --save " + saved);
+    ASSERT_TRUE(std::filesystem::exists(saved + ".vocab"));
+    const std::string other = sizes + " --skip 120 --limit 60 --repeat 1 --json";
+    const nlohmann::json loaded = run_json(other + " --load " + saved);
+    const nlohmann::json fresh = run_json(other);
+    EXPECT_LT(loaded.value("loss", 1e9), fresh.value("loss", 0.0));
+  }
+  const std::string saved = dir.file("bilstm.model");
+  std::filesystem::rename(saved + ".vocab", dir.file("kept.vocab"));
+  EXPECT_NE(one_error_line("bilstm --hidden 8 --embed 8 --skip 120 --limit 60 --load " + saved).find("'E' is 8x"),
+            std::string::npos);
+  std::filesystem::rename(dir.file("kept.vocab"), saved + ".vocab");
+  testing::write_file(dir.file("tagged.txt"), "w1|T1 w2|NEWTAG\n");
+  EXPECT_EQ(one_error_line("bilstm --hidden 8 --embed 8 --data " + dir.file("tagged.txt") + " --load " + saved),
+            "edb-run bilstm: tag 'NEWTAG' is not one of the 40 the model was trained with (" + saved +
+                ".vocab)");
+  testing::write_file(saved + ".vocab", "edbatch vocabularies 1\nwords 2\n<unk>\n");
+  EXPECT_EQ(one_error_line("bilstm --hidden 8 --embed 8 --load " + saved),
+            "edb-run: --load: " + saved + ".vocab:4:1: expected entry 2 of 2 of vocabulary 'words', found end of file");
+}
+
 }  // namespace
 }  // namespace edb

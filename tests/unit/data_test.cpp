@@ -15,6 +15,8 @@
 #include <edbatch/errors.h>
 
 #include "samples/data/data.h"
+#include "samples/models.h"
+#include "tests/support/test_support.h"
 
 #ifndef EDB_SOURCE_DIR
 #define EDB_SOURCE_DIR "."
@@ -401,6 +403,47 @@ TEST(SampleVocabulary, MapsStringsToDenseIds) {
   EXPECT_EQ(vocabulary.size(), 3);
   EXPECT_THROW(vocabulary.word(3), UsageError);
   EXPECT_THROW(vocabulary.word(-1), UsageError);
+}
+
+// Saved vocabularies read back as they were written, give a model's ids back (restored ones are
+// frozen: unknown words are <unk>, an unknown tag an error naming it), and a damaged file is an
+// error naming its line.
+TEST(SampleVocabulary, SavedVocabulariesRoundTripAndRestore) {
+  Vocabulary words, tags;
+  for (const char* w : {"the", "cat", "sat"}) words.add(w);
+  for (const char* t : {"DT", "NN"}) tags.add(t);
+  const std::string text = vocabularies_text({{"words", &words}, {"tags", &tags}});
+  EXPECT_EQ(text, "edbatch vocabularies 1\nwords 4\n<unk>\nthe\ncat\nsat\ntags 3\n<unk>\nDT\nNN\n");
+  std::istringstream in(text);
+  ModelConfig config;
+  config.vocabularies = std::make_shared<const SavedVocabularies>(parse_vocabularies(in, "m.vocab"));
+  Vocabulary restored, restored_tags, chars;
+  EXPECT_TRUE(restore_vocabulary(config, "words", restored));
+  EXPECT_TRUE(restored.frozen());
+  EXPECT_EQ(restored.words(), words.words());
+  EXPECT_EQ(restored.add("cat"), 2);
+  EXPECT_EQ(restored.add("dog"), 0);
+  EXPECT_TRUE(restore_vocabulary(config, "tags", restored_tags));
+  EXPECT_EQ(label_id(restored_tags, "NN", "tag", config), 2);
+  EXPECT_EQ(edb::testing::usage_error([&] { label_id(restored_tags, "VB", "edb-run x: tag", config); }),
+            "edb-run x: tag 'VB' is not one of the 2 the model was trained with (m.vocab)");
+  EXPECT_EQ(edb::testing::usage_error([&] { restore_vocabulary(config, "chars", chars); }),
+            "'m.vocab' has no vocabulary 'chars': it was saved with another model");
+  EXPECT_FALSE(restore_vocabulary(ModelConfig{}, "words", chars));  // none saved: built from the data
+  const auto parse_error = [](const std::string& bad) {
+    std::istringstream bad_in(bad);
+    return edb::testing::usage_error([&] { parse_vocabularies(bad_in, "m.vocab"); });
+  };
+  EXPECT_EQ(parse_error("a model\n"), "m.vocab:1:1: expected edbatch vocabularies 1, found 'a model'");
+  EXPECT_EQ(parse_error("edbatch vocabularies 1\nwords many\n"),
+            "m.vocab:2:1: expected a vocabulary's NAME COUNT, found 'words many'");
+  EXPECT_EQ(parse_error("edbatch vocabularies 1\nwords 3\n<unk>\nthe\n"),
+            "m.vocab:5:1: expected entry 3 of 3 of vocabulary 'words', found end of file");
+  EXPECT_EQ(parse_error("edbatch vocabularies 1\nwords 1\nthe\n"), "m.vocab:3:1: expected <unk>, found 'the'");
+  std::istringstream twice("edbatch vocabularies 1\nwords 3\n<unk>\nthe\nthe\n");
+  config.vocabularies = std::make_shared<const SavedVocabularies>(parse_vocabularies(twice, "m.vocab"));
+  EXPECT_EQ(edb::testing::usage_error([&] { restore_vocabulary(config, "words", chars); }),
+            "'m.vocab': vocabulary 'words': edb::samples::Vocabulary::restore(): 'the' appears twice");
 }
 
 }  // namespace
