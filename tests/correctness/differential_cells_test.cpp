@@ -336,7 +336,8 @@ const std::pair<testing::CellOp::Kind, const char*> kIssue46Kinds[] = {
     {testing::CellOp::weight_norm_plus, "weight_norm in a body"},   {testing::CellOp::argmax_times, "argmax in a body"},
     {testing::CellOp::kmax_rows, "kmax_pooling in a body"},         {testing::CellOp::conv1d_narrow_rows, "conv1d_narrow in a body"},
     {testing::CellOp::conv1d_wide_rows, "conv1d_wide in a body"},   {testing::CellOp::maxpool_rows, "maxpool1d in a body"},
-    {testing::CellOp::broadcast_scalar, "a broadcast 1x1 in a body"}, {testing::CellOp::scale_gradient, "scale_gradient in a body"}};
+    {testing::CellOp::broadcast_scalar, "a broadcast 1x1 in a body"}, {testing::CellOp::scale_gradient, "scale_gradient in a body"},
+    {testing::CellOp::pick_neg_log_softmax, "pick_neg_log_softmax in a body"}};
 
 // The generator covers the space issue 28 names, over the seeds the test above runs by default.
 TEST(DifferentialCells, ProgramsCoverTheCellSpace) {

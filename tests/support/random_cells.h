@@ -51,6 +51,7 @@ struct CellOp {
     // the rows, hinge at row 0, binary_log_loss of their sigmoids, poisson_loss of sum_elements(tanh x), 2.
     dot_product, squared_distance, l1_distance, huber_distance, squared_norm, sum_dim_rows, mean_dim_rows,
     logsumexp_dim_rows, hinge, binary_log_loss, poisson_loss, pick,  // pick: row 0
+    pick_neg_log_softmax,  // at the last row
     // Issue 46's, of a column args[0] (args[1], args[2]: an input or values of its shape; a filter
     // column of at most as many rows for the narrow conv1d). select_rows_ends: rows {last, 0};
     // std_dim_plus, l2_norm_plus: of args[0] + args[1], to 1x1; layer_norm_plus: of args[0] + args[1]

@@ -97,6 +97,7 @@ std::string cpp_of(const CellOp& op, const std::vector<std::string>& a) {
     case CellOp::binary_log_loss: return "binary_log_loss(sigmoid(" + a[0] + "), sigmoid(" + a[1] + "))";
     case CellOp::poisson_loss: return "poisson_loss(sum_elements(tanh(" + a[0] + ")), 2)";
     case CellOp::pick: return "pick(" + a[0] + ", 0)";
+    case CellOp::pick_neg_log_softmax: return "pick_neg_log_softmax(" + a[0] + ", " + a[0] + ".rows() - 1)";
     case CellOp::transpose: return "transpose(" + a[0] + ")";
     case CellOp::select_rows_ends: return "select_rows(" + a[0] + ", {" + a[0] + ".rows() - 1, 0})";
     case CellOp::std_dim_plus: return "std_dim(" + a[0] + " + " + a[1] + ", 0)";
