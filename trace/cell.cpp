@@ -354,6 +354,7 @@ void detail::TraceState::record_calls_again() {
   data.clear();
   backward_loss = ir::kNoNode;  // its nodes are renumbered: a pass recorded again replaces it
   parameter_nodes.clear();
+  filled_nodes.clear();  // made again on their next use
   // The same parameter indices: lookups and the tables list keep theirs.
   for (const ir::ParameterInfo& info : old.parameters()) data.graph.add_parameter(info);
   std::vector<ir::NodeId> to(old.size(), ir::kNoNode);
@@ -420,10 +421,17 @@ std::vector<Expr> record_inline(const std::string& name, const Cell::Body& body,
                                 std::span<const Expr> arguments, std::span<const ir::NodeId> argument_span) {
   const ir::NodeId first = ir::NodeId(s.data.graph.size());
   const std::vector<ir::NodeId> argument_ids(argument_span.begin(), argument_span.end());  // reused by Cell::record
+  // The body makes its own filled constants (a body reads nothing recorded before it); the trace's
+  // come back after it.
   struct InlineBody {
     TraceState& s;
-    ~InlineBody() { s.inline_body = nullptr; }
-  } inside{s};
+    decltype(TraceState::filled_nodes) outside;
+    ~InlineBody() {
+      s.inline_body = nullptr;
+      s.filled_nodes = std::move(outside);
+    }
+  } inside{s, std::move(s.filled_nodes)};
+  s.filled_nodes.clear();
   s.inline_body = &name;
   std::vector<Expr> outputs = body(trace, arguments);
   const ir::Graph& graph = s.data.graph;

@@ -2,6 +2,7 @@
 // pooling of DyNet's list (issue 46), composed from batched ops when recorded: each checks its
 // arguments under its own name, then records the ops that compute it (their backward rules give
 // its gradient). docs/guide.md says which ops each one records.
+#include <bit>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -59,7 +60,11 @@ Expr detail::constant(TraceState& s, int rows, int cols, std::span<const float> 
 }
 
 Expr detail::filled(TraceState& s, int rows, int cols, float value) {
-  return constant(s, rows, cols, std::vector<float>(size_t(rows) * size_t(cols), value));
+  const auto key = std::make_tuple(rows, cols, std::bit_cast<uint32_t>(value));
+  if (const auto it = s.filled_nodes.find(key); it != s.filled_nodes.end()) return s.make(it->second);
+  const Expr made = constant(s, rows, cols, std::vector<float>(size_t(rows) * size_t(cols), value));
+  s.filled_nodes.emplace(key, made.node_id());
+  return made;
 }
 
 Expr concat_cols(std::span<const Expr> xs) {

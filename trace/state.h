@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -180,6 +182,10 @@ struct TraceState {
   runtime::TraceData data;
   std::vector<std::pair<uint64_t, ir::NodeId>> parameter_nodes;  // uid -> node, this trace
   std::vector<std::pair<uint64_t, uint32_t>> tables;  // uid -> index in the graph's parameters
+  // filled()'s constants, one node per shape and value for the trace (rows, cols, the value's bits):
+  // broadcasting and the composed reductions stretch and sum through products with them, so a batch
+  // of those products reads one shared operand rather than a constant per member.
+  std::map<std::tuple<int32_t, int32_t, uint32_t>, ir::NodeId> filled_nodes;
   // The backward pass Trace::record_backward() recorded last, for Trace::gradients(): its loss, and
   // each parameter or lookup node with the node of its gradient (kNoNode: none recorded).
   ir::NodeId backward_loss = ir::kNoNode;

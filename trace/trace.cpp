@@ -61,6 +61,7 @@ void TraceState::release() {
   data.clear();
   cell_scope.clear();
   parameter_nodes.clear();
+  filled_nodes.clear();
   tables.clear();
   backward_loss = ir::kNoNode;
   backward_leaves.clear();
