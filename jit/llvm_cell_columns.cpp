@@ -186,12 +186,7 @@ class ColumnRenderer {
         case Step::log_softmax: {
           // exp(x - max) summed; a NaN anywhere makes the sum, so every output, NaN, as the
           // reference's (the maximum's lanes skip NaNs: they never hold one).
-          const float minus_infinity = -std::numeric_limits<float>::infinity();
-          llvm::Value* lanes = over_rows(rows, {splat(minus_infinity)}, [&](llvm::Value* at, llvm::Value* mask, const std::vector<llvm::Value*>& m) {
-                                 llvm::Value* v = load(xj, at, mask, minus_infinity);
-                                 return std::vector<llvm::Value*>{b_.CreateSelect(b_.CreateFCmpOGT(v, m[0]), v, m[0])};
-                               })[0];
-          llvm::Value* top = b_.CreateFPMaxReduce(lanes);
+          llvm::Value* top = column_max(xj, rows);
           const bool soft = step.kind == Step::softmax;
           llvm::Value* total = sum(rows, zero, [&](llvm::Value* at, llvm::Value* mask) {
             llvm::Value* e = vector_math_.exp(b_.CreateFSub(load(xj, at, mask), splat(top)));
@@ -235,15 +230,21 @@ class ColumnRenderer {
   llvm::Value* ranks_above(llvm::Value* a, llvm::Value* b) {
     return b_.CreateOr(b_.CreateFCmpOGT(a, b), b_.CreateAnd(b_.CreateFCmpUNO(a, a), b_.CreateFCmpORD(b, b)));
   }
-  // log sum exp of a column: its maximum (the lanes skip NaNs, as softmax's) plus the log of the
-  // sum of exp(x - maximum), NaN where x holds one.
-  llvm::Value* log_sum_exp(llvm::Value* xj, int64_t rows) {
+  // The largest entry of a column: lanes that skip NaNs (a NaN never compares greater), so it
+  // holds none (-inf for a column of NaNs), reduced across the lanes at the end.
+  llvm::Value* column_max(llvm::Value* xj, int64_t rows) {
     const float minus_infinity = -std::numeric_limits<float>::infinity();
     llvm::Value* lanes = over_rows(rows, {splat(minus_infinity)}, [&](llvm::Value* at, llvm::Value* mask, const std::vector<llvm::Value*>& m) {
                            llvm::Value* v = load(xj, at, mask, minus_infinity);
                            return std::vector<llvm::Value*>{b_.CreateSelect(b_.CreateFCmpOGT(v, m[0]), v, m[0])};
                          })[0];
-    llvm::Value* top = b_.CreateFPMaxReduce(lanes);
+    return b_.CreateFPMaxReduce(lanes);
+  }
+
+  // log sum exp of a column: its maximum (the lanes skip NaNs, as softmax's) plus the log of the
+  // sum of exp(x - maximum), NaN where x holds one.
+  llvm::Value* log_sum_exp(llvm::Value* xj, int64_t rows) {
+    llvm::Value* top = column_max(xj, rows);
     llvm::Value* total = sum(rows, llvm::ConstantFP::get(f32_, 0.0), [&](llvm::Value* at, llvm::Value* mask) {
       return vector_math_.exp(b_.CreateFSub(load(xj, at, mask), splat(top)));
     });

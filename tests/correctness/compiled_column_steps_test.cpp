@@ -125,6 +125,22 @@ CellCase attention(int n) {
   return c;
 }
 
+// The loss of a cell of (keys n x n, query n x 1) -> n x 1 over `instances` calls, each with
+// its own keys and query, weighed by a column of its own.
+std::function<Expr(Trace&, int)> keys_and_query_loss(std::shared_ptr<Cell> cell, int n) {
+  return [=](Trace& t, int instances) {
+    std::vector<Expr> terms;
+    for (int k = 0; k < instances; ++k) {
+      std::vector<float> keys;
+      for (int j = 0; j < n; ++j)
+        for (float x : column(n, float(k * n + j))) keys.push_back(x);
+      const Expr out = (*cell)(t, {t.input(n, n, keys), t.input(column(n, float(k) + 0.5f))})[0];
+      terms.push_back(sum_elements(cmult(out, t.input(column(n, float(k) + 0.25f)))));
+    }
+    return sum(terms);
+  };
+}
+
 // Softmax over the columns of a per-call matrix (n x n scores of n keys), its weights' product
 // with a per-call vector of n (as tall as the blocks: the backward body's dx of that vector is a
 // product of the weights' transpose, which lowers in whole blocks only).
@@ -138,17 +154,7 @@ CellCase attention_over_columns(int n) {
                                        const Expr weights = softmax(matmul(t.param(w), in[0]));
                                        return std::vector<Expr>{tanh(matmul(t.param(u), matmul(weights, in[1])))};
                                      });
-  c.loss = [=](Trace& t, int instances) {
-    std::vector<Expr> terms;
-    for (int k = 0; k < instances; ++k) {
-      std::vector<float> keys;
-      for (int j = 0; j < n; ++j)
-        for (float x : column(n, float(k * n + j))) keys.push_back(x);
-      const Expr out = (*cell)(t, {t.input(n, n, keys), t.input(column(n, float(k) + 0.5f))})[0];
-      terms.push_back(sum_elements(cmult(out, t.input(column(n, float(k) + 0.25f)))));
-    }
-    return sum(terms);
-  };
+  c.loss = keys_and_query_loss(cell, n);
   return c;
 }
 
@@ -311,17 +317,7 @@ CellCase transposed(int n) {
                                        const Expr scores = tanh(matmul(t.param(w), in[0]));
                                        return std::vector<Expr>{tanh(matmul(transpose(scores), in[1]))};
                                      });
-  c.loss = [=](Trace& t, int instances) {
-    std::vector<Expr> terms;
-    for (int k = 0; k < instances; ++k) {
-      std::vector<float> keys;
-      for (int j = 0; j < n; ++j)
-        for (float x : column(n, float(k * n + j))) keys.push_back(x);
-      const Expr out = (*cell)(t, {t.input(n, n, keys), t.input(column(n, float(k) + 0.5f))})[0];
-      terms.push_back(sum_elements(cmult(out, t.input(column(n, float(k) + 0.25f)))));
-    }
-    return sum(terms);
-  };
+  c.loss = keys_and_query_loss(cell, n);
   return c;
 }
 
