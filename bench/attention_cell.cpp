@@ -2,7 +2,8 @@
 // + b), and log_softmax(V out) as a second output), or with `--cell layer_norm` layer_norm(W h, v,
 // v) in place of a .* v, `--cell pick` the loss pick_neg_log_softmax(V out) as the second output,
 // `--cell kmax` the largest of each row of tanh(W M) (kmax_pooling, M a per-call n x 6 matrix) in
-// place of a .* v, over chains of calls, `jit` against `batched`:
+// place of a .* v, `--cell conv` the same of tanh(conv1d_wide(W M, F)) (a char-CNN's word encoder,
+// F n x 3), over chains of calls, `jit` against `batched`:
 // inference and training (a backward pass, no update) instances/s per round, rounds interleaved,
 // medians of each and of each round's ratio. It leaves checking the values to the tests
 // (tests/correctness/compiled_column_steps_test.cpp).
@@ -23,19 +24,22 @@ namespace {
 struct Attention {
   int n;
   edb::Model model{"attention", 5};
-  edb::Parameter w, u, v, b;
+  edb::Parameter w, u, v, b, f;
   std::unique_ptr<edb::Cell> cell;
   std::string kind;
   // `layer_norm`: layer_norm(W h, v, v) in place of the softmax's a .* v, tanh(V out) for the
   // second output; `pick`: the second output pick_neg_log_softmax(V out, n / 2), the loss's term;
-  // `kmax`: kmax_pooling(tanh(W M), 1) + h in place of a .* v (M the second argument, n x 6).
+  // `kmax`: kmax_pooling(tanh(W M), 1) + h in place of a .* v (M the second argument, n x 6);
+  // `conv`: kmax_pooling(tanh(conv1d_wide(W M, F)), 1) + h.
   Attention(int hidden, const std::string& cell_kind)
       : n(hidden), w(model.add_parameter("W", hidden, hidden)), u(model.add_parameter("U", hidden, hidden)),
-        v(model.add_parameter("V", hidden, hidden)), b(model.add_parameter("b", hidden, 1)), kind(cell_kind) {
-    const bool layer_norm = kind == "layer_norm", kmax = kind == "kmax";
+        v(model.add_parameter("V", hidden, hidden)), b(model.add_parameter("b", hidden, 1)),
+        f(model.add_parameter("F", hidden, 3)), kind(cell_kind) {
+    const bool layer_norm = kind == "layer_norm", conv = kind == "conv", kmax = kind == "kmax" || conv;
     cell = std::make_unique<edb::Cell>("attend", std::vector<std::pair<int, int>>{{n, 1}, {n, kmax ? 6 : 1}},
-                                       [this, layer_norm, kmax](edb::Trace& t, std::span<const edb::Expr> in) {
-                                         const edb::Expr scores = edb::matmul(t.param(w), in[kmax ? 1 : 0]);
+                                       [this, layer_norm, kmax, conv](edb::Trace& t, std::span<const edb::Expr> in) {
+                                         edb::Expr scores = edb::matmul(t.param(w), in[kmax ? 1 : 0]);
+                                         if (conv) scores = edb::conv1d_wide(scores, t.param(f));
                                          const edb::Expr mixed = layer_norm ? edb::layer_norm(scores, in[1], in[1])
                                                                  : kmax ? edb::kmax_pooling(edb::tanh(scores), 1) + in[0]
                                                                         : edb::cmult(edb::softmax(scores), in[1]);
@@ -73,7 +77,7 @@ struct Attention {
     for (int k = 0; k < chains; ++k) {
       edb::Expr h = t.input(input(k));
       for (int s = 0; s < 1 + k % steps; ++s) {
-        const edb::Expr second = kind == "kmax" ? t.input(n, 6, matrix(k + s + 1)) : t.input(input(k + s + 1));
+        const edb::Expr second = kind == "kmax" || kind == "conv" ? t.input(n, 6, matrix(k + s + 1)) : t.input(input(k + s + 1));
         const std::vector<edb::Expr> out = (*cell)(t, {h, second});
         h = out[0];
         terms.push_back(kind == "pick" ? out[1] * -1.0f : edb::pick(out[1], (k + s) % n));
@@ -93,12 +97,13 @@ int body(int argc, char** argv) {
   flags.parse(argc, argv, 1);
   if (flags.has("help")) {
     std::printf(
-        "usage: edb-bench-attention [--cell attention|layer_norm|pick|kmax] [--hidden N] [--chains N]\n"
+        "usage: edb-bench-attention [--cell attention|layer_norm|pick|kmax|conv] [--hidden N] [--chains N]\n"
         "                           [--steps N] [--rounds N] [--traces N] [--threads N]\n"
         "  A cell with softmax (scores = W h, a = softmax(scores), out = tanh(U (a .* v) + b), log_softmax(V\n"
         "  out)), or with layer_norm(W h, v, v) in place of a .* v (layer_norm), the loss\n"
         "  pick_neg_log_softmax(V out, n / 2) as its second output (pick), or kmax_pooling(tanh(W M), 1) + h\n"
-        "  in place of a .* v, M a per-call n x 6 matrix (kmax), over --chains chains of 1..--steps calls\n"
+        "  in place of a .* v, M a per-call n x 6 matrix (kmax), the same of tanh(conv1d_wide(W M, F)), F n x 3\n"
+        "  (conv), over --chains chains of 1..--steps calls\n"
         "  (defaults: attention, hidden 64, 64 chains, 8 steps): batched against jit, inference and\n"
         "  training, --traces traces a measure (10), --rounds interleaved rounds (5), medians.\n");
     return 0;
@@ -110,8 +115,8 @@ int body(int argc, char** argv) {
   const int traces = int(flags.get_int("traces", 10, 1, 100000));
   const int threads = int(flags.get_int("threads", 1, 1, 256));
   const std::string kind = flags.get("cell", "attention");
-  if (kind != "attention" && kind != "layer_norm" && kind != "pick" && kind != "kmax")
-    throw edb::UsageError("edb-bench-attention: --cell is '" + kind + "'; expected attention, layer_norm, pick or kmax");
+  if (kind != "attention" && kind != "layer_norm" && kind != "pick" && kind != "kmax" && kind != "conv")
+    throw edb::UsageError("edb-bench-attention: --cell is '" + kind + "'; expected attention, layer_norm, pick, kmax or conv");
   Attention attention(hidden, kind);
   int instances = 0;
   for (int k = 0; k < chains; ++k) instances += 1 + k % steps;

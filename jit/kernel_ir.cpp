@@ -73,6 +73,7 @@ float apply(const Instruction& in, float a, float b) {
     case KernelOp::acos: return std::acos(a);
     case KernelOp::atan: return std::atan(a);
     case KernelOp::pow: return std::pow(a, b);
+    case KernelOp::relu_grad: return a > 0 ? b : 0.0f;  // (y, dy): a NaN y gives 0, as the executors' select
   }
   throw InternalError("interpret: no scalar rule for kernel op " + std::string(kernel_op_name(in.op)));
 }
@@ -121,6 +122,7 @@ bool kernel_op_for(ir::Op op, KernelOp& out) {
     case ir::Op::acos: out = KernelOp::acos; return true;
     case ir::Op::atan: out = KernelOp::atan; return true;
     case ir::Op::pow: out = KernelOp::pow; return true;
+    case ir::Op::relu_grad: out = KernelOp::relu_grad; return true;
     default: return false;
   }
 }

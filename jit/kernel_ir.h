@@ -56,7 +56,8 @@ namespace edb::jit {
   X(asin, 1, false)       \
   X(acos, 1, false)       \
   X(atan, 1, false)       \
-  X(pow, 2, false)
+  X(pow, 2, false)        \
+  X(relu_grad, 2, false)
 
 enum class KernelOp : uint8_t {
 #define EDB_KERNEL_OP_ENUM(name, arity, has_constant) name,

@@ -384,6 +384,8 @@ class MathEmitter {
       case KernelOp::acos: return acos(a);
       case KernelOp::atan: return atan(a);
       case KernelOp::pow: return pow(a, c);
+      // (y, dy): dy where y > 0 (ordered: a NaN y gives 0), as the other executors' select
+      case KernelOp::relu_grad: return b_.CreateSelect(b_.CreateFCmpOGT(a, f(0.0f)), c, f(0.0f));
     }
     throw InternalError("LlvmBackend::compile: no rule for kernel op " + std::string(kernel_op_name(op)));
   }

@@ -79,6 +79,7 @@ std::string op_expression(jit::KernelOp op, const std::string& a, const std::str
     case jit::KernelOp::acos: return "acosf(" + a + ")";
     case jit::KernelOp::atan: return "atanf(" + a + ")";
     case jit::KernelOp::pow: return "powf(" + a + ", " + b + ")";
+    case jit::KernelOp::relu_grad: return a + " > 0.0f ? " + b + " : 0.0f";  // a NaN y gives 0, as jit::interpret
   }
   throw InternalError("render_kernel: no CUDA rule for kernel op " + std::string(jit::kernel_op_name(op)));
 }

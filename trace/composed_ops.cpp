@@ -3,6 +3,7 @@
 // arguments under its own name, then records the ops that compute it (their backward rules give
 // its gradient). docs/guide.md says which ops each one records.
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ void check_dim(const char* function, int dim) {
 
 using detail::constant;
 using detail::filled;
+using detail::selection;
 
 // The sum over one dimension with each term weighted by `weight`: a product with a row or a
 // column of that weight (dim 0: 1 x rows times x, 1 x cols; dim 1: x times cols x 1, rows x 1).
@@ -60,9 +62,20 @@ Expr detail::constant(TraceState& s, int rows, int cols, std::span<const float> 
 }
 
 Expr detail::filled(TraceState& s, int rows, int cols, float value) {
-  const auto key = std::make_tuple(rows, cols, std::bit_cast<uint32_t>(value));
+  const auto key = std::make_tuple(rows, cols, std::bit_cast<uint32_t>(value), INT32_MIN, INT32_MIN);
   if (const auto it = s.filled_nodes.find(key); it != s.filled_nodes.end()) return s.make(it->second);
   const Expr made = constant(s, rows, cols, std::vector<float>(size_t(rows) * size_t(cols), value));
+  s.filled_nodes.emplace(key, made.node_id());
+  return made;
+}
+
+Expr detail::selection(TraceState& s, int rows, int cols, int begin, int step) {
+  const auto key = std::make_tuple(rows, cols, std::bit_cast<uint32_t>(1.0f), begin, step);
+  if (const auto it = s.filled_nodes.find(key); it != s.filled_nodes.end()) return s.make(it->second);
+  std::vector<float> values(size_t(rows) * size_t(cols), 0.0f);
+  for (int j = 0; j < cols; ++j)
+    if (const int row = begin + j * step; row >= 0 && row < rows) values[size_t(j) * size_t(rows) + size_t(row)] = 1.0f;
+  const Expr made = constant(s, rows, cols, values);
   s.filled_nodes.emplace(key, made.node_id());
   return made;
 }
@@ -289,15 +302,6 @@ Expr weight_norm(const Expr& w, const Expr& g) {
 
 namespace {
 
-// Rows begin, begin + step, ... (count of them) of x: a slice where they are consecutive, else a
-// product with a constant selection matrix.
-Expr every_step_rows(const char* function, const Expr& x, int begin, int step, int count) {
-  if (step == 1) return slice(x, begin, begin + count);
-  std::vector<int> rows;
-  for (int j = 0; j < count; ++j) rows.push_back(begin + j * step);
-  return selected_rows(function, x, rows);
-}
-
 void check_columns_filter(const char* function, const Expr& x, const Expr& f) {
   TraceState::of(x, function);
   TraceState::of(f, function);
@@ -306,16 +310,17 @@ void check_columns_filter(const char* function, const Expr& x, const Expr& f) {
                      "; expected as many rows (each row filtered by its own)");
 }
 
-// y[i][j] = sum_k x[i][j + k] f[i][k] for the columns j of y, x already padded: in the transposed
-// space, where x's columns are rows and a run of them a slice, sum_k x^T[j + k] .* f^T[k] spread
-// over the rows j (a product with a constant column of ones), transposed back at the end.
-Expr filtered_columns(TraceState& s, const Expr& x_rows, const Expr& f) {
-  const int m = f.cols(), out = x_rows.rows() - m + 1;
-  const Expr f_rows = transpose(f);
-  const Expr ones = filled(s, out, 1, 1.0f);
+// y[i][j] = sum_k x[i][j + k - pad] f[i][k] for the out columns j of y, x's columns past its ends
+// zero: in x's own space, where x keeps its rows (a cell's block height), sum_k (x S_k) .* (f E_k),
+// S_k selecting x's columns k - pad ... k - pad + out - 1 (zero columns where those are not x's)
+// and E_k spreading f's column k over the out columns: products with constant selections, which
+// lower in a compiled cell as products with per-call or parameter matrices.
+Expr filtered_columns(TraceState& s, const Expr& x, const Expr& f, int pad) {
+  const int m = f.cols(), out = x.cols() + 2 * pad - m + 1;
   std::vector<Expr> terms;
-  for (int k = 0; k < m; ++k) terms.push_back(cmult(slice(x_rows, k, k + out), matmul(ones, slice(f_rows, k, k + 1))));
-  return transpose(terms.size() == 1 ? terms[0] : sum(terms));
+  for (int k = 0; k < m; ++k)
+    terms.push_back(cmult(matmul(x, selection(s, x.cols(), out, k - pad, 1)), matmul(f, selection(s, m, out, k, 0))));
+  return terms.size() == 1 ? terms[0] : sum(terms);
 }
 
 }  // namespace
@@ -326,33 +331,30 @@ Expr conv1d_narrow(const Expr& x, const Expr& f) {
   if (f.cols() > x.cols())
     throw UsageError("edb::conv1d_narrow(): f is " + shape_text(f) + " but x is " + shape_text(x) +
                      "; expected at most as many columns as x (conv1d_wide pads x)");
-  return filtered_columns(s, transpose(x), f);
+  return filtered_columns(s, x, f, 0);
 }
 
 Expr conv1d_wide(const Expr& x, const Expr& f) {
   check_columns_filter("edb::conv1d_wide()", x, f);
   TraceState& s = TraceState::of(x, "edb::conv1d_wide()");
-  const int pad = f.cols() - 1;
-  if (pad == 0) return filtered_columns(s, transpose(x), f);
-  // x's columns padded with m - 1 columns of zeros on each side: rows, in the transposed space.
-  const Expr zeros = filled(s, pad, x.rows(), 0.0f);
-  return filtered_columns(s, concat({zeros, transpose(x), zeros}), f);
+  // x's columns padded with m - 1 columns of zeros on each side.
+  return filtered_columns(s, x, f, f.cols() - 1);
 }
 
 Expr maxpool1d(const Expr& x, int window, int stride) {
-  TraceState::of(x, "edb::maxpool1d()");
+  TraceState& s = TraceState::of(x, "edb::maxpool1d()");
   if (window < 1 || window > x.cols())
     throw UsageError("edb::maxpool1d(): window is " + std::to_string(window) + " but x is " + shape_text(x) +
                      "; expected 1 <= window <= " + std::to_string(x.cols()) + " (x's columns)");
   if (stride < 1) throw UsageError("edb::maxpool1d(): stride is " + std::to_string(stride) + "; expected 1 or more");
-  // Output column j is the maximum of x's columns j stride + w, w < window: in the transposed
-  // space a max over `window` row selections, folded as max(later, earlier) so that at a tie the
-  // earlier column (max's b) takes the gradient.
+  // Output column j is the maximum of x's columns j stride + w, w < window: a max over `window`
+  // column selections (products with constant selections, in x's own space where x keeps its
+  // rows), folded as max(later, earlier) so that at a tie the earlier column (max's b) takes the
+  // gradient.
   const int out = (x.cols() - window) / stride + 1;
-  const Expr x_rows = transpose(x);
-  Expr best = every_step_rows("edb::maxpool1d()", x_rows, 0, stride, out);
-  for (int w = 1; w < window; ++w) best = max(every_step_rows("edb::maxpool1d()", x_rows, w, stride, out), best);
-  return transpose(best);
+  Expr best = matmul(x, selection(s, x.cols(), out, 0, stride));
+  for (int w = 1; w < window; ++w) best = max(matmul(x, selection(s, x.cols(), out, w, stride)), best);
+  return best;
 }
 
 }  // namespace edb

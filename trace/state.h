@@ -182,10 +182,12 @@ struct TraceState {
   runtime::TraceData data;
   std::vector<std::pair<uint64_t, ir::NodeId>> parameter_nodes;  // uid -> node, this trace
   std::vector<std::pair<uint64_t, uint32_t>> tables;  // uid -> index in the graph's parameters
-  // filled()'s constants, one node per shape and value for the trace (rows, cols, the value's bits):
-  // broadcasting and the composed reductions stretch and sum through products with them, so a batch
-  // of those products reads one shared operand rather than a constant per member.
-  std::map<std::tuple<int32_t, int32_t, uint32_t>, ir::NodeId> filled_nodes;
+  // filled()'s and selection()'s constants, one node per shape and content for the trace (rows,
+  // cols, the value's bits, and a selection's first row and step, INT32_MIN for a filled one):
+  // broadcasting, the composed reductions and the convolutions stretch, sum and select through
+  // products with them, so a batch of those products reads one shared operand rather than a
+  // constant per member.
+  std::map<std::tuple<int32_t, int32_t, uint32_t, int32_t, int32_t>, ir::NodeId> filled_nodes;
   // The backward pass Trace::record_backward() recorded last, for Trace::gradients(): its loss, and
   // each parameter or lookup node with the node of its gradient (kNoNode: none recorded).
   ir::NodeId backward_loss = ir::kNoNode;
@@ -242,5 +244,8 @@ struct TraceState {
 Expr constant(TraceState& s, int rows, int cols, std::span<const float> values);
 // The same with every value `value`.
 Expr filled(TraceState& s, int rows, int cols, float value);
+// The rows x cols selection whose column j is one at row begin + j step (zero where that is not a
+// row): x times it is x's columns begin + j step, zero columns where those are not x's.
+Expr selection(TraceState& s, int rows, int cols, int begin, int step);
 
 }  // namespace edb::detail

@@ -191,7 +191,7 @@ TEST(KernelIr, CanonicalTextIsStable) {
 TEST(KernelIr, DifferentKernelsHaveDifferentTexts) {
   std::vector<Kernel> kernels;
   for (OperandAccess access : kAccesses)
-    for (int op = 0; op <= int(KernelOp::pow); ++op)  // every kernel op
+    for (int op = 0; op <= int(KernelOp::relu_grad); ++op)  // every kernel op
       if (kernel_op_arity(KernelOp(op)) < 2) kernels.push_back(unary_kernel(KernelOp(op), access, 2.0f));
   kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, std::nextafter(2.0f, 3.0f)));
   kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, -0.0f));
@@ -228,7 +228,7 @@ TEST(KernelIr, VerifyRejectsMalformedKernels) {
 TEST(KernelIr, TextParsesBackToTheSameKernel) {
   std::vector<Kernel> kernels = {lstm_kernel(true), lstm_kernel(false)};
   for (OperandAccess access : kAccesses)
-    for (int op = 0; op <= int(KernelOp::pow); ++op)  // every kernel op
+    for (int op = 0; op <= int(KernelOp::relu_grad); ++op)  // every kernel op
       if (kernel_op_arity(KernelOp(op)) < 2) kernels.push_back(unary_kernel(KernelOp(op), access, -1.5e-7f));
   kernels.push_back(unary_kernel(KernelOp::scale, OperandAccess::strided, -0.0f));
   kernels.push_back(unary_kernel(KernelOp::add_const, OperandAccess::strided, std::numeric_limits<float>::infinity()));
@@ -289,7 +289,7 @@ TEST(LlvmBackend, EveryOpAloneMatchesTheInterpreter) {
     expect_matches_interpreter(backend, unary_kernel(KernelOp::add_const, access, 0.3f), seed++);
     for (OperandAccess second : kAccesses)
       for (KernelOp op : {KernelOp::add, KernelOp::sub, KernelOp::cmult, KernelOp::div, KernelOp::max, KernelOp::min,
-                          KernelOp::pow}) {
+                          KernelOp::pow, KernelOp::relu_grad}) {
         Kernel k;
         k.name = std::string(kernel_op_name(op));
         k.inputs = {access, second};

@@ -49,6 +49,7 @@ jit::Kernel every_op_kernel() {
   k.store(k.binary(jit::KernelOp::max, k.unary(jit::KernelOp::log, a), k.binary(jit::KernelOp::div, b, c)));
   k.store(k.binary(jit::KernelOp::min, a, b));
   k.store(k.binary(jit::KernelOp::pow, a, b));
+  k.store(k.binary(jit::KernelOp::relu_grad, a, b));
   jit::ValueId chain = a;  // issue 46's unary ops
   for (jit::KernelOp op : {jit::KernelOp::sqrt, jit::KernelOp::abs, jit::KernelOp::square, jit::KernelOp::cube,
                            jit::KernelOp::softsign, jit::KernelOp::silu, jit::KernelOp::elu, jit::KernelOp::selu,
@@ -76,6 +77,7 @@ TEST(NvrtcRender, KernelSourceHasNoIncludeAndTheKeySymbol) {
     EXPECT_NE(source.find("outputs[" + std::to_string(j) + "][i]"), std::string::npos);
   EXPECT_NE(source.find("logf(v0)"), std::string::npos) << source;
   EXPECT_NE(source.find("sqrtf(v0)"), std::string::npos) << source;
+  EXPECT_NE(source.find("v0 > 0.0f ? v1 : 0.0f"), std::string::npos) << source;  // relu_grad (y, dy)
   // max and min keep a NaN of either argument (as ir::max_of and ir::min_of), unlike fmaxf
   EXPECT_NE(source.find(" != "), std::string::npos) << source;
   EXPECT_EQ(source.find("fmaxf"), std::string::npos) << source;
