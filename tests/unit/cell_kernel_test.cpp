@@ -564,6 +564,31 @@ TEST(CellKernel, SelectionStepsEqualTheirRules) {
 
 // LlvmBackendOptions::perf_map: each linked kernel's entry gets a line "START SIZE NAME" in
 // /tmp/perf-PID.map, named by its symbol and its cell, at the address the kernel runs from.
+// The selection rule itself against its definition, a stable sort by rank: for every k, the first
+// k positions, in increasing order, over rows with ties, NaNs, -0 and +0 and infinities, strided.
+TEST(Selection, KmaxPositionsAreTheFirstKOfAStableSortByRank) {
+  std::mt19937 random(7);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> pool = {1.0f, 1.0f, -2.0f, 0.0f, -0.0f, 3.5f, 3.5f, nan, inf, -inf, 0.25f};
+  std::vector<int64_t> kept;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t count = 1 + int64_t(random() % 17), stride = 1 + int64_t(random() % 3);
+    std::vector<float> values(static_cast<size_t>(count * stride), 99.0f);
+    for (int64_t j = 0; j < count; ++j) values[size_t(j * stride)] = pool[random() % pool.size()];
+    std::vector<int64_t> order(static_cast<size_t>(count));
+    for (int64_t j = 0; j < count; ++j) order[size_t(j)] = j;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return runtime::ranks_above(values[size_t(a * stride)], values[size_t(b * stride)]);
+    });
+    for (int64_t k = 1; k <= count; ++k) {
+      std::vector<int64_t> want(order.begin(), order.begin() + k);
+      std::sort(want.begin(), want.end());
+      runtime::kmax_positions(values.data(), count, stride, k, kept);
+      ASSERT_EQ(kept, want) << "trial " << trial << ", " << count << " values, k " << k;
+    }
+  }
+}
+
 TEST(CellKernel, PerfMapNamesTheLinkedKernelByItsCell) {
   LlvmBackendOptions options;
   options.perf_map = true;
