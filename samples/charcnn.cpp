@@ -4,6 +4,10 @@
 // largest value per channel; that beside the word's embedding (<unk> for words seen fewer than
 // kFrequent times), layer_norm, then tanh(MLP) -> tag logits -> a loss per word.
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "samples/data/data.h"
 #include "samples/models.h"
 
@@ -62,7 +66,9 @@ class CharCnnTagger final : public SampleModel {
   }
 
  private:
-  // The char CNN of a word's letters: kFilters x 1. Words of one length batch together.
+  // The char CNN of a word's letters: kFilters x 1, a call of the encoder cell of the word's
+  // length (a cell's arguments have one shape), so words of one length batch as one call each and,
+  // under jit, run as one compiled kernel per batch.
   Expr spelled(Trace& trace, const std::vector<int>& letters) const {
     const int n = int(letters.size());
     std::vector<Expr> columns;
@@ -70,7 +76,25 @@ class CharCnnTagger final : public SampleModel {
     // The letters' columns stacked, then viewed as kCharEmbed x n (column-major: column j is letter j).
     const Expr x = reshape(concat(columns), kCharEmbed, n);
     const Expr channels = matmul(trace.param(w_channels_), x);  // kFilters x n
-    return kmax_pooling(tanh(conv1d_wide(channels, trace.param(filter_))), 1);
+    return encoder(n)(trace, {channels})[0];
+  }
+
+  // The encoder of words of n letters, over their kFilters x n channels: kmax_pooling(tanh(
+  // conv1d_wide(channels, F)), 1). Every value in it has kFilters rows, the compiled cell's block
+  // height (the channels' product with W_channels stays outside: its gradient for the letters has
+  // kCharEmbed rows).
+  const Cell& encoder(int n) const {
+    auto it = encoders_.find(n);
+    if (it == encoders_.end()) {
+      const Parameter filter = filter_;
+      it = encoders_
+               .emplace(n, Cell("char_cnn_" + std::to_string(n), {{kFilters, n}},
+                                [filter](Trace& t, std::span<const Expr> in) {
+                                  return std::vector<Expr>{kmax_pooling(tanh(conv1d_wide(in[0], t.param(filter))), 1)};
+                                }))
+               .first;
+    }
+    return it->second;
   }
 
   Model model_;
@@ -80,6 +104,7 @@ class CharCnnTagger final : public SampleModel {
   std::string source_;
   LookupTable embeddings_, char_embeddings_;
   Parameter w_channels_, filter_, gain_, bias_, w_mlp_, b_mlp_, w_out_, b_out_;
+  mutable std::map<int, Cell> encoders_;  // by word length, made on first use
 };
 
 }  // namespace
