@@ -4,6 +4,9 @@
 #include "runtime/cell_lowering.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include "edbatch/errors.h"
 #include "runtime/cell_lowerer.h"
@@ -11,6 +14,16 @@
 namespace edb::runtime {
 
 namespace {
+
+// With EDB_EXPLAIN_CELLS set (not 0): a cell the jit does not compile says so on stderr, once a
+// layout, with CallCell::why_not: its batches of calls run by expansion, correct but slower, and
+// nothing else tells a user which of their cells does.
+void explain_expansion(const CallCell& cell) {
+  const char* explain = std::getenv("EDB_EXPLAIN_CELLS");
+  if (!explain || !*explain || std::string_view(explain) == "0") return;
+  std::fprintf(stderr, "edbatch: cell '%s' is not compiled (its batches of calls run by expansion): %s\n",
+               cell.name.c_str(), cell.why_not.c_str());
+}
 
 // Lays out `cell` (its copy of the body already made) for the jit: the program of its body and
 // a frame of what the program stores; false, with the reason in cell.why_not, when the body does
@@ -177,6 +190,7 @@ std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const 
   }
   cell->lowered = lower && count > 0 && lower_into(*cell, to, argument_of, output_offsets, for_backward);
   if (!lower) cell->why_not = "not lowered (every value is kept)";
+  else if (count > 0 && !cell->lowered) explain_expansion(*cell);
   if (!cell->lowered) lay_out_by_batch(*cell, output_offsets);
   // A view per output in the frame that the trace does not read in place, shared by outputs alike.
   for (size_t k = 0; k < outputs.size(); ++k) {

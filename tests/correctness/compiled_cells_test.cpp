@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
@@ -188,8 +189,17 @@ TEST(CompiledCells, BodiesThatDoNotLowerRunBatchByBatch) {
   options.executor = "jit";
   Engine engine(options);
   Trace trace(engine);
+  // EDB_EXPLAIN_CELLS names it on stderr, with the reason.
+  ::setenv("EDB_EXPLAIN_CELLS", "1", 1);
+  ::testing::internal::CaptureStderr();
   const std::vector<Expr> outputs = record(trace);
   outputs[0].value();
+  const std::string explained = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("EDB_EXPLAIN_CELLS");
+  EXPECT_NE(explained.find("edbatch: cell 'odd' is not compiled (its batches of calls run by expansion): transpose of "
+                           "a matrix of 6 rows, not blocks of 4"),
+            std::string::npos)
+      << explained;
   const detail::EvaluatedTrace evaluated = detail::evaluated_trace(outputs[0]);
   ASSERT_EQ(evaluated.graph.cell_count(), 1u);
   const auto& cell = static_cast<const runtime::CallCell&>(evaluated.graph.cell(0));
