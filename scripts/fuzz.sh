@@ -2,13 +2,13 @@
 # libFuzzer on the file readers: builds tests/fuzz/fuzz_*.cpp with clang (-fsanitize=fuzzer, with
 # AddressSanitizer and UndefinedBehaviorSanitizer) in build-fuzz/ (EDB_FUZZ_BUILD_DIR changes it),
 # then runs each target for EDB_FUZZ_SECONDS (default 60) from its seed corpus in tests/fuzz/corpus/.
-# Arguments: target names to run (default: all seven). New inputs stay in the build directory; a crash
+# Arguments: target names to run (default: these eight). New inputs stay in the build directory; a crash
 # leaves its input in BUILD/artifacts/ and fails: save it as tests/fuzz/regressions/NAME/, where
 # ctest's fuzz_replay_NAME replays it in every build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-targets=(tree_reader tag_reader lattice_reader policy_file model_file optimizer_file kernel_cache_file)
+targets=(tree_reader tag_reader lattice_reader policy_file model_file optimizer_file kernel_cache_file vocabulary_file)
 if (($#)); then targets=("$@"); fi
 seconds=${EDB_FUZZ_SECONDS:-60}
 build_dir=${EDB_FUZZ_BUILD_DIR:-build-fuzz}

@@ -101,7 +101,10 @@ SavedVocabularies parse_vocabularies(std::istream& in, const std::string& path) 
     }
     auto& [name, words] = saved.vocabularies.emplace_back(line.substr(0, space), std::vector<std::string>{});
     for (size_t i = 0; i < count; ++i) {
-      next("entry " + std::to_string(i + 1) + " of " + std::to_string(count) + " of vocabulary '" + name + "'");
+      const std::string expected =
+          "entry " + std::to_string(i + 1) + " of " + std::to_string(count) + " of vocabulary '" + name + "'";
+      next(expected);
+      if (line.empty()) detail::throw_parse_error(path, number, 1, expected, "an empty line");
       words.push_back(line);
     }
     if (words[0] != "<unk>") detail::throw_parse_error(path, number - int(count) + 1, 1, "<unk>", "'" + words[0] + "'");
