@@ -61,23 +61,32 @@ Expr detail::constant(TraceState& s, int rows, int cols, std::span<const float> 
   return s.add(ir::Op::input, {}, ir::Shape{rows, cols}, attrs);
 }
 
-Expr detail::filled(TraceState& s, int rows, int cols, float value) {
-  const auto key = std::make_tuple(rows, cols, std::bit_cast<uint32_t>(value), INT32_MIN, INT32_MIN);
+namespace {
+
+// The trace's one node of a constant (TraceState::filled_nodes' key), its values made on first use.
+template <typename Values>
+Expr shared_constant(TraceState& s, int rows, int cols, uint32_t value, int begin, int step, Values&& values) {
+  const auto key = std::make_tuple(rows, cols, value, begin, step);
   if (const auto it = s.filled_nodes.find(key); it != s.filled_nodes.end()) return s.make(it->second);
-  const Expr made = constant(s, rows, cols, std::vector<float>(size_t(rows) * size_t(cols), value));
+  const Expr made = detail::constant(s, rows, cols, values());
   s.filled_nodes.emplace(key, made.node_id());
   return made;
 }
 
+}  // namespace
+
+Expr detail::filled(TraceState& s, int rows, int cols, float value) {
+  return shared_constant(s, rows, cols, std::bit_cast<uint32_t>(value), INT32_MIN, INT32_MIN,
+                         [&] { return std::vector<float>(size_t(rows) * size_t(cols), value); });
+}
+
 Expr detail::selection(TraceState& s, int rows, int cols, int begin, int step) {
-  const auto key = std::make_tuple(rows, cols, std::bit_cast<uint32_t>(1.0f), begin, step);
-  if (const auto it = s.filled_nodes.find(key); it != s.filled_nodes.end()) return s.make(it->second);
-  std::vector<float> values(size_t(rows) * size_t(cols), 0.0f);
-  for (int j = 0; j < cols; ++j)
-    if (const int row = begin + j * step; row >= 0 && row < rows) values[size_t(j) * size_t(rows) + size_t(row)] = 1.0f;
-  const Expr made = constant(s, rows, cols, values);
-  s.filled_nodes.emplace(key, made.node_id());
-  return made;
+  return shared_constant(s, rows, cols, std::bit_cast<uint32_t>(1.0f), begin, step, [&] {
+    std::vector<float> values(size_t(rows) * size_t(cols), 0.0f);
+    for (int j = 0; j < cols; ++j)
+      if (const int row = begin + j * step; row >= 0 && row < rows) values[size_t(j) * size_t(rows) + size_t(row)] = 1.0f;
+    return values;
+  });
 }
 
 Expr concat_cols(std::span<const Expr> xs) {
