@@ -2,7 +2,9 @@
 // mean_elements, products to 1x1 such as pick, pick_neg_log_softmax, argmax, kmax_pooling,
 // transpose and, in backward bodies, their gradients): they lower to column steps (jit/cell_program.h), and their values and
 // gradients equal the reference executor's without cells under jit, batched and reference, over
-// calls of different inputs.
+// calls of different inputs. So do bodies with the 1-D convolutions (conv1d_narrow, conv1d_wide)
+// and the poolings after them (kmax_pooling, maxpool1d), as a char-CNN's word encoder: products
+// with constant column selections (trace/composed_ops.cpp) in blocks of the channels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -321,6 +323,41 @@ CellCase transposed(int n) {
   return c;
 }
 
+// A word encoder over `letters` letters of n channels: tanh(conv(W X, F) + B) pooled to a column
+// (kmax_pooling with k = 1, or maxpool1d of window 2 then kmax_pooling), then a tanh layer. A
+// cell's argument shapes are fixed, so every call spells a word of the same length; each
+// instance's word is weighed by a column of its own.
+CellCase encoder(int n, int letters, int width, bool wide, bool maxpool) {
+  CellCase c{std::string(wide ? "conv1d_wide" : "conv1d_narrow") + (maxpool ? " and maxpool1d" : "") + " of " +
+                 std::to_string(n) + "x" + std::to_string(letters) + ", width " + std::to_string(width),
+             std::make_shared<Model>("encoder", 29), {}, {}};
+  c.hidden = n;
+  const int out = wide ? letters + width - 1 : letters - width + 1;
+  const Parameter w = c.model->add_parameter("W", n, n), f = c.model->add_parameter("F", n, width);
+  const Parameter b = c.model->add_parameter("B", n, out), u = c.model->add_parameter("U", n, n);
+  c.parameters = {w, f, b, u};
+  auto cell = std::make_shared<Cell>("word", std::vector<std::pair<int, int>>{{n, letters}},
+                                     [=](Trace& t, std::span<const Expr> in) {
+                                       const Expr channels = matmul(t.param(w), in[0]);
+                                       const Expr filtered = wide ? conv1d_wide(channels, t.param(f)) : conv1d_narrow(channels, t.param(f));
+                                       Expr features = tanh(filtered + t.param(b));
+                                       if (maxpool) features = maxpool1d(features, 2, 1);
+                                       return std::vector<Expr>{tanh(matmul(t.param(u), kmax_pooling(features, 1)))};
+                                     });
+  c.loss = [=](Trace& t, int instances) {
+    std::vector<Expr> terms;
+    for (int i = 0; i < instances; ++i) {
+      std::vector<float> spelled;
+      for (int j = 0; j < letters; ++j)
+        for (float x : column(n, float(i * letters + j) * 1.3f)) spelled.push_back(x);
+      const Expr word = (*cell)(t, {t.input(n, letters, spelled)})[0];
+      terms.push_back(sum_elements(cmult(word, t.input(column(n, float(i) + 0.25f)))));
+    }
+    return sum(terms);
+  };
+  return c;
+}
+
 class CompiledCellsColumnSteps : public testing::TestWithParam<std::string> {};
 
 TEST_P(CompiledCellsColumnSteps, SoftmaxAndLogSoftmaxEqualTheReference) {
@@ -382,6 +419,37 @@ TEST_P(CompiledCellsColumnSteps, TransposeEqualsTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Executors, CompiledCellsColumnSteps, testing::Values("jit", "batched", "reference"),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The convolutions' cells: one forward and one backward cell, each with its kmax_pooling (or
+// gradient) step, lowered in blocks of the channels.
+class CompiledCellsConvolutions : public testing::TestWithParam<std::string> {};
+
+TEST_P(CompiledCellsConvolutions, Conv1dNarrowAndKmaxPoolingEqualTheReference) {
+  for (int n : {8, 13})
+    for (int width : {1, 3}) {
+      CellCase c = encoder(n, 6, width, false, false);
+      ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+    }
+}
+
+TEST_P(CompiledCellsConvolutions, Conv1dWideAndKmaxPoolingEqualTheReference) {
+  for (int n : {8, 13})
+    for (int width : {2, 3}) {
+      CellCase c = encoder(n, 5, width, true, false);
+      ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+    }
+}
+
+TEST_P(CompiledCellsConvolutions, Conv1dAndMaxpool1dEqualTheReference) {
+  for (int n : {8, 13})
+    for (bool wide : {false, true}) {
+      CellCase c = encoder(n, 7, 3, wide, true);
+      ASSERT_NO_FATAL_FAILURE(expect_reference_values(c, GetParam()));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Executors, CompiledCellsConvolutions, testing::Values("jit", "batched", "reference"),
                          [](const testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
