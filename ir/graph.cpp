@@ -59,6 +59,30 @@ uint32_t Graph::add_cell(const CellBody* cell) {
   return static_cast<uint32_t>(cells_.size() - 1);
 }
 
+CallBatch call_batch(const Graph& graph, NodeId id) {
+  const Node& n = graph.node(id);
+  CallBatch batch;
+  batch.members = n.attrs.end;
+  const size_t arguments = graph.cell(n.attrs.index).arguments.size();
+  batch.terms = graph.rows(n.attrs.begin, arguments);
+  batch.rows = graph.rows(n.attrs.begin + int64_t(arguments), n.arg_count);
+  return batch;
+}
+
+NodeId add_call_batch(Graph& graph, uint32_t cell, int32_t members, std::span<const int32_t> terms,
+                      std::span<const NodeId> args, std::span<const int32_t> rows) {
+  const int64_t at = graph.add_rows(terms);
+  graph.add_rows(rows);
+  if (at > INT32_MAX - int64_t(terms.size() + rows.size()))
+    throw UsageError("edb: a trace holds at most " + std::to_string(INT32_MAX) +
+                     " row offsets of batched calls; this one is full: evaluate and start a new trace");
+  Attributes attrs;
+  attrs.index = cell;
+  attrs.begin = int32_t(at);
+  attrs.end = members;
+  return graph.add(Op::call, args, Shape{int32_t(members * graph.cell(cell).frame_floats), 1}, attrs);
+}
+
 void Graph::clear() {
   nodes_.clear();
   arg_pool_.clear();
@@ -67,6 +91,37 @@ void Graph::clear() {
   rows_.clear();
   cells_.clear();
 }
+
+namespace {
+
+// A batch call's table: its members' terms lie inside their nodes, and its frame holds them all.
+template <typename Fail>
+void verify_call_batch(const Graph& graph, NodeId id, std::span<const Shape> shapes, Fail&& fail) {
+  const Node& n = graph.node(id);
+  const CellBody& cell = graph.cell(n.attrs.index);
+  const size_t arguments = cell.arguments.size();
+  if (n.attrs.begin < 0 || n.attrs.begin + int64_t(arguments + n.arg_count) > graph.row_count())
+    fail("its table of terms and rows does not lie inside the row pool of " + std::to_string(graph.row_count()));
+  const CallBatch batch = call_batch(graph, id);
+  for (size_t j = 0; j < arguments; ++j)
+    if (batch.terms[j] < 1) fail("argument " + std::to_string(j + 1) + " has " + std::to_string(batch.terms[j]) + " terms");
+  if (int64_t(n.arg_count) != int64_t(batch.members) * batch.terms_per_member())
+    fail("has " + std::to_string(n.arg_count) + " arguments for " + std::to_string(batch.members) + " members of " +
+         std::to_string(batch.terms_per_member()) + " terms each");
+  if (!(n.shape == Shape{int32_t(batch.members * cell.frame_floats), 1}))
+    fail("shape " + to_string(n.shape) + " but " + std::to_string(batch.members) + " frames of cell '" + cell.name +
+         "' take " + std::to_string(batch.members * cell.frame_floats) + " floats");
+  size_t i = 0;
+  for (int32_t m = 0; m < batch.members; ++m)
+    for (size_t j = 0; j < arguments; ++j)
+      for (int32_t t = 0; t < batch.terms[j]; ++t, ++i)
+        if (batch.rows[i] < 0 || batch.rows[i] + cell.arguments[j].size() > shapes[i].size())
+          fail("member " + std::to_string(m + 1) + "'s argument " + std::to_string(j + 1) + " (" +
+               to_string(cell.arguments[j]) + ") at row " + std::to_string(batch.rows[i]) + " is not inside its " +
+               to_string(shapes[i]));
+}
+
+}  // namespace
 
 void verify(const Graph& graph) {
   std::vector<Shape> shapes;
@@ -105,9 +160,13 @@ void verify(const Graph& graph) {
     if (n.op == Op::call) {
       if (n.attrs.index < 0 || size_t(n.attrs.index) >= graph.cell_count()) fail("cell index out of range");
       const CellBody& cell = graph.cell(n.attrs.index);
-      if (shapes.size() != cell.arguments.size())
+      if (!is_call_batch(n) && shapes.size() != cell.arguments.size())
         fail("calls cell '" + cell.name + "' with " + std::to_string(shapes.size()) + " arguments, it takes " +
              std::to_string(cell.arguments.size()));
+      if (is_call_batch(n)) {
+        verify_call_batch(graph, id, shapes, fail);
+        continue;
+      }
       for (size_t i = 0; i < shapes.size(); ++i)
         if (!(shapes[i] == cell.arguments[i]))
           fail("argument " + std::to_string(i + 1) + " is " + to_string(shapes[i]) + ", cell '" + cell.name +
@@ -170,6 +229,13 @@ std::string print(const Graph& graph) {
       out << " index=" << n.attrs.index;
     }
     if (n.op == Op::call) out << " cell=" << graph.cell(n.attrs.index).name;
+    if (is_call_batch(n)) {
+      const CallBatch batch = call_batch(graph, id);
+      out << " members=" << batch.members << " terms=";
+      for (size_t j = 0; j < batch.terms.size(); ++j) out << (j ? "," : "") << batch.terms[j];
+      out << " at=";
+      for (size_t i = 0; i < batch.rows.size(); ++i) out << (i ? "," : "") << batch.rows[i];
+    }
     out << '\n';
   }
   return out.str();

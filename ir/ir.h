@@ -208,6 +208,29 @@ class Graph {
   std::vector<const CellBody*> cells_;
 };
 
+// A call node that stands for a batch of calls of its cell (the backward pass records one per
+// forward batch of calls, docs/design.md "Backward calls by batch"): attrs.end > 0 members, whose
+// frames lie one after another (its value is members x frame_floats floats, a column). Each member
+// passes the cell's arguments; argument j of every member is the sum of terms[j] terms, each a
+// column read in place at a row of a node: the node's arguments are member after member, argument
+// after argument, term after term, and rows[i] is where argument i's term starts in its node.
+// attrs.begin is where the table (terms, then rows) starts in the graph's row pool.
+struct CallBatch {
+  int32_t members = 0;
+  std::span<const int32_t> terms;  // per cell argument
+  std::span<const int32_t> rows;   // per node argument
+  int32_t terms_per_member() const {
+    int32_t t = 0;
+    for (int32_t n : terms) t += n;
+    return t;
+  }
+};
+inline bool is_call_batch(const Node& n) { return n.op == Op::call && n.attrs.end > 0; }
+CallBatch call_batch(const Graph& graph, NodeId id);
+// Records a batch call of the cell at index `cell`: its table goes into the row pool.
+NodeId add_call_batch(Graph& graph, uint32_t cell, int32_t members, std::span<const int32_t> terms,
+                      std::span<const NodeId> args, std::span<const int32_t> rows);
+
 // Shape inference: the output shape of `op` on arguments of the given shapes, or edb::UsageError
 // whose message starts with the public function ("edb::affine(): ...") and gives both shapes.
 Shape infer_shape(Op op, std::span<const Shape> args, const Attributes& attrs);

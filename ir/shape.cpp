@@ -284,7 +284,7 @@ int64_t node_flops(const Graph& graph, NodeId id) {
     case Op::sigmoid_grad:
       return 3 * size;
     case Op::call:
-      return graph.cell(n.attrs.index).flops;
+      return graph.cell(n.attrs.index).flops * (is_call_batch(n) ? n.attrs.end : 1);
     default:
       return size;  // unary and binary elementwise
   }

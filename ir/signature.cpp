@@ -27,12 +27,21 @@ const ParameterInfo* shared_parameter(const Graph& graph, NodeId arg) {
   return a.op == Op::parameter ? &graph.parameter(a.attrs.parameter) : nullptr;
 }
 
+// An argument's shape as a signature says it: a batch call's is one member's frame, as its
+// readers read one member's rows at a time (a weight gradient's terms, a view), so that readers
+// of batches of any size share a type.
+Shape argument_shape(const Graph& graph, NodeId arg) {
+  const Node& a = graph.node(arg);
+  return is_call_batch(a) ? Shape{int32_t(graph.cell(a.attrs.index).frame_floats), 1} : a.shape;
+}
+
 // What the signature says of one argument: its shape, and the parameter (uid) or cell it is.
 std::pair<uint64_t, uint64_t> argument_words(const Graph& graph, NodeId arg) {
   const ParameterInfo* p = shared_parameter(graph, arg);
   const Node& a = graph.node(arg);
   // A cell call's frame is only ever read through its outputs' views: they are the cell's own.
-  return {pack(a.shape), p ? p->uid : a.op == Op::call ? reinterpret_cast<uintptr_t>(&graph.cell(a.attrs.index)) : 0};
+  return {pack(argument_shape(graph, arg)),
+          p ? p->uid : a.op == Op::call ? reinterpret_cast<uintptr_t>(&graph.cell(a.attrs.index)) : 0};
 }
 
 // A long argument list that repeats one short group (a weight gradient's (dy, x) pairs, a sum of
@@ -94,7 +103,7 @@ std::string signature_of_group(const Graph& graph, NodeId id, size_t group) {
     first = false;
     if (const ParameterInfo* p = shared_parameter(graph, arg)) s += "param:" + p->name + ':';
     if (graph.node(arg).op == Op::call) s += "call:" + graph.cell(graph.node(arg).attrs.index).name + ':';
-    s += to_string(graph.node(arg).shape);
+    s += to_string(argument_shape(graph, arg));
   }
   if (group) s += ')';
   if (n.op == Op::lookup) {
@@ -128,6 +137,7 @@ TypeId SignatureTable::intern(const Graph& graph, NodeId id) {
   if (has_flag(graph.node(id).op, kLeaf)) return kNoType;
   if (graph.node(id).op == Op::call) {
     const CellBody& cell = graph.cell(graph.node(id).attrs.index);
+    if (is_call_batch(graph.node(id))) return intern_call_batch(graph, id);
     return intern_call(graph, cell.key, cell.signature, graph.args(id));
   }
   const size_t group = build_key(graph, id, key_buffer_);
@@ -157,6 +167,21 @@ TypeId SignatureTable::intern_call(const Graph& graph, std::string_view key, con
     with_name += " argument " + std::to_string(i + 1) + " = " + p.name;
   }
   return intern_named(with_key, with_name);
+}
+
+TypeId SignatureTable::intern_call_batch(const Graph& graph, NodeId id) {
+  // Batch calls of one cell share a type whatever their sizes and terms (a batch of them runs as
+  // the calls of all their members), as calls of the cell do, apart from the plain calls.
+  const CellBody& cell = graph.cell(graph.node(id).attrs.index);
+  const CallBatch batch = call_batch(graph, id);
+  std::string key(cell.key), name = cell.signature + " batched";
+  key += " batch";
+  // As intern_call: which parameter a term is (the first member's; a batch's members share them).
+  const auto args = graph.args(id);
+  for (size_t i = 0; i < size_t(batch.terms_per_member()); ++i)
+    if (const Node& a = graph.node(args[i]); a.op == Op::parameter)
+      key += " " + std::to_string(i) + ":" + std::to_string(graph.parameter(a.attrs.parameter).uid);
+  return intern_named(key, name);
 }
 
 TypeId SignatureTable::add_type(std::string name) {

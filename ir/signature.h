@@ -47,6 +47,8 @@ class SignatureTable {
   // are parameters, which parameter each one is: a batch of calls then reads the same parameters
   // in every call (a compiled cell packs a weight, or reads a shared slot, once for the batch).
   TypeId intern_call(const Graph& graph, std::string_view key, const std::string& name, std::span<const NodeId> arguments);
+  // A batch call's type (ir::CallBatch): its cell's, apart from plain calls of the cell.
+  TypeId intern_call_batch(const Graph& graph, NodeId id);
 
   const std::string& name(TypeId type) const { return names_[type]; }
   std::optional<TypeId> find(std::string_view signature) const;

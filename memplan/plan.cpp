@@ -64,7 +64,7 @@ void plan_batch_order(const ir::Graph& graph, const scheduler::Schedule& schedul
 
 void place_call_outputs(const ir::Graph& graph, const scheduler::Schedule& schedule, Plan& plan) {
   for (size_t b = 0; b < schedule.batch_count(); ++b) {
-    if (graph.node(schedule.batch(b)[0]).op != ir::Op::call) continue;
+    if (graph.node(schedule.batch(b)[0]).op != ir::Op::call || ir::is_call_batch(graph.node(schedule.batch(b)[0]))) continue;
     for (ir::NodeId call : schedule.batch(b))
       for (ir::NodeId v = call + 1; v <= call + graph.cell(graph.node(call).attrs.index).output_views; ++v) {
         // Its outputs' slices, then reshapes of those (a matrix output).
@@ -72,6 +72,13 @@ void place_call_outputs(const ir::Graph& graph, const scheduler::Schedule& sched
         plan.view[v] = 1;
       }
   }
+  // Placed again each time, as a call's views are (a planner may move the batch call); a reshape
+  // comes after the slice it reshapes.
+  for (ir::NodeId v : plan.batch_views)
+    if (v < plan.offset.size() && plan.offset[graph.args(v)[0]] >= 0) {
+      plan.offset[v] = view_at(graph, plan, v);
+      plan.view[v] = 1;
+    }
 }
 
 void verify(const ir::Graph& graph, const Plan& plan) {

@@ -27,6 +27,10 @@ struct Plan {
     int64_t calls = 0;
   };
   std::vector<Frames> frames;
+  // Views of batch calls' members' values (ir::CallBatch: slices and reshapes of its frames, typed
+  // as call outputs, never scheduled), in recording order: their recorder lists them here, as they
+  // lie anywhere after their batch call, and place_call_outputs places them.
+  std::vector<ir::NodeId> batch_views;
 
   bool is_view(ir::NodeId id) const { return view[id] != 0; }
 };
@@ -58,7 +62,8 @@ void place_call_frames(const ir::Graph& graph, std::span<const ir::NodeId> calls
 void plan_batch_order(const ir::Graph& graph, const scheduler::Schedule& schedule, Plan& plan);
 
 // Places the views of each scheduled cell call's outputs (never scheduled themselves; recorded
-// right after their call, trace/cell.cpp) inside the call's frame. Both planners end with it.
+// right after their call, trace/cell.cpp) inside the call's frame, and the batch calls' views
+// (Plan::batch_views) whose batch call is placed. Both planners end with it.
 void place_call_outputs(const ir::Graph& graph, const scheduler::Schedule& schedule, Plan& plan);
 
 // Checks every planned node lies inside the arena, no two planned buffers overlap (nothing is

@@ -69,6 +69,7 @@ class Engine:
         threads: Optional[int] = None,
         verify: Optional[bool] = None,
         check_finite: Optional[bool] = None,
+        batched_backward: Optional[bool] = None,
         max_trace_nodes: Optional[int] = None,
         cells: Optional[bool] = None,
         memplan: Optional[bool] = None,

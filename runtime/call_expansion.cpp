@@ -126,6 +126,9 @@ void CallExpansion::run(Executor& executor, std::span<const ir::NodeId> calls, c
                         bool node_by_node) {
   const ir::Graph& graph = values.graph;
   const auto& cell = static_cast<const CallCell&>(graph.cell(graph.node(calls[0]).attrs.index));
+  if (ir::is_call_batch(graph.node(calls[0])))  // recorded only where the executor compiles the cell
+    throw InternalError("CallExpansion: call %" + std::to_string(calls[0]) + " is a batch of calls of " + cell.name +
+                        ", which only a compiled cell runs");
   if (cell.operations == 0) return;
   Expanded& e = expanded(cell, calls.size(), node_by_node);
   // In place where the calls are a whole batch of frames laid out batch by batch (the plan put

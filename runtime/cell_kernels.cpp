@@ -231,20 +231,65 @@ void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& val
     return call_cell.body.parameter(call_cell.body.node(node).attrs.parameter);
   });
   const size_t slots = call_cell.slots.size();
-  pointers_.resize(calls.size() * slots);
-  for (size_t j = 0; j < calls.size(); ++j) {
-    float** table = pointers_.data() + j * slots;
-    float* frame = values.out(calls[j]);
-    const auto args = graph.args(calls[j]);
-    for (size_t s = 0; s < slots; ++s) {
-      const CallCell::Slot& at = call_cell.slots[s];
-      table[s] = at.kind == CallCell::Slot::frame      ? frame + at.at
-                 : at.kind == CallCell::Slot::argument ? const_cast<float*>(values.in(args[size_t(at.at)]))
-                                                       : const_cast<float*>(at.constant);
+  // A batch call (ir::CallBatch) is its members' calls: their frames one after another, their
+  // arguments read at rows of nodes, an argument of several terms summed here first.
+  size_t members = 0, summed = 0;
+  for (ir::NodeId c : calls) {
+    const ir::Node& n = graph.node(c);
+    if (!ir::is_call_batch(n)) {
+      ++members;
+      continue;
+    }
+    members += size_t(n.attrs.end);
+    const ir::CallBatch batch = ir::call_batch(graph, c);
+    for (size_t j = 0; j < batch.terms.size(); ++j)
+      if (batch.terms[j] > 1) summed += size_t(batch.members) * size_t(call_cell.arguments[j].size());
+  }
+  pointers_.resize(members * slots);
+  sums_.resize(summed);
+  float* sum = sums_.data();
+  std::vector<float*>& argument = arguments_;  // one member's arguments
+  argument.resize(call_cell.arguments.size());
+  size_t j = 0;  // the member's table
+  for (ir::NodeId c : calls) {
+    const ir::Node& n = graph.node(c);
+    const auto args = graph.args(c);
+    const bool batched = ir::is_call_batch(n);
+    const ir::CallBatch batch = batched ? ir::call_batch(graph, c) : ir::CallBatch{};
+    size_t term = 0;
+    for (int32_t m = 0; m < (batched ? batch.members : 1); ++m, ++j) {
+      float* const frame = values.out(c) + int64_t(m) * call_cell.frame_floats;
+      for (size_t a = 0; a < argument.size(); ++a) {
+        if (!batched) {
+          argument[a] = const_cast<float*>(values.in(args[a]));
+          continue;
+        }
+        const auto at = [&](size_t t) { return values.in(args[t]) + batch.rows[t]; };
+        const int32_t terms = batch.terms[a];
+        if (terms == 1) {
+          argument[a] = const_cast<float*>(at(term++));
+          continue;
+        }
+        const int64_t size = call_cell.arguments[a].size();
+        std::copy_n(at(term++), size, sum);
+        for (int32_t t = 1; t < terms; ++t) {
+          const float* x = at(term++);
+          for (int64_t r = 0; r < size; ++r) sum[r] += x[r];
+        }
+        argument[a] = sum;
+        sum += size;
+      }
+      float** table = pointers_.data() + j * slots;
+      for (size_t s = 0; s < slots; ++s) {
+        const CallCell::Slot& at = call_cell.slots[s];
+        table[s] = at.kind == CallCell::Slot::frame      ? frame + at.at
+                   : at.kind == CallCell::Slot::argument ? argument[size_t(at.at)]
+                                                         : const_cast<float*>(at.constant);
+      }
     }
   }
   shared_.assign(call_cell.shared.begin(), call_cell.shared.end());
-  launch(cell, int64_t(calls.size()), pool, stats);
+  launch(cell, int64_t(members), pool, stats);
 }
 
 }  // namespace edb::runtime

@@ -34,7 +34,8 @@ class CellKernels {
   ~CellKernels();
 
   // Runs a batch of `call` nodes of one CallCell, which lowers, as one kernel, split across the
-  // pool by calls or, for a small batch, by row tiles.
+  // pool by calls or, for a small batch, by row tiles. A batch call (ir::CallBatch) counts as its
+  // members' calls.
   void run_calls(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats);
 
   // The most compiled cells kept (EngineOptions::cache_entries), least recently used out; their
@@ -60,6 +61,8 @@ class CellKernels {
   std::unique_ptr<Cell>& slot(const CallCell* cell);
   std::vector<float*> pointers_;        // the batch's call tables, kept between batches
   std::vector<const float*> shared_;
+  std::vector<float> sums_;          // batch calls' arguments of several terms, summed
+  std::vector<float*> arguments_;    // one call's arguments
 };
 
 }  // namespace edb::runtime

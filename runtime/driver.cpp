@@ -83,6 +83,7 @@ void TraceData::clear() {
   schedule.clear();
   plan.offset.clear();
   plan.view.clear();
+  plan.batch_views.clear();
   plan.arena_floats = 0;
   evaluated = 0;
   scheduled = 0;

@@ -212,7 +212,10 @@ size_t JitExecutor::run_compiled(const scheduler::Schedule& schedule, const Valu
   if (values.plan.is_view(batch[0])) return b;
   // A batch of call nodes as one compiled kernel, where the cell lowers.
   if (const ir::Node& first = values.graph.node(batch[0]); first.op == ir::Op::call) {
-    if (schedule.node_by_node || !static_cast<const CallCell&>(values.graph.cell(first.attrs.index)).lowered) return b;
+    // A batch call (ir::CallBatch) is one node even node by node, and only ever of a cell that lowers.
+    if ((schedule.node_by_node && !ir::is_call_batch(first)) ||
+        !static_cast<const CallCell&>(values.graph.cell(first.attrs.index)).lowered)
+      return b;
     cells_->run_calls(batch, values, pool(), stats);
     return b + 1;
   }

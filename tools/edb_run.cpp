@@ -82,6 +82,8 @@ void print_help() {
       "                     FILE.dot or .gv (graphviz text), or .svg, .png, .pdf rendered by graphviz's\n"
       "                     dot (apt-get install graphviz); keep it small: --batch 2 --limit 2\n"
       "  --check-finite     stop at the first NaN or infinity, naming the node that produced it\n"
+      "  --per-call-backward  (jit, training) record one backward call per cell call, not one per\n"
+      "                     forward batch of calls (the way before batch calls, for comparison)\n"
       "  --load PATH        start from the model saved in PATH (and, with --train, the optimizer state\n"
       "                     in PATH.optimizer when present); the model's words, chars and tags keep\n"
       "                     their ids from PATH.vocab when present (words it lacks are <unk>), so\n"
@@ -646,7 +648,7 @@ int run(int argc, char** argv) {
                            "threads", "repeat", "seed", "train-policy", "train-traces", "policy-file", "skip", "search-budget",
                            "policy-encoding", "cells", "memplan", "dump-schedule", "epochs", "lr", "optimizer",
                            "momentum", "clip", "holdout", "save", "load"},
-                          {"json", "check-finite", "train", "help", "decode", "one-at-a-time"});
+                          {"json", "check-finite", "per-call-backward", "train", "help", "decode", "one-at-a-time"});
   const std::vector<std::string> positional = flags.parse(argc, argv, 1);
   if (flags.has("help")) {
     print_help();
@@ -683,6 +685,7 @@ int run(int argc, char** argv) {
     throw edb::UsageError("edb-run: --memplan takes on or off, not '" + memplan + "'");
   options.memplan = memplan == "on";
   options.check_finite = flags.has("check-finite");
+  options.batched_backward = !flags.has("per-call-backward");
   const std::string train_path = flags.get("train-policy", "");
   const int train_traces = int(flags.get_int("train-traces", 8, 1, 10000));
   if (!train_path.empty() && options.policy != "fsm" && options.policy != "learned")

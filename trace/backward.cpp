@@ -18,36 +18,48 @@ using ir::Op;
 
 namespace detail {
 
-std::vector<std::pair<NodeId, NodeId>> Backward::record(NodeId loss) {
+std::vector<LeafGradient> Backward::record(NodeId loss) {
   const std::vector<uint8_t>& flows = gradient_flows(loss);
   b_.head.assign(loss + 1, kNothingSent);
   whole(loss, constant(ir::Shape{1, 1}, 1.0f));
-  std::vector<std::pair<NodeId, NodeId>> leaves;
+  std::vector<LeafGradient> leaves;
   std::vector<NodeId> parameters;
-  for (NodeId n : mirrored_order(loss)) {
+  const std::vector<NodeId>& order = mirrored_order(loss);
+  b_.pending.clear();
+  for (size_t p = 0; p < order.size(); ++p) {
+    // A forward batch's calls whose cell batches them wait for its last member: their gradients
+    // are then all sent (the batch's views come before their calls).
+    if (!b_.pending.empty() && p > 0 && b_.batch_last[p - 1]) send_call_batch(flows);
+    const NodeId n = order[p];
     if (!sent(n)) continue;
     const Op op = graph_.node(n).op;  // a copy: combine() may grow the node array
     // A parameter may be sent terms by a cell call whatever the trace's own path to it.
     if (!flows[n] && op != Op::parameter) continue;
     if (op == Op::call) {
-      send_call(n, flows);
+      const auto& cell = static_cast<const runtime::CallCell&>(graph_.cell(graph_.node(n).attrs.index));
+      if (!cell.is_backward && batches_calls(record_of(cell))) b_.pending.push_back(n);
+      else send_call(n, flows);
       continue;
     }
+    if (s_.data.types[n] == ir::kCallOutput && pass_on_view(n)) continue;
     if (op == Op::parameter) {  // after every call's rule, which may send it terms
       parameters.push_back(n);
       continue;
     }
-    const NodeId gradient = combine(n);
     if (op == Op::lookup) {
-      leaves.emplace_back(n, gradient);
+      // A term of a batch call's frame alone: read there, with no view node.
+      const Contribution& only = b_.items[size_t(b_.head[n])];
+      if (only.next < 0 && only.kind == Contribution::kWhole && only.at >= 0) leaves.push_back({n, only.a, only.at});
+      else leaves.push_back({n, combine(n), 0});
       continue;
     }
-    send(n, gradient, flows);
+    send(n, combine(n), flows);
   }
+  if (!b_.pending.empty()) send_call_batch(flows);
   // Parameters, then those only cells' bodies use (their nodes made by the calls' rules).
-  for (NodeId p : parameters) leaves.emplace_back(p, combine(p));
+  for (NodeId p : parameters) leaves.push_back({p, combine(p)});
   std::reverse(leaves.begin(), leaves.end());
-  for (NodeId p : body_parameters_) leaves.emplace_back(p, combine(p));
+  for (NodeId p : body_parameters_) leaves.push_back({p, combine(p)});
   return leaves;
 }
 
@@ -83,15 +95,17 @@ Backward::BodyGradients Backward::record_body(NodeId last, std::span<const std::
 const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
   std::vector<NodeId>& order = b_.order;
   std::vector<uint32_t>& position = b_.position;
+  std::vector<uint8_t>& batch_last = b_.batch_last;
   order.clear();
+  batch_last.clear();
   position.assign(loss + 1, UINT32_MAX);
   const scheduler::Schedule& last = s_.data.schedule;
   NodeId first_scheduled = loss + 1;
-  for (size_t b = last.batch_count(); b-- > 0;)
+  for (size_t b = last.batch_count(); b-- > 0;) {
     for (NodeId m : last.batch(b))
       if (m <= loss && position[m] == UINT32_MAX) {
         // A call's output views (never scheduled) pass their gradients to it just before it.
-        if (graph_.node(m).op == Op::call)
+        if (graph_.node(m).op == Op::call && !ir::is_call_batch(graph_.node(m)))
           for (NodeId v = m + graph_.cell(graph_.node(m).attrs.index).output_views; v > m; --v)
             if (v <= loss) {
               position[v] = uint32_t(order.size());
@@ -101,6 +115,9 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
         order.push_back(m);
         first_scheduled = std::min(first_scheduled, m);
       }
+    batch_last.resize(order.size(), 0);
+    if (!order.empty()) batch_last.back() = 1;
+  }
   // The schedule is an order of its nodes, so its reverse is valid for them; the nodes below
   // all of them (earlier evaluations) can read none of them. A computed node among them that
   // the schedule lacks would break that: then plain reverse recording order, always valid.
@@ -110,11 +127,13 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
       if (!leaves && n > first_scheduled) {
         order.clear();
         for (NodeId m = loss + 1; m-- > 0;) order.push_back(m);
+        batch_last.assign(order.size(), 1);
         return order;
       }
       position[n] = uint32_t(order.size());
       order.push_back(n);
     }
+  batch_last.resize(order.size(), 1);
   return order;
 }
 
@@ -169,7 +188,7 @@ void Backward::send_call(NodeId n, const std::vector<uint8_t>& flows) {
       ++j;
     if (j == outputs_sent)
       throw InternalError("Trace::backward: call %" + std::to_string(n) + " was sent a gradient at no output");
-    seeds[j].push_back(c.a);
+    seeds[j].push_back(term_node(c.a, c.at, ir::Shape{int32_t(backward.seed_floats[j]), 1}));
   }
   for (size_t j = 0; j < outputs_sent; ++j) {
     std::reverse(seeds[j].begin(), seeds[j].end());
@@ -215,6 +234,147 @@ void Backward::send_call(NodeId n, const std::vector<uint8_t>& flows) {
   }
 }
 
+NodeId Backward::term_node(NodeId a, int32_t at, ir::Shape shape) {
+  if (at < 0) return a;
+  const int64_t limit = s_.engine->driver.options().max_trace_nodes;
+  if (limit > 0 && int64_t(graph_.size()) + 2 > limit) detail::TraceState::node_limit_error(limit);
+  ir::Attributes rows;
+  rows.begin = at;
+  rows.end = at + int32_t(shape.size());
+  NodeId view = graph_.add(Op::slice, std::span(&a, 1), ir::Shape{rows.end - rows.begin, 1}, rows);
+  s_.data.types.push_back(ir::kCallOutput);
+  s_.data.plan.batch_views.push_back(view);
+  if (shape.cols == 1) return view;
+  ir::Attributes target;
+  target.target = shape;
+  view = graph_.add(Op::reshape, std::span(&view, 1), shape, target);
+  s_.data.types.push_back(ir::kCallOutput);
+  s_.data.plan.batch_views.push_back(view);
+  return view;
+}
+
+bool Backward::batches_calls(detail::CellRecord& record) const {
+  if (!s_.engine->batch_backward_calls || !record.backward) return false;
+  const runtime::CallCell& cell = *record.backward->cell.call_cell;
+  return cell.lowered && std::all_of(cell.output_offsets.begin(), cell.output_offsets.end(), [](int64_t at) { return at >= 0; });
+}
+
+bool Backward::pass_on_view(NodeId v) {
+  if (!s_.engine->batch_backward_calls) return false;
+  const ir::Node view = graph_.node(v);
+  const NodeId slice = view.op == Op::reshape ? graph_.args(v)[0] : v;
+  const NodeId call = graph_.args(slice)[0];
+  const auto& cell = static_cast<const runtime::CallCell&>(graph_.cell(graph_.node(call).attrs.index));
+  if (cell.is_backward || !batches_calls(record_of(cell))) return false;
+  std::vector<int32_t>& list = b_.list;  // oldest first, as combine() sums them
+  list.clear();
+  for (int32_t i = b_.head[v]; i >= 0; i = b_.items[size_t(i)].next) {
+    if (b_.items[size_t(i)].kind != Contribution::kWhole) return false;
+    list.push_back(i);
+  }
+  std::reverse(list.begin(), list.end());
+  for (int32_t i : list) {
+    const Contribution c = b_.items[size_t(i)];
+    if (view.op == Op::reshape) push(slice, Contribution::kWhole, c.a, 0, 0, c.at);
+    else push(call, Contribution::kSlice, c.a, view.attrs.begin, view.attrs.end, c.at);
+  }
+  return true;
+}
+
+void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
+  const std::vector<NodeId>& calls = b_.pending;
+  const auto& cell = static_cast<const runtime::CallCell&>(graph_.cell(graph_.node(calls[0]).attrs.index));
+  detail::CellRecord& record = record_of(cell);
+  detail::BackwardCell& backward = *record.backward;
+  const runtime::CallCell& backward_cell = *backward.cell.call_cell;
+  const size_t arguments = graph_.args(calls[0]).size();
+  const size_t outputs_sent = backward.seed_offsets.size();
+  // Each member's seeds: the terms sent to each output, oldest first.
+  std::vector<std::vector<std::pair<NodeId, int32_t>>>& seeds = b_.member_seeds;
+  if (seeds.size() < calls.size() * outputs_sent) seeds.resize(calls.size() * outputs_sent);
+  std::vector<int32_t>& terms = b_.batch_terms;
+  terms.assign(1 + arguments + outputs_sent, 1);
+  for (size_t m = 0; m < calls.size(); ++m) {
+    const auto member = std::span(seeds).subspan(m * outputs_sent, outputs_sent);
+    for (auto& terms_of : member) terms_of.clear();
+    for (int32_t i = b_.head[calls[m]]; i >= 0; i = b_.items[size_t(i)].next) {
+      const Contribution c = b_.items[size_t(i)];
+      size_t j = 0;
+      while (j < outputs_sent && !(c.kind == Contribution::kSlice && c.begin == backward.seed_offsets[j] &&
+                                   c.end - c.begin == backward.seed_floats[j]))
+        ++j;
+      if (j == outputs_sent)
+        throw InternalError("Trace::backward: call %" + std::to_string(calls[m]) + " was sent a gradient at no output");
+      member[j].emplace_back(c.a, std::max(c.at, 0));
+    }
+    for (size_t j = 0; j < outputs_sent; ++j) {
+      std::reverse(member[j].begin(), member[j].end());
+      terms[1 + arguments + j] = std::max<int32_t>(terms[1 + arguments + j], int32_t(member[j].size()));
+    }
+  }
+  // The table: per member its frame, its arguments, then each output's terms, a member with
+  // fewer than the batch's most padded with zeros (one node per shape).
+  std::vector<NodeId>& args = b_.call_args;
+  std::vector<int32_t>& rows = b_.batch_rows;
+  args.clear();
+  rows.clear();
+  for (size_t m = 0; m < calls.size(); ++m) {
+    args.push_back(calls[m]);
+    const auto forward_args = graph_.args(calls[m]);
+    args.insert(args.end(), forward_args.begin(), forward_args.end());
+    rows.resize(args.size(), 0);
+    for (size_t j = 0; j < outputs_sent; ++j) {
+      const auto& sent_terms = seeds[m * outputs_sent + j];
+      for (const auto& [node, row] : sent_terms) {
+        args.push_back(node);
+        rows.push_back(row);
+      }
+      for (size_t t = sent_terms.size(); t < size_t(terms[1 + arguments + j]); ++t) {
+        args.push_back(constant(ir::Shape{int32_t(backward.seed_floats[j]), 1}, 0.0f));
+        rows.push_back(0);
+      }
+    }
+  }
+  const int64_t limit = s_.engine->driver.options().max_trace_nodes;
+  if (limit > 0 && int64_t(graph_.size()) >= limit) detail::TraceState::node_limit_error(limit);
+  const NodeId batch = ir::add_call_batch(graph_, graph_.add_cell(&backward_cell), int32_t(calls.size()), terms, args, rows);
+  s_.data.types.push_back(s_.engine->driver.signatures.intern(graph_, batch));
+  // Each member's outputs, read in place at its frame's rows.
+  for (size_t m = 0; m < calls.size(); ++m) {
+    const NodeId n = calls[m];
+    // A copy: reading the forward call's values may add nodes, and move the argument pool.
+    std::vector<NodeId>& forward_args = b_.call_outputs;
+    forward_args.assign(graph_.args(n).begin(), graph_.args(n).end());
+    b_.frame_reads.clear();
+    const int64_t frame = int64_t(m) * backward_cell.frame_floats;
+    for (size_t k = 0; k < backward.outputs.size(); ++k) {
+      const detail::BackwardCell::Output& o = backward.outputs[k];
+      const int32_t row = int32_t(frame + backward_cell.output_offsets[k]);
+      const ir::Shape shape = backward.cell.body.node(backward.cell.outputs[k]).shape;
+      if (o.kind == detail::BackwardCell::Output::argument) {
+        const NodeId a = forward_args[o.index];
+        if (flows[a]) push(a, Contribution::kWhole, batch, 0, 0, row);
+        continue;
+      }
+      const NodeId p = parameter_of(cell.body.parameter(o.index));
+      if (o.kind == detail::BackwardCell::Output::whole) {
+        push(p, Contribution::kWhole, batch, 0, 0, row);
+      } else if (backward_cell.read_in_place(k)) {  // dy and x columns, read where they lie
+        ParameterPairs::Term term;
+        std::tie(term.x, term.x_row) = call_value_at(n, forward_args, o.x);
+        term.x_shape = o.x.shape;
+        term.dy = batch;
+        term.dy_row = row;
+        term.dy_shape = shape;
+        pair_at(p, term);
+      } else {
+        pair(p, term_node(batch, row, shape), call_value(n, forward_args, o.x));
+      }
+    }
+  }
+  b_.pending.clear();
+}
+
 NodeId Backward::combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs) {
   std::vector<int32_t>& list = b_.list;  // n's contributions, oldest first (the links run newest first)
   list.clear();
@@ -226,8 +386,8 @@ NodeId Backward::combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs
   slices.clear();
   for (int32_t i : list) {
     const Contribution c = b_.items[size_t(i)];
-    if (c.kind == Contribution::kWhole) terms.push_back(c.a);
-    else slices.push_back({c.begin, c.end, c.a});
+    if (c.kind == Contribution::kWhole) terms.push_back(term_node(c.a, c.at, graph_.node(n).shape));
+    else slices.push_back({c.begin, c.end, term_node(c.a, c.at, ir::Shape{c.end - c.begin, graph_.node(n).shape.cols})});
   }
   if (!slices.empty()) terms.push_back(assemble_slices(n, slices));
   if (const ParameterPairs* sent_pairs = graph_.node(n).op == Op::parameter ? pairs_of(n, false) : nullptr) {

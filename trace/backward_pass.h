@@ -33,6 +33,8 @@ struct Contribution {
   int32_t begin;   // slice: its rows
   int32_t end;
   int32_t next;    // the node's previous contribution, or -1
+  int32_t at;      // -1: node a is the term; else the term lies in a's column from row `at` (a batch
+                   // call's frames, read in place)
 };
 
 // The (dy, x) pairs sent to one parameter, a term dy x^T each, in the order sent. A weight
@@ -73,6 +75,7 @@ struct Buffers {
   std::vector<std::vector<NodeId>> groups;
   std::vector<std::vector<int32_t>> group_rows;
   std::vector<NodeId> order;      // mirrored_order()'s
+  std::vector<uint8_t> batch_last;  // per entry of order: the last of its forward batch
   std::vector<NodeId> args;       // send()'s
   std::vector<uint32_t> position;
   // send_call()'s: the backward call's arguments and outputs, each output's gradient terms, and
@@ -80,6 +83,11 @@ struct Buffers {
   std::vector<NodeId> call_args, call_outputs;
   std::vector<std::vector<NodeId>> seeds;
   std::vector<std::pair<std::pair<int64_t, ir::Shape>, NodeId>> frame_reads;
+  // send_call_batch()'s: the forward batch's calls waiting for their batch call, each member's
+  // seeds as (node, row) terms, and the batch call's table.
+  std::vector<NodeId> pending;
+  std::vector<std::vector<std::pair<NodeId, int32_t>>> member_seeds;
+  std::vector<int32_t> batch_terms, batch_rows;
 };
 
 class Backward {
@@ -90,7 +98,7 @@ class Backward {
   }
 
   // Records the gradient nodes of `loss`; returns per parameter or lookup node its gradient node.
-  std::vector<std::pair<NodeId, NodeId>> record(NodeId loss);
+  std::vector<LeafGradient> record(NodeId loss);
 
   // Declared in trace/backward.h: a cell body's gradients.
   using BodyGradients = detail::BodyGradients;
@@ -114,7 +122,7 @@ class Backward {
     if (n >= b_.head.size()) b_.head.resize(size_t(n) + 1, kNothingSent);
   }
 
-  void push(NodeId to, Contribution::Kind kind, NodeId a, int32_t begin = 0, int32_t end = 0) {
+  void push(NodeId to, Contribution::Kind kind, NodeId a, int32_t begin = 0, int32_t end = 0, int32_t at = -1) {
     grow_head(to);
     // Built in place: a Contribution built on the stack and copied in stalled on the copy's loads.
     Contribution& c = b_.items.emplace_back();
@@ -122,6 +130,7 @@ class Backward {
     c.a = a;
     c.begin = begin;
     c.end = end;
+    c.at = at;
     c.next = b_.head[to];
     b_.head[to] = int32_t(b_.items.size() - 1);
   }
@@ -225,6 +234,20 @@ class Backward {
   // derive_backward) on the call's frame, its arguments and its outputs' gradients; what that
   // returns goes to the arguments and, as terms and (dy, x) pairs, to the body's parameters.
   void send_call(NodeId n, const std::vector<uint8_t>& flows);
+
+  // Backward calls by batch (EngineState::batch_backward_calls): whether the calls of `record`
+  // get one backward call per forward batch, a batch call (ir::CallBatch) whose members' outputs
+  // the trace reads in place: its backward cell compiles and holds every output in its frame.
+  bool batches_calls(detail::CellRecord& record) const;
+  // The forward call whose output view v is, when its cell batches its calls: v's gradient terms
+  // then go on to that call as they are, with no node summing them (the batch call sums each
+  // member's terms as it reads them). False where v was sent anything but whole terms.
+  bool pass_on_view(NodeId v);
+  // One batch call for the forward batch's calls in b_.pending (their gradients all sent).
+  void send_call_batch(const std::vector<uint8_t>& flows);
+  // A term as a node: a whole node, or its rows from `at` as a value of `shape`: a view of a batch
+  // call's frames, never scheduled (as a call's output views are), placed by the planner.
+  NodeId term_node(NodeId a, int32_t at, ir::Shape shape);
 
   // The sum of everything sent to n: its whole terms, its slices put back in place, and one
   // matmul_nt per shape of pair (a bias's (dy, 1) apart from a weight's (dy, x)). With `pairs`

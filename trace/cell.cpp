@@ -366,6 +366,8 @@ void detail::TraceState::record_calls_again() {
     const ir::Node& n = old.node(id);
     args.clear();
     for (ir::NodeId arg : old.args(n)) args.push_back(to[arg]);
+    if (ir::is_call_batch(n))  // a backward pass's: recorded only in a trace whose calls need no new layout
+      throw InternalError("TraceState::record_calls_again: node %" + std::to_string(id) + " is a batch of calls");
     if (n.op == ir::Op::call) {
       call = id;
       record = &record_of(*engine, old.cell(n.attrs.index));

@@ -43,7 +43,7 @@ void Trace::gradients(Gradients& out) {
   s.engine->driver.wait(s.data);
   const runtime::Values values = s.data.values();
   const ir::Graph& graph = s.data.graph;
-  const std::vector<std::pair<NodeId, NodeId>>& leaves = s.backward_leaves;
+  const std::vector<detail::LeafGradient>& leaves = s.backward_leaves;
   const NodeId loss = s.backward_loss;
 
   out.loss = values.in(loss)[0];
@@ -57,12 +57,13 @@ void Trace::gradients(Gradients& out) {
     uint32_t table;  // the graph's parameter index
     int64_t entry;
     NodeId gradient;
+    int32_t row;
   };
   std::vector<Read> reads;
-  for (const auto& [leaf, gradient] : leaves) {
+  for (const auto& [leaf, gradient, row] : leaves) {
     const ir::Node& node = graph.node(leaf);
     if (node.op == Op::lookup) {
-      reads.push_back({node.attrs.parameter, node.attrs.index, gradient});
+      reads.push_back({node.attrs.parameter, node.attrs.index, gradient, row});
       continue;
     }
     const auto [model, index] = detail::find_parameter(graph.parameter(node.attrs.parameter).uid);
@@ -83,7 +84,7 @@ void Trace::gradients(Gradients& out) {
     copy_into(dense.gradient, values, graph, gradient);
   }
   std::sort(reads.begin(), reads.end(), [](const Read& x, const Read& y) {
-    return std::tie(x.table, x.entry, x.gradient) < std::tie(y.table, y.entry, y.gradient);
+    return std::tie(x.table, x.entry, x.gradient, x.row) < std::tie(y.table, y.entry, y.gradient, y.row);
   });
   for (size_t i = 0; i < reads.size();) {
     const auto [model, index] = detail::find_parameter(graph.parameter(reads[i].table).uid);
@@ -99,7 +100,7 @@ void Trace::gradients(Gradients& out) {
       }
     const size_t dim = size_t(graph.parameter(reads[i].table).shape.rows);
     for (const uint32_t table = reads[i].table; i < reads.size() && reads[i].table == table; ++i)
-      add_row(r.entries, r.gradients, reads[i].entry, values.in(reads[i].gradient), dim);
+      add_row(r.entries, r.gradients, reads[i].entry, values.in(reads[i].gradient) + reads[i].row, dim);
   }
 }
 

@@ -120,6 +120,13 @@ struct BackwardCell {
   std::vector<Output> outputs;
 };
 
+// A parameter's or lookup's gradient: node `gradient`'s value (kNoNode: none recorded), or a
+// lookup's column in it from row `row` (a batch call's frame, read in place).
+struct LeafGradient {
+  ir::NodeId leaf = ir::kNoNode, gradient = ir::kNoNode;
+  int32_t row = 0;
+};
+
 struct TraceState;
 // What a cell's calls need from a trace, and how its backward pass is derived (trace/cell.cpp):
 // Plans a recorded body (its operations, fewest-batch schedule, call type and, with single-node
@@ -159,6 +166,9 @@ struct EngineState {
   // Cells are lowered to programs the jit runs as one kernel per batch of calls (the jit executor,
   // without check_finite, which reads every value); otherwise their frames keep every value.
   bool lower_cells = false;
+  // EngineOptions::batched_backward where cells lower: a backward pass records one call node per
+  // forward batch of calls whose backward cell compiles (ir::CallBatch, trace/backward.cpp).
+  bool batch_backward_calls = false;
   // A backward pass has run: calls use their cell's training layout (CellRecord::call_cell), no
   // longer its inference layout (CellRecord::inference_cell).
   bool trained = false;
@@ -189,9 +199,9 @@ struct TraceState {
   // constant per member.
   std::map<std::tuple<int32_t, int32_t, uint32_t, int32_t, int32_t>, ir::NodeId> filled_nodes;
   // The backward pass Trace::record_backward() recorded last, for Trace::gradients(): its loss, and
-  // each parameter or lookup node with the node of its gradient (kNoNode: none recorded).
+  // each parameter or lookup node with where its gradient lies.
   ir::NodeId backward_loss = ir::kNoNode;
-  std::vector<std::pair<ir::NodeId, ir::NodeId>> backward_leaves;
+  std::vector<LeafGradient> backward_leaves;
 
   // The graph's parameter index of a lookup table, registering it on first use.
   uint32_t table_index(ModelState& model, uint32_t index) { return table_index(model.info(index)); }

@@ -237,6 +237,7 @@ py::dict options_dict(const edb::EngineOptions& o) {
   d["threads"] = o.threads;
   d["verify"] = o.verify;
   d["check_finite"] = o.check_finite;
+  d["batched_backward"] = o.batched_backward;
   d["max_trace_nodes"] = o.max_trace_nodes;
   d["cells"] = o.cells;
   d["memplan"] = o.memplan;
@@ -275,8 +276,8 @@ void set_if(T& field, const std::optional<T>& value) {
 const char* const kEngineDoc = R"doc(Evaluates traces: a batching policy, an executor and a device.
 
 Engine(*, policy=None, executor=None, device=None, threads=None, verify=None,
-       check_finite=None, max_trace_nodes=None, cells=None, memplan=None, policy_file=None, policy_encoding=None, search_budget_ms=None, cache_directory=None,
-       cache_entries=None)
+       check_finite=None, batched_backward=None, max_trace_nodes=None, cells=None, memplan=None, policy_file=None,
+       policy_encoding=None, search_budget_ms=None, cache_directory=None, cache_entries=None)
 
 Every argument is keyword-only and mirrors edb::EngineOptions; None keeps the C++ default
 (engine.options shows what was chosen). An unknown policy, executor or device is a UsageError
@@ -290,7 +291,8 @@ void bind_engine(py::module_& m) {
   py::class_<EngineBox, std::shared_ptr<EngineBox>>(m, "Engine", kEngineDoc)
       .def(py::init([](std::optional<std::string> policy, std::optional<std::string> executor,
                        std::optional<std::string> device, std::optional<int> threads, std::optional<bool> verify,
-                       std::optional<bool> check_finite, std::optional<int64_t> max_trace_nodes,
+                       std::optional<bool> check_finite, std::optional<bool> batched_backward,
+                       std::optional<int64_t> max_trace_nodes,
                        std::optional<bool> cells, std::optional<bool> memplan,
                        std::optional<py::object> policy_file,
                        std::optional<std::string> policy_encoding, std::optional<int64_t> search_budget_ms,
@@ -302,6 +304,7 @@ void bind_engine(py::module_& m) {
              set_if(o.threads, threads);
              set_if(o.verify, verify);
              set_if(o.check_finite, check_finite);
+             set_if(o.batched_backward, batched_backward);
              set_if(o.max_trace_nodes, max_trace_nodes);
              set_if(o.cells, cells);
              set_if(o.memplan, memplan);
@@ -315,7 +318,8 @@ void bind_engine(py::module_& m) {
            }),
            py::kw_only(), py::arg("policy") = py::none(), py::arg("executor") = py::none(),
            py::arg("device") = py::none(), py::arg("threads") = py::none(), py::arg("verify") = py::none(),
-           py::arg("check_finite") = py::none(), py::arg("max_trace_nodes") = py::none(),
+           py::arg("check_finite") = py::none(), py::arg("batched_backward") = py::none(),
+           py::arg("max_trace_nodes") = py::none(),
            py::arg("cells") = py::none(), py::arg("memplan") = py::none(),
            py::arg("policy_file") = py::none(),
            py::arg("policy_encoding") = py::none(), py::arg("search_budget_ms") = py::none(),

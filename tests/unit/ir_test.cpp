@@ -282,6 +282,44 @@ TEST(IrVerify, RowsReadInPlaceLieInsideTheirArguments) {
             "edbatch internal error: ir::verify: node %1 (matmul_nt_rows): reads rows [0, 2) of a pool of 0");
 }
 
+// A batch call's table: each member's terms lie inside their nodes at the rows it gives, one
+// member's terms after another, and its frame holds every member's.
+TEST(IrVerify, BatchCallsTermsLieInsideTheirNodes) {
+  CellBody cell;
+  cell.name = "step";
+  cell.arguments = {Shape{3, 1}, Shape{2, 2}};
+  cell.frame_floats = 5;
+  Graph graph;
+  const std::vector<float> values(12, 1.0f);
+  Attributes attrs;
+  attrs.index = graph.add_constants(values);
+  const NodeId column = graph.add(Op::input, {}, Shape{12, 1}, attrs);
+  const uint32_t index = graph.add_cell(&cell);
+  // Two members; argument 2 is the sum of two terms: rows 0 and 4 of the column.
+  const int32_t terms[2] = {1, 2};
+  const NodeId args[6] = {column, column, column, column, column, column};
+  const int32_t rows[6] = {9, 0, 4, 0, 8, 8};
+  const NodeId batch = add_call_batch(graph, index, 2, terms, args, rows);
+  EXPECT_EQ(verify_error(graph), "");
+  EXPECT_TRUE(is_call_batch(graph.node(batch)));
+  EXPECT_EQ(graph.node(batch).shape, (Shape{10, 1}));
+  EXPECT_EQ(call_batch(graph, batch).terms_per_member(), 3);
+  EXPECT_NE(print(graph).find("cell=step members=2 terms=1,2 at=9,0,4,0,8,8"), std::string::npos) << print(graph);
+  const int32_t past[6] = {9, 0, 4, 0, 9, 8};  // member 2's second argument would end at row 13
+  add_call_batch(graph, index, 2, terms, args, past);
+  EXPECT_EQ(verify_error(graph),
+            "edbatch internal error: ir::verify: node %2 (call): member 2's argument 2 (2x2) at row 9 is not inside "
+            "its 12x1");
+  Graph few;
+  few.add_constants(values);
+  const NodeId c = few.add(Op::input, {}, Shape{12, 1}, attrs);
+  const uint32_t at = few.add_cell(&cell);
+  add_call_batch(few, at, 2, terms, std::span(args).first(5), std::span(rows).first(5));
+  EXPECT_EQ(c, 0u);
+  EXPECT_EQ(verify_error(few),
+            "edbatch internal error: ir::verify: node %1 (call): has 5 arguments for 2 members of 3 terms each");
+}
+
 TEST(IrVerify, WrongShapeWrongArityAndFailedInference) {
   {
     TinyGraph g;
