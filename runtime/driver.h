@@ -126,6 +126,9 @@ class Driver {
   // What the executor it runs can do (on the device options().device names).
   Capabilities capabilities() const { return executor_->capabilities(); }
   const Stats& stats();  // waits for queued executions
+  // Trace::record_backward's recording time (Stats::time.record_backward_ms), on the recording
+  // thread; an execution may update the other counters meanwhile.
+  void add_record_backward_ms(double ms) { stats_.time.record_backward_ms += ms; }
   // The learned policies' training and file (UsageError unless the policy is "fsm" or "learned").
   PolicyProgress train_policy(std::span<TraceData* const> traces, const PolicyTraining& training,
                               const std::function<void(const PolicyProgress&)>& progress);

@@ -374,7 +374,8 @@ nlohmann::json phase_json(const edb::Stats& s) {
            {{"schedule", s.time.schedule_ms},
             {"plan", s.time.plan_ms},
             {"compile", s.time.compile_ms},
-            {"execute", s.time.execute_ms}}}};
+            {"execute", s.time.execute_ms},
+            {"record_backward", s.time.record_backward_ms}}}};
 }
 
 nlohmann::json training_json(const Report& r, const TrainingReport& t) {

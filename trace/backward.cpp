@@ -339,6 +339,27 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
   if (limit > 0 && int64_t(graph_.size()) >= limit) detail::TraceState::node_limit_error(limit);
   const NodeId batch = ir::add_call_batch(graph_, graph_.add_cell(&backward_cell), int32_t(calls.size()), terms, args, rows);
   s_.data.types.push_back(s_.engine->driver.signatures.intern(graph_, batch));
+  // Per output, the parameter it sends a term or a pair to, and the pairs' list (made for every
+  // output first: making one may move the others).
+  std::vector<NodeId>& parameters = b_.output_parameters;
+  std::vector<ParameterPairs*>& pairs = b_.output_pairs;
+  parameters.assign(backward.outputs.size(), ir::kNoNode);
+  pairs.assign(backward.outputs.size(), nullptr);
+  for (size_t k = 0; k < backward.outputs.size(); ++k) {
+    const detail::BackwardCell::Output& o = backward.outputs[k];
+    if (o.kind == detail::BackwardCell::Output::argument) continue;
+    parameters[k] = parameter_of(cell.body.parameter(o.index));
+    if (o.kind == detail::BackwardCell::Output::pair) pairs_of(parameters[k], true);
+  }
+  // A pair's x that is a constant (a bias's ones) is one node for every member.
+  std::vector<NodeId>& constant_x = b_.output_constants;
+  constant_x.assign(backward.outputs.size(), ir::kNoNode);
+  for (size_t k = 0; k < backward.outputs.size(); ++k) {
+    const detail::BackwardCell::Output& o = backward.outputs[k];
+    if (o.kind != detail::BackwardCell::Output::pair) continue;
+    pairs[k] = pairs_of(parameters[k], false);
+    if (o.x.kind == detail::BackwardCell::Value::constant) constant_x[k] = call_value(calls[0], {}, o.x);
+  }
   // Each member's outputs, read in place at its frame's rows.
   for (size_t m = 0; m < calls.size(); ++m) {
     const NodeId n = calls[m];
@@ -356,19 +377,20 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
         if (flows[a]) push(a, Contribution::kWhole, batch, 0, 0, row);
         continue;
       }
-      const NodeId p = parameter_of(cell.body.parameter(o.index));
       if (o.kind == detail::BackwardCell::Output::whole) {
-        push(p, Contribution::kWhole, batch, 0, 0, row);
+        push(parameters[k], Contribution::kWhole, batch, 0, 0, row);
       } else if (backward_cell.read_in_place(k)) {  // dy and x columns, read where they lie
-        ParameterPairs::Term term;
-        std::tie(term.x, term.x_row) = call_value_at(n, forward_args, o.x);
+        ParameterPairs::Term& term = pairs[k]->terms.emplace_back();
+        if (constant_x[k] != ir::kNoNode) term.x = constant_x[k];
+        else std::tie(term.x, term.x_row) = call_value_at(n, forward_args, o.x);
         term.x_shape = o.x.shape;
         term.dy = batch;
         term.dy_row = row;
         term.dy_shape = shape;
-        pair_at(p, term);
       } else {
-        pair(p, term_node(batch, row, shape), call_value(n, forward_args, o.x));
+        const NodeId dy = term_node(batch, row, shape);
+        const NodeId x = constant_x[k] != ir::kNoNode ? constant_x[k] : call_value(n, forward_args, o.x);
+        pairs[k]->terms.push_back({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
       }
     }
   }
@@ -547,7 +569,10 @@ void Trace::record_backward(const Expr& loss, const char* function) {
   // prepares the next step while this one runs).
   s.engine->driver.schedule(s.data);
   s.backward_loss = s.id(loss);
+  const auto start = std::chrono::steady_clock::now();
   s.backward_leaves = detail::Backward(s).record(s.backward_loss);
+  s.engine->driver.add_record_backward_ms(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   s.engine->driver.prepare(s.data);
 }
 

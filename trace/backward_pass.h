@@ -88,6 +88,9 @@ struct Buffers {
   std::vector<NodeId> pending;
   std::vector<std::vector<std::pair<NodeId, int32_t>>> member_seeds;
   std::vector<int32_t> batch_terms, batch_rows;
+  std::vector<NodeId> output_parameters;
+  std::vector<ParameterPairs*> output_pairs;
+  std::vector<NodeId> output_constants;
 };
 
 class Backward {

@@ -557,6 +557,7 @@ void accumulate(Stats& s, const Stats& o, int sign) {
   s.time.plan_ms += sign * o.time.plan_ms;
   s.time.compile_ms += sign * o.time.compile_ms;
   s.time.execute_ms += sign * o.time.execute_ms;
+  s.time.record_backward_ms += sign * o.time.record_backward_ms;
 }
 
 }  // namespace

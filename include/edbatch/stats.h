@@ -12,6 +12,9 @@ struct StageTimes {
   double plan_ms = 0;
   double compile_ms = 0;
   double execute_ms = 0;
+  // Trace::record_backward's own work: recording the backward pass's nodes (its schedule and plan
+  // are in schedule_ms and plan_ms).
+  double record_backward_ms = 0;
 };
 
 // The size of one cache that grows with the structures a process sees, and its bound (0: that

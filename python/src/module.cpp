@@ -213,6 +213,7 @@ py::dict stats_dict(const edb::Stats& s) {
   time["plan_ms"] = s.time.plan_ms;
   time["compile_ms"] = s.time.compile_ms;
   time["execute_ms"] = s.time.execute_ms;
+  time["record_backward_ms"] = s.time.record_backward_ms;
   py::dict d;
   d["nodes"] = s.nodes;
   d["batches"] = s.batches;
@@ -335,7 +336,7 @@ void bind_engine(py::module_& m) {
           },
           "Counters and stage times summed over every evaluation since construction or reset_stats(), as a dict:\n"
           "nodes, batches, lower_bound, kernel_calls, bytes_gathered, kernels_compiled, cache_hits, flops,\n"
-          "policy_decisions, policy_unseen, time (schedule_ms, plan_ms, compile_ms, execute_ms) and caches:\n"
+          "policy_decisions, policy_unseen, time (schedule_ms, plan_ms, compile_ms, execute_ms, record_backward_ms) and caches:\n"
           "per cache that grows with the structures seen, its entries, bytes, max_entries, max_bytes and\n"
           "evictions as read now (sizes, not sums; reset_stats() leaves them).")
       .def(

@@ -118,6 +118,11 @@ TEST(BatchCalls, OnePerForwardBatchAndTheReferencesGradients) {
   EngineOptions options;
   options.verify = true;
   Engine engine(options);
+  {
+    Trace forward_only(engine);
+    chains.loss(forward_only).scalar();
+  }
+  EXPECT_EQ(engine.stats().time.record_backward_ms, 0.0);  // no backward pass recorded yet
   for (int round = 0; round < 3; ++round) {  // the first relays the calls out for training
     SCOPED_TRACE("trace " + std::to_string(round + 1));
     Trace trace(engine);
@@ -130,6 +135,7 @@ TEST(BatchCalls, OnePerForwardBatchAndTheReferencesGradients) {
     EXPECT_EQ(calls.members, 15);  // every call of the 5 chains (1 + 2 + 3 + 4 + 5 steps)
     EXPECT_NE(trace.dump().find(" members="), std::string::npos);
   }
+  EXPECT_GT(engine.stats().time.record_backward_ms, 0.0);  // Stats counts the recording
 }
 
 TEST(BatchCalls, EqualThePerCallBackwardUnderEveryPolicyPlannerAndThreads) {
