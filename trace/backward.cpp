@@ -182,12 +182,7 @@ void Backward::send_call(NodeId n, const std::vector<uint8_t>& flows) {
   for (size_t j = 0; j < outputs_sent; ++j) seeds[j].clear();
   for (int32_t i = b_.head[n]; i >= 0; i = b_.items[size_t(i)].next) {
     const Contribution c = b_.items[size_t(i)];
-    size_t j = 0;
-    while (j < outputs_sent && !(c.kind == Contribution::kSlice && c.begin == backward.seed_offsets[j] &&
-                                 c.end - c.begin == backward.seed_floats[j]))
-      ++j;
-    if (j == outputs_sent)
-      throw InternalError("Trace::backward: call %" + std::to_string(n) + " was sent a gradient at no output");
+    const size_t j = seeded_output(n, c, backward);
     seeds[j].push_back(term_node(c.a, c.at, ir::Shape{int32_t(backward.seed_floats[j]), 1}));
   }
   for (size_t j = 0; j < outputs_sent; ++j) {
@@ -232,6 +227,17 @@ void Backward::send_call(NodeId n, const std::vector<uint8_t>& flows) {
       pair(p, outputs[k], call_value(n, forward_args, o.x));
     }
   }
+}
+
+size_t Backward::seeded_output(NodeId call, const Contribution& c, const detail::BackwardCell& backward) {
+  const size_t outputs = backward.seed_offsets.size();
+  size_t j = 0;
+  while (j < outputs && !(c.kind == Contribution::kSlice && c.begin == backward.seed_offsets[j] &&
+                          c.end - c.begin == backward.seed_floats[j]))
+    ++j;
+  if (j == outputs)
+    throw InternalError("Trace::backward: call %" + std::to_string(call) + " was sent a gradient at no output");
+  return j;
 }
 
 NodeId Backward::term_node(NodeId a, int32_t at, ir::Shape shape) {
@@ -299,13 +305,7 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
     for (auto& terms_of : member) terms_of.clear();
     for (int32_t i = b_.head[calls[m]]; i >= 0; i = b_.items[size_t(i)].next) {
       const Contribution c = b_.items[size_t(i)];
-      size_t j = 0;
-      while (j < outputs_sent && !(c.kind == Contribution::kSlice && c.begin == backward.seed_offsets[j] &&
-                                   c.end - c.begin == backward.seed_floats[j]))
-        ++j;
-      if (j == outputs_sent)
-        throw InternalError("Trace::backward: call %" + std::to_string(calls[m]) + " was sent a gradient at no output");
-      member[j].emplace_back(c.a, std::max(c.at, 0));
+      member[seeded_output(calls[m], c, backward)].emplace_back(c.a, std::max(c.at, 0));
     }
     for (size_t j = 0; j < outputs_sent; ++j) {
       std::reverse(member[j].begin(), member[j].end());

@@ -237,6 +237,9 @@ class Backward {
   // derive_backward) on the call's frame, its arguments and its outputs' gradients; what that
   // returns goes to the arguments and, as terms and (dy, x) pairs, to the body's parameters.
   void send_call(NodeId n, const std::vector<uint8_t>& flows);
+  // The output of `call` whose gradient contribution c is (a slice of its frame at that output's
+  // rows); InternalError where it is none.
+  static size_t seeded_output(NodeId call, const Contribution& c, const detail::BackwardCell& backward);
 
   // Backward calls by batch (EngineState::batch_backward_calls): whether the calls of `record`
   // get one backward call per forward batch, a batch call (ir::CallBatch) whose members' outputs
