@@ -33,8 +33,8 @@ struct Contribution {
   int32_t begin;   // slice: its rows
   int32_t end;
   int32_t next;    // the node's previous contribution, or -1
-  int32_t at;      // -1: node a is the term; else the term lies in a's column from row `at` (a batch
-                   // call's frames, read in place)
+  int32_t at;      // -1: node a is the term; else the term lies in a's column from row `at`, read
+                   // in place (a batch call's frames; with batch calls, a concat's gradient)
 };
 
 // The (dy, x) pairs sent to one parameter, a term dy x^T each, in the order sent. A weight
@@ -251,8 +251,9 @@ class Backward {
   bool pass_on_view(NodeId v);
   // One batch call for the forward batch's calls in b_.pending (their gradients all sent).
   void send_call_batch(const std::vector<uint8_t>& flows);
-  // A term as a node: a whole node, or its rows from `at` as a value of `shape`: a view of a batch
-  // call's frames, never scheduled (as a call's output views are), placed by the planner.
+  // A term as a node: a whole node, or its rows from `at` as a value of `shape`: a view (of a batch
+  // call's frames, of a concat's gradient), never scheduled (as a call's output views are), placed
+  // by the planner.
   NodeId term_node(NodeId a, int32_t at, ir::Shape shape);
 
   // The sum of everything sent to n: its whole terms, its slices put back in place, and one

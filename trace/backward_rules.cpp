@@ -206,13 +206,19 @@ void Backward::send(NodeId n, NodeId dy, const std::vector<uint8_t>& flows) {
     }
     case Op::transpose: return to(0, emit(Op::transpose, {dy}));
     case Op::concat: {
+      // With batch calls, a column's parts are terms read in place at their rows of dy, with no
+      // slice node: a part that is a call's output passes its term on to the call as it is.
+      const ir::Node& gradient = graph_.node(dy);
+      const bool in_place = s_.engine->batch_backward_calls && gradient.shape.cols == 1 && !has_flag(gradient.op, ir::kLeaf);
       int32_t row = 0;
       for (size_t i = 0; i < args.size(); ++i) {
         const int32_t rows = graph_.node(args[i]).shape.rows;
         if (flows_to(i)) {
           attrs.begin = row;
           attrs.end = row + rows;
-          to(i, args.size() == 1 ? dy : emit(Op::slice, {dy}, attrs));
+          if (args.size() == 1) to(i, dy);
+          else if (in_place) push(args[i], Contribution::kWhole, dy, 0, 0, row);
+          else to(i, emit(Op::slice, {dy}, attrs));
         }
         row += rows;
       }

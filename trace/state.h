@@ -121,7 +121,7 @@ struct BackwardCell {
 };
 
 // A parameter's or lookup's gradient: node `gradient`'s value (kNoNode: none recorded), or a
-// lookup's column in it from row `row` (a batch call's frame, read in place).
+// lookup's column in it from row `row` (read in place: a batch call's frame, a concat's gradient).
 struct LeafGradient {
   ir::NodeId leaf = ir::kNoNode, gradient = ir::kNoNode;
   int32_t row = 0;

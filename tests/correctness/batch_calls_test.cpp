@@ -21,17 +21,20 @@ namespace {
 // Chains of 1 to 5 steps of an LSTM-like cell over looked-up words, so that the forward batches
 // of calls have 5 down to 1 members and a batch call's members differ in what they are sent:
 // - h goes to its step's loss and to the next step (two terms, summed as the batch call reads
-//   them), but the last step's h only to its loss (one term, padded with a zero);
-// - c goes only to the next step: the last step's c is sent nothing (a zero term);
+//   them), but the last step's h only to its loss (one or two terms: padded with a zero);
+// - c goes to its step's loss and the next step; the last step of an odd chain's is sent nothing
+//   (a zero term);
 // - x is a word's row (its gradient read in place as the table's) on even steps, and tanh of one
 //   on odd steps (its gradient a view of the batch call's frames, then tanh's rule);
-// - a per-step matrix m (a matvec in the body: its gradient a matrix view of the frames).
+// - a per-step matrix m (a matvec in the body: its gradient a matrix view of the frames);
+// - the loss reads concat(h, c, tanh(word)): each part's gradient is read in place at its rows of
+//   the concat's (h's and c's go on to the calls as terms, tanh's rule reads a view of it).
 struct Chains {
   static constexpr int kEmbed = 6, kHidden = 8, kWords = 11, kLabels = 3;
   Model model{"chains", 7};
   LookupTable words = model.add_lookup("words", kWords, kEmbed);
   Parameter w = model.add_parameter("W", 4 * kHidden, kEmbed), u = model.add_parameter("U", 4 * kHidden, kHidden);
-  Parameter b = model.add_parameter("b", 4 * kHidden, 1), v = model.add_parameter("V", kLabels, kHidden);
+  Parameter b = model.add_parameter("b", 4 * kHidden, 1), v = model.add_parameter("V", kLabels, 2 * kHidden + kEmbed);
   Parameter mix = model.add_parameter("M", kHidden * kHidden, kEmbed);
   Cell step{"chain_step",
             {{kEmbed, 1}, {kHidden, 1}, {kHidden, 1}, {kHidden, kHidden}},
@@ -55,7 +58,9 @@ struct Chains {
         const std::vector<Expr> hc = step(t, {x, h, c, m});
         h = hc[0];
         c = hc[1];
-        terms.push_back(pick_neg_log_softmax(matmul(t.param(v), h), (chain + k) % kLabels));
+        // The last step of an odd chain reads h twice, not c: its c is sent nothing.
+        const Expr second = chain % 2 == 1 && k == chain ? h : c;
+        terms.push_back(pick_neg_log_softmax(matmul(t.param(v), concat({h, second, tanh(word)})), (chain + k) % kLabels));
       }
     }
     return sum(terms);
