@@ -73,9 +73,14 @@ void place_call_outputs(const ir::Graph& graph, const scheduler::Schedule& sched
       }
   }
   // Placed again each time, as a call's views are (a planner may move the batch call); a reshape
-  // comes after the slice it reshapes.
-  for (ir::NodeId v : plan.batch_views)
-    if (v < plan.offset.size() && plan.offset[graph.args(v)[0]] >= 0) {
+  // comes after the slice it reshapes. Views recorded before this schedule's first node read
+  // batch calls an earlier evaluation placed for good: a trace that evaluates many times does not
+  // go over them again.
+  ir::NodeId first = ir::NodeId(graph.size());
+  for (ir::NodeId id : schedule.nodes) first = std::min(first, id);
+  const auto from = std::lower_bound(plan.batch_views.begin(), plan.batch_views.end(), first);
+  for (auto it = from; it != plan.batch_views.end(); ++it)
+    if (const ir::NodeId v = *it; v < plan.offset.size() && plan.offset[graph.args(v)[0]] >= 0) {
       plan.offset[v] = view_at(graph, plan, v);
       plan.view[v] = 1;
     }

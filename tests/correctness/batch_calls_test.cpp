@@ -173,6 +173,28 @@ TEST(BatchCalls, EqualThePerCallBackwardUnderEveryPolicyPlannerAndThreads) {
       }
 }
 
+// Two backward passes in one trace, each after its own forward pass: the second's batch calls and
+// their views are planned in a later evaluation than the first's.
+TEST(BatchCalls, TwoBackwardPassesInOneTrace) {
+  const Chains chains;
+  const Gradients want = reference_gradients(chains);
+  for (bool memplan : {false, true}) {
+    EngineOptions options;
+    options.memplan = memplan;
+    options.verify = true;
+    Engine engine(options);
+    Trace trace(engine);
+    Expr loss;
+    for (int pass = 0; pass < 2; ++pass) {
+      const std::string what = std::string("planner ") + (memplan ? "on" : "off") + ", pass " + std::to_string(pass + 1);
+      loss = chains.loss(trace);
+      const Gradients got = trace.backward(loss);
+      ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains, what));
+    }
+    EXPECT_EQ(backward_calls(loss).members, 30);  // both passes' calls
+  }
+}
+
 // Where the executor does not compile cells, or check_finite reads every value, each call keeps
 // a backward call of its own.
 TEST(BatchCalls, OnlyWhereCellsCompile) {
