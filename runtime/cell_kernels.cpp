@@ -250,20 +250,30 @@ void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& val
   float* sum = sums_.data();
   std::vector<float*>& argument = arguments_;  // one member's arguments
   argument.resize(call_cell.arguments.size());
+  // Call j's table: rows of its frame, its arguments (argument_at(i): where argument i lies),
+  // the cell's constants.
+  const auto fill = [&](size_t j, float* frame, const auto& argument_at) {
+    float** table = pointers_.data() + j * slots;
+    for (size_t s = 0; s < slots; ++s) {
+      const CallCell::Slot& at = call_cell.slots[s];
+      table[s] = at.kind == CallCell::Slot::frame      ? frame + at.at
+                 : at.kind == CallCell::Slot::argument ? argument_at(size_t(at.at))
+                                                       : const_cast<float*>(at.constant);
+    }
+  };
   size_t j = 0;  // the member's table
   for (ir::NodeId c : calls) {
     const ir::Node& n = graph.node(c);
     const auto args = graph.args(c);
-    const bool batched = ir::is_call_batch(n);
-    const ir::CallBatch batch = batched ? ir::call_batch(graph, c) : ir::CallBatch{};
+    if (!ir::is_call_batch(n)) {  // a call: its slots read its arguments where they lie
+      fill(j++, values.out(c), [&](size_t i) { return const_cast<float*>(values.in(args[i])); });
+      continue;
+    }
+    const ir::CallBatch batch = ir::call_batch(graph, c);
     size_t term = 0;
-    for (int32_t m = 0; m < (batched ? batch.members : 1); ++m, ++j) {
+    for (int32_t m = 0; m < batch.members; ++m, ++j) {
       float* const frame = values.out(c) + int64_t(m) * call_cell.frame_floats;
       for (size_t a = 0; a < argument.size(); ++a) {
-        if (!batched) {
-          argument[a] = const_cast<float*>(values.in(args[a]));
-          continue;
-        }
         const auto at = [&](size_t t) { return values.in(args[t]) + batch.rows[t]; };
         const int32_t terms = batch.terms[a];
         if (terms == 1) {
@@ -279,13 +289,7 @@ void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& val
         argument[a] = sum;
         sum += size;
       }
-      float** table = pointers_.data() + j * slots;
-      for (size_t s = 0; s < slots; ++s) {
-        const CallCell::Slot& at = call_cell.slots[s];
-        table[s] = at.kind == CallCell::Slot::frame      ? frame + at.at
-                   : at.kind == CallCell::Slot::argument ? argument[size_t(at.at)]
-                                                         : const_cast<float*>(at.constant);
-      }
+      fill(j, frame, [&](size_t i) { return argument[i]; });
     }
   }
   shared_.assign(call_cell.shared.begin(), call_cell.shared.end());
