@@ -96,21 +96,21 @@ void expect_reference_values(CellCase& c, const std::string& executor) {
   }
 }
 
-// Attention over a column (hidden size n): scores = W h, a = softmax(scores), out = tanh(U (a .* v)
-// + b), and the log-probabilities log_softmax(V out) as a second output; chains of calls, each
-// step's h the last one's out.
-CellCase attention(int n) {
-  CellCase c{"attention " + std::to_string(n), std::make_shared<Model>("attention", 5), {}, {}};
+// A recurrent case over parameters W, U, V (n x n) and b (n x 1): a cell on (h, x) of two column
+// outputs, the next h and a second value; chains of 1 to 3 calls per instance, each step's h the
+// last one's first output, each step's second output read by `term` (given the step's seed), and
+// the last h weighed by a column of its own.
+using RecurrentBody = std::function<std::vector<Expr>(Trace&, std::span<const Expr>, const Parameter& w,
+                                                      const Parameter& u, const Parameter& v, const Parameter& b)>;
+CellCase recurrent_case(const std::string& name, const std::string& model, const std::string& cell_name, int seed, int n,
+                        RecurrentBody body, std::function<Expr(Trace&, const Expr& second, float seed)> term) {
+  CellCase c{name + " " + std::to_string(n), std::make_shared<Model>(model, seed), {}, {}};
   c.hidden = n;
   const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
   const Parameter v = c.model->add_parameter("V", n, n), b = c.model->add_parameter("b", n, 1);
   c.parameters = {w, u, v, b};
-  auto cell = std::make_shared<Cell>("attend", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}},
-                                     [=](Trace& t, std::span<const Expr> in) {
-                                       const Expr a = softmax(matmul(t.param(w), in[0]));
-                                       const Expr out = tanh(affine({t.param(b), t.param(u), cmult(a, in[1])}));
-                                       return std::vector<Expr>{out, log_softmax(matmul(t.param(v), out))};
-                                     });
+  auto cell = std::make_shared<Cell>(cell_name, std::vector<std::pair<int, int>>{{n, 1}, {n, 1}},
+                                     [=](Trace& t, std::span<const Expr> in) { return body(t, in, w, u, v, b); });
   c.loss = [=](Trace& t, int instances) {
     std::vector<Expr> terms;
     for (int k = 0; k < instances; ++k) {
@@ -118,13 +118,26 @@ CellCase attention(int n) {
       for (int step = 0; step <= k % 3; ++step) {
         const std::vector<Expr> out = (*cell)(t, {h, t.input(column(n, float(k * 5 + step) + 0.5f))});
         h = out[0];
-        terms.push_back(sum_elements(cmult(out[1], t.input(column(n, float(k + step) + 0.25f)))));
+        terms.push_back(term(t, out[1], float(k + step) + 0.25f));
       }
       terms.push_back(sum_elements(cmult(h, t.input(column(n, float(k) + 0.75f)))));
     }
     return sum(terms);
   };
   return c;
+}
+
+// Attention over a column (hidden size n): scores = W h, a = softmax(scores), out = tanh(U (a .* v)
+// + b), and the log-probabilities log_softmax(V out) as a second output, weighed by a column.
+CellCase attention(int n) {
+  return recurrent_case(
+      "attention", "attention", "attend", 5, n,
+      [](Trace& t, std::span<const Expr> in, const Parameter& w, const Parameter& u, const Parameter& v, const Parameter& b) {
+        const Expr a = softmax(matmul(t.param(w), in[0]));
+        const Expr out = tanh(affine({t.param(b), t.param(u), cmult(a, in[1])}));
+        return std::vector<Expr>{out, log_softmax(matmul(t.param(v), out))};
+      },
+      [n](Trace& t, const Expr& second, float seed) { return sum_elements(cmult(second, t.input(column(n, seed)))); });
 }
 
 // The loss of a cell of (keys n x n, query n x 1) -> n x 1 over `instances` calls, each with
@@ -223,30 +236,13 @@ CellCase normalised(int n) {
 // A recurrent step whose loss is a cell output: pick_neg_log_softmax of its logits at a label
 // fixed in the body (a column step; the backward body's pick_neg_log_softmax_grad is one too).
 CellCase picked_loss(int n) {
-  CellCase c{"pick_neg_log_softmax " + std::to_string(n), std::make_shared<Model>("picked", 13), {}, {}};
-  c.hidden = n;
-  const Parameter w = c.model->add_parameter("W", n, n), u = c.model->add_parameter("U", n, n);
-  const Parameter v = c.model->add_parameter("V", n, n), b = c.model->add_parameter("b", n, 1);
-  c.parameters = {w, u, v, b};
-  auto cell = std::make_shared<Cell>("picked", std::vector<std::pair<int, int>>{{n, 1}, {n, 1}},
-                                     [=](Trace& t, std::span<const Expr> in) {
-                                       const Expr h = tanh(affine({t.param(b), t.param(w), in[0], t.param(u), in[1]}));
-                                       return std::vector<Expr>{h, pick_neg_log_softmax(matmul(t.param(v), h), n - 2)};
-                                     });
-  c.loss = [=](Trace& t, int instances) {
-    std::vector<Expr> terms;
-    for (int k = 0; k < instances; ++k) {
-      Expr h = t.input(column(n, float(k)));
-      for (int step = 0; step <= k % 3; ++step) {
-        const std::vector<Expr> out = (*cell)(t, {h, t.input(column(n, float(k * 5 + step) + 0.5f))});
-        h = out[0];
-        terms.push_back(out[1]);
-      }
-      terms.push_back(sum_elements(cmult(h, t.input(column(n, float(k) + 0.75f)))));
-    }
-    return sum(terms);
-  };
-  return c;
+  return recurrent_case(
+      "pick_neg_log_softmax", "picked", "picked", 13, n,
+      [n](Trace& t, std::span<const Expr> in, const Parameter& w, const Parameter& u, const Parameter& v, const Parameter& b) {
+        const Expr h = tanh(affine({t.param(b), t.param(w), in[0], t.param(u), in[1]}));
+        return std::vector<Expr>{h, pick_neg_log_softmax(matmul(t.param(v), h), n - 2)};
+      },
+      [](Trace&, const Expr& second, float) { return second; });
 }
 
 // argmax of a step's scores (a one-hot column step) selects an input's element, beside a softmax of
