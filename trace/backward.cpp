@@ -240,25 +240,6 @@ size_t Backward::seeded_output(NodeId call, const Contribution& c, const detail:
   return j;
 }
 
-NodeId Backward::term_node(NodeId a, int32_t at, ir::Shape shape) {
-  if (at < 0) return a;
-  const int64_t limit = s_.engine->driver.options().max_trace_nodes;
-  if (limit > 0 && int64_t(graph_.size()) + 2 > limit) detail::TraceState::node_limit_error(limit);
-  ir::Attributes rows;
-  rows.begin = at;
-  rows.end = at + int32_t(shape.size());
-  NodeId view = graph_.add(Op::slice, std::span(&a, 1), ir::Shape{rows.end - rows.begin, 1}, rows);
-  s_.data.types.push_back(ir::kCallOutput);
-  s_.data.plan.batch_views.push_back(view);
-  if (shape.cols == 1) return view;
-  ir::Attributes target;
-  target.target = shape;
-  view = graph_.add(Op::reshape, std::span(&view, 1), shape, target);
-  s_.data.types.push_back(ir::kCallOutput);
-  s_.data.plan.batch_views.push_back(view);
-  return view;
-}
-
 bool Backward::batches_calls(detail::CellRecord& record) const {
   if (!s_.engine->batch_backward_calls || !record.backward) return false;
   const runtime::CallCell& cell = *record.backward->cell.call_cell;
@@ -504,15 +485,24 @@ NodeId Backward::assemble_slices(NodeId n, std::vector<SlicePart>& parts) {
 
 // A value of `shape` that lies at rows [at, at + its size) of column `source`: a slice of them,
 // reshaped when the value is a matrix.
-NodeId detail::read_rows(TraceState& s, NodeId source, int64_t at, ir::Shape shape) {
+NodeId detail::read_rows(TraceState& s, NodeId source, int64_t at, ir::Shape shape, bool placed_view) {
+  auto add = [&](Op op, NodeId arg, ir::Shape out, const ir::Attributes& attrs) {
+    if (!placed_view) return s.add(op, std::span(&arg, 1), out, attrs).node_id();
+    const int64_t limit = s.engine->driver.options().max_trace_nodes;
+    if (limit > 0 && int64_t(s.data.graph.size()) >= limit) TraceState::node_limit_error(limit);
+    const NodeId id = s.data.graph.add(op, std::span(&arg, 1), out, attrs);
+    s.data.types.push_back(ir::kCallOutput);
+    s.data.plan.batch_views.push_back(id);
+    return id;
+  };
   ir::Attributes rows;
   rows.begin = int32_t(at);
   rows.end = rows.begin + int32_t(shape.size());
-  const NodeId read = s.add(Op::slice, std::span(&source, 1), ir::Shape{rows.end - rows.begin, 1}, rows).node_id();
+  const NodeId read = add(Op::slice, source, ir::Shape{rows.end - rows.begin, 1}, rows);
   if (shape.cols == 1) return read;
   ir::Attributes target;
   target.target = shape;
-  return s.add(Op::reshape, std::span(&read, 1), shape, target).node_id();
+  return add(Op::reshape, read, shape, target);
 }
 
 detail::BodyGradients detail::body_gradients(TraceState& s, NodeId last, std::span<const std::pair<NodeId, NodeId>> seeds,

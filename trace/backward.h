@@ -30,7 +30,8 @@ BodyGradients body_gradients(TraceState& s, ir::NodeId last, std::span<const std
                              std::span<const ir::NodeId> arguments);
 
 // A value of `shape` that lies at rows [at, at + its size) of column `source`: a slice of them,
-// reshaped when the value is a matrix.
-ir::NodeId read_rows(TraceState& s, ir::NodeId source, int64_t at, ir::Shape shape);
+// reshaped when the value is a matrix. With `placed_view`, both are typed as a call's output views
+// are: never scheduled, placed by the planners inside their source (memplan::Plan::batch_views).
+ir::NodeId read_rows(TraceState& s, ir::NodeId source, int64_t at, ir::Shape shape, bool placed_view = false);
 
 }  // namespace edb::detail

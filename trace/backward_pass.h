@@ -254,7 +254,9 @@ class Backward {
   // A term as a node: a whole node, or its rows from `at` as a value of `shape`: a view (of a batch
   // call's frames, of a concat's gradient), never scheduled (as a call's output views are), placed
   // by the planner.
-  NodeId term_node(NodeId a, int32_t at, ir::Shape shape);
+  NodeId term_node(NodeId a, int32_t at, ir::Shape shape) {
+    return at < 0 ? a : detail::read_rows(s_, a, at, shape, true);
+  }
 
   // The sum of everything sent to n: its whole terms, its slices put back in place, and one
   // matmul_nt per shape of pair (a bias's (dy, 1) apart from a weight's (dy, x)). With `pairs`
