@@ -171,17 +171,11 @@ TypeId SignatureTable::intern_call(const Graph& graph, std::string_view key, con
 
 TypeId SignatureTable::intern_call_batch(const Graph& graph, NodeId id) {
   // Batch calls of one cell share a type whatever their sizes and terms (a batch of them runs as
-  // the calls of all their members), as calls of the cell do, apart from the plain calls.
+  // the calls of all their members), as calls of the cell do, apart from the plain calls; like
+  // those, apart by which parameter a term is (the first member's: a batch's members share them).
   const CellBody& cell = graph.cell(graph.node(id).attrs.index);
-  const CallBatch batch = call_batch(graph, id);
-  std::string key(cell.key), name = cell.signature + " batched";
-  key += " batch";
-  // As intern_call: which parameter a term is (the first member's; a batch's members share them).
-  const auto args = graph.args(id);
-  for (size_t i = 0; i < size_t(batch.terms_per_member()); ++i)
-    if (const Node& a = graph.node(args[i]); a.op == Op::parameter)
-      key += " " + std::to_string(i) + ":" + std::to_string(graph.parameter(a.attrs.parameter).uid);
-  return intern_named(key, name);
+  const auto first_member = graph.args(id).first(size_t(call_batch(graph, id).terms_per_member()));
+  return intern_call(graph, cell.key + " batch", cell.signature + " batched", first_member);
 }
 
 TypeId SignatureTable::add_type(std::string name) {
