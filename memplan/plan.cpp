@@ -76,6 +76,7 @@ void place_call_outputs(const ir::Graph& graph, const scheduler::Schedule& sched
   // comes after the slice it reshapes. Views recorded before this schedule's first node read
   // batch calls an earlier evaluation placed for good: a trace that evaluates many times does not
   // go over them again.
+  if (plan.batch_views.empty()) return;  // no batch call recorded (inference, other executors)
   ir::NodeId first = ir::NodeId(graph.size());
   for (ir::NodeId id : schedule.nodes) first = std::min(first, id);
   const auto from = std::lower_bound(plan.batch_views.begin(), plan.batch_views.end(), first);
