@@ -1,4 +1,5 @@
 // Op tables generated from ops.def, the Graph container, the verifier and the printer.
+#include <climits>
 #include <cstdio>
 #include <string>
 #include <sstream>
@@ -83,6 +84,54 @@ NodeId add_call_batch(Graph& graph, uint32_t cell, int32_t members, std::span<co
   return graph.add(Op::call, args, Shape{int32_t(members * graph.cell(cell).frame_floats), 1}, attrs);
 }
 
+bool batches_members(Op op) {
+  switch (op) {
+    case Op::matmul_tn:
+    case Op::tanh_grad:
+    case Op::sigmoid_grad:
+    case Op::relu_grad:
+    case Op::cmult:
+    case Op::scale:
+    case Op::pick_neg_log_softmax_grad:
+      return true;
+    default:
+      return false;
+  }
+}
+
+NodeBatch node_batch(const Graph& graph, NodeId id) {
+  const Node& n = graph.node(id);
+  NodeBatch batch;
+  batch.members = n.attrs.members;
+  const size_t slots = n.arg_count / size_t(n.attrs.members);
+  const auto shapes = graph.rows(n.attrs.index, 2 * slots);
+  for (size_t s = 0; s < slots; ++s) batch.shapes.push_back(Shape{shapes[2 * s], shapes[2 * s + 1]});
+  batch.rows = graph.rows(n.attrs.index + int64_t(2 * slots), n.arg_count);
+  if (has_flag(n.op, kPerMemberIndex))
+    batch.labels = graph.rows(n.attrs.index + int64_t(2 * slots + n.arg_count), size_t(n.attrs.members));
+  return batch;
+}
+
+NodeId add_node_batch(Graph& graph, Op op, Shape member, std::span<const Shape> shapes, std::span<const NodeId> args,
+                      std::span<const int32_t> rows, std::span<const int32_t> labels, Attributes attrs) {
+  std::vector<int32_t> table;
+  table.reserve(2 * shapes.size());
+  for (Shape s : shapes) {
+    table.push_back(s.rows);
+    table.push_back(s.cols);
+  }
+  const int64_t at = graph.add_rows(table);
+  graph.add_rows(rows);
+  graph.add_rows(labels);
+  if (at > INT32_MAX - int64_t(table.size() + rows.size() + labels.size()))
+    throw UsageError("edb: a trace holds at most " + std::to_string(INT32_MAX) +
+                     " row offsets of batched nodes; this one is full: evaluate and start a new trace");
+  const int32_t members = shapes.empty() ? 0 : int32_t(args.size() / shapes.size());
+  attrs.index = at;
+  attrs.members = members;
+  return graph.add(op, args, Shape{member.rows * members, 1}, attrs);
+}
+
 void Graph::clear() {
   nodes_.clear();
   arg_pool_.clear();
@@ -121,6 +170,43 @@ void verify_call_batch(const Graph& graph, NodeId id, std::span<const Shape> sha
                to_string(shapes[i]));
 }
 
+// A batch node's table: it lies in the row pool, every member's arguments lie inside their nodes,
+// and a member's shape is what its op gives on its slots' shapes.
+template <typename Fail>
+void verify_node_batch(const Graph& graph, NodeId id, std::span<const Shape> shapes, Fail&& fail) {
+  const Node& n = graph.node(id);
+  if (!batches_members(n.op)) fail("is a batch of members, which this op never is");
+  const int32_t members = n.attrs.members;
+  if (n.arg_count == 0 || n.arg_count % uint32_t(members) != 0)
+    fail("has " + std::to_string(n.arg_count) + " arguments for " + std::to_string(members) + " members");
+  const size_t slots = n.arg_count / size_t(members);
+  const int64_t table = int64_t(2 * slots + n.arg_count) + (has_flag(n.op, kPerMemberIndex) ? members : 0);
+  if (n.attrs.index < 0 || n.attrs.index + table > graph.row_count())
+    fail("its table of shapes, rows and labels does not lie inside the row pool of " + std::to_string(graph.row_count()));
+  const NodeBatch batch = node_batch(graph, id);
+  if (op_arity(n.op) >= 0 && int(slots) != op_arity(n.op))
+    fail("has " + std::to_string(slots) + " arguments per member, op takes " + std::to_string(op_arity(n.op)));
+  Shape member;
+  Attributes attrs = n.attrs;  // a member's: its own label
+  for (int32_t k = 0; k < (batch.labels.empty() ? 1 : members); ++k) {
+    if (!batch.labels.empty()) attrs.index = batch.labels[size_t(k)];
+    try {
+      member = infer_shape(n.op, batch.shapes, attrs);
+    } catch (const UsageError& e) {
+      fail("member " + std::to_string(k + 1) + "'s shape inference fails: " + e.what());
+    }
+  }
+  if (member.cols != 1 || !(n.shape == Shape{member.rows * members, 1}))
+    fail("shape " + to_string(n.shape) + " but " + std::to_string(members) + " members of " + to_string(member));
+  for (size_t i = 0; i < batch.rows.size(); ++i) {
+    const Shape slot = batch.shapes[i % slots];
+    const bool whole = batch.rows[i] == 0 && shapes[i] == slot;
+    if (!whole && (slot.cols != 1 || batch.rows[i] < 0 || batch.rows[i] + slot.size() > shapes[i].size()))
+      fail("member " + std::to_string(i / slots + 1) + "'s argument " + std::to_string(i % slots + 1) + " (" +
+           to_string(slot) + ") at row " + std::to_string(batch.rows[i]) + " is not inside its " + to_string(shapes[i]));
+  }
+}
+
 }  // namespace
 
 void verify(const Graph& graph) {
@@ -133,7 +219,7 @@ void verify(const Graph& graph) {
     };
     if (static_cast<int>(n.op) >= kOpCount) fail("unknown op");
     const int arity = op_arity(n.op);
-    if (arity >= 0 && static_cast<int>(n.arg_count) != arity)
+    if (arity >= 0 && static_cast<int>(n.arg_count) != arity && !is_node_batch(n))
       fail("has " + std::to_string(n.arg_count) + " arguments, op takes " + std::to_string(arity));
     shapes.clear();
     for (NodeId arg : graph.args(id)) {
@@ -174,6 +260,10 @@ void verify(const Graph& graph) {
       if (!(n.shape == Shape{int32_t(cell.frame_floats), 1}))
         fail("shape " + to_string(n.shape) + " but cell '" + cell.name + "' has a frame of " +
              std::to_string(cell.frame_floats) + " floats");
+      continue;
+    }
+    if (is_node_batch(n)) {
+      verify_node_batch(graph, id, shapes, fail);
       continue;
     }
     if (n.op == Op::matmul_nt_rows) {
@@ -225,6 +315,12 @@ std::string print(const Graph& graph) {
       const auto rows = graph.rows(n.attrs.index, n.arg_count);
       out << " at=";
       for (size_t i = 0; i < rows.size(); ++i) out << (i ? "," : "") << rows[i];
+    } else if (is_node_batch(n)) {
+      const NodeBatch batch = node_batch(graph, id);
+      out << " members=" << batch.members << " at=";
+      for (size_t i = 0; i < batch.rows.size(); ++i) out << (i ? "," : "") << batch.rows[i];
+      if (!batch.labels.empty()) out << " index=";
+      for (size_t i = 0; i < batch.labels.size(); ++i) out << (i ? "," : "") << batch.labels[i];
     } else if (has_flag(n.op, kPerMemberIndex)) {
       out << " index=" << n.attrs.index;
     }

@@ -93,6 +93,7 @@ struct Attributes {
   float constant = 0.0f;   // scale, add_const (kConstant)
   int32_t begin = 0;       // slice (kRange)
   int32_t end = 0;
+  int32_t members = 0;     // > 0: the node is a batch of that many members of its op (NodeBatch)
   int64_t index = 0;       // lookup row, pick label (kPerMemberIndex); input: offset in the constant pool;
                            // matmul_nt_rows: offset in the row pool (Graph::rows)
   uint32_t parameter = 0;  // parameter, lookup: index into Graph::parameters()
@@ -230,6 +231,36 @@ CallBatch call_batch(const Graph& graph, NodeId id);
 // Records a batch call of the cell at index `cell`: its table goes into the row pool.
 NodeId add_call_batch(Graph& graph, uint32_t cell, int32_t members, std::span<const int32_t> terms,
                       std::span<const NodeId> args, std::span<const int32_t> rows);
+
+// A node that stands for a batch of `members` nodes of its op (the backward pass records one per
+// forward batch whose rule it batches, docs/design.md "Backward rules by batch"): each member is a
+// column of `rows`, member k's value lies at rows [k * rows, (k + 1) * rows) of the node, a column
+// of members x rows (as a batch call's frames: its readers read a member at its rows). The node's arguments are member after member, one per argument slot of the op;
+// each is read in place at a row of its node (`rows`, one per node argument) as a value of its
+// slot's shape (`shapes`, the same for every member). An op with a per-member index (a pick's
+// label) reads member k's from `labels`. attrs.index is where the table (per slot its rows and
+// cols, then the rows, then the labels) starts in the graph's row pool.
+struct NodeBatch {
+  int32_t members = 0;
+  std::vector<Shape> shapes;       // per argument slot
+  std::span<const int32_t> rows;   // per node argument
+  std::span<const int32_t> labels; // per member (ops with kPerMemberIndex), else empty
+  size_t slots() const { return shapes.size(); }
+};
+inline bool is_node_batch(const Node& n) { return n.attrs.members > 0; }
+// The ops a NodeBatch may be of (what the backward pass batches; the batched executors run them).
+bool batches_members(Op op);
+NodeBatch node_batch(const Graph& graph, NodeId id);
+// One member's shape: a batch node's member column, any other node's own shape.
+inline Shape member_shape(const Node& n) {
+  return is_node_batch(n) ? Shape{n.shape.rows / n.attrs.members, 1} : n.shape;
+}
+// Records a batch node of `op` whose members are `member` columns: `args` and `rows` member after
+// member (slots per member = shapes.size()), `labels` per member for an op with a per-member
+// index; `attrs` carries the op's other attributes (a scale's constant). Its table goes into the
+// row pool.
+NodeId add_node_batch(Graph& graph, Op op, Shape member, std::span<const Shape> shapes, std::span<const NodeId> args,
+                      std::span<const int32_t> rows, std::span<const int32_t> labels, Attributes attrs);
 
 // Shape inference: the output shape of `op` on arguments of the given shapes, or edb::UsageError
 // whose message starts with the public function ("edb::affine(): ...") and gives both shapes.

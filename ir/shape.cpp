@@ -252,7 +252,7 @@ int64_t node_flops(const Graph& graph, NodeId id) {
     case Op::matvec:
       return 2 * size * graph.node(args[0]).shape.cols;
     case Op::matmul_tn:
-      return 2 * size * graph.node(args[0]).shape.rows;
+      return 2 * size * (is_node_batch(n) ? node_batch(graph, id).shapes[0].rows : graph.node(args[0]).shape.rows);
     case Op::matmul_nt:
       return 2 * size * graph.node(args[0]).shape.cols * static_cast<int64_t>(args.size() / 2);
     case Op::matmul_nt_rows:
@@ -272,8 +272,8 @@ int64_t node_flops(const Graph& graph, NodeId id) {
     case Op::softmax:
     case Op::log_softmax:
     case Op::pick_neg_log_softmax:
-    case Op::pick_neg_log_softmax_grad:
-      return 3 * graph.node(args[0]).shape.size();  // max, exp-sum, normalise
+    case Op::pick_neg_log_softmax_grad:  // max, exp-sum, normalise
+      return 3 * (is_node_batch(n) ? size : graph.node(args[0]).shape.size());
     case Op::argmax:
     case Op::kmax_pooling:
     case Op::kmax_pooling_grad:

@@ -27,12 +27,13 @@ const ParameterInfo* shared_parameter(const Graph& graph, NodeId arg) {
   return a.op == Op::parameter ? &graph.parameter(a.attrs.parameter) : nullptr;
 }
 
-// An argument's shape as a signature says it: a batch call's is one member's frame, as its
+// An argument's shape as a signature says it: a batch call's is one member's frame, a batch
+// node's one member's column (ir::NodeBatch), as its
 // readers read one member's rows at a time (a weight gradient's terms, a view), so that readers
 // of batches of any size share a type.
 Shape argument_shape(const Graph& graph, NodeId arg) {
   const Node& a = graph.node(arg);
-  return is_call_batch(a) ? Shape{int32_t(graph.cell(a.attrs.index).frame_floats), 1} : a.shape;
+  return is_call_batch(a) ? Shape{int32_t(graph.cell(a.attrs.index).frame_floats), 1} : member_shape(a);
 }
 
 // What the signature says of one argument: its shape, and the parameter (uid) or cell it is.
@@ -140,6 +141,7 @@ TypeId SignatureTable::intern(const Graph& graph, NodeId id) {
     if (is_call_batch(graph.node(id))) return intern_call_batch(graph, id);
     return intern_call(graph, cell.key, cell.signature, graph.args(id));
   }
+  if (is_node_batch(graph.node(id))) return intern_node_batch(graph, id);
   const size_t group = build_key(graph, id, key_buffer_);
   if (auto it = by_key_.find(std::string_view(key_buffer_)); it != by_key_.end()) return it->second;
   return add_type(signature_of_group(graph, id, group));
@@ -176,6 +178,31 @@ TypeId SignatureTable::intern_call_batch(const Graph& graph, NodeId id) {
   const CellBody& cell = graph.cell(graph.node(id).attrs.index);
   const auto first_member = graph.args(id).first(size_t(call_batch(graph, id).terms_per_member()));
   return intern_call(graph, cell.key + " batch", cell.signature + " batched", first_member);
+}
+
+TypeId SignatureTable::intern_node_batch(const Graph& graph, NodeId id) {
+  // Batch nodes of one op, member shape, slot shapes, constant and parameters share a type whatever
+  // their number of members (a batch of them runs as all their members), apart from plain nodes.
+  const Node& n = graph.node(id);
+  const NodeBatch batch = node_batch(graph, id);
+  std::string key = "batch " + std::string(op_name(n.op)) + ' ' + to_string(member_shape(n));
+  std::string name = std::string(op_name(n.op)) + " batched(";
+  const auto args = graph.args(id);
+  for (size_t slot = 0; slot < batch.slots(); ++slot) {
+    const ParameterInfo* p = shared_parameter(graph, args[slot]);
+    key += ' ' + to_string(batch.shapes[slot]) + (p ? ':' + std::to_string(p->uid) : std::string());
+    name += (slot ? ", " : "") + (p ? "param:" + p->name + ':' : std::string()) + to_string(batch.shapes[slot]);
+  }
+  name += ')';
+  if (has_flag(n.op, kConstant)) {
+    const uint32_t bits = std::bit_cast<uint32_t>(n.attrs.constant);
+    key += " c" + std::to_string(bits);
+    std::string hex = " constant=0x";
+    for (int shift = 28; shift >= 0; shift -= 4) hex += hex_digit(bits >> shift);
+    name += hex;
+  }
+  name += "->" + to_string(member_shape(n));
+  return intern_named(key, name);
 }
 
 TypeId SignatureTable::add_type(std::string name) {

@@ -49,6 +49,9 @@ class SignatureTable {
   TypeId intern_call(const Graph& graph, std::string_view key, const std::string& name, std::span<const NodeId> arguments);
   // A batch call's type (ir::CallBatch): its cell's, apart from plain calls of the cell.
   TypeId intern_call_batch(const Graph& graph, NodeId id);
+  // A batch node's type (ir::NodeBatch): its op, member and slot shapes, parameters and constant,
+  // whatever its number of members, apart from plain nodes of its op.
+  TypeId intern_node_batch(const Graph& graph, NodeId id);
 
   const std::string& name(TypeId type) const { return names_[type]; }
   std::optional<TypeId> find(std::string_view signature) const;

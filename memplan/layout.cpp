@@ -57,6 +57,7 @@ OperandMode classify(std::span<const Address> at, ir::Shape shape) {
 // which read operands in place), and a matvec always does; a lookup reads no operand.
 template <typename ModeOf>
 void for_each_read_slot(const ir::Node& first, size_t members, ModeOf&& mode_of) {
+  if (ir::is_node_batch(first)) return;  // its members' arguments lie where their table says (ir::NodeBatch)
   switch (first.op) {
     case ir::Op::lookup:
     case ir::Op::matmul_nt:

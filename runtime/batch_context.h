@@ -63,6 +63,18 @@ struct Operand {
   }
 };
 
+// The members of a batch of batch nodes (ir::NodeBatch) as the executor reads them: every node's
+// members one after another, each argument where it lies (a row of its node).
+struct MemberTable {
+  ir::Node first;                  // a member as a plain node: its op, attributes, column shape
+  int64_t members = 0;
+  std::vector<const float*> pointers;  // member after member, slot after slot
+  std::vector<uint8_t> in_arena;       // the same, whether that argument lies in the arena
+  std::vector<ir::Shape> shapes;       // per slot
+  std::vector<const ir::ParameterInfo*> parameters;  // per slot: the first member's, if a whole parameter
+  std::vector<int64_t> labels;         // per member, for an op with a per-member index
+};
+
 struct BatchContext {
   const Values& values;
   std::span<const ir::NodeId> members;
@@ -71,25 +83,44 @@ struct BatchContext {
   BatchedExecutor::Scratch& scratch;
   ThreadPool& pool;
   Stats& stats;
+  // Set for a batch of batch nodes: the members are the table's, not `members` (the nodes), and
+  // `first` is the table's member node. Read through in(), in_arena_at(), arg_shape(), index().
+  const MemberTable* table = nullptr;
 
-  int64_t n() const { return static_cast<int64_t>(members.size()); }
+  int64_t n() const { return table ? table->members : static_cast<int64_t>(members.size()); }
   ir::NodeId arg(size_t member, size_t slot) const { return values.graph.args(members[member])[slot]; }
+  // Member k's argument in `slot`: where it lies, and its shape (the same for every member).
+  const float* in(size_t k, size_t slot) const {
+    return table ? table->pointers[k * table->shapes.size() + slot] : values.in(arg(k, slot));
+  }
+  ir::Shape arg_shape(size_t slot) const {
+    return table ? table->shapes[slot] : values.graph.node(arg(0, slot)).shape;
+  }
+  // Member k's per-member index (a pick's label, a lookup's entry).
+  int64_t index(size_t k) const { return table ? table->labels[k] : values.graph.node(members[k]).attrs.index; }
   Matrix output() const { return Matrix(out, first.shape.rows, first.shape.cols * n()); }
   Matrix output(int64_t k) const {
     return Matrix(out + k * first.shape.size(), first.shape.rows, first.shape.cols);
   }
 
   // Whether member k's operand in `slot` lies in the arena (else it is a leaf's own data).
-  bool in_arena_at(size_t k, size_t slot) const { return values.plan.offset[arg(k, slot)] >= 0; }
+  bool in_arena_at(size_t k, size_t slot) const {
+    return table ? table->in_arena[k * table->shapes.size() + slot] != 0 : values.plan.offset[arg(k, slot)] >= 0;
+  }
 
   Operand operand(size_t slot) const {
     Operand op;
-    op.shape = values.graph.node(arg(0, slot)).shape;
+    op.shape = arg_shape(slot);
     const int64_t size = op.shape.size();
-    op.base = values.in(arg(0, slot));
-    const ir::Node& leaf = values.graph.node(arg(0, slot));
-    const ir::ParameterInfo* parameter = leaf.op == ir::Op::parameter ? &values.graph.parameter(leaf.attrs.parameter) : nullptr;
-    if (members.size() == 1) {
+    op.base = in(0, slot);
+    const ir::ParameterInfo* parameter = nullptr;
+    if (table) {
+      parameter = table->parameters[slot];
+    } else if (const ir::Node& leaf = values.graph.node(arg(0, slot)); leaf.op == ir::Op::parameter) {
+      parameter = &values.graph.parameter(leaf.attrs.parameter);
+    }
+    const size_t count = size_t(n());
+    if (count == 1) {
       op.stride = size;
       op.parameter = parameter;
       return op;
@@ -98,28 +129,28 @@ struct BatchContext {
     // arena happens to lie, and the planner (memplan::operand_modes) counts them gathered too, so
     // the bytes gathered are the same in every run.
     const bool in_arena = in_arena_at(0, slot);
-    const int64_t stride = values.in(arg(1, slot)) - op.base;
+    const int64_t stride = in(1, slot) - op.base;
     bool regular = Operand::stride_fits(stride, op.shape);
-    for (size_t k = 1; k < members.size() && regular; ++k)
-      regular = in_arena_at(k, slot) == in_arena && values.in(arg(k, slot)) == op.base + int64_t(k) * stride;
+    for (size_t k = 1; k < count && regular; ++k)
+      regular = in_arena_at(k, slot) == in_arena && in(k, slot) == op.base + int64_t(k) * stride;
     if (regular) {
       op.kind = stride == 0 ? Operand::kShared : Operand::kStrided;
       op.stride = stride;
       if (stride == 0) op.parameter = parameter;
       return op;
     }
-    const float** pointers = scratch.allocate_pointers(members.size());
-    for (size_t k = 0; k < members.size(); ++k) pointers[k] = values.in(arg(k, slot));
+    const float** pointers = scratch.allocate_pointers(count);
+    for (size_t k = 0; k < count; ++k) pointers[k] = in(k, slot);
     // Maximal strided runs, left to right, each in the arena or among leaves. A repeated matrix is
     // no run: no view repeats one.
-    uint32_t* run_end = reinterpret_cast<uint32_t*>(scratch.allocate(members.size()));
+    uint32_t* run_end = reinterpret_cast<uint32_t*>(scratch.allocate(count));
     auto fits = [&](int64_t s) { return Operand::stride_fits(s, op.shape) && (s != 0 || op.shape.cols == 1); };
-    for (size_t start = 0; start < members.size();) {
+    for (size_t start = 0; start < count;) {
       size_t end = start + 1;
       const bool space = in_arena_at(start, slot);
-      if (end < members.size() && in_arena_at(end, slot) == space && fits(pointers[end] - pointers[start])) {
+      if (end < count && in_arena_at(end, slot) == space && fits(pointers[end] - pointers[start])) {
         const int64_t s = pointers[end] - pointers[start];
-        while (end + 1 < members.size() && in_arena_at(end + 1, slot) == space && pointers[end + 1] - pointers[end] == s)
+        while (end + 1 < count && in_arena_at(end + 1, slot) == space && pointers[end + 1] - pointers[end] == s)
           ++end;
         ++end;
       }

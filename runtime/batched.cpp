@@ -293,12 +293,10 @@ void run_linear(const BatchContext& c) {
 void run_matmul_tn(const BatchContext& c) {
   const Operand a = c.operand(0);
   if (a.kind != Operand::kShared && c.n() > 1) {
-    for (int64_t k = 0; k < c.n(); ++k) {
-      const ir::NodeId x = c.arg(size_t(k), 0), y = c.arg(size_t(k), 1);
-      const ir::Shape sx = c.values.graph.node(x).shape, sy = c.values.graph.node(y).shape;
-      c.output(k).noalias() = ConstMatrix(c.values.in(x), sx.rows, sx.cols).transpose() *
-                              ConstMatrix(c.values.in(y), sy.rows, sy.cols);
-    }
+    const ir::Shape sx = c.arg_shape(0), sy = c.arg_shape(1);
+    for (int64_t k = 0; k < c.n(); ++k)
+      c.output(k).noalias() = ConstMatrix(c.in(size_t(k), 0), sx.rows, sx.cols).transpose() *
+                              ConstMatrix(c.in(size_t(k), 1), sy.rows, sy.cols);
     c.stats.kernel_calls += c.n();
     return;
   }
@@ -436,7 +434,7 @@ void run_lookup(const BatchContext& c) {
   // batch of 1,300 words' embeddings is 0.7 MB).
   c.split(c.n(), std::max<int64_t>(1, kMinElementsPerTask / dim), [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
-      const int64_t entry = c.values.graph.node(c.members[size_t(k)]).attrs.index;
+      const int64_t entry = c.index(size_t(k));
       std::memcpy(c.out + k * dim, table.data + entry * dim, sizeof(float) * size_t(dim));
     }
   });
@@ -570,7 +568,7 @@ void run_batch(const BatchContext& c) {
       const StridedConst x = c.matrix(c.operand(0));
       by_columns(c, x, [&](int64_t b, int64_t e, const Eigen::RowVectorXf& lse) {
         for (int64_t k = b; k < e; ++k)
-          c.out[k] = lse(k - b) - x(c.values.graph.node(c.members[size_t(k)]).attrs.index, k);
+          c.out[k] = lse(k - b) - x(c.index(size_t(k)), k);
       });
       c.stats.kernel_calls += 1;
       return;
@@ -646,7 +644,7 @@ void run_batch(const BatchContext& c) {
       by_columns(c, x, [&](int64_t b, int64_t e, const Eigen::RowVectorXf& lse) {
         exp_minus(x.middleCols(b, e - b), lse, Matrix(out.data() + b * out.rows(), out.rows(), e - b));
         for (int64_t k = b; k < e; ++k) {
-          out(c.values.graph.node(c.members[size_t(k)]).attrs.index, k) -= 1.0f;
+          out(c.index(size_t(k)), k) -= 1.0f;
           out.col(k) *= dl(0, k);
         }
       });
@@ -714,12 +712,57 @@ BatchContext BatchedExecutor::context(const scheduler::Schedule& schedule, const
                                       Stats& stats) {
   const std::span<const ir::NodeId> members = schedule.batch(b);
   const ir::Node& first = values.graph.node(members[0]);
+  if (ir::is_node_batch(first)) return node_batches(members, values, stats);
   const int64_t size = first.shape.size();
   for (size_t k = 1; k < members.size(); ++k)
     if (values.plan.offset[members[k]] != values.plan.offset[members[0]] + int64_t(k) * size)
       throw InternalError("batched executor: batch " + std::to_string(b) +
                           "'s outputs are not consecutive in member order (plan contract C1)");
   return BatchContext{values, members, first, values.out(members[0]), scratch_, pool_, stats};
+}
+
+BatchContext BatchedExecutor::node_batches(std::span<const ir::NodeId> nodes, const Values& values, Stats& stats) {
+  if (!table_) table_ = std::make_unique<MemberTable>();
+  MemberTable& t = *table_;
+  const ir::Graph& graph = values.graph;
+  const ir::Node& lead = graph.node(nodes[0]);
+  if (!ir::batches_members(lead.op))
+    throw InternalError("batched executor: a batch node of " + std::string(ir::op_name(lead.op)));
+  const ir::NodeBatch first_batch = ir::node_batch(graph, nodes[0]);
+  const size_t slots = first_batch.slots();
+  t.first = lead;
+  t.first.shape = ir::member_shape(lead);
+  t.first.arg_count = uint32_t(slots);
+  t.first.attrs.members = 0;
+  t.shapes = first_batch.shapes;
+  t.parameters.assign(slots, nullptr);
+  for (size_t s = 0; s < slots; ++s)
+    if (const ir::Node& a = graph.node(graph.args(nodes[0])[s]); a.op == ir::Op::parameter && a.shape == t.shapes[s])
+      t.parameters[s] = &graph.parameter(a.attrs.parameter);
+  t.pointers.clear();
+  t.in_arena.clear();
+  t.labels.clear();
+  int64_t expected = values.plan.offset[nodes[0]];
+  for (ir::NodeId id : nodes) {
+    // Plan contract C1, node by node: each node's members follow the previous node's.
+    if (values.plan.offset[id] != expected)
+      throw InternalError("batched executor: batch node %" + std::to_string(id) +
+                          "'s members do not follow the previous node's (plan contract C1)");
+    expected += graph.node(id).shape.size();
+    const ir::NodeBatch batch = ir::node_batch(graph, id);
+    if (batch.slots() != slots || batch.shapes != t.shapes)
+      throw InternalError("batched executor: batch nodes of one batch read arguments of different shapes");
+    const auto args = graph.args(id);
+    for (size_t i = 0; i < args.size(); ++i) {
+      t.pointers.push_back(values.row(args[i], batch.rows[i]));
+      t.in_arena.push_back(values.plan.offset[args[i]] >= 0);
+    }
+    t.labels.insert(t.labels.end(), batch.labels.begin(), batch.labels.end());
+  }
+  t.members = int64_t(t.pointers.size() / slots);
+  BatchContext c{values, nodes, t.first, values.out(nodes[0]), scratch_, pool_, stats};
+  c.table = &t;
+  return c;
 }
 
 void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {

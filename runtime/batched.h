@@ -16,6 +16,7 @@ namespace edb::runtime {
 
 class CallExpansion;  // cell calls run batch by batch (runtime/call_expansion.h)
 struct BatchContext;  // runtime/batch_context.h
+struct MemberTable;   // runtime/batch_context.h
 
 // Batches of cell calls run their cells' bodies batch by batch (runtime/call_expansion.h). The
 // jit executor (runtime/jit_executor.h) is this executor with compiled kernels where they apply.
@@ -62,6 +63,8 @@ class BatchedExecutor : public Executor {
   // Batch b of `schedule` (its outputs checked consecutive in member order) over this executor's
   // scratch and pool.
   BatchContext context(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats);
+  // context() of a batch of batch nodes (ir::NodeBatch): their members, read through table_.
+  BatchContext node_batches(std::span<const ir::NodeId> nodes, const Values& values, Stats& stats);
   Scratch& scratch() { return scratch_; }
   ThreadPool& pool() { return pool_; }
 
@@ -69,6 +72,7 @@ class BatchedExecutor : public Executor {
   ThreadPool pool_;
   Scratch scratch_;
   std::unique_ptr<CallExpansion> calls_;  // batches of calls the executor runs by their bodies
+  std::unique_ptr<MemberTable> table_;    // node_batches()': one batch's at a time
 };
 
 }  // namespace edb::runtime

@@ -394,6 +394,8 @@ void CudaExecutor::State::run_batches(const scheduler::Schedule& schedule, Execu
       run_calls(members, schedule.node_by_node, self);
       continue;
     }
+    if (ir::is_node_batch(first))  // recorded only where cells compile on the CPU
+      throw InternalError("cuda executor: batch " + std::to_string(b) + " is of batch nodes");
     const int64_t size = first.shape.size();
     for (size_t k = 1; k < members.size(); ++k)
       if (values->plan.offset[members[k]] != values->plan.offset[members[0]] + int64_t(k) * size)

@@ -79,7 +79,7 @@ void run_jit_group(std::span<const BatchContext> group, JitKernels& kernels) {
     key += std::string(ir::op_name(c.first.op)) + '/' + std::to_string(c.first.arg_count) + '(';
     std::vector<jit::ValueId> args;
     for (size_t slot = 0; slot < c.first.arg_count; ++slot) {
-      const float* p = c.values.in(c.arg(0, slot));
+      const float* p = c.in(0, slot);
       size_t from = 0;
       while (from < value_of.size() && (p < group[from].out || p >= group[from].out + n * elements)) ++from;
       if (from < value_of.size()) {  // an earlier batch's output, member for member
@@ -147,6 +147,11 @@ size_t fusable_end(const scheduler::Schedule& schedule, const Values& values, si
   const auto lead = schedule.batch(b);
   const ir::Node& first = values.graph.node(lead[0]);
   jit::KernelOp op;
+  if (ir::is_node_batch(first)) {  // runs alone: its members are read through its table (ir::NodeBatch)
+    ir::Node member = first;
+    member.arg_count /= uint32_t(first.attrs.members);
+    return jit_op_of(member, op) ? b + 1 : b;
+  }
   if (!jit_op_of(first, op)) return b;
   const int64_t n = int64_t(lead.size()), elements = first.shape.size();
   if (n * elements < kMinFusedFloats) return b + 1;
@@ -156,7 +161,7 @@ size_t fusable_end(const scheduler::Schedule& schedule, const Values& values, si
     const auto members = schedule.batch(end);
     const ir::Node& node = values.graph.node(members[0]);
     if (int64_t(members.size()) != n || values.plan.is_view(members[0]) || !jit_op_of(node, op) ||
-        node.shape.size() != elements)
+        node.shape.size() != elements || ir::is_node_batch(node))
       break;
     // Per slot: no member reads a group output (a plain input), or every member reads its own
     // member's output of one batch (a register). Anything else would read what the kernel has not

@@ -270,6 +270,9 @@ void eval_kmax_pooling_grad(const NodeContext& c) {
 
 void evaluate_node(const Values& values, ir::NodeId id) {
   const NodeContext context{values, id, values.graph.node(id)};
+  if (ir::is_node_batch(context.node))  // recorded only where cells compile (the jit's batched executor)
+    throw InternalError("reference executor: node %" + std::to_string(id) + " is a batch of " +
+                        std::to_string(context.node.attrs.members) + " members");
   switch (context.node.op) {
 #define EDB_OP(name, arity, flags) \
   case ir::Op::name:               \

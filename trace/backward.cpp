@@ -30,6 +30,15 @@ std::vector<LeafGradient> Backward::record(NodeId loss) {
     // A forward batch's calls whose cell batches them wait for its last member: their gradients
     // are then all sent (the batch's views come before their calls).
     if (!b_.pending.empty() && p > 0 && b_.batch_last[p - 1]) send_call_batch(flows);
+    // A forward batch of several nodes whose op has a rule by batch: that rule, once.
+    if ((p == 0 || b_.batch_last[p - 1]) && !b_.batch_last[p]) {
+      size_t last = p;
+      while (!b_.batch_last[last]) ++last;
+      if (send_batch(std::span(order).subspan(p, last - p + 1), flows)) {
+        p = last;
+        continue;
+      }
+    }
     const NodeId n = order[p];
     if (!sent(n)) continue;
     const Op op = graph_.node(n).op;  // a copy: combine() may grow the node array

@@ -91,6 +91,11 @@ struct Buffers {
   std::vector<NodeId> output_parameters;
   std::vector<ParameterPairs*> output_pairs;
   std::vector<NodeId> output_constants;
+  // send_batch()'s: each member's gradient as a term, the batch node's arguments and their rows,
+  // its labels, and the forward members' arguments.
+  std::vector<std::pair<NodeId, int32_t>> member_dy;
+  std::vector<NodeId> batch_args, member_args;
+  std::vector<int32_t> batch_arg_rows, batch_labels;
 };
 
 class Backward {
@@ -251,6 +256,21 @@ class Backward {
   bool pass_on_view(NodeId v);
   // One batch call for the forward batch's calls in b_.pending (their gradients all sent).
   void send_call_batch(const std::vector<uint8_t>& flows);
+  // Backward rules by batch (EngineState::batch_backward_calls; trace/backward_batches.cpp): the
+  // rule of one forward batch, `members` (of one op, columns, every one on the gradient's path and
+  // sent its gradient), run once for the batch: what a member's rule would emit is one batch node
+  // (ir::NodeBatch) for all of them, its members' values read in place by what they go to, and
+  // what a member's rule passes on unchanged (add, sum, concat's parts) goes on as terms in place.
+  // False, with nothing recorded, where the op has no such rule or a member does not fit (a weight
+  // that is not one parameter for every member).
+  bool send_batch(std::span<const NodeId> members, const std::vector<uint8_t>& flows);
+  // Member n's gradient as a term read in place (node, row; -1: the whole node): its one whole
+  // contribution as it was sent, or what combine() makes of several.
+  std::pair<NodeId, int32_t> gradient_at(NodeId n);
+  // A batch node of `op` whose members are `member` columns, on b_.batch_args at b_.batch_arg_rows
+  // (slot after slot, member after member, `shapes` per slot) and b_.batch_labels.
+  NodeId emit_batch(Op op, ir::Shape member, std::span<const ir::Shape> shapes, const ir::Attributes& attrs = {});
+
   // A term as a node: a whole node, or its rows from `at` as a value of `shape`: a view (of a batch
   // call's frames, of a concat's gradient), never scheduled (as a call's output views are), placed
   // by the planner.

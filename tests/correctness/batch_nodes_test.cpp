@@ -1,0 +1,196 @@
+// Backward rules by batch (ir::NodeBatch): under the jit a backward pass runs the rule of a
+// forward batch once for all its members, recording one batch node where each member's rule would
+// record a node and passing terms on in place. The gradients equal the reference's and the
+// per-node backward's under every policy, both planners and two threads; the IR checks a batch
+// node's table, and batch nodes of one op share a type whatever their number of members.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <edbatch/edbatch.h>
+
+#include "edbatch/errors.h"
+#include "ir/ir.h"
+#include "ir/signature.h"
+#include "trace/inspect.h"
+
+namespace edb {
+namespace {
+
+// Per instance, outside any cell, every op with a rule by batch: an affine of two products whose
+// x's are a looked-up word and a tanh of it, the activations, cmult, scale, add, sub, add_const,
+// sum and concat, a product by a weight that is computed (no rule by batch: each member's own
+// rule), and the loss, over 7 instances (so each forward batch has several members) whose second
+// half also runs a deeper branch (batches of different sizes).
+struct Mlp {
+  static constexpr int kEmbed = 5, kHidden = 6, kWords = 9, kLabels = 4;
+  Model model{"mlp", 11};
+  LookupTable words = model.add_lookup("words", kWords, kEmbed);
+  Parameter w1 = model.add_parameter("W1", kHidden, kEmbed), w2 = model.add_parameter("W2", kHidden, kEmbed);
+  Parameter b1 = model.add_parameter("b1", kHidden, 1), v = model.add_parameter("V", kLabels, 2 * kHidden);
+  Parameter u = model.add_parameter("U", kHidden, kHidden);
+
+  Expr loss(Trace& t) const {
+    std::vector<Expr> terms;
+    const Expr computed = tanh(t.param(u));  // a weight that is not a parameter
+    for (int k = 0; k < 7; ++k) {
+      const Expr word = t.lookup(words, (3 * k + 1) % kWords);
+      const Expr a = affine({t.param(b1), t.param(w1), word, t.param(w2), tanh(word)});
+      const Expr s = sigmoid(a), r = relu(a), h = tanh(a);
+      Expr mixed = cmult(h, s) + r * 0.5f - (s - h);
+      mixed = sum({mixed, r + 0.25f, matmul(computed, h)});
+      if (k >= 3) mixed = tanh(matmul(t.param(u), mixed)) + s;
+      terms.push_back(pick_neg_log_softmax(matmul(t.param(v), concat({mixed, h})), k % kLabels));
+    }
+    return sum(terms);
+  }
+};
+
+void expect_same_gradients(const Gradients& got, const Gradients& want, const Mlp& mlp, const std::string& what) {
+  EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss))) << what;
+  for (const Parameter* p : {&mlp.w1, &mlp.w2, &mlp.b1, &mlp.v, &mlp.u}) {
+    const Tensor* g = got.of(*p);
+    const Tensor* w = want.of(*p);
+    ASSERT_TRUE(g && w) << what << ": " << p->name();
+    ASSERT_EQ(g->data.size(), w->data.size()) << what << ": " << p->name();
+    for (size_t e = 0; e < w->data.size(); ++e)
+      ASSERT_NEAR(g->data[e], w->data[e], 1e-4f * (1 + std::abs(w->data[e]))) << what << ": " << p->name() << " " << e;
+  }
+  const Gradients::Rows* g = got.of(mlp.words);
+  const Gradients::Rows* w = want.of(mlp.words);
+  ASSERT_TRUE(g && w) << what;
+  ASSERT_EQ(g->entries, w->entries) << what;
+  ASSERT_EQ(g->gradients.size(), w->gradients.size()) << what;
+  for (size_t e = 0; e < w->gradients.size(); ++e)
+    ASSERT_NEAR(g->gradients[e], w->gradients[e], 1e-4f * (1 + std::abs(w->gradients[e]))) << what << ": words " << e;
+}
+
+// Per op, the members of the trace's batch nodes.
+std::map<std::string, int> batch_members(const Expr& loss) {
+  const detail::EvaluatedTrace trace = detail::evaluated_trace(loss);
+  std::map<std::string, int> members;
+  for (ir::NodeId id = 0; id < trace.graph.size(); ++id)
+    if (const ir::Node& n = trace.graph.node(id); ir::is_node_batch(n)) members[std::string(ir::op_name(n.op))] += n.attrs.members;
+  return members;
+}
+
+Gradients reference_gradients(const Mlp& mlp) {
+  EngineOptions options;
+  options.executor = "reference";
+  options.cells = false;
+  Engine engine(options);
+  Trace trace(engine);
+  return trace.backward(mlp.loss(trace));
+}
+
+TEST(BatchNodes, OnePerForwardBatchAndTheReferencesGradients) {
+  const Mlp mlp;
+  const Gradients want = reference_gradients(mlp);
+  EngineOptions options;
+  options.verify = true;
+  Engine engine(options);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("trace " + std::to_string(round + 1));
+    Trace trace(engine);
+    const Expr loss = mlp.loss(trace);
+    ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp, "jit"));
+    const std::map<std::string, int> members = batch_members(loss);
+    // One member per instance (or per deeper instance) and per node its rule would have recorded.
+    EXPECT_EQ(members.at("pick_neg_log_softmax_grad"), 7);
+    EXPECT_EQ(members.at("tanh_grad"), 7 + 7 + 4);  // tanh(word), h, the deeper tanh (tanh(U) is one node)
+    EXPECT_EQ(members.at("sigmoid_grad"), 7);
+    EXPECT_EQ(members.at("relu_grad"), 7);
+    EXPECT_EQ(members.at("cmult"), 2 * 7);
+    EXPECT_GE(members.at("scale"), 2 * 7);  // r * 0.5 and the sub's -1
+    // V's x, U's (the deeper branch), W1's (a word: the table's rows) and W2's.
+    EXPECT_EQ(members.at("matmul_tn"), 7 + 4 + 7 + 7);
+    EXPECT_NE(trace.dump().find(" members="), std::string::npos);
+  }
+}
+
+TEST(BatchNodes, EqualThePerNodeBackwardUnderEveryPolicyPlannerAndThreads) {
+  const Mlp mlp;
+  const Gradients want = reference_gradients(mlp);
+  for (const char* policy : {"greedy", "sequential", "depth", "agenda"})
+    for (int threads : {1, 2})
+      for (bool memplan : {false, true}) {
+        const std::string what =
+            std::string(policy) + ", " + std::to_string(threads) + " threads, planner " + (memplan ? "on" : "off");
+        SCOPED_TRACE(what);
+        for (bool batched : {true, false}) {
+          EngineOptions options;
+          options.policy = policy;
+          options.threads = threads;
+          options.memplan = memplan;
+          options.batched_backward = batched;
+          options.verify = true;
+          Engine engine(options);
+          for (int round = 0; round < 2; ++round) {
+            Trace trace(engine);
+            const Expr loss = mlp.loss(trace);
+            ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp, what));
+            // Node by node (sequential) every forward batch has one member: no rule by batch.
+            EXPECT_EQ(batch_members(loss).empty(), !batched || std::string(policy) == "sequential");
+          }
+        }
+      }
+}
+
+// Where the executor does not compile cells, or check_finite reads every value, no batch node.
+TEST(BatchNodes, OnlyWhereCellsCompile) {
+  const Mlp mlp;
+  const Gradients want = reference_gradients(mlp);
+  for (const char* executor : {"batched", "reference", "jit"}) {
+    EngineOptions options;
+    options.executor = executor;
+    options.check_finite = std::string(executor) == "jit";
+    Engine engine(options);
+    Trace trace(engine);
+    const Expr loss = mlp.loss(trace);
+    ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp, executor));
+    EXPECT_TRUE(batch_members(loss).empty()) << executor;
+  }
+}
+
+// A graph with two batch nodes of one op and 2 and 3 members: one type; the table is checked.
+TEST(BatchNodes, IrTableAndType) {
+  ir::Graph graph;
+  const std::vector<float> values(64, 0.5f);
+  ir::Attributes constants;
+  constants.index = graph.add_constants(values);
+  const ir::NodeId y = graph.add(ir::Op::input, {}, ir::Shape{12, 1}, constants);
+  const ir::NodeId dy = graph.add(ir::Op::input, {}, ir::Shape{4, 1}, constants);
+  const ir::Shape shapes[] = {{4, 1}, {4, 1}};
+  const ir::NodeId two_args[] = {y, dy, y, dy};
+  const int32_t two_rows[] = {0, 0, 4, 0};
+  const ir::NodeId two = ir::add_node_batch(graph, ir::Op::tanh_grad, ir::Shape{4, 1}, shapes, two_args, two_rows, {}, {});
+  const ir::NodeId three_args[] = {y, dy, y, dy, y, dy};
+  const int32_t three_rows[] = {0, 0, 4, 0, 8, 0};
+  const ir::NodeId three =
+      ir::add_node_batch(graph, ir::Op::tanh_grad, ir::Shape{4, 1}, shapes, three_args, three_rows, {}, {});
+  EXPECT_EQ(graph.node(two).shape, (ir::Shape{8, 1}));
+  EXPECT_EQ(graph.node(three).shape, (ir::Shape{12, 1}));
+  EXPECT_EQ(ir::member_shape(graph.node(three)), (ir::Shape{4, 1}));
+  EXPECT_NO_THROW(ir::verify(graph));
+  ir::SignatureTable table;
+  EXPECT_EQ(table.intern(graph, two), table.intern(graph, three));
+  EXPECT_EQ(ir::node_batch(graph, three).rows[4], 8);
+  EXPECT_NE(ir::print(graph).find("members=3 at=0,0,4,0,8,0"), std::string::npos);
+  EXPECT_EQ(ir::node_flops(graph, three), 3 * 12);
+  // A member's argument past its node's end: named by member and argument.
+  const int32_t outside[] = {0, 0, 10, 0};
+  ir::add_node_batch(graph, ir::Op::tanh_grad, ir::Shape{4, 1}, shapes, two_args, outside, {}, {});
+  try {
+    ir::verify(graph);
+    ADD_FAILURE() << "verify accepted a member's argument outside its node";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("member 2's argument 1 (4x1) at row 10"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace edb

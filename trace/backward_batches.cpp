@@ -1,0 +1,212 @@
+// Backward rules by batch (detail::Backward::send_batch, trace/backward_pass.h): a forward batch's
+// rule run once for all its members, recording one batch node (ir::NodeBatch) where a member's rule
+// records one node, and passing terms on in place where a member's rule passes its gradient on.
+#include <optional>
+
+#include "trace/backward_pass.h"
+
+namespace edb::detail {
+
+namespace {
+
+// The ops whose forward batches have a rule by batch.
+bool has_batch_rule(Op op) {
+  switch (op) {
+    case Op::pick_neg_log_softmax:
+    case Op::tanh:
+    case Op::sigmoid:
+    case Op::relu:
+    case Op::scale:
+    case Op::add:
+    case Op::sub:
+    case Op::sum:
+    case Op::add_const:
+    case Op::concat:
+    case Op::cmult:
+    case Op::affine:
+    case Op::matmul:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::pair<NodeId, int32_t> Backward::gradient_at(NodeId n) {
+  if (const int32_t head = b_.head[n]; head >= 0) {
+    const Contribution& c = b_.items[size_t(head)];
+    if (c.next < 0 && c.kind == Contribution::kWhole) return {c.a, c.at};
+  }
+  return {combine(n), -1};
+}
+
+NodeId Backward::emit_batch(Op op, ir::Shape member, std::span<const ir::Shape> shapes, const ir::Attributes& attrs) {
+  const int64_t limit = s_.engine->driver.options().max_trace_nodes;
+  if (limit > 0 && int64_t(graph_.size()) >= limit) detail::TraceState::node_limit_error(limit);
+  const NodeId batch = ir::add_node_batch(graph_, op, member, shapes, b_.batch_args, b_.batch_arg_rows, b_.batch_labels, attrs);
+  s_.data.types.push_back(s_.engine->driver.signatures.intern(graph_, batch));
+  b_.batch_args.clear();
+  b_.batch_arg_rows.clear();
+  b_.batch_labels.clear();
+  return batch;
+}
+
+bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uint8_t>& flows) {
+  if (!s_.engine->batch_backward_calls || members.size() < 2) return false;
+  const ir::Node first = graph_.node(members[0]);  // a copy: emitting grows the node array
+  if (!has_batch_rule(first.op) || first.shape.cols != 1) return false;
+  const size_t arity = first.arg_count;
+  const size_t product_begin = first.op == Op::affine ? 1 : 0;
+  const bool products = first.op == Op::affine || first.op == Op::matmul;
+  const auto first_args = graph_.args(members[0]);
+  // A product's weight must be one parameter for every member: its pairs then go to that
+  // parameter, and the batch's matmul_tn reads it as one operand.
+  if (products)
+    for (size_t i = product_begin; i + 1 < arity; i += 2)
+      if (graph_.node(first_args[i]).op != Op::parameter) return false;
+  for (NodeId n : members) {
+    const ir::Node& node = graph_.node(n);
+    if (!flows[n] || !sent(n) || node.op != first.op || node.arg_count != arity || !(node.shape == first.shape))
+      return false;
+    if (products)
+      for (size_t i = product_begin; i + 1 < arity; i += 2)
+        if (graph_.args(n)[i] != first_args[i]) return false;
+  }
+  // Every member's gradient (combine() may record nodes), then the members' arguments (a copy:
+  // recording moves the argument pool).
+  std::vector<std::pair<NodeId, int32_t>>& dy = b_.member_dy;
+  dy.clear();
+  for (NodeId n : members) dy.push_back(gradient_at(n));
+  std::vector<NodeId>& args = b_.member_args;
+  args.clear();
+  for (NodeId n : members) args.insert(args.end(), graph_.args(n).begin(), graph_.args(n).end());
+  const size_t count = members.size();
+  auto arg = [&](size_t k, size_t i) { return args[k * arity + i]; };
+  auto flows_to = [&](size_t i) {
+    for (size_t k = 0; k < count; ++k)
+      if (flows[arg(k, i)]) return true;
+    return false;
+  };
+  // Member k's gradient term goes to argument i of each member it flows to: whole, or (a part of
+  // a concat's) its rows from `row` on, read in place.
+  auto pass_on = [&](size_t i, std::optional<int32_t> row = std::nullopt) {
+    for (size_t k = 0; k < count; ++k) {
+      if (!flows[arg(k, i)]) continue;
+      const int32_t at = row ? std::max(dy[k].second, 0) + *row : dy[k].second;
+      push(arg(k, i), Contribution::kWhole, dy[k].first, 0, 0, at);
+    }
+  };
+  // Member k's value of `batch` (members of `rows`) goes to argument i of each member it flows to.
+  auto send_rows = [&](size_t i, NodeId batch, int32_t rows) {
+    for (size_t k = 0; k < count; ++k)
+      if (flows[arg(k, i)]) push(arg(k, i), Contribution::kWhole, batch, 0, 0, int32_t(k) * rows);
+  };
+  auto add_dy = [&](size_t k) {
+    b_.batch_args.push_back(dy[k].first);
+    b_.batch_arg_rows.push_back(std::max(dy[k].second, 0));
+  };
+  auto add_whole = [&](NodeId a) {
+    b_.batch_args.push_back(a);
+    b_.batch_arg_rows.push_back(0);
+  };
+  const ir::Shape shape = first.shape;
+  ir::Attributes attrs;
+  switch (first.op) {
+    case Op::pick_neg_log_softmax: {  // (x, dl) -> (softmax(x) - e_label) dl
+      const ir::Shape x = graph_.node(arg(0, 0)).shape;
+      for (size_t k = 0; k < count; ++k) {
+        add_whole(arg(k, 0));
+        add_dy(k);
+        b_.batch_labels.push_back(int32_t(graph_.node(members[k]).attrs.index));
+      }
+      const ir::Shape shapes[] = {x, shape};
+      send_rows(0, emit_batch(Op::pick_neg_log_softmax_grad, x, shapes), x.rows);
+      return true;
+    }
+    case Op::tanh:
+    case Op::sigmoid:
+    case Op::relu: {  // (y, dy)
+      for (size_t k = 0; k < count; ++k) {
+        add_whole(members[k]);
+        add_dy(k);
+      }
+      const Op gradient = first.op == Op::tanh ? Op::tanh_grad : first.op == Op::sigmoid ? Op::sigmoid_grad : Op::relu_grad;
+      const ir::Shape shapes[] = {shape, shape};
+      send_rows(0, emit_batch(gradient, shape, shapes), shape.rows);
+      return true;
+    }
+    case Op::scale:
+      for (size_t k = 0; k < count; ++k) add_dy(k);
+      attrs.constant = first.attrs.constant;
+      send_rows(0, emit_batch(Op::scale, shape, std::span(&shape, 1), attrs), shape.rows);
+      return true;
+    case Op::add:
+    case Op::sum:
+    case Op::add_const:
+      for (size_t i = 0; i < arity; ++i) pass_on(i);
+      return true;
+    case Op::sub:
+      pass_on(0);
+      if (flows_to(1)) {
+        for (size_t k = 0; k < count; ++k) add_dy(k);
+        attrs.constant = -1.0f;
+        send_rows(1, emit_batch(Op::scale, shape, std::span(&shape, 1), attrs), shape.rows);
+      }
+      return true;
+    case Op::concat: {  // each part its rows of the gradient, in place
+      int32_t row = 0;
+      for (size_t i = 0; i < arity; ++i) {
+        pass_on(i, row);
+        row += graph_.node(arg(0, i)).shape.rows;
+      }
+      return true;
+    }
+    case Op::cmult:
+      for (size_t i = 0; i < 2; ++i) {
+        if (!flows_to(i)) continue;
+        for (size_t k = 0; k < count; ++k) {
+          add_dy(k);
+          add_whole(arg(k, 1 - i));
+        }
+        const ir::Shape shapes[] = {shape, shape};
+        send_rows(i, emit_batch(Op::cmult, shape, shapes), shape.rows);
+      }
+      return true;
+    case Op::affine:
+    case Op::matmul: {
+      // Per member, as its own rule sends them: the bias's pair (or term), then each weight's.
+      const NodeId ones = constant(ir::Shape{1, 1}, 1.0f);
+      for (size_t k = 0; k < count; ++k) {
+        if (first.op == Op::affine && flows[arg(k, 0)]) {
+          const NodeId bias = arg(k, 0);
+          if (graph_.node(bias).op == Op::parameter)
+            pair_at(bias, {dy[k].first, ones, shape, ir::Shape{1, 1}, std::max(dy[k].second, 0), 0});
+          else
+            push(bias, Contribution::kWhole, dy[k].first, 0, 0, dy[k].second);
+        }
+        for (size_t i = product_begin; i + 1 < arity; i += 2)
+          if (flows[arg(k, i)])
+            pair_at(arg(k, i), {dy[k].first, arg(k, i + 1), shape, graph_.node(arg(k, i + 1)).shape,
+                                std::max(dy[k].second, 0), 0});
+      }
+      // Each product's x: one matmul_tn of its weight by every member's dy.
+      for (size_t i = product_begin; i + 1 < arity; i += 2) {
+        if (!flows_to(i + 1)) continue;
+        const NodeId weight = arg(0, i);
+        for (size_t k = 0; k < count; ++k) {
+          add_whole(weight);
+          add_dy(k);
+        }
+        const ir::Shape w = graph_.node(weight).shape;
+        const ir::Shape shapes[] = {w, shape};
+        send_rows(i + 1, emit_batch(Op::matmul_tn, ir::Shape{w.cols, 1}, shapes), w.cols);
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace edb::detail
