@@ -91,7 +91,10 @@ bool batches_members(Op op) {
     case Op::sigmoid_grad:
     case Op::relu_grad:
     case Op::cmult:
+    case Op::div:
     case Op::scale:
+    case Op::softmax_grad:
+    case Op::log_softmax_grad:
     case Op::pick_neg_log_softmax_grad:
       return true;
     default:

@@ -16,6 +16,12 @@ bool has_batch_rule(Op op) {
     case Op::tanh:
     case Op::sigmoid:
     case Op::relu:
+    case Op::softmax:
+    case Op::log_softmax:
+    case Op::exp:
+    case Op::log:
+    case Op::square:
+    case Op::div:
     case Op::scale:
     case Op::add:
     case Op::sub:
@@ -98,49 +104,76 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
     }
   };
   // Member k's value of `batch` (members of `rows`) goes to argument i of each member it flows to.
-  auto send_rows = [&](size_t i, NodeId batch, int32_t rows) {
+  auto send_rows = [&](size_t i, NodeId batch) {
+    const int32_t rows = graph_.node(batch).shape.rows / int32_t(count);
     for (size_t k = 0; k < count; ++k)
       if (flows[arg(k, i)]) push(arg(k, i), Contribution::kWhole, batch, 0, 0, int32_t(k) * rows);
   };
-  auto add_dy = [&](size_t k) {
-    b_.batch_args.push_back(dy[k].first);
-    b_.batch_arg_rows.push_back(std::max(dy[k].second, 0));
+  // What a slot of a batch node reads, member by member: the member's gradient, its argument i
+  // (whole), the member itself (its value, y), or an earlier batch node of this rule.
+  struct Value {
+    enum Kind { kGradient, kArgument, kSelf, kBatch } kind;
+    size_t at = 0;  // argument: which; batch: the node
   };
-  auto add_whole = [&](NodeId a) {
-    b_.batch_args.push_back(a);
-    b_.batch_arg_rows.push_back(0);
-  };
+  const Value gradient{Value::kGradient}, self{Value::kSelf};
+  auto argument = [](size_t i) { return Value{Value::kArgument, i}; };
+  auto batch = [](NodeId node) { return Value{Value::kBatch, node}; };
   const ir::Shape shape = first.shape;
-  ir::Attributes attrs;
+  // One batch node of `op` over every member, its slots reading `slots`, its members `member`
+  // columns (the members' own shape when not given).
+  auto apply = [&](Op op, std::initializer_list<Value> slots, float constant = 0.0f, ir::Shape member = {}) {
+    ir::Shape shapes[3];
+    size_t s = 0;
+    for (const Value& v : slots)
+      shapes[s++] = v.kind == Value::kArgument ? graph_.node(arg(0, v.at)).shape
+                    : v.kind == Value::kBatch  ? ir::member_shape(graph_.node(NodeId(v.at)))
+                                               : shape;
+    for (size_t k = 0; k < count; ++k) {
+      s = 0;
+      for (const Value& v : slots) {
+        const ir::Shape slot = shapes[s++];
+        switch (v.kind) {
+          case Value::kGradient:
+            b_.batch_args.push_back(dy[k].first);
+            b_.batch_arg_rows.push_back(std::max(dy[k].second, 0));
+            break;
+          case Value::kArgument:
+            b_.batch_args.push_back(arg(k, v.at));
+            b_.batch_arg_rows.push_back(0);
+            break;
+          case Value::kSelf:
+            b_.batch_args.push_back(members[k]);
+            b_.batch_arg_rows.push_back(0);
+            break;
+          case Value::kBatch:
+            b_.batch_args.push_back(NodeId(v.at));
+            b_.batch_arg_rows.push_back(int32_t(k) * slot.rows);
+            break;
+        }
+      }
+      if (op == Op::pick_neg_log_softmax_grad) b_.batch_labels.push_back(int32_t(graph_.node(members[k]).attrs.index));
+    }
+    ir::Attributes attrs;
+    attrs.constant = constant;
+    return emit_batch(op, member.rows ? member : shape, std::span(shapes, s), attrs);
+  };
   switch (first.op) {
     case Op::pick_neg_log_softmax: {  // (x, dl) -> (softmax(x) - e_label) dl
       const ir::Shape x = graph_.node(arg(0, 0)).shape;
-      for (size_t k = 0; k < count; ++k) {
-        add_whole(arg(k, 0));
-        add_dy(k);
-        b_.batch_labels.push_back(int32_t(graph_.node(members[k]).attrs.index));
-      }
-      const ir::Shape shapes[] = {x, shape};
-      send_rows(0, emit_batch(Op::pick_neg_log_softmax_grad, x, shapes), x.rows);
+      send_rows(0, apply(Op::pick_neg_log_softmax_grad, {argument(0), gradient}, 0.0f, x));
       return true;
     }
-    case Op::tanh:
-    case Op::sigmoid:
-    case Op::relu: {  // (y, dy)
-      for (size_t k = 0; k < count; ++k) {
-        add_whole(members[k]);
-        add_dy(k);
-      }
-      const Op gradient = first.op == Op::tanh ? Op::tanh_grad : first.op == Op::sigmoid ? Op::sigmoid_grad : Op::relu_grad;
-      const ir::Shape shapes[] = {shape, shape};
-      send_rows(0, emit_batch(gradient, shape, shapes), shape.rows);
+    case Op::tanh: send_rows(0, apply(Op::tanh_grad, {self, gradient})); return true;
+    case Op::sigmoid: send_rows(0, apply(Op::sigmoid_grad, {self, gradient})); return true;
+    case Op::relu: send_rows(0, apply(Op::relu_grad, {self, gradient})); return true;
+    case Op::softmax: send_rows(0, apply(Op::softmax_grad, {self, gradient})); return true;
+    case Op::log_softmax: send_rows(0, apply(Op::log_softmax_grad, {self, gradient})); return true;
+    case Op::exp: send_rows(0, apply(Op::cmult, {self, gradient})); return true;
+    case Op::log: send_rows(0, apply(Op::div, {gradient, argument(0)})); return true;
+    case Op::square:  // 2 x dy
+      send_rows(0, apply(Op::cmult, {gradient, batch(apply(Op::scale, {argument(0)}, 2.0f))}));
       return true;
-    }
-    case Op::scale:
-      for (size_t k = 0; k < count; ++k) add_dy(k);
-      attrs.constant = first.attrs.constant;
-      send_rows(0, emit_batch(Op::scale, shape, std::span(&shape, 1), attrs), shape.rows);
-      return true;
+    case Op::scale: send_rows(0, apply(Op::scale, {gradient}, first.attrs.constant)); return true;
     case Op::add:
     case Op::sum:
     case Op::add_const:
@@ -148,11 +181,7 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
       return true;
     case Op::sub:
       pass_on(0);
-      if (flows_to(1)) {
-        for (size_t k = 0; k < count; ++k) add_dy(k);
-        attrs.constant = -1.0f;
-        send_rows(1, emit_batch(Op::scale, shape, std::span(&shape, 1), attrs), shape.rows);
-      }
+      if (flows_to(1)) send_rows(1, apply(Op::scale, {gradient}, -1.0f));
       return true;
     case Op::concat: {  // each part its rows of the gradient, in place
       int32_t row = 0;
@@ -163,15 +192,13 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
       return true;
     }
     case Op::cmult:
-      for (size_t i = 0; i < 2; ++i) {
-        if (!flows_to(i)) continue;
-        for (size_t k = 0; k < count; ++k) {
-          add_dy(k);
-          add_whole(arg(k, 1 - i));
-        }
-        const ir::Shape shapes[] = {shape, shape};
-        send_rows(i, emit_batch(Op::cmult, shape, shapes), shape.rows);
-      }
+      if (flows_to(0)) send_rows(0, apply(Op::cmult, {gradient, argument(1)}));
+      if (flows_to(1)) send_rows(1, apply(Op::cmult, {gradient, argument(0)}));
+      return true;
+    case Op::div:
+      if (flows_to(0)) send_rows(0, apply(Op::div, {gradient, argument(1)}));
+      if (flows_to(1))  // -dy a / b^2 = -(dy y) / b
+        send_rows(1, apply(Op::scale, {batch(apply(Op::div, {batch(apply(Op::cmult, {gradient, self})), argument(1)}))}, -1.0f));
       return true;
     case Op::affine:
     case Op::matmul: {
@@ -190,18 +217,10 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
             pair_at(arg(k, i), {dy[k].first, arg(k, i + 1), shape, graph_.node(arg(k, i + 1)).shape,
                                 std::max(dy[k].second, 0), 0});
       }
-      // Each product's x: one matmul_tn of its weight by every member's dy.
-      for (size_t i = product_begin; i + 1 < arity; i += 2) {
-        if (!flows_to(i + 1)) continue;
-        const NodeId weight = arg(0, i);
-        for (size_t k = 0; k < count; ++k) {
-          add_whole(weight);
-          add_dy(k);
-        }
-        const ir::Shape w = graph_.node(weight).shape;
-        const ir::Shape shapes[] = {w, shape};
-        send_rows(i + 1, emit_batch(Op::matmul_tn, ir::Shape{w.cols, 1}, shapes), w.cols);
-      }
+      // Each product's x: one matmul_tn of its weight (one node for every member) by every dy.
+      for (size_t i = product_begin; i + 1 < arity; i += 2)
+        if (flows_to(i + 1))
+          send_rows(i + 1, apply(Op::matmul_tn, {argument(i), gradient}, 0.0f, ir::Shape{graph_.node(arg(0, i)).shape.cols, 1}));
       return true;
     }
     default:

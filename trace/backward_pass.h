@@ -249,7 +249,7 @@ class Backward {
   // Backward calls by batch (EngineState::batch_backward_calls): whether the calls of `record`
   // get one backward call per forward batch, a batch call (ir::CallBatch) whose members' outputs
   // the trace reads in place: its backward cell compiles and holds every output in its frame.
-  bool batches_calls(detail::CellRecord& record) const;
+  bool batches_calls(detail::CellRecord& record);
   // The forward call whose output view v is, when its cell batches its calls: v's gradient terms
   // then go on to that call as they are, with no node summing them (the batch call sums each
   // member's terms as it reads them). False where v was sent anything but whole terms.
@@ -311,6 +311,8 @@ class Backward {
   std::vector<NodeId> body_parameters_;  // parameter nodes made for cells' bodies
   const runtime::CallCell* last_cell_ = nullptr;
   detail::CellRecord* last_record_ = nullptr;
+  const detail::CellRecord* batches_record_ = nullptr;  // batches_calls()' last answer
+  bool batches_ = false;
 };
 
 }  // namespace edb::detail

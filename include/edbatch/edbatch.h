@@ -139,8 +139,10 @@ struct EngineOptions {
   bool check_finite = false;  // after each evaluation, look for NaN and infinity in every value
                               // computed; the first one found is a NumericError naming its node
   // The jit executor: a backward pass records one call of a cell's backward body per forward
-  // batch of its calls (a batch call, whose members' gradients are read where they lie); false:
-  // one backward call and its output views per call, as other executors record it.
+  // batch of its calls (a batch call, whose members' gradients are read where they lie), and one
+  // node per forward batch of the ops whose rules run by batch (a batch node: the loss's and an
+  // MLP's gradients); false: one backward call and its output views per call and one node per
+  // node's rule, as other executors record it.
   bool batched_backward = true;
   int64_t max_trace_nodes = 0;  // a trace recording more nodes is a UsageError (0: only the IR's
                                 // own limit, 2^31; below 0: refused): a guard against runaway recording

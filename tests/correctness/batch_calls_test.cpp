@@ -13,10 +13,13 @@
 #include <edbatch/edbatch.h>
 
 #include "ir/ir.h"
+#include "tests/support/test_support.h"
 #include "trace/inspect.h"
 
 namespace edb {
 namespace {
+
+using testing::expect_same_gradients;
 
 // Chains of 1 to 5 steps of an LSTM-like cell over looked-up words, so that the forward batches
 // of calls have 5 down to 1 members and a batch call's members differ in what they are sent:
@@ -47,6 +50,8 @@ struct Chains {
               return std::vector<Expr>{cmult(o, tanh(c + matvec(in[3], in[1]))), c};
             }};
 
+  std::vector<const Parameter*> parameters() const { return {&w, &u, &b, &v, &mix}; }
+
   Expr loss(Trace& t) const {
     std::vector<Expr> terms;
     for (int chain = 0; chain < 5; ++chain) {
@@ -66,25 +71,6 @@ struct Chains {
     return sum(terms);
   }
 };
-
-void expect_same_gradients(const Gradients& got, const Gradients& want, const Chains& chains, const std::string& what) {
-  EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss))) << what;
-  for (const Parameter* p : {&chains.w, &chains.u, &chains.b, &chains.v, &chains.mix}) {
-    const Tensor* g = got.of(*p);
-    const Tensor* w = want.of(*p);
-    ASSERT_TRUE(g && w) << what << ": " << p->name();
-    ASSERT_EQ(g->data.size(), w->data.size()) << what << ": " << p->name();
-    for (size_t e = 0; e < w->data.size(); ++e)
-      ASSERT_NEAR(g->data[e], w->data[e], 1e-4f * (1 + std::abs(w->data[e]))) << what << ": " << p->name() << " " << e;
-  }
-  const Gradients::Rows* g = got.of(chains.words);
-  const Gradients::Rows* w = want.of(chains.words);
-  ASSERT_TRUE(g && w) << what;
-  ASSERT_EQ(g->entries, w->entries) << what;
-  ASSERT_EQ(g->gradients.size(), w->gradients.size()) << what;
-  for (size_t e = 0; e < w->gradients.size(); ++e)
-    ASSERT_NEAR(g->gradients[e], w->gradients[e], 1e-4f * (1 + std::abs(w->gradients[e]))) << what << ": words " << e;
-}
 
 struct Calls {
   int batch = 0;     // batch calls
@@ -108,18 +94,9 @@ Calls backward_calls(const Expr& loss) {
   return calls;
 }
 
-Gradients reference_gradients(const Chains& chains) {
-  EngineOptions options;
-  options.executor = "reference";
-  options.cells = false;
-  Engine engine(options);
-  Trace trace(engine);
-  return trace.backward(chains.loss(trace));
-}
-
 TEST(BatchCalls, OnePerForwardBatchAndTheReferencesGradients) {
   const Chains chains;
-  const Gradients want = reference_gradients(chains);
+  const Gradients want = testing::reference_gradients([&](Trace& t) { return chains.loss(t); });
   EngineOptions options;
   options.verify = true;
   Engine engine(options);
@@ -133,7 +110,7 @@ TEST(BatchCalls, OnePerForwardBatchAndTheReferencesGradients) {
     Trace trace(engine);
     const Expr loss = chains.loss(trace);
     const Gradients got = trace.backward(loss);
-    ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains, "jit"));
+    ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains.parameters(), chains.words, "jit"));
     const Calls calls = backward_calls(loss);
     EXPECT_EQ(calls.per_call, 0);
     EXPECT_EQ(calls.batch, 5);     // the forward batches: step k of every chain longer than k
@@ -145,7 +122,7 @@ TEST(BatchCalls, OnePerForwardBatchAndTheReferencesGradients) {
 
 TEST(BatchCalls, EqualThePerCallBackwardUnderEveryPolicyPlannerAndThreads) {
   const Chains chains;
-  const Gradients want = reference_gradients(chains);
+  const Gradients want = testing::reference_gradients([&](Trace& t) { return chains.loss(t); });
   for (const char* policy : {"greedy", "sequential", "depth", "agenda"})
     for (int threads : {1, 2})
       for (bool memplan : {false, true}) {
@@ -164,7 +141,7 @@ TEST(BatchCalls, EqualThePerCallBackwardUnderEveryPolicyPlannerAndThreads) {
             Trace trace(engine);
             const Expr loss = chains.loss(trace);
             const Gradients got = trace.backward(loss);
-            ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains, what));
+            ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains.parameters(), chains.words, what));
             const Calls calls = backward_calls(loss);
             EXPECT_EQ(calls.members, batched ? 15 : 0);
             EXPECT_EQ(calls.per_call, batched ? 0 : 15);
@@ -177,7 +154,7 @@ TEST(BatchCalls, EqualThePerCallBackwardUnderEveryPolicyPlannerAndThreads) {
 // their views are planned in a later evaluation than the first's.
 TEST(BatchCalls, TwoBackwardPassesInOneTrace) {
   const Chains chains;
-  const Gradients want = reference_gradients(chains);
+  const Gradients want = testing::reference_gradients([&](Trace& t) { return chains.loss(t); });
   for (bool memplan : {false, true}) {
     EngineOptions options;
     options.memplan = memplan;
@@ -189,7 +166,7 @@ TEST(BatchCalls, TwoBackwardPassesInOneTrace) {
       const std::string what = std::string("planner ") + (memplan ? "on" : "off") + ", pass " + std::to_string(pass + 1);
       loss = chains.loss(trace);
       const Gradients got = trace.backward(loss);
-      ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains, what));
+      ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains.parameters(), chains.words, what));
     }
     EXPECT_EQ(backward_calls(loss).members, 30);  // both passes' calls
   }
@@ -199,7 +176,7 @@ TEST(BatchCalls, TwoBackwardPassesInOneTrace) {
 // a backward call of its own.
 TEST(BatchCalls, OnlyWhereCellsCompile) {
   const Chains chains;
-  const Gradients want = reference_gradients(chains);
+  const Gradients want = testing::reference_gradients([&](Trace& t) { return chains.loss(t); });
   for (int k = 0; k < 3; ++k) {
     EngineOptions options;
     options.executor = k == 0 ? "batched" : k == 1 ? "reference" : "jit";
@@ -209,7 +186,7 @@ TEST(BatchCalls, OnlyWhereCellsCompile) {
     Trace trace(engine);
     const Expr loss = chains.loss(trace);
     const Gradients got = trace.backward(loss);
-    ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains, options.executor));
+    ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains.parameters(), chains.words, options.executor));
     const Calls calls = backward_calls(loss);
     EXPECT_EQ(calls.batch, 0) << options.executor;
     EXPECT_EQ(calls.per_call, 15) << options.executor;

@@ -16,14 +16,17 @@
 #include "edbatch/errors.h"
 #include "ir/ir.h"
 #include "ir/signature.h"
+#include "tests/support/test_support.h"
 #include "trace/inspect.h"
 
 namespace edb {
 namespace {
 
+using testing::expect_same_gradients;
+
 // Per instance, outside any cell, every op with a rule by batch: an affine of two products whose
 // x's are a looked-up word and a tanh of it, the activations, cmult, scale, add, sub, add_const,
-// sum and concat, a product by a weight that is computed (no rule by batch: each member's own
+// sum, concat, square, div, exp, log, softmax and log_softmax, a product by a weight that is computed (no rule by batch: each member's own
 // rule), and the loss, over 7 instances (so each forward batch has several members) whose second
 // half also runs a deeper branch (batches of different sizes).
 struct Mlp {
@@ -33,6 +36,8 @@ struct Mlp {
   Parameter w1 = model.add_parameter("W1", kHidden, kEmbed), w2 = model.add_parameter("W2", kHidden, kEmbed);
   Parameter b1 = model.add_parameter("b1", kHidden, 1), v = model.add_parameter("V", kLabels, 2 * kHidden);
   Parameter u = model.add_parameter("U", kHidden, kHidden);
+
+  std::vector<const Parameter*> parameters() const { return {&w1, &w2, &b1, &v, &u}; }
 
   Expr loss(Trace& t) const {
     std::vector<Expr> terms;
@@ -44,30 +49,14 @@ struct Mlp {
       Expr mixed = cmult(h, s) + r * 0.5f - (s - h);
       mixed = sum({mixed, r + 0.25f, matmul(computed, h)});
       if (k >= 3) mixed = tanh(matmul(t.param(u), mixed)) + s;
-      terms.push_back(pick_neg_log_softmax(matmul(t.param(v), concat({mixed, h})), k % kLabels));
+      mixed = mixed + square(h) + div(s, exp(h * 0.5f)) + log(s + 1.0f);
+      const Expr logits = matmul(t.param(v), concat({mixed, h}));
+      terms.push_back(pick_neg_log_softmax(logits, k % kLabels));
+      terms.push_back(sum_elements(cmult(softmax(logits), log_softmax(logits))) * 0.1f);
     }
     return sum(terms);
   }
 };
-
-void expect_same_gradients(const Gradients& got, const Gradients& want, const Mlp& mlp, const std::string& what) {
-  EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss))) << what;
-  for (const Parameter* p : {&mlp.w1, &mlp.w2, &mlp.b1, &mlp.v, &mlp.u}) {
-    const Tensor* g = got.of(*p);
-    const Tensor* w = want.of(*p);
-    ASSERT_TRUE(g && w) << what << ": " << p->name();
-    ASSERT_EQ(g->data.size(), w->data.size()) << what << ": " << p->name();
-    for (size_t e = 0; e < w->data.size(); ++e)
-      ASSERT_NEAR(g->data[e], w->data[e], 1e-4f * (1 + std::abs(w->data[e]))) << what << ": " << p->name() << " " << e;
-  }
-  const Gradients::Rows* g = got.of(mlp.words);
-  const Gradients::Rows* w = want.of(mlp.words);
-  ASSERT_TRUE(g && w) << what;
-  ASSERT_EQ(g->entries, w->entries) << what;
-  ASSERT_EQ(g->gradients.size(), w->gradients.size()) << what;
-  for (size_t e = 0; e < w->gradients.size(); ++e)
-    ASSERT_NEAR(g->gradients[e], w->gradients[e], 1e-4f * (1 + std::abs(w->gradients[e]))) << what << ": words " << e;
-}
 
 // Per op, the members of the trace's batch nodes.
 std::map<std::string, int> batch_members(const Expr& loss) {
@@ -78,18 +67,9 @@ std::map<std::string, int> batch_members(const Expr& loss) {
   return members;
 }
 
-Gradients reference_gradients(const Mlp& mlp) {
-  EngineOptions options;
-  options.executor = "reference";
-  options.cells = false;
-  Engine engine(options);
-  Trace trace(engine);
-  return trace.backward(mlp.loss(trace));
-}
-
 TEST(BatchNodes, OnePerForwardBatchAndTheReferencesGradients) {
   const Mlp mlp;
-  const Gradients want = reference_gradients(mlp);
+  const Gradients want = testing::reference_gradients([&](Trace& t) { return mlp.loss(t); });
   EngineOptions options;
   options.verify = true;
   Engine engine(options);
@@ -97,14 +77,18 @@ TEST(BatchNodes, OnePerForwardBatchAndTheReferencesGradients) {
     SCOPED_TRACE("trace " + std::to_string(round + 1));
     Trace trace(engine);
     const Expr loss = mlp.loss(trace);
-    ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp, "jit"));
+    ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp.parameters(), mlp.words, "jit"));
     const std::map<std::string, int> members = batch_members(loss);
     // One member per instance (or per deeper instance) and per node its rule would have recorded.
     EXPECT_EQ(members.at("pick_neg_log_softmax_grad"), 7);
     EXPECT_EQ(members.at("tanh_grad"), 7 + 7 + 4);  // tanh(word), h, the deeper tanh (tanh(U) is one node)
     EXPECT_EQ(members.at("sigmoid_grad"), 7);
     EXPECT_EQ(members.at("relu_grad"), 7);
-    EXPECT_EQ(members.at("cmult"), 2 * 7);
+    // cmult(h, s) and cmult(softmax, log_softmax) to both arguments, exp's, square's and div's.
+    EXPECT_EQ(members.at("cmult"), 2 * 7 + 2 * 7 + 3 * 7);
+    EXPECT_EQ(members.at("div"), 3 * 7);  // log's, and div's to either argument
+    EXPECT_EQ(members.at("softmax_grad"), 7);
+    EXPECT_EQ(members.at("log_softmax_grad"), 7);
     EXPECT_GE(members.at("scale"), 2 * 7);  // r * 0.5 and the sub's -1
     // V's x, U's (the deeper branch), W1's (a word: the table's rows) and W2's.
     EXPECT_EQ(members.at("matmul_tn"), 7 + 4 + 7 + 7);
@@ -114,7 +98,7 @@ TEST(BatchNodes, OnePerForwardBatchAndTheReferencesGradients) {
 
 TEST(BatchNodes, EqualThePerNodeBackwardUnderEveryPolicyPlannerAndThreads) {
   const Mlp mlp;
-  const Gradients want = reference_gradients(mlp);
+  const Gradients want = testing::reference_gradients([&](Trace& t) { return mlp.loss(t); });
   for (const char* policy : {"greedy", "sequential", "depth", "agenda"})
     for (int threads : {1, 2})
       for (bool memplan : {false, true}) {
@@ -132,7 +116,7 @@ TEST(BatchNodes, EqualThePerNodeBackwardUnderEveryPolicyPlannerAndThreads) {
           for (int round = 0; round < 2; ++round) {
             Trace trace(engine);
             const Expr loss = mlp.loss(trace);
-            ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp, what));
+            ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp.parameters(), mlp.words, what));
             // Node by node (sequential) every forward batch has one member: no rule by batch.
             EXPECT_EQ(batch_members(loss).empty(), !batched || std::string(policy) == "sequential");
           }
@@ -143,7 +127,7 @@ TEST(BatchNodes, EqualThePerNodeBackwardUnderEveryPolicyPlannerAndThreads) {
 // Where the executor does not compile cells, or check_finite reads every value, no batch node.
 TEST(BatchNodes, OnlyWhereCellsCompile) {
   const Mlp mlp;
-  const Gradients want = reference_gradients(mlp);
+  const Gradients want = testing::reference_gradients([&](Trace& t) { return mlp.loss(t); });
   for (const char* executor : {"batched", "reference", "jit"}) {
     EngineOptions options;
     options.executor = executor;
@@ -151,7 +135,7 @@ TEST(BatchNodes, OnlyWhereCellsCompile) {
     Engine engine(options);
     Trace trace(engine);
     const Expr loss = mlp.loss(trace);
-    ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp, executor));
+    ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp.parameters(), mlp.words, executor));
     EXPECT_TRUE(batch_members(loss).empty()) << executor;
   }
 }

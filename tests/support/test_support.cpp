@@ -47,6 +47,26 @@ EngineOptions checked_options(const std::string& executor, int threads) {
                                        << " (tolerance " << tolerance << " relative)";
 }
 
+void expect_same_gradients(const Gradients& got, const Gradients& want, const std::vector<const Parameter*>& parameters,
+                           const LookupTable& table, const std::string& what) {
+  EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss))) << what;
+  for (const Parameter* p : parameters) {
+    const Tensor* g = got.of(*p);
+    const Tensor* w = want.of(*p);
+    ASSERT_TRUE(g && w) << what << ": " << p->name();
+    ASSERT_EQ(g->data.size(), w->data.size()) << what << ": " << p->name();
+    for (size_t e = 0; e < w->data.size(); ++e)
+      ASSERT_NEAR(g->data[e], w->data[e], 1e-4f * (1 + std::abs(w->data[e]))) << what << ": " << p->name() << " " << e;
+  }
+  const Gradients::Rows* g = got.of(table);
+  const Gradients::Rows* w = want.of(table);
+  ASSERT_TRUE(g && w) << what;
+  ASSERT_EQ(g->entries, w->entries) << what;
+  ASSERT_EQ(g->gradients.size(), w->gradients.size()) << what;
+  for (size_t e = 0; e < w->gradients.size(); ++e)
+    ASSERT_NEAR(g->gradients[e], w->gradients[e], 1e-4f * (1 + std::abs(w->gradients[e]))) << what << ": " << table.name() << " " << e;
+}
+
 ::testing::AssertionResult near_relative(const Tensor& a, const Tensor& b, double tolerance) {
   if (a.rows != b.rows || a.cols != b.cols)
     return ::testing::AssertionFailure() << "shapes " << a.rows << "x" << a.cols << " vs " << b.rows

@@ -27,6 +27,23 @@ struct WeighedRun {
 };
 WeighedRun weigh_and_backward(Trace& trace, const Expr& w, const std::vector<Expr>& plain, const std::vector<Expr>& celled);
 
+// Expects `got` to be `want` (a reference's): the loss, each of `parameters`' gradients and
+// `table`'s rows and their gradients, each within 1e-4 of 1 + |want|, naming `what` and the first
+// value that differs.
+void expect_same_gradients(const Gradients& got, const Gradients& want, const std::vector<const Parameter*>& parameters,
+                           const LookupTable& table, const std::string& what);
+
+// The gradients of the loss `loss(trace)` records, under the reference executor with cells off.
+template <typename Loss>
+Gradients reference_gradients(Loss&& loss) {
+  EngineOptions options;
+  options.executor = "reference";
+  options.cells = false;
+  Engine engine(options);
+  Trace trace(engine);
+  return trace.backward(loss(trace));
+}
+
 // A fresh directory under the system temp dir, removed when the object goes away.
 class TempDir {
  public:
