@@ -205,6 +205,13 @@ TypeId SignatureTable::intern_node_batch(const Graph& graph, NodeId id) {
   return intern_named(key, name);
 }
 
+TypeId SignatureTable::intern_contraction(const Graph& graph, NodeId id, Shape dy, Shape x) {
+  const Node& n = graph.node(id);
+  const std::string pairs = std::to_string(n.arg_count / 2) + " x (" + to_string(dy) + ", " + to_string(x) + ")";
+  return intern_named(std::string(op_name(n.op)) + ' ' + pairs + ' ' + to_string(n.shape),
+                      std::string(op_name(n.op)) + '(' + pairs + ")->" + to_string(n.shape));
+}
+
 TypeId SignatureTable::add_type(std::string name) {
   if (by_name_.count(name)) {
     // Same printed form, different identity (two models that name a parameter alike).

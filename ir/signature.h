@@ -52,6 +52,11 @@ class SignatureTable {
   // A batch node's type (ir::NodeBatch): its op, member and slot shapes, parameters and constant,
   // whatever its number of members, apart from plain nodes of its op.
   TypeId intern_node_batch(const Graph& graph, NodeId id);
+  // The type of a weight's contraction (matmul_nt, matmul_nt_rows) whose every pair has factors of
+  // `dy` and `x`'s shapes, as the backward pass builds them: its op, number of pairs, those shapes
+  // and its own, not its arguments one by one (thousands, read nowhere else: a batch of them
+  // reads each member's own pairs).
+  TypeId intern_contraction(const Graph& graph, NodeId id, Shape dy, Shape x);
 
   const std::string& name(TypeId type) const { return names_[type]; }
   std::optional<TypeId> find(std::string_view signature) const;

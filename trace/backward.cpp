@@ -351,8 +351,7 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
       }
     }
   }
-  const int64_t limit = s_.engine->driver.options().max_trace_nodes;
-  if (limit > 0 && int64_t(graph_.size()) >= limit) detail::TraceState::node_limit_error(limit);
+  s_.check_room();
   const NodeId batch = ir::add_call_batch(graph_, graph_.add_cell(&backward_cell), int32_t(calls.size()), terms, args, rows);
   s_.data.types.push_back(s_.engine->driver.signatures.intern(graph_, batch));
   // Per output, the parameter it sends a term or a pair to, and the pairs' list (made for every
@@ -467,14 +466,15 @@ NodeId Backward::combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs
       for (size_t g = 0; g < shapes.size(); ++g) {
         const ir::Shape pair[] = {shapes[g].first, shapes[g].second};
         const ir::Shape product = ir::infer_shape(Op::matmul_nt, pair, {});
-        if (pair[0].cols != 1) {
-          terms.push_back(s_.add(Op::matmul_nt, groups[g], product, {}).node_id());
-          continue;
-        }
         ir::Attributes at;
-        at.index = graph_.add_rows(rows[g]);
-        at.target = product;
-        terms.push_back(s_.add(Op::matmul_nt_rows, groups[g], product, at).node_id());
+        if (pair[0].cols == 1) {
+          at.index = graph_.add_rows(rows[g]);
+          at.target = product;
+        }
+        s_.check_room();
+        const NodeId contraction = graph_.add(pair[0].cols == 1 ? Op::matmul_nt_rows : Op::matmul_nt, groups[g], product, at);
+        s_.data.types.push_back(s_.engine->driver.signatures.intern_contraction(graph_, contraction, pair[0], pair[1]));
+        terms.push_back(contraction);
       }
     }
   }
@@ -524,8 +524,7 @@ NodeId Backward::assemble_slices(NodeId n, std::vector<SlicePart>& parts) {
 NodeId detail::read_rows(TraceState& s, NodeId source, int64_t at, ir::Shape shape, bool placed_view) {
   auto add = [&](Op op, NodeId arg, ir::Shape out, const ir::Attributes& attrs) {
     if (!placed_view) return s.add(op, std::span(&arg, 1), out, attrs).node_id();
-    const int64_t limit = s.engine->driver.options().max_trace_nodes;
-    if (limit > 0 && int64_t(s.data.graph.size()) >= limit) TraceState::node_limit_error(limit);
+    s.check_room();
     const NodeId id = s.data.graph.add(op, std::span(&arg, 1), out, attrs);
     s.data.types.push_back(ir::kCallOutput);
     s.data.plan.batch_views.push_back(id);

@@ -48,8 +48,7 @@ std::pair<NodeId, int32_t> Backward::gradient_at(NodeId n) {
 }
 
 NodeId Backward::emit_batch(Op op, ir::Shape member, std::span<const ir::Shape> shapes, const ir::Attributes& attrs) {
-  const int64_t limit = s_.engine->driver.options().max_trace_nodes;
-  if (limit > 0 && int64_t(graph_.size()) >= limit) detail::TraceState::node_limit_error(limit);
+  s_.check_room();
   const NodeId batch = ir::add_node_batch(graph_, op, member, shapes, b_.batch_args, b_.batch_arg_rows, b_.batch_labels, attrs);
   s_.data.types.push_back(s_.engine->driver.signatures.intern(graph_, batch));
   b_.batch_args.clear();

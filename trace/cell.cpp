@@ -299,8 +299,7 @@ ir::NodeId detail::record_call_node(TraceState& s, CellRecord& record, ir::TypeI
   ir::Graph& graph = s.data.graph;
   const runtime::CallCell& cell =
       record.inference_cell && !s.engine->trained ? *record.inference_cell : *record.call_cell;
-  const int64_t limit = s.engine->driver.options().max_trace_nodes;
-  if (limit > 0 && int64_t(graph.size() + 1 + record.outputs.size()) > limit) TraceState::node_limit_error(limit);
+  s.check_room(1 + record.outputs.size());
   ir::NodeId call = ir::kNoNode;
   if (cell.operations > 0) {
     ir::Attributes attrs;

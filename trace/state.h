@@ -239,10 +239,15 @@ struct TraceState {
   [[noreturn]] static void captured_value_error(const std::string& cell, const std::string& function, size_t argument);
   // The trace's node for a parameter: one per parameter per trace.
   ir::NodeId parameter_node(const ir::ParameterInfo& info);
+  // A UsageError (node_limit_error) where `more` nodes would take the trace past
+  // EngineOptions::max_trace_nodes.
+  void check_room(size_t more = 1) const {
+    const int64_t limit = engine->driver.options().max_trace_nodes;
+    if (limit > 0 && int64_t(data.graph.size() + more) > limit) node_limit_error(limit);
+  }
   // Appends a node and its batching type (interned now, while its arguments are in cache).
   Expr add(ir::Op op, std::span<const ir::NodeId> args, ir::Shape shape, const ir::Attributes& attrs) {
-    const int64_t limit = engine->driver.options().max_trace_nodes;
-    if (limit > 0 && int64_t(data.graph.size()) >= limit) node_limit_error(limit);
+    check_room();
     const ir::NodeId id = data.graph.add(op, args, shape, attrs);
     data.types.push_back(engine->driver.signatures.intern_recorded(data.graph, id, data.types));
     return make(id);
