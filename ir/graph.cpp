@@ -86,6 +86,13 @@ NodeId add_call_batch(Graph& graph, uint32_t cell, int32_t members, std::span<co
 
 bool batches_members(Op op) {
   switch (op) {
+    case Op::matmul:
+    case Op::add:
+    case Op::sub:
+    case Op::add_const:
+    case Op::sigmoid:
+    case Op::square:
+    case Op::abs:
     case Op::matmul_tn:
     case Op::tanh_grad:
     case Op::sigmoid_grad:

@@ -248,9 +248,8 @@ void per_member_products(const BatchContext& c, size_t product_begin) {
   for (int64_t k = 0; k < c.n(); ++k) {
     Matrix out = c.output(k);
     for (size_t slot = product_begin; slot + 1 < c.first.arg_count; slot += 2) {
-      const ir::NodeId a = c.arg(size_t(k), slot), b = c.arg(size_t(k), slot + 1);
-      const ir::Shape sa = c.values.graph.node(a).shape, sb = c.values.graph.node(b).shape;
-      out.noalias() += ConstMatrix(c.values.in(a), sa.rows, sa.cols) * ConstMatrix(c.values.in(b), sb.rows, sb.cols);
+      const ir::Shape sa = c.arg_shape(slot), sb = c.arg_shape(slot + 1);
+      out.noalias() += ConstMatrix(c.in(size_t(k), slot), sa.rows, sa.cols) * ConstMatrix(c.in(size_t(k), slot + 1), sb.rows, sb.cols);
     }
   }
   c.stats.kernel_calls += c.n();
@@ -737,7 +736,8 @@ BatchContext BatchedExecutor::node_batches(std::span<const ir::NodeId> nodes, co
   t.shapes = first_batch.shapes;
   t.parameters.assign(slots, nullptr);
   for (size_t s = 0; s < slots; ++s)
-    if (const ir::Node& a = graph.node(graph.args(nodes[0])[s]); a.op == ir::Op::parameter && a.shape == t.shapes[s])
+    if (const ir::Node& a = graph.node(graph.args(nodes[0])[s]);
+        a.op == ir::Op::parameter && a.shape == t.shapes[s] && first_batch.rows[s] == 0)
       t.parameters[s] = &graph.parameter(a.attrs.parameter);
   t.pointers.clear();
   t.in_arena.clear();

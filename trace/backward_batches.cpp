@@ -22,6 +22,18 @@ bool has_batch_rule(Op op) {
     case Op::log:
     case Op::square:
     case Op::div:
+    case Op::sqrt:
+    case Op::abs:
+    case Op::cube:
+    case Op::softsign:
+    case Op::silu:
+    case Op::elu:
+    case Op::selu:
+    case Op::log_sigmoid:
+    case Op::max:
+    case Op::min:
+    case Op::sum_elements:
+    case Op::mean_elements:
     case Op::scale:
     case Op::add:
     case Op::sub:
@@ -70,6 +82,9 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
   if (products)
     for (size_t i = product_begin; i + 1 < arity; i += 2)
       if (graph_.node(first_args[i]).op != Op::parameter) return false;
+  // A sum of a matrix's elements spreads its gradient by two products: the per-node rule's.
+  if ((first.op == Op::sum_elements || first.op == Op::mean_elements) && graph_.node(first_args[0]).shape.cols != 1)
+    return false;
   for (NodeId n : members) {
     const ir::Node& node = graph_.node(n);
     if (!flows[n] || !sent(n) || node.op != first.op || node.arg_count != arity || !(node.shape == first.shape))
@@ -111,12 +126,13 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
   // What a slot of a batch node reads, member by member: the member's gradient, its argument i
   // (whole), the member itself (its value, y), or an earlier batch node of this rule.
   struct Value {
-    enum Kind { kGradient, kArgument, kSelf, kBatch } kind;
-    size_t at = 0;  // argument: which; batch: the node
+    enum Kind { kGradient, kArgument, kSelf, kBatch, kWhole } kind;
+    size_t at = 0;  // argument: which; batch, whole: the node
   };
   const Value gradient{Value::kGradient}, self{Value::kSelf};
   auto argument = [](size_t i) { return Value{Value::kArgument, i}; };
   auto batch = [](NodeId node) { return Value{Value::kBatch, node}; };
+  auto whole = [](NodeId node) { return Value{Value::kWhole, node}; };  // one node for every member
   const ir::Shape shape = first.shape;
   // One batch node of `op` over every member, its slots reading `slots`, its members `member`
   // columns (the members' own shape when not given).
@@ -126,6 +142,7 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
     for (const Value& v : slots)
       shapes[s++] = v.kind == Value::kArgument ? graph_.node(arg(0, v.at)).shape
                     : v.kind == Value::kBatch  ? ir::member_shape(graph_.node(NodeId(v.at)))
+                    : v.kind == Value::kWhole  ? graph_.node(NodeId(v.at)).shape
                                                : shape;
     for (size_t k = 0; k < count; ++k) {
       s = 0;
@@ -147,6 +164,10 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
           case Value::kBatch:
             b_.batch_args.push_back(NodeId(v.at));
             b_.batch_arg_rows.push_back(int32_t(k) * slot.rows);
+            break;
+          case Value::kWhole:
+            b_.batch_args.push_back(NodeId(v.at));
+            b_.batch_arg_rows.push_back(0);
             break;
         }
       }
@@ -173,6 +194,58 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
       send_rows(0, apply(Op::cmult, {gradient, batch(apply(Op::scale, {argument(0)}, 2.0f))}));
       return true;
     case Op::scale: send_rows(0, apply(Op::scale, {gradient}, first.attrs.constant)); return true;
+    case Op::sqrt:  // dy / (2 y)
+      send_rows(0, apply(Op::div, {batch(apply(Op::scale, {gradient}, 0.5f)), self}));
+      return true;
+    case Op::abs: {  // dy where x > 0, -dy where x < 0 (per-node rule: relu_grad's rule twice)
+      const NodeId negated = apply(Op::scale, {argument(0)}, -1.0f);
+      const NodeId negative = apply(Op::relu_grad, {batch(negated), gradient});
+      send_rows(0, apply(Op::sub, {batch(apply(Op::relu_grad, {argument(0), gradient})), batch(negative)}));
+      return true;
+    }
+    case Op::cube:  // 3 x^2 dy
+      send_rows(0, apply(Op::cmult, {gradient, batch(apply(Op::scale, {batch(apply(Op::square, {argument(0)}))}, 3.0f))}));
+      return true;
+    case Op::softsign: {  // dy / (1 + |x|)^2
+      const NodeId plus_one = apply(Op::add_const, {batch(apply(Op::abs, {argument(0)}))}, 1.0f);
+      send_rows(0, apply(Op::div, {gradient, batch(apply(Op::square, {batch(plus_one)}))}));
+      return true;
+    }
+    case Op::log_sigmoid:  // dy sigmoid(-x)
+      send_rows(0, apply(Op::cmult, {gradient, batch(apply(Op::sigmoid, {batch(apply(Op::scale, {argument(0)}, -1.0f))}))}));
+      return true;
+    case Op::silu: {  // dy (s + y (1 - s)), s = sigmoid(x)
+      const NodeId s = apply(Op::sigmoid, {argument(0)});
+      const NodeId ys = apply(Op::cmult, {self, batch(s)});
+      send_rows(0, apply(Op::cmult, {gradient, batch(apply(Op::add, {batch(s), batch(apply(Op::sub, {self, batch(ys)}))}))}));
+      return true;
+    }
+    case Op::elu:
+    case Op::selu: {  // as the per-node rule: above 0 dy (lambda dy), else dy (y + alpha)
+      const bool selu = first.op == Op::selu;
+      const NodeId g = apply(Op::cmult, {gradient, batch(apply(Op::add_const, {self}, selu ? ir::kSeluLambda * ir::kSeluAlpha
+                                                                                          : first.attrs.constant))});
+      NodeId above = apply(Op::relu_grad, {argument(0), gradient});
+      if (selu) above = apply(Op::scale, {batch(above)}, ir::kSeluLambda);
+      const NodeId rest = apply(Op::sub, {batch(g), batch(apply(Op::relu_grad, {argument(0), batch(g)}))});
+      send_rows(0, apply(Op::add, {batch(above), batch(rest)}));
+      return true;
+    }
+    case Op::max:
+    case Op::min: {  // a's share where a - b > 0 (min: b - a), b's the rest; a tie goes to b
+      const NodeId margin = first.op == Op::max ? apply(Op::sub, {argument(0), argument(1)}) : apply(Op::sub, {argument(1), argument(0)});
+      const NodeId to_a = apply(Op::relu_grad, {batch(margin), gradient});
+      if (flows_to(0)) send_rows(0, to_a);
+      if (flows_to(1)) send_rows(1, apply(Op::sub, {gradient, batch(to_a)}));
+      return true;
+    }
+    case Op::sum_elements:
+    case Op::mean_elements: {  // dy (1x1) spread over a column x: ones dy, the mean's ones 1 / rows
+      const ir::Shape x = graph_.node(arg(0, 0)).shape;  // a column (checked above)
+      const NodeId ones = constant(x, first.op == Op::mean_elements ? 1.0f / float(x.rows) : 1.0f);
+      send_rows(0, apply(Op::matmul, {whole(ones), gradient}, 0.0f, x));
+      return true;
+    }
     case Op::add:
     case Op::sum:
     case Op::add_const:

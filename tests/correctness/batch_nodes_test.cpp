@@ -26,7 +26,8 @@ using testing::expect_same_gradients;
 
 // Per instance, outside any cell, every op with a rule by batch: an affine of two products whose
 // x's are a looked-up word and a tanh of it, the activations, cmult, scale, add, sub, add_const,
-// sum, concat, square, div, exp, log, softmax and log_softmax, a product by a weight that is computed (no rule by batch: each member's own
+// sum, concat, square, div, exp, log, softmax, log_softmax, sqrt, abs, cube, softsign, silu,
+// elu, selu, log_sigmoid, max, min, sum_elements and mean_elements, a product by a weight that is computed (no rule by batch: each member's own
 // rule), and the loss, over 7 instances (so each forward batch has several members) whose second
 // half also runs a deeper branch (batches of different sizes).
 struct Mlp {
@@ -50,9 +51,12 @@ struct Mlp {
       mixed = sum({mixed, r + 0.25f, matmul(computed, h)});
       if (k >= 3) mixed = tanh(matmul(t.param(u), mixed)) + s;
       mixed = mixed + square(h) + div(s, exp(h * 0.5f)) + log(s + 1.0f);
+      mixed = mixed + sqrt(s + 0.5f) + abs(a) + cube(h) + softsign(a) + silu(a) + elu(a, 0.7f) + selu(a) +
+              log_sigmoid(a) + max(a, h) + min(s, r);
       const Expr logits = matmul(t.param(v), concat({mixed, h}));
       terms.push_back(pick_neg_log_softmax(logits, k % kLabels));
       terms.push_back(sum_elements(cmult(softmax(logits), log_softmax(logits))) * 0.1f);
+      terms.push_back(mean_elements(square(h - s)) * 0.5f);
     }
     return sum(terms);
   }
@@ -83,10 +87,18 @@ TEST(BatchNodes, OnePerForwardBatchAndTheReferencesGradients) {
     EXPECT_EQ(members.at("pick_neg_log_softmax_grad"), 7);
     EXPECT_EQ(members.at("tanh_grad"), 7 + 7 + 4);  // tanh(word), h, the deeper tanh (tanh(U) is one node)
     EXPECT_EQ(members.at("sigmoid_grad"), 7);
-    EXPECT_EQ(members.at("relu_grad"), 7);
-    // cmult(h, s) and cmult(softmax, log_softmax) to both arguments, exp's, square's and div's.
-    EXPECT_EQ(members.at("cmult"), 2 * 7 + 2 * 7 + 3 * 7);
-    EXPECT_EQ(members.at("div"), 3 * 7);  // log's, and div's to either argument
+    EXPECT_EQ(members.at("relu_grad"), 7 + 2 * 7 + 2 * 7 + 2 * 7 + 7 + 7);  // relu, abs, elu, selu, max, min
+    // cmult(h, s) and cmult(softmax, log_softmax) to both arguments, exp's, both squares', div's,
+    // cube's, log_sigmoid's, silu's two, elu's and selu's.
+    EXPECT_EQ(members.at("cmult"), 2 * 7 + 2 * 7 + 7 + 2 * 7 + 7 + 7 + 7 + 2 * 7 + 7 + 7);
+    EXPECT_EQ(members.at("div"), 3 * 7 + 7 + 7);  // log's, div's to either argument, sqrt's, softsign's
+    EXPECT_EQ(members.at("sub"), 4 * 7 + 2 * 7 + 2 * 7);  // abs, silu, elu, selu; max's and min's two
+    EXPECT_EQ(members.at("add"), 3 * 7);                  // silu, elu, selu
+    EXPECT_EQ(members.at("add_const"), 3 * 7);            // softsign, elu, selu
+    EXPECT_EQ(members.at("sigmoid"), 2 * 7);              // log_sigmoid, silu
+    EXPECT_EQ(members.at("square"), 2 * 7);               // cube, softsign
+    EXPECT_EQ(members.at("abs"), 7);                      // softsign
+    EXPECT_EQ(members.at("matmul"), 2 * 7);               // sum_elements' and mean_elements' spread
     EXPECT_EQ(members.at("softmax_grad"), 7);
     EXPECT_EQ(members.at("log_softmax_grad"), 7);
     EXPECT_GE(members.at("scale"), 2 * 7);  // r * 0.5 and the sub's -1
