@@ -123,31 +123,21 @@ TEST(BatchCalls, OnePerForwardBatchAndTheReferencesGradients) {
 TEST(BatchCalls, EqualThePerCallBackwardUnderEveryPolicyPlannerAndThreads) {
   const Chains chains;
   const Gradients want = testing::reference_gradients([&](Trace& t) { return chains.loss(t); });
-  for (const char* policy : {"greedy", "sequential", "depth", "agenda"})
-    for (int threads : {1, 2})
-      for (bool memplan : {false, true}) {
-        const std::string what =
-            std::string(policy) + ", " + std::to_string(threads) + " threads, planner " + (memplan ? "on" : "off");
-        SCOPED_TRACE(what);
-        for (bool batched : {true, false}) {
-          EngineOptions options;
-          options.policy = policy;
-          options.threads = threads;
-          options.memplan = memplan;
-          options.batched_backward = batched;
-          options.verify = true;
-          Engine engine(options);
-          for (int round = 0; round < 2; ++round) {
-            Trace trace(engine);
-            const Expr loss = chains.loss(trace);
-            const Gradients got = trace.backward(loss);
-            ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains.parameters(), chains.words, what));
-            const Calls calls = backward_calls(loss);
-            EXPECT_EQ(calls.members, batched ? 15 : 0);
-            EXPECT_EQ(calls.per_call, batched ? 0 : 15);
-          }
-        }
+  testing::for_each_backward_combination([&](EngineOptions options, const std::string& what) {
+    for (bool batched : {true, false}) {
+      options.batched_backward = batched;
+      Engine engine(options);
+      for (int round = 0; round < 2; ++round) {
+        Trace trace(engine);
+        const Expr loss = chains.loss(trace);
+        const Gradients got = trace.backward(loss);
+        ASSERT_NO_FATAL_FAILURE(expect_same_gradients(got, want, chains.parameters(), chains.words, what));
+        const Calls calls = backward_calls(loss);
+        EXPECT_EQ(calls.members, batched ? 15 : 0);
+        EXPECT_EQ(calls.per_call, batched ? 0 : 15);
       }
+    }
+  });
 }
 
 // Two backward passes in one trace, each after its own forward pass: the second's batch calls and

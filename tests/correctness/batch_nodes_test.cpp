@@ -111,29 +111,19 @@ TEST(BatchNodes, OnePerForwardBatchAndTheReferencesGradients) {
 TEST(BatchNodes, EqualThePerNodeBackwardUnderEveryPolicyPlannerAndThreads) {
   const Mlp mlp;
   const Gradients want = testing::reference_gradients([&](Trace& t) { return mlp.loss(t); });
-  for (const char* policy : {"greedy", "sequential", "depth", "agenda"})
-    for (int threads : {1, 2})
-      for (bool memplan : {false, true}) {
-        const std::string what =
-            std::string(policy) + ", " + std::to_string(threads) + " threads, planner " + (memplan ? "on" : "off");
-        SCOPED_TRACE(what);
-        for (bool batched : {true, false}) {
-          EngineOptions options;
-          options.policy = policy;
-          options.threads = threads;
-          options.memplan = memplan;
-          options.batched_backward = batched;
-          options.verify = true;
-          Engine engine(options);
-          for (int round = 0; round < 2; ++round) {
-            Trace trace(engine);
-            const Expr loss = mlp.loss(trace);
-            ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp.parameters(), mlp.words, what));
-            // Node by node (sequential) every forward batch has one member: no rule by batch.
-            EXPECT_EQ(batch_members(loss).empty(), !batched || std::string(policy) == "sequential");
-          }
-        }
+  testing::for_each_backward_combination([&](EngineOptions options, const std::string& what) {
+    for (bool batched : {true, false}) {
+      options.batched_backward = batched;
+      Engine engine(options);
+      for (int round = 0; round < 2; ++round) {
+        Trace trace(engine);
+        const Expr loss = mlp.loss(trace);
+        ASSERT_NO_FATAL_FAILURE(expect_same_gradients(trace.backward(loss), want, mlp.parameters(), mlp.words, what));
+        // Node by node (sequential) every forward batch has one member: no rule by batch.
+        EXPECT_EQ(batch_members(loss).empty(), !batched || options.policy == "sequential");
       }
+    }
+  });
 }
 
 // Where the executor does not compile cells, or check_finite reads every value, no batch node.

@@ -47,6 +47,22 @@ EngineOptions checked_options(const std::string& executor, int threads) {
                                        << " (tolerance " << tolerance << " relative)";
 }
 
+void for_each_backward_combination(const std::function<void(EngineOptions, const std::string&)>& body) {
+  for (const char* policy : {"greedy", "sequential", "depth", "agenda"})
+    for (int threads : {1, 2})
+      for (bool memplan : {false, true}) {
+        const std::string what =
+            std::string(policy) + ", " + std::to_string(threads) + " threads, planner " + (memplan ? "on" : "off");
+        SCOPED_TRACE(what);
+        EngineOptions options;
+        options.policy = policy;
+        options.threads = threads;
+        options.memplan = memplan;
+        options.verify = true;
+        body(options, what);
+      }
+}
+
 void expect_same_gradients(const Gradients& got, const Gradients& want, const std::vector<const Parameter*>& parameters,
                            const LookupTable& table, const std::string& what) {
   EXPECT_NEAR(got.loss, want.loss, 1e-4f * (1 + std::abs(want.loss))) << what;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ Gradients reference_gradients(Loss&& loss) {
   Trace trace(engine);
   return trace.backward(loss(trace));
 }
+
+// The options a backward pass is checked under: the greedy, sequential, depth and agenda policies x
+// 1 and 2 threads x the planner off and on, verify on; body(options, what) for each, `what`
+// naming them (also as a SCOPED_TRACE).
+void for_each_backward_combination(const std::function<void(EngineOptions, const std::string&)>& body);
 
 // A fresh directory under the system temp dir, removed when the object goes away.
 class TempDir {
