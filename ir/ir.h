@@ -235,9 +235,10 @@ NodeId add_call_batch(Graph& graph, uint32_t cell, int32_t members, std::span<co
 // A node that stands for a batch of `members` nodes of its op (the backward pass records one per
 // forward batch whose rule it batches, docs/design.md "Backward rules by batch"): each member is a
 // column of `rows`, member k's value lies at rows [k * rows, (k + 1) * rows) of the node, a column
-// of members x rows (as a batch call's frames: its readers read a member at its rows). The node's arguments are member after member, one per argument slot of the op;
-// each is read in place at a row of its node (`rows`, one per node argument) as a value of its
-// slot's shape (`shapes`, the same for every member). An op with a per-member index (a pick's
+// of members x rows (as a batch call's frames: its readers read a member at its rows). The node's
+// arguments are member after member, one per argument slot of the op; each is read in place at a
+// row of its node (`rows`, one per node argument) as a value of its slot's shape (`shapes`, the
+// same for every member). An op with a per-member index (a pick's
 // label) reads member k's from `labels`. attrs.index is where the table (per slot its rows and
 // cols, then the rows, then the labels) starts in the graph's row pool.
 struct NodeBatch {

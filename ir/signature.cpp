@@ -91,6 +91,15 @@ size_t build_key(const Graph& graph, NodeId id, std::string& key) {
 
 char hex_digit(unsigned v) { return "0123456789abcdef"[v & 15]; }
 
+// A constant attribute as a signature prints it: its exact bits, so 0.1f and 0.10000001f never
+// share a signature.
+std::string constant_text(float constant) {
+  const uint32_t bits = std::bit_cast<uint32_t>(constant);
+  std::string s = " constant=0x";
+  for (int shift = 28; shift >= 0; shift -= 4) s += hex_digit(bits >> shift);
+  return s;
+}
+
 // signature() with its arguments' repeated group known (a scan of thousands of arguments).
 std::string signature_of_group(const Graph& graph, NodeId id, size_t group) {
   const Node& n = graph.node(id);
@@ -112,12 +121,7 @@ std::string signature_of_group(const Graph& graph, NodeId id, size_t group) {
     s += "table:" + table.name + ':' + to_string(table.shape);
   }
   s += ')';
-  if (has_flag(n.op, kConstant)) {
-    // Exact bits, so 0.1f and 0.10000001f never share a signature.
-    const uint32_t bits = std::bit_cast<uint32_t>(n.attrs.constant);
-    s += " constant=0x";
-    for (int shift = 28; shift >= 0; shift -= 4) s += hex_digit(bits >> shift);
-  }
+  if (has_flag(n.op, kConstant)) s += constant_text(n.attrs.constant);
   if (has_flag(n.op, kRange))
     s += " rows=[" + std::to_string(n.attrs.begin) + "," + std::to_string(n.attrs.end) + ")";
   s += "->" + to_string(n.shape);
@@ -195,11 +199,8 @@ TypeId SignatureTable::intern_node_batch(const Graph& graph, NodeId id) {
   }
   name += ')';
   if (has_flag(n.op, kConstant)) {
-    const uint32_t bits = std::bit_cast<uint32_t>(n.attrs.constant);
-    key += " c" + std::to_string(bits);
-    std::string hex = " constant=0x";
-    for (int shift = 28; shift >= 0; shift -= 4) hex += hex_digit(bits >> shift);
-    name += hex;
+    key += constant_text(n.attrs.constant);
+    name += constant_text(n.attrs.constant);
   }
   name += "->" + to_string(member_shape(n));
   return intern_named(key, name);

@@ -67,11 +67,9 @@ std::vector<LeafGradient> Backward::record(NodeId loss) {
       parameters.push_back(n);
       continue;
     }
-    if (op == Op::lookup) {
-      // A term of a batch call's frame alone: read there, with no view node.
-      const Contribution& only = b_.items[size_t(b_.head[n])];
-      if (only.next < 0 && only.kind == Contribution::kWhole && only.at >= 0) leaves.push_back({n, only.a, only.at});
-      else leaves.push_back({n, combine(n), 0});
+    if (op == Op::lookup) {  // a term alone (a batch call's frame at a row) is read there, with no view
+      const auto [gradient, at] = gradient_at(n);
+      leaves.push_back({n, gradient, std::max(at, 0)});
       continue;
     }
     send(n, combine(n), flows);

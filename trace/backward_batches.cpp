@@ -1,7 +1,9 @@
 // Backward rules by batch (detail::Backward::send_batch, trace/backward_pass.h): a forward batch's
 // rule run once for all its members, recording one batch node (ir::NodeBatch) where a member's rule
 // records one node, and passing terms on in place where a member's rule passes its gradient on.
+#include <array>
 #include <optional>
+#include <string>
 
 #include "trace/backward_pass.h"
 
@@ -9,7 +11,7 @@ namespace edb::detail {
 
 namespace {
 
-// The ops whose forward batches have a rule by batch.
+// The ops whose forward batches have a rule by batch: each has its case in send_batch's switch.
 bool has_batch_rule(Op op) {
   switch (op) {
     case Op::pick_neg_log_softmax:
@@ -137,7 +139,9 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
   // One batch node of `op` over every member, its slots reading `slots`, its members `member`
   // columns (the members' own shape when not given).
   auto apply = [&](Op op, std::initializer_list<Value> slots, float constant = 0.0f, ir::Shape member = {}) {
-    ir::Shape shapes[3];
+    std::array<ir::Shape, 3> shapes;
+    if (slots.size() > shapes.size())
+      throw InternalError("Backward::send_batch: a batch node of " + std::to_string(slots.size()) + " slots");
     size_t s = 0;
     for (const Value& v : slots)
       shapes[s++] = v.kind == Value::kArgument ? graph_.node(arg(0, v.at)).shape
@@ -175,7 +179,7 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
     }
     ir::Attributes attrs;
     attrs.constant = constant;
-    return emit_batch(op, member.rows ? member : shape, std::span(shapes, s), attrs);
+    return emit_batch(op, member.rows ? member : shape, std::span(shapes.data(), s), attrs);
   };
   switch (first.op) {
     case Op::pick_neg_log_softmax: {  // (x, dl) -> (softmax(x) - e_label) dl
@@ -295,8 +299,8 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
           send_rows(i + 1, apply(Op::matmul_tn, {argument(i), gradient}, 0.0f, ir::Shape{graph_.node(arg(0, i)).shape.cols, 1}));
       return true;
     }
-    default:
-      return false;
+    default:  // has_batch_rule() named an op with no rule here: its gradients are already read
+      throw InternalError("Backward::send_batch: no rule by batch for " + std::string(ir::op_name(first.op)));
   }
 }
 
