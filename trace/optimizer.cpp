@@ -478,6 +478,10 @@ bool load_training(Model& model, Optimizer& optimizer, const std::string& path) 
   const char* function = "edb::load_training()";
   const std::string state_path = path + ".optimizer";
   std::error_code error;
+  // A load takes the lock saves of `path` hold while they rename their pair into place, so it reads
+  // both files of one save (a save to the same path from another training may be under way). Where
+  // no lock can be made (a read-only directory), no save can be under way there either.
+  ir::FileLock lock(ir::lock_path_for(path));
   if (!std::filesystem::exists(state_path, error)) {
     model.load(path);
     return false;

@@ -64,11 +64,12 @@ class Optimizer {
 };
 
 // A model and its optimizer state saved as one unit: `path` and `path`.optimizer, both written to
-// temporary files (`path`.tmp, `path`.optimizer.tmp) and flushed to the disk, then renamed, the
+// temporary files beside them (unique to the saver) and flushed to the disk, then renamed, the
 // state first; the old state stays (hard-linked as `path`.optimizer.previous) until the model is
 // replaced too. The state file records the checksum of the model values it goes with, so
 // load_training() tells one save's pair from files of different saves, or from a save killed
-// between its two renames. A temporary file a killed save left behind is replaced by the next.
+// between its two renames. Saves and loads of one path, from threads or processes, take turns
+// through a lock file (`path`.lock, removed after), so each load reads one save's pair.
 void save_training(const Model& model, const Optimizer& optimizer, const std::string& path);
 // Loads what save_training() wrote. Returns false, having loaded only the model, when
 // `path`.optimizer does not exist. After a save killed between its renames, the previous pair

@@ -210,6 +210,45 @@ TEST(TrainingState, SavesFromProcessesAtOnceAllSucceedAndLeaveOneWritersLastPair
   }
 }
 
+// Loads while another thread saves to the same path, over and over (a training resumed from a
+// path another one is saving to): every load gets one save's whole pair. Before, a load could read
+// the model of one save and the state of the next, or find `previous` already gone, and refuse.
+TEST(TrainingState, LoadsWhileSavesRunAlwaysGetOneSavesPair) {
+  testing::TempDir dir;
+  const std::string path = dir.file("model");
+  {
+    Pair first;
+    set_save(first.model, first.optimizer, 1);
+    save_training(first.model, first.optimizer, path);
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> save_failures{0};
+  std::thread saver([&] {
+    Pair saving;
+    for (int k = 2; !done; ++k) {
+      set_save(saving.model, saving.optimizer, k);
+      if (!usage_error([&] { save_training(saving.model, saving.optimizer, path); }).empty()) ++save_failures;
+    }
+  });
+  int refused = 0, mixed = 0;
+  for (int load = 0; load < 300; ++load) {
+    Pair loading;
+    const std::string error = usage_error([&] { load_training(loading.model, loading.optimizer, path); });
+    if (!error.empty()) {
+      if (refused++ == 0) ADD_FAILURE() << "load " << load << ": " << error;
+      continue;
+    }
+    const std::span<float> w = loading.model.parameter("W").values();
+    if (double(w[0]) != double(loading.optimizer.steps()) || w[4095] != w[0]) ++mixed;
+  }
+  done = true;
+  saver.join();
+  EXPECT_EQ(refused, 0);
+  EXPECT_EQ(mixed, 0);
+  EXPECT_EQ(save_failures, 0);
+  EXPECT_EQ(testing::leftovers(dir.path()), std::vector<std::string>{});
+}
+
 // Runs `write` in a child process whose files may grow to `bytes` (a disk that fills up: writes
 // past it fail with EFBIG); returns the child's UsageError message, or "" when it threw none.
 std::string on_a_full_disk(uint64_t bytes, const std::function<void()>& write) {
