@@ -95,17 +95,21 @@ CallExpansion::Expanded& CallExpansion::expanded(const CallCell& cell, size_t ca
         members.push_back(e.at[c * size + id]);
       }
     if (members.empty()) continue;  // frame reads only
-    const ir::TypeId type = cell.types[cell.first + cell.body_batches[b][0]];
-    if (!node_by_node) {
-      e.schedule.add_batch(type, members);
-      continue;
-    }
-    for (ir::NodeId member : members) e.schedule.add_batch(type, std::span(&member, 1));
+    e.schedule.add_batch(cell.types[cell.first + cell.body_batches[b][0]], members);
   }
+  // Planned batch by batch however it runs: a cell's frame is laid out as the body's batches (a
+  // batch is views only when all its members can be, runtime/cell_lowering.cpp), and planning the
+  // sequential policy's one-node batches instead made a view of a member its batch stores.
   e.plan.offset.assign(e.graph.size(), -1);
   e.plan.view.assign(e.graph.size(), 0);
   e.plan.arena_floats = 0;
   memplan::plan_batch_order(e.graph, e.schedule, e.plan);
+  if (node_by_node) {  // then run node by node
+    scheduler::Schedule whole = std::move(e.schedule);
+    e.schedule = scheduler::Schedule{};
+    for (size_t b = 0; b < whole.batch_count(); ++b)
+      for (const ir::NodeId& member : whole.batch(b)) e.schedule.add_batch(whole.batch_type[b], std::span(&member, 1));
+  }
   // A frame laid out batch by batch is this plan for the batch's calls (runtime/cell_lowering.h):
   // checked once per expansion, since running in place writes the frames through it.
   if (!cell.frame_blocks.empty()) {

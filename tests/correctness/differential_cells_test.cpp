@@ -329,6 +329,18 @@ TEST(DifferentialCells, RandomCellProgramsEqualReference) {
               per_program, static_cast<unsigned long long>(failures));
 }
 
+// Programs a longer run of the fuzzer found wrong, each under every combination. 771554 and 772246:
+// a backward body under the sequential policy on an executor that expands calls threw "the frames
+// of cell 'backward of cell1' are not laid out as its expansion" (the expansion planned its
+// one-node batches, making a view of a slice the body's batch of slices stores).
+TEST(DifferentialCells, ProgramsTheFuzzerFoundEqualReference) {
+  CellFuzzer fuzzer;
+  for (const uint64_t seed : {771554, 772246}) {
+    const Failure f = fuzzer.check(seed, fuzzer.combinations.size(), /*shrink_failures=*/false);
+    EXPECT_EQ(f.difference, "") << "seed " << seed << ", " << f.combination << "\n" << f.program;
+  }
+}
+
 // Issue 46's ops the bodies draw, by the feature name the coverage test counts.
 const std::pair<testing::CellOp::Kind, const char*> kIssue46Kinds[] = {
     {testing::CellOp::select_rows_ends, "select_rows in a body"},   {testing::CellOp::std_dim_plus, "std_dim in a body"},
