@@ -16,11 +16,14 @@
 
 namespace edb::runtime {
 
+class WeightGradients;  // runtime/weight_gradients.h
+
 using ConstMatrix = Eigen::Map<const Eigen::MatrixXf>;
 using Matrix = Eigen::Map<Eigen::MatrixXf>;
 using StridedConst = Eigen::Map<const Eigen::MatrixXf, 0, Eigen::OuterStride<>>;
 
 constexpr int64_t kMinElementsPerTask = 1 << 15;  // elementwise ranges worth a thread hand-off
+constexpr int64_t kMinRowsPerTask = 64;            // GEMM row blocks worth a thread hand-off
 
 struct Operand {
   enum Kind { kShared, kStrided, kGathered };
@@ -86,6 +89,8 @@ struct BatchContext {
   // Set for a batch of batch nodes: the members are the table's, not `members` (the nodes), and
   // `first` is the table's member node. Read through in(), in_arena_at(), arg_shape(), index().
   const MemberTable* table = nullptr;
+  // The evaluation's weight gradients started early (runtime/weight_gradients.h), or null.
+  WeightGradients* weight_gradients = nullptr;
 
   int64_t n() const { return table ? table->members : static_cast<int64_t>(members.size()); }
   ir::NodeId arg(size_t member, size_t slot) const { return values.graph.args(members[member])[slot]; }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <optional>
 #include <tuple>
 
@@ -22,22 +23,15 @@
 #include "runtime/outer_kernel.h"
 #include "runtime/outer_products.h"
 #include "runtime/selection.h"
+#include "runtime/weight_gradients.h"
 
 namespace edb::runtime {
 
 namespace {
 
 
-constexpr int64_t kMinRowsPerTask = 64;           // GEMM row blocks worth a thread hand-off
 constexpr int64_t kFewRows = 16;                  // a GEMM of fewer output rows runs transposed
 constexpr int64_t kMinFlopsPerPiece = 200'000;    // a piece cut by columns worth a thread hand-off
-// With two or more threads, a weight's gradient over many uses is cut by uses: each piece packs and
-// multiplies its own uses into its own partial sum, so no piece waits for panels another packs
-// (cut by output columns, every panel's packing ran on one thread while the others waited, and
-// each panel was a hand-off), and the partial sums are added in piece order. More pieces than two
-// threads: a thread the OS has not scheduled leaves the pieces it has not started to the others.
-constexpr int64_t kMinUsesPerPiece = OuterProducts::kDepth;
-constexpr int64_t kMaxUsePieces = 4;
 
 // Operand and BatchContext: runtime/batch_context.h.
 
@@ -305,77 +299,6 @@ void run_matmul_tn(const BatchContext& c) {
   });
 }
 
-// sum_i a_i b_i^T per member: a weight's gradient over all its uses, one contraction whose
-// reduction runs over every pair's columns, read where they lie (runtime/outer_products.h): whole
-// arguments (matmul_nt), or columns at rows of them (matmul_nt_rows, Values::row).
-void run_matmul_nt(const BatchContext& c) {
-  const size_t pairs = c.first.arg_count / 2;
-  const bool at_rows = c.first.op == ir::Op::matmul_nt_rows;
-  // Factor shapes: a member's arguments' (matmul_nt), or columns of its output's rows and columns.
-  auto factors = [&](size_t k) {
-    if (at_rows) {
-      const ir::Shape out = c.values.graph.node(c.members[k]).shape;
-      return std::pair{ir::Shape{out.rows, 1}, ir::Shape{out.cols, 1}};
-    }
-    return std::pair{c.values.graph.node(c.arg(k, 0)).shape, c.values.graph.node(c.arg(k, 1)).shape};
-  };
-  // Members run one after another, so one set of column pointers and panels serves them all (a
-  // batch of thousands of single outer products would otherwise take scratch for each).
-  const auto [first_a, first_b] = factors(0);
-  const size_t columns = pairs * size_t(first_a.cols);  // a batch's members have one signature: these shapes
-  const float** a = c.scratch.allocate_pointers(columns);
-  const float** b = c.scratch.allocate_pointers(columns);
-  // Cut by uses with two or more threads (kMaxUsePieces): piece 0 sums into the output, the others
-  // into partial sums of their own; each packs its own panels.
-  const int64_t pieces =
-      c.pool.size() == 1 ? 1 : std::clamp<int64_t>(int64_t(columns) / kMinUsesPerPiece, 1, kMaxUsePieces);
-  auto piece_of = [&](int64_t i) {
-    const size_t begin = columns * size_t(i) / size_t(pieces), end = columns * size_t(i + 1) / size_t(pieces);
-    return OuterProducts{first_a.rows, first_b.rows, std::span(a + begin, end - begin), std::span(b + begin, end - begin)};
-  };
-  const int64_t size = first_a.rows * first_b.rows;
-  float* panels[kMaxUsePieces];
-  float* sums[kMaxUsePieces] = {};
-  for (int64_t i = 0; i < pieces; ++i) {
-    panels[i] = c.scratch.allocate(size_t(std::max<int64_t>(1, piece_of(i).scratch_floats())));
-    if (i > 0) sums[i] = c.scratch.allocate(size_t(size));
-  }
-  for (int64_t k = 0; k < c.n(); ++k) {
-    const auto [sa, sb] = factors(size_t(k));
-    if (!(sa == first_a) || !(sb == first_b))
-      throw InternalError("run_matmul_nt: member " + std::to_string(k) + " of a batch has other shapes than the first");
-    if (at_rows) {
-      const auto rows = c.values.graph.rows(c.values.graph.node(c.members[size_t(k)]).attrs.index, 2 * pairs);
-      for (size_t i = 0; i < pairs; ++i) {
-        a[i] = c.values.row(c.arg(size_t(k), 2 * i), rows[2 * i]);
-        b[i] = c.values.row(c.arg(size_t(k), 2 * i + 1), rows[2 * i + 1]);
-      }
-    } else {
-      for (size_t i = 0; i < pairs; ++i)
-        for (int32_t j = 0; j < sa.cols; ++j) {
-          a[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i)) + int64_t(j) * sa.rows;
-          b[i * size_t(sa.cols) + size_t(j)] = c.values.in(c.arg(size_t(k), 2 * i + 1)) + int64_t(j) * sb.rows;
-        }
-    }
-    if (pieces == 1) {
-      piece_of(0).compute(c.output(k).data(), panels[0], [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
-        c.split(tiles, kMinRowsPerTask / OuterProducts::tile_cols(), body);
-      });
-      continue;
-    }
-    sums[0] = c.output(k).data();
-    const std::function<void(int)> piece = [&](int i) {
-      piece_of(i).compute(sums[i], panels[i], [](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) { body(0, tiles); });
-    };
-    c.pool.parallel_for(int(pieces), piece);
-    c.split(size, kMinElementsPerTask, [&](int64_t begin, int64_t end) {
-      for (int64_t i = 1; i < pieces; ++i)
-        for (int64_t e = begin; e < end; ++e) sums[0][e] += sums[i][e];
-    });
-  }
-  c.stats.kernel_calls += c.n();
-}
-
 void run_concat(const BatchContext& c) {
   // Member k's output is [a_k; b_k; ...]: one copy per member and slot, straight from where each
   // operand lives (no separate gather).
@@ -620,7 +543,7 @@ void run_batch(const BatchContext& c) {
     case ir::Op::kmax_pooling_grad: return run_selection(c);
     case ir::Op::matmul_tn: return run_matmul_tn(c);
     case ir::Op::matmul_nt:
-    case ir::Op::matmul_nt_rows: return run_matmul_nt(c);
+    case ir::Op::matmul_nt_rows: return run_matmul_nt(c, c.weight_gradients);
     case ir::Op::tanh_grad: return binary(c, [](auto y, auto dy) { return dy * (1.0f - y.square()); });
     case ir::Op::sigmoid_grad: return binary(c, [](auto y, auto dy) { return dy * y * (1.0f - y); });
     case ir::Op::relu_grad: return binary(c, [](auto y, auto dy) { return (y > 0.0f).select(dy, 0.0f); });
@@ -658,7 +581,7 @@ void run_batch(const BatchContext& c) {
 
 float* BatchedExecutor::Scratch::allocate(size_t floats) {
   while (used_block_ < blocks_.size()) {
-    std::vector<float>& block = blocks_[used_block_];
+    std::vector<float, AlignedAllocator<float>>& block = blocks_[used_block_];
     if (block.size() - used_in_block_ >= floats) {
       float* p = block.data() + used_in_block_;
       used_in_block_ += (floats + 15) & ~size_t{15};  // keep 64-byte alignment steps
@@ -675,7 +598,7 @@ float* BatchedExecutor::Scratch::allocate(size_t floats) {
 
 size_t BatchedExecutor::Scratch::bytes() const {
   size_t total = 0;
-  for (const std::vector<float>& block : blocks_) total += block.capacity() * sizeof(float);
+  for (const auto& block : blocks_) total += block.capacity() * sizeof(float);
   return total;
 }
 
@@ -693,7 +616,8 @@ const float** BatchedExecutor::Scratch::allocate_pointers(size_t count) {
   return reinterpret_cast<const float**>(allocate(count * kFloatsPerPointer));
 }
 
-BatchedExecutor::BatchedExecutor(int threads) : pool_(threads), calls_(std::make_unique<CallExpansion>()) {}
+BatchedExecutor::BatchedExecutor(int threads)
+    : pool_(threads), calls_(std::make_unique<CallExpansion>()), weight_gradients_(std::make_unique<WeightGradients>()) {}
 
 BatchedExecutor::~BatchedExecutor() = default;
 
@@ -717,7 +641,9 @@ BatchContext BatchedExecutor::context(const scheduler::Schedule& schedule, const
     if (values.plan.offset[members[k]] != values.plan.offset[members[0]] + int64_t(k) * size)
       throw InternalError("batched executor: batch " + std::to_string(b) +
                           "'s outputs are not consecutive in member order (plan contract C1)");
-  return BatchContext{values, members, first, values.out(members[0]), scratch_, pool_, stats};
+  BatchContext c{values, members, first, values.out(members[0]), scratch_, pool_, stats};
+  if (depth_ == 1 && weight_gradients_->active()) c.weight_gradients = weight_gradients_.get();
+  return c;
 }
 
 BatchContext BatchedExecutor::node_batches(std::span<const ir::NodeId> nodes, const Values& values, Stats& stats) {
@@ -766,7 +692,20 @@ BatchContext BatchedExecutor::node_batches(std::span<const ir::NodeId> nodes, co
 }
 
 void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
-  for (size_t b = 0; b < schedule.batch_count(); ++b) {
+  // A batch of calls run by their bodies executes them here again, inside this evaluation: only the
+  // outermost one starts its weight gradients early and tells them which batches ran.
+  const bool outermost = depth_++ == 0;
+  struct Leave {
+    BatchedExecutor& e;
+    Stats& stats;
+    bool outermost;
+    ~Leave() {
+      --e.depth_;
+      if (outermost) stats.early_gradient_blocks += e.weight_gradients_->stop();
+    }
+  } leave{*this, stats, outermost};
+  if (outermost) weight_gradients_->start(schedule, values, pool_);
+  for (size_t b = 0; b < schedule.batch_count(); outermost ? weight_gradients_->ran(b) : void(), ++b) {
     if (const size_t end = run_compiled(schedule, values, b, stats); end > b) {
       b = end - 1;
       continue;

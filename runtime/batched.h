@@ -5,7 +5,9 @@
 // Precondition: the plan puts each batch's outputs consecutively in member order (memplan's C1).
 #pragma once
 
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -15,8 +17,28 @@
 namespace edb::runtime {
 
 class CallExpansion;  // cell calls run batch by batch (runtime/call_expansion.h)
+
+// Storage 64 bytes aligned: a pointer into it is then as aligned as its offset, wherever the
+// allocation landed (Eigen's vectorized reductions start at an aligned element, so their sums
+// depended on where malloc put a scratch block: run to run, and thread to thread).
+template <typename T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <typename U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(size_t n) {
+    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <typename U>
+  bool operator==(const AlignedAllocator<U>&) const { return true; }
+};
 struct BatchContext;  // runtime/batch_context.h
 struct MemberTable;   // runtime/batch_context.h
+class WeightGradients;  // runtime/weight_gradients.h
 
 // Batches of cell calls run their cells' bodies batch by batch (runtime/call_expansion.h). The
 // jit executor (runtime/jit_executor.h) is this executor with compiled kernels where they apply.
@@ -48,7 +70,7 @@ class BatchedExecutor : public Executor {
     static constexpr size_t kMaxBytes = size_t{64} << 20;
 
    private:
-    std::vector<std::vector<float>> blocks_;
+    std::vector<std::vector<float, AlignedAllocator<float>>> blocks_;
     size_t used_block_ = 0, used_in_block_ = 0;
     int64_t trims_ = 0;
   };
@@ -73,6 +95,9 @@ class BatchedExecutor : public Executor {
   Scratch scratch_;
   std::unique_ptr<CallExpansion> calls_;  // batches of calls the executor runs by their bodies
   std::unique_ptr<MemberTable> table_;    // node_batches()': one batch's at a time
+  // Weight gradients whose blocks run early on waiting threads (two or more threads).
+  std::unique_ptr<WeightGradients> weight_gradients_;
+  int depth_ = 0;  // execute() calls under way: a batch of calls run by its bodies is one more
 };
 
 }  // namespace edb::runtime

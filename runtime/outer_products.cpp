@@ -145,14 +145,29 @@ int64_t OuterProducts::depth() const {
   return std::clamp<int64_t>(std::min<int64_t>(int64_t(a.size()), kPanelBytes / column_bytes), 1, kDepth);
 }
 
+bool OuterProducts::adds_by_blocks() const {
+  const OuterKernel& k = kernel_of(*this);
+  return narrow_columns(k, cols) || !narrow_rows(k, rows);  // few columns win: add_by_columns
+}
+
 void OuterProducts::compute(float* out, float* panels,
                             const std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>& split) const {
   std::fill(out, out + rows * cols, 0.0f);
+  if (!adds_by_blocks()) {
+    if (a.size() != b.size()) throw InternalError("OuterProducts: " + std::to_string(a.size()) + " left columns but " +
+                                                  std::to_string(b.size()) + " right ones");
+    return by_rows(kernel_of(*this), *this, out, panels);
+  }
+  accumulate(out, panels, split);
+}
+
+void OuterProducts::accumulate(float* out, float* panels,
+                               const std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>& split) const {
   if (a.size() != b.size()) throw InternalError("OuterProducts: " + std::to_string(a.size()) + " left columns but " +
                                                 std::to_string(b.size()) + " right ones");
   const OuterKernel& k = kernel_of(*this);
   if (narrow_columns(k, cols)) return k.add_by_columns(a.data(), b.data(), int64_t(a.size()), rows, cols, out);
-  if (narrow_rows(k, rows)) return by_rows(k, *this, out, panels);
+  if (narrow_rows(k, rows)) throw InternalError("OuterProducts::accumulate: a product of few rows (compute() only)");
   const int64_t row_tiles = tiles(rows, k.rows), col_tiles = tiles(cols, k.cols);
   const int64_t count = int64_t(a.size());
   const int64_t panel_depth = this->depth();

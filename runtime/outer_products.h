@@ -57,6 +57,12 @@ struct OuterProducts {
   // one piece); `panels` holds scratch_floats() floats, 64-byte aligned or not.
   void compute(float* out, float* panels,
                const std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>& split) const;
+  // out += sum_k a_k b_k^T, panel after panel: where adds_by_blocks(), the same as compute() run
+  // over uses [0, d) and then accumulate() over [d, 2d), ... (d = depth()), bit for bit, so that
+  // a contraction may run its panels' worth of uses at different times. Not for few rows.
+  void accumulate(float* out, float* panels,
+                  const std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>& split) const;
+  bool adds_by_blocks() const;  // false for few rows (and more than a few columns): compute() transposes
 };
 
 }  // namespace edb::runtime

@@ -30,6 +30,8 @@ int64_t now_ns() {
 }
 }  // namespace
 
+void cpu_pause() { _mm_pause(); }
+
 template <typename Ready>
 bool ThreadPool::spin(Ready ready) {
   int64_t last = now_ns();
@@ -84,16 +86,44 @@ void ThreadPool::run_tasks(uint64_t job) {
   }
 }
 
+// The users count goes up before side_ is read (both sequentially consistent), so offer(nullptr),
+// which clears side_ and then waits for the count to reach zero, never returns while a thread can
+// still reach the work it took back.
+bool ThreadPool::side_available() {
+  side_users_.fetch_add(1);
+  SideWork* work = side_.load();
+  const bool available = work && work->available();
+  side_users_.fetch_sub(1);
+  return available;
+}
+
+bool ThreadPool::run_side() {
+  side_users_.fetch_add(1);
+  SideWork* work = side_.load();
+  const bool ran = work && work->run_one();
+  side_users_.fetch_sub(1);
+  return ran;
+}
+
+void ThreadPool::offer(SideWork* work) {
+  side_.store(work);
+  if (work) return release();
+  while (side_users_.load() != 0) std::this_thread::yield();
+}
+
 void ThreadPool::assist(const std::function<bool()>& done) {
   assisting_.fetch_add(1, std::memory_order_acq_rel);
   uint64_t seen = generation_.load(std::memory_order_acquire);
   run_tasks(seen);  // a job under way
   while (!done()) {
+    if (generation_.load(std::memory_order_acquire) == seen && run_side()) continue;  // a job comes first
     int looks = 0;
-    spin([&] { return generation_.load(std::memory_order_acquire) != seen || (++looks % 64 == 0 && done()); });
-    if (generation_.load(std::memory_order_acquire) == seen) {
+    spin([&] {
+      return generation_.load(std::memory_order_acquire) != seen || (++looks % 64 == 0 && (done() || side_available()));
+    });
+    if (generation_.load(std::memory_order_acquire) == seen && !side_available()) {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load() != seen || done(); });
+      wake_.wait(lock, [&] { return generation_.load() != seen || done() || side_available(); });
     }
     seen = generation_.load(std::memory_order_acquire);
     run_tasks(seen);
@@ -109,10 +139,13 @@ void ThreadPool::release() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    spin([&] { return generation_.load(std::memory_order_acquire) != seen; });
-    if (generation_.load(std::memory_order_acquire) == seen) {
+    if (generation_.load(std::memory_order_acquire) == seen && run_side()) continue;
+    int looks = 0;
+    spin([&] { return generation_.load(std::memory_order_acquire) != seen || (++looks % 64 == 0 && side_available()); });
+    if (generation_.load(std::memory_order_acquire) == seen && !side_available()) {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load() != seen; });
+      wake_.wait(lock, [&] { return generation_.load() != seen || side_available(); });
+      if (generation_.load() == seen) continue;  // woken for side work
     }
     seen = generation_.load(std::memory_order_acquire);
     {

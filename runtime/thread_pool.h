@@ -22,6 +22,19 @@
 
 namespace edb::runtime {
 
+// Work a thread with nothing else to do may take: pieces of later batches whose inputs are ready
+// (runtime/weight_gradients.h), offered by the executor for one evaluation. An assistant waiting
+// for that evaluation, or a worker between jobs, runs them; a job parallel_for posts comes first.
+class SideWork {
+ public:
+  virtual ~SideWork() = default;
+  virtual bool available() const = 0;  // cheap and thread-safe
+  virtual bool run_one() = 0;          // runs one piece, if one is available: whether it did
+};
+
+// One pause of a spinning wait (x86's pause instruction).
+void cpu_pause();
+
 class ThreadPool {
  public:
   explicit ThreadPool(int threads);  // threads counts the caller: 1 means no workers
@@ -43,7 +56,14 @@ class ThreadPool {
   void assist(const std::function<bool()>& done);
   void release();
 
+  // Offers `work` to the threads that wait (nullptr: takes the offer back, then waits until no
+  // thread is inside it). The offerer calls release() when more of it becomes available.
+  void offer(SideWork* work);
+
  private:
+  // Whether side work is available, and running one piece of it: false while none is offered.
+  bool side_available();
+  bool run_side();
   void worker_loop();
   void run_tasks(uint64_t job);
   // Spins until ready() holds or a bounded while has passed (thread_pool.cpp); returns ready().
@@ -53,6 +73,8 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   int lent_ = 0;
   std::atomic<int> assisting_{0};  // threads inside assist() now
+  std::atomic<SideWork*> side_{nullptr};
+  std::atomic<int> side_users_{0};  // threads reading side_ or inside its work now
   std::atomic<int64_t> short_spins_until_{0};  // steady_clock ns: spins are short until then
   std::mutex mutex_;
   std::condition_variable wake_;

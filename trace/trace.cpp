@@ -548,6 +548,7 @@ void accumulate(Stats& s, const Stats& o, int sign) {
   s.lower_bound += sign * o.lower_bound;
   s.kernel_calls += sign * o.kernel_calls;
   s.bytes_gathered += sign * o.bytes_gathered;
+  s.early_gradient_blocks += sign * o.early_gradient_blocks;
   s.kernels_compiled += sign * o.kernels_compiled;
   s.cache_hits += sign * o.cache_hits;
   s.flops += sign * o.flops;

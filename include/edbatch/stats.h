@@ -84,6 +84,9 @@ struct Stats {
   // (each counted once per thread that took a share of it).
   int64_t kernel_calls = 0;
   int64_t bytes_gathered = 0;  // operand bytes copied or read through index arrays
+  // With two or more threads: blocks of a weight gradient's uses run ahead of the gradient's own
+  // batch, on a thread that waited for the evaluation while the backward pass's last batches ran.
+  int64_t early_gradient_blocks = 0;
   int64_t kernels_compiled = 0;
   int64_t cache_hits = 0;
   int64_t flops = 0;           // model arithmetic: 2 per multiply-add, 1 per elementwise op

@@ -85,6 +85,44 @@ TEST_P(OuterProductsTest, EqualSumsInDoubleForEveryTileEdge) {
     }
 }
 
+// The same product run as its panels of uses one after another, the first by compute() and the
+// rest by accumulate() (a weight gradient's blocks run ahead on waiting threads), is compute()'s
+// bit for bit: the blocks are its panels.
+TEST_P(OuterProductsTest, BlocksOfUsesAddUpToTheWholeBitForBit) {
+  const Case c = std::get<0>(GetParam());
+  const OuterKernel& kernel = OuterProducts::kernel_for(std::get<1>(GetParam()).c_str());
+  testing::Rng rng(uint64_t(c.rows * 7 + c.cols * 131 + c.count));
+  std::vector<float> pool(size_t((c.rows + c.cols) * c.count));
+  for (float& v : pool) v = float(2 * rng.unit() - 1);
+  std::vector<const float*> a, b;
+  for (int64_t k = 0; k < c.count; ++k) {
+    a.push_back(pool.data() + k * (c.rows + c.cols));
+    b.push_back(pool.data() + k * (c.rows + c.cols) + c.rows);
+  }
+  const OuterProducts whole{c.rows, c.cols, a, b, &kernel};
+  if (!whole.adds_by_blocks()) {
+    std::vector<float> out(size_t(c.rows * c.cols)), panels(size_t(whole.scratch_floats()) + 1);
+    EXPECT_THROW(whole.accumulate(out.data(), panels.data(), [](int64_t, const std::function<void(int64_t, int64_t)>&) {}),
+                 InternalError);
+    return;
+  }
+  const auto in_one = [](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) { body(0, tiles); };
+  std::vector<float> expected(size_t(c.rows * c.cols)), actual(size_t(c.rows * c.cols), 7.0f);
+  std::vector<float> panels(size_t(whole.scratch_floats()) + 1);
+  whole.compute(expected.data(), panels.data(), in_one);
+  const int64_t depth = whole.depth();
+  for (int64_t begin = 0; begin < c.count; begin += depth) {
+    const size_t count = size_t(std::min(depth, c.count - begin));
+    const OuterProducts block{c.rows, c.cols, std::span(a).subspan(size_t(begin), count),
+                              std::span(b).subspan(size_t(begin), count), &kernel};
+    EXPECT_EQ(block.depth(), int64_t(count));
+    if (begin == 0) block.compute(actual.data(), panels.data(), in_one);
+    else block.accumulate(actual.data(), panels.data(), in_one);
+  }
+  for (size_t e = 0; e < expected.size(); ++e)
+    ASSERT_EQ(actual[e], expected[e]) << "element " << e << " of " << c.rows << "x" << c.cols << " over " << c.count;
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, OuterProductsTest, ::testing::Combine(::testing::ValuesIn(kCases), ::testing::ValuesIn(host_isas())),
                          [](const auto& info) {
                            const Case c = std::get<0>(info.param);
