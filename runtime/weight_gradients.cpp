@@ -124,11 +124,10 @@ void WeightGradients::start(const scheduler::Schedule& schedule, const Values& v
       int32_t waits = -1;
       c->ready_after.resize(size_t(c->blocks));
       for (int32_t j = 0; j < c->blocks; ++j) {
+        // The pairs whose columns the block holds (a pair of matrices spans columns of two blocks).
         const int64_t end = std::min(c->uses, (j + 1) * c->depth);
-        for (int64_t u = j * c->depth; u < end; u += per_pair) {
-          const size_t pair = size_t(u / per_pair);
-          waits = std::max({waits, producer(args[2 * pair]), producer(args[2 * pair + 1])});
-        }
+        for (int64_t pair = j * c->depth / per_pair; pair <= (end - 1) / per_pair; ++pair)
+          waits = std::max({waits, producer(args[size_t(2 * pair)]), producer(args[size_t(2 * pair + 1)])});
         c->ready_after[size_t(j)] = waits >= int32_t(batch) ? kAtItsBatch : waits;
       }
       if (c->ready_after[0] == kAtItsBatch) continue;  // nothing to start before its batch

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <thread>
 #include <string>
@@ -140,54 +141,62 @@ TEST(Threads, WeightGradientOverManyUsesIsCutByUses) {
 // thread ran which block, run after run (and one thread's, run after run: the first evaluation of
 // a process once differed from the later ones in the last bits, by where malloc put the
 // executor's scratch). 16 chains of 160 steps: 2,560 uses of W and U, so ten blocks each, the
-// first ready long before the chain ends.
+// first ready long before the chain ends. Two chains of a 7-column state: a use is a pair of
+// matrices whose columns two blocks may share, written by a later batch than the block's other
+// pairs (a block once waited only for the pairs that start in it, and read one unwritten).
 TEST(Threads, WeightGradientBlocksRunAheadOnTheWaitingThread) {
-  constexpr int kChains = 16, kSteps = 160, kHidden = 24, kInput = 12;
-  Model model("chain", 3);
-  const Parameter w = model.add_parameter("W", kHidden, kHidden);
-  const Parameter u = model.add_parameter("U", kHidden, kInput);
-  const Parameter out = model.add_parameter("out", 40, kHidden);
-  auto run = [&](const std::string& executor, int threads, Stats* stats) {
-    Engine engine(testing::checked_options(executor, threads));
-    Trace trace(engine);
-    std::vector<Expr> losses;
-    std::vector<float> x(kInput);
-    for (int c = 0; c < kChains; ++c) {
-      Expr h = trace.input(std::vector<float>(kHidden, 0.0f));
-      for (int t = 0; t < kSteps; ++t) {
-        for (int i = 0; i < kInput; ++i) x[size_t(i)] = float((c * 131 + t * 17 + i * 7) % 29) / 29.0f - 0.5f;
-        h = tanh(matmul(trace.param(w), h) + matmul(trace.param(u), trace.input(x)));
-        if (t % 8 == 7) losses.push_back(pick_neg_log_softmax(matmul(trace.param(out), h), (c + t) % 40));
-      }
-    }
-    Gradients g = trace.backward(sum(losses));
-    if (stats) *stats = engine.stats();
-    return g;
-  };
-  const Gradients reference = run("reference", 1, nullptr);
-  for (const char* executor : {"batched", "jit"})
-    for (int threads : {1, 2}) {
-      std::optional<Gradients> first;
-      for (int attempt = 0; attempt < 3; ++attempt) {
-        // With two threads, the last time the executor waits for the other thread to take a ready
-        // block: on a busy machine the chain may end before that thread looks.
-        const bool wait = threads == 2 && attempt == 2;
-        runtime::WeightGradients::wait_for_a_taker = wait;
-        Stats stats;
-        Gradients g = run(executor, threads, &stats);
-        runtime::WeightGradients::wait_for_a_taker = false;
-        for (const Parameter& p : {w, u, out}) {
-          ASSERT_NE(g.of(p), nullptr);
-          EXPECT_TRUE(near_relative(*g.of(p), *reference.of(p), 1e-4)) << executor << ": " << p.name();
-          if (first)
-            EXPECT_EQ(g.of(p)->data, first->of(p)->data)
-                << executor << ", " << threads << " threads: " << p.name() << " differs between two runs";
+  constexpr int kSteps = 160, kHidden = 24, kInput = 12;
+  for (const auto [chains, columns] : {std::pair{16, 1}, std::pair{2, 7}}) {
+    SCOPED_TRACE(std::to_string(chains) + " chains, " + std::to_string(columns) + " columns");
+    Model model("chain", 3);
+    const Parameter w = model.add_parameter("W", kHidden, kHidden);
+    const Parameter u = model.add_parameter("U", kHidden, kInput);
+    const Parameter out = model.add_parameter("out", 40, kHidden);
+    auto run = [&](const std::string& executor, int threads, Stats* stats) {
+      Engine engine(testing::checked_options(executor, threads));
+      Trace trace(engine);
+      std::vector<Expr> losses;
+      std::vector<float> x(size_t(kInput * columns));
+      for (int c = 0; c < chains; ++c) {
+        Expr h = trace.input(kHidden, columns, std::vector<float>(size_t(kHidden * columns), 0.0f));
+        for (int t = 0; t < kSteps; ++t) {
+          for (size_t i = 0; i < x.size(); ++i) x[i] = float((c * 131 + t * 17 + int(i) * 7) % 29) / 29.0f - 0.5f;
+          h = tanh(matmul(trace.param(w), h) + matmul(trace.param(u), trace.input(kInput, columns, x)));
+          if (t % 8 != 7) continue;
+          if (columns == 1) losses.push_back(pick_neg_log_softmax(matmul(trace.param(out), h), (c + t) % 40));
+          else losses.push_back(sum_elements(square(matmul(trace.param(out), h))));
         }
-        if (threads == 1) EXPECT_EQ(stats.early_gradient_blocks, 0) << executor << ": one thread";
-        if (wait) EXPECT_GT(stats.early_gradient_blocks, 0) << executor << ": no block ran ahead of its batch";
-        if (!first) first = std::move(g);
       }
-    }
+      Gradients g = trace.backward(sum(losses));
+      if (stats) *stats = engine.stats();
+      return g;
+    };
+    const Gradients reference = run("reference", 1, nullptr);
+    for (const char* executor : {"batched", "jit"})
+      for (int threads : {1, 2}) {
+        std::optional<Gradients> first;
+        for (int attempt = 0; attempt < 3; ++attempt) {
+          // With two threads, the last time the executor waits after each batch that readies a block
+          // for the other thread to take one: on a busy machine the chain may end before that thread
+          // looks, and so, blocks run as early as they may.
+          const bool wait = threads == 2 && attempt == 2;
+          runtime::WeightGradients::wait_for_a_taker = wait;
+          Stats stats;
+          Gradients g = run(executor, threads, &stats);
+          runtime::WeightGradients::wait_for_a_taker = false;
+          for (const Parameter& p : {w, u, out}) {
+            ASSERT_NE(g.of(p), nullptr);
+            EXPECT_TRUE(near_relative(*g.of(p), *reference.of(p), 1e-4)) << executor << ", " << threads << " threads: " << p.name();
+            if (first)
+              EXPECT_EQ(g.of(p)->data, first->of(p)->data)
+                  << executor << ", " << threads << " threads: " << p.name() << " differs between two runs";
+          }
+          if (threads == 1) EXPECT_EQ(stats.early_gradient_blocks, 0) << executor << ": one thread";
+          if (wait) EXPECT_GT(stats.early_gradient_blocks, 0) << executor << ": no block ran ahead of its batch";
+          if (!first) first = std::move(g);
+        }
+      }
+  }
 }
 
 // record_backward(), run(), gradients(): a loop that records and batches step i+1, both passes,
@@ -309,12 +318,19 @@ TEST(Threads, FewRowProductsSoftmaxesAndLookupsAreCut) {
 // two or more threads): at 1, 2 and 3 threads it trains as the plain loop does, which records each
 // step after the last update (the same losses per epoch, the same parameters at the end). A trace
 // that took a parameter's values when recorded would train on the values before the update.
+// Under SGD every parameter ends within 1e-3 relative of the plain loop's. Under Adam a step moves a
+// parameter by about the learning rate whatever its gradient's size, so a gradient that is zero but
+// for rounding (summed in another order on more threads) may move it either way: there a parameter
+// ends within 1e-3 relative or one step (an MV-RNN weight at 3 threads ended 0.0016 away, the
+// sign of one such gradient flipped), and the losses still agree to 1e-4.
 TEST(Threads, TrainingLoopTrainsAsThePlainLoop) {
-  for (const samples::ModelEntry& entry : samples::model_registry()) {
-    SCOPED_TRACE(entry.name);
-    OptimizerOptions adam;
-    adam.kind = "adam";
-    adam.learning_rate = 0.01f;
+  for (const samples::ModelEntry& entry : samples::model_registry())
+    for (const char* kind : {"sgd", "adam"}) {
+    SCOPED_TRACE(entry.name + ", " + kind);
+    OptimizerOptions optimizer_options;
+    optimizer_options.kind = kind;
+    optimizer_options.learning_rate = 0.01f;
+    if (optimizer_options.kind == "sgd") optimizer_options.momentum = 0.9f;
     samples::TrainOptions options;
     options.epochs = 2;
     options.batch = 8;
@@ -331,7 +347,7 @@ TEST(Threads, TrainingLoopTrainsAsThePlainLoop) {
     std::vector<double> plain_losses;
     {
       Engine engine;
-      Optimizer optimizer(plain->model(), adam);
+      Optimizer optimizer(plain->model(), optimizer_options);
       const size_t train = samples::split_instances(plain->instance_count(), options.holdout).train;
       for (int epoch = 1; epoch <= options.epochs; ++epoch) {
         const std::vector<size_t> order = samples::epoch_order(train, options.seed, epoch);
@@ -349,12 +365,13 @@ TEST(Threads, TrainingLoopTrainsAsThePlainLoop) {
       }
     }
     const std::vector<float> plain_values = parameters(plain->model());
+    const float one_step = optimizer_options.kind == "adam" ? optimizer_options.learning_rate : 0.0f;
     for (int threads : {1, 2, 3}) {
       const std::unique_ptr<samples::SampleModel> sample = entry.make(config());
       EngineOptions engine_options;
       engine_options.threads = threads;
       Engine engine(engine_options);
-      Optimizer optimizer(sample->model(), adam);
+      Optimizer optimizer(sample->model(), optimizer_options);
       const samples::TrainResult result = samples::train(*sample, engine, optimizer, options);
       ASSERT_EQ(result.epochs.size(), plain_losses.size());
       for (size_t e = 0; e < plain_losses.size(); ++e)
@@ -364,7 +381,8 @@ TEST(Threads, TrainingLoopTrainsAsThePlainLoop) {
       const std::vector<float> values = parameters(sample->model());
       ASSERT_EQ(values.size(), plain_values.size());
       for (size_t i = 0; i < values.size(); ++i)
-        ASSERT_TRUE(near_relative(values[i], plain_values[i], 1e-3)) << threads << " threads, value " << i;
+        ASSERT_TRUE(near_relative(values[i], plain_values[i], 1e-3) || std::abs(values[i] - plain_values[i]) <= one_step)
+            << threads << " threads, value " << i << ": " << values[i] << " against " << plain_values[i];
     }
   }
 }
