@@ -89,21 +89,17 @@ void ThreadPool::run_tasks(uint64_t job) {
 // The users count goes up before side_ is read (both sequentially consistent), so offer(nullptr),
 // which clears side_ and then waits for the count to reach zero, never returns while a thread can
 // still reach the work it took back.
-bool ThreadPool::side_available() {
+template <typename F>
+bool ThreadPool::with_side(F&& f) {
   side_users_.fetch_add(1);
   SideWork* work = side_.load();
-  const bool available = work && work->available();
+  const bool result = work && f(*work);
   side_users_.fetch_sub(1);
-  return available;
+  return result;
 }
 
-bool ThreadPool::run_side() {
-  side_users_.fetch_add(1);
-  SideWork* work = side_.load();
-  const bool ran = work && work->run_one();
-  side_users_.fetch_sub(1);
-  return ran;
-}
+bool ThreadPool::side_available() { return with_side([](SideWork& work) { return work.available(); }); }
+bool ThreadPool::run_side() { return with_side([](SideWork& work) { return work.run_one(); }); }
 
 void ThreadPool::offer(SideWork* work) {
   side_.store(work);

@@ -64,6 +64,8 @@ class ThreadPool {
   // Whether side work is available, and running one piece of it: false while none is offered.
   bool side_available();
   bool run_side();
+  template <typename F>
+  bool with_side(F&& f);
   void worker_loop();
   void run_tasks(uint64_t job);
   // Spins until ready() holds or a bounded while has passed (thread_pool.cpp); returns ready().
