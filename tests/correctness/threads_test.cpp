@@ -20,6 +20,7 @@
 #include "samples/models.h"
 #include "samples/training.h"
 #include "runtime/weight_gradients.h"
+#include "tests/support/rng.h"
 #include "tests/support/test_support.h"
 
 namespace edb {
@@ -196,6 +197,48 @@ TEST(Threads, WeightGradientBlocksRunAheadOnTheWaitingThread) {
           if (!first) first = std::move(g);
         }
       }
+  }
+}
+
+// The same over random chains: 1-4 chains of 40-200 steps, a state of 1-9 columns and 5-40 rows,
+// inputs of 3-20 rows, at 2 and 3 threads with the executor waiting for a taker after each batch
+// that readies a block (so blocks run as early as they may): the reference executor's gradients.
+TEST(Threads, WeightGradientBlocksRunAheadOnRandomChains) {
+  testing::Rng rng(20261207);
+  for (int round = 0; round < 8; ++round) {
+    const int chains = 1 + rng.below(4), steps = 40 + rng.below(161), columns = 1 + rng.below(9);
+    const int hidden = 5 + rng.below(36), inputs = 3 + rng.below(18), threads = 2 + rng.below(2);
+    SCOPED_TRACE(std::to_string(chains) + " chains of " + std::to_string(steps) + " steps, state " +
+                 std::to_string(hidden) + "x" + std::to_string(columns) + ", input " + std::to_string(inputs) + ", " +
+                 std::to_string(threads) + " threads");
+    Model model("random chain", uint64_t(round + 1));
+    const Parameter w = model.add_parameter("W", hidden, hidden);
+    const Parameter u = model.add_parameter("U", hidden, inputs);
+    auto run = [&](const std::string& executor, int threads_now) {
+      Engine engine(testing::checked_options(executor, threads_now));
+      Trace trace(engine);
+      std::vector<Expr> losses;
+      std::vector<float> x(size_t(inputs * columns));
+      for (int c = 0; c < chains; ++c) {
+        Expr h = trace.input(hidden, columns, std::vector<float>(size_t(hidden * columns), 0.1f));
+        for (int t = 0; t < steps; ++t) {
+          for (size_t i = 0; i < x.size(); ++i) x[i] = float((c * 37 + t * 11 + int(i) * 5 + round) % 23) / 23.0f - 0.5f;
+          h = tanh(matmul(trace.param(w), h) + matmul(trace.param(u), trace.input(inputs, columns, x)));
+          if (t % 5 == 4) losses.push_back(sum_elements(square(h)));
+        }
+      }
+      return trace.backward(sum(losses));
+    };
+    const Gradients reference = run("reference", 1);
+    for (const char* executor : {"batched", "jit"}) {
+      runtime::WeightGradients::wait_for_a_taker = true;
+      const Gradients g = run(executor, threads);
+      runtime::WeightGradients::wait_for_a_taker = false;
+      for (const Parameter& p : {w, u}) {
+        ASSERT_NE(g.of(p), nullptr);
+        EXPECT_TRUE(near_relative(*g.of(p), *reference.of(p), 1e-4)) << executor << ": " << p.name();
+      }
+    }
   }
 }
 
