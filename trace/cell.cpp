@@ -18,6 +18,16 @@ std::atomic<uint64_t> next_cell_id{1};
 
 std::string shape_text(int rows, int cols) { return std::to_string(rows) + "x" + std::to_string(cols); }
 
+// Whether node `id` is a scale_gradient, or a view (a reshape, a slice of a column) of one.
+bool scales_gradient(const ir::Graph& graph, ir::NodeId id) {
+  for (;;) {
+    const ir::Node& n = graph.node(id);
+    if (n.op == ir::Op::scale_gradient) return true;
+    if (n.op != ir::Op::reshape && !(n.op == ir::Op::slice && n.shape.cols == 1)) return false;
+    id = graph.args(n)[0];
+  }
+}
+
 // A placeholder (the cell's argument) that the body also copies into a concat is read from
 // that copy by the concat's later consumers: slice(concat, rows) instead of the argument. Across
 // a batch of calls the arguments lie wherever their producers put them (a gather for a GEMM), but
@@ -226,12 +236,17 @@ CellRecord* record_body(detail::EngineState& engine, const Cell& cell,
   std::vector<Expr> placeholders;
   for (const auto& [rows, cols] : inputs)
     placeholders.push_back(scope.input(rows, cols, std::vector<float>(size_t(rows) * size_t(cols), 0.0f)));
-  const std::vector<Expr> outputs = body(scope, placeholders);
+  std::vector<Expr> outputs = body(scope, placeholders);
   if (outputs.empty()) throw UsageError(who + ": the body returned no outputs");
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!outputs[i].valid() || &TraceState::of(outputs[i], "edb::Cell") != state)
       throw UsageError(who + ": output " + std::to_string(i + 1) +
                        " was not recorded by the body on the trace it was given");
+    // An output that is a scale_gradient of a value (or a view of one) is stored apart, as that
+    // value plus 0: a view would share its rows of the frame with the value, or with another output
+    // of it, and the gradients the trace sends to two outputs at the same rows reach the body as
+    // one (the scale was lost where the value was an output too).
+    if (scales_gradient(state->data.graph, outputs[i].node_id())) outputs[i] = outputs[i] + 0.0f;
     // An output may be a leaf (an argument returned unchanged, a parameter, a constant), as with
     // cells off: the call then returns that node itself.
     record->outputs.push_back(outputs[i].node_id());

@@ -332,10 +332,13 @@ TEST(DifferentialCells, RandomCellProgramsEqualReference) {
 // Programs a longer run of the fuzzer found wrong, each under every combination. 771554 and 772246:
 // a backward body under the sequential policy on an executor that expands calls threw "the frames
 // of cell 'backward of cell1' are not laid out as its expansion" (the expansion planned its
-// one-node batches, making a view of a slice the body's batch of slices stores).
+// one-node batches, making a view of a slice the body's batch of slices stores). 881832 and 882428:
+// a body returning a value and scale_gradient of it (max(x, x) and its scale_gradient; an affine and
+// its): the two outputs shared rows of the frame, so their gradients reached the body as one and the
+// scale was lost (the lookup's gradient 11 where the reference's was 21), under jit and batched.
 TEST(DifferentialCells, ProgramsTheFuzzerFoundEqualReference) {
   CellFuzzer fuzzer;
-  for (const uint64_t seed : {771554, 772246}) {
+  for (const uint64_t seed : {771554, 772246, 881832, 882428}) {
     const Failure f = fuzzer.check(seed, fuzzer.combinations.size(), /*shrink_failures=*/false);
     EXPECT_EQ(f.difference, "") << "seed " << seed << ", " << f.combination << "\n" << f.program;
   }
