@@ -52,24 +52,27 @@ Factors factors_of(const ir::Graph& graph, ir::NodeId member) {
   return {graph.node(args[0]).shape, graph.node(args[1]).shape, pairs};
 }
 
-// The columns of `member`'s uses, pair after pair, into a and b (factors.uses() each).
-void fill_columns(const Values& values, ir::NodeId member, const Factors& f, const float** a, const float** b) {
+// The columns of `member`'s uses [begin, end) (pair after pair, a pair's columns in order) into
+// a and b at those uses.
+void fill_columns(const Values& values, ir::NodeId member, const Factors& f, size_t begin, size_t end, const float** a,
+                  const float** b) {
   const ir::Graph& graph = values.graph;
   const ir::Node& n = graph.node(member);
   const auto args = graph.args(member);
   if (n.op == ir::Op::matmul_nt_rows) {
     const auto rows = graph.rows(n.attrs.index, 2 * f.pairs);
-    for (size_t i = 0; i < f.pairs; ++i) {
+    for (size_t i = begin; i < end; ++i) {
       a[i] = values.row(args[2 * i], rows[2 * i]);
       b[i] = values.row(args[2 * i + 1], rows[2 * i + 1]);
     }
     return;
   }
-  for (size_t i = 0; i < f.pairs; ++i)
-    for (int32_t j = 0; j < f.a.cols; ++j) {
-      a[i * size_t(f.a.cols) + size_t(j)] = values.in(args[2 * i]) + int64_t(j) * f.a.rows;
-      b[i * size_t(f.a.cols) + size_t(j)] = values.in(args[2 * i + 1]) + int64_t(j) * f.b.rows;
-    }
+  const size_t columns = size_t(f.a.cols);
+  for (size_t u = begin; u < end; ++u) {
+    const size_t i = u / columns, j = u % columns;
+    a[u] = values.in(args[2 * i]) + int64_t(j) * f.a.rows;
+    b[u] = values.in(args[2 * i + 1]) + int64_t(j) * f.b.rows;
+  }
 }
 
 bool is_contraction(ir::Op op) { return op == ir::Op::matmul_nt || op == ir::Op::matmul_nt_rows; }
@@ -131,7 +134,9 @@ void WeightGradients::start(const scheduler::Schedule& schedule, const Values& v
         c->ready_after[size_t(j)] = waits >= int32_t(batch) ? kAtItsBatch : waits;
       }
       if (c->ready_after[0] == kAtItsBatch) continue;  // nothing to start before its batch
-      fill_columns(values, member, f, c->a.data(), c->b.data());
+      c->a_shape = f.a;
+      c->b_shape = f.b;
+      c->pairs = f.pairs;
       c->out = values.out(member);
       int32_t ready = 0;
       while (ready < c->blocks && c->ready_after[size_t(ready)] < 0) ++ready;
@@ -141,6 +146,7 @@ void WeightGradients::start(const scheduler::Schedule& schedule, const Values& v
     }
   }
   if (contractions_.empty()) return;
+  values_ = &values;
   pool_ = &pool;
   pool.offer(this);
 }
@@ -186,6 +192,10 @@ bool WeightGradients::claim(Contraction& c, int32_t& j) {
 
 void WeightGradients::run_block(Contraction& c, int32_t j, float* panels, const Split& split) {
   const int64_t begin = int64_t(j) * c.depth, count = std::min(c.uses, begin + c.depth) - begin;
+  // The block's columns, where its uses lie, by whichever thread runs it (one block of a weight at a
+  // time: a pair's entries that two blocks share are written by both, alike).
+  fill_columns(*values_, c.node, Factors{c.a_shape, c.b_shape, c.pairs}, size_t(begin), size_t(begin + count), c.a.data(),
+               c.b.data());
   const OuterProducts block{c.rows, c.cols, std::span(c.a.data() + begin, size_t(count)),
                             std::span(c.b.data() + begin, size_t(count))};
   try {
@@ -285,7 +295,7 @@ void run_matmul_nt(const BatchContext& c, WeightGradients* early) {
       throw InternalError("run_matmul_nt: member " + std::to_string(k) + " of a batch has other shapes than the first");
     c.stats.kernel_calls += 1;
     if (early && early->finish(c, k)) continue;
-    fill_columns(c.values, c.members[size_t(k)], f, a, b);
+    fill_columns(c.values, c.members[size_t(k)], f, 0, columns, a, b);
     if (pieces == 1) {
       piece_of(0).compute(c.output(k).data(), panels[0], [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
         c.split(tiles, kMinRowsPerTask / OuterProducts::tile_cols(), body);

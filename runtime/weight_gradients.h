@@ -58,6 +58,8 @@ class WeightGradients final : public SideWork {
  private:
   struct Contraction {
     ir::NodeId node = ir::kNoNode;
+    ir::Shape a_shape, b_shape;  // each pair's factors (weight_gradients.cpp's Factors)
+    size_t pairs = 0;
     float* out = nullptr;
     int64_t rows = 0, cols = 0, uses = 0, depth = 0;
     std::vector<const float*> a, b;       // per use, its columns
@@ -76,6 +78,7 @@ class WeightGradients final : public SideWork {
   static bool claim(Contraction& c, int32_t& j);
 
   ThreadPool* pool_ = nullptr;
+  const Values* values_ = nullptr;  // the evaluation's, while it is offered
   std::vector<std::unique_ptr<Contraction>> contractions_;
   std::vector<int32_t> batch_of_;  // per node from base_: its batch in the schedule, or -1
   ir::NodeId base_ = 0;
