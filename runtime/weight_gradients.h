@@ -51,9 +51,13 @@ class WeightGradients final : public SideWork {
   bool available() const override;
   bool run_one() override;
 
-  // Tests: after each batch that makes blocks ready, the executor waits (up to 10 s) until another
-  // thread has taken one, so that blocks run ahead however busy the machine is.
+  // Tests: after each batch that makes blocks ready, the executor waits (up to 10 s) until other
+  // threads have run every block ready, so that each runs as early as it may however busy the
+  // machine is (a block that waited for too little would read a use before its batch wrote it);
+  // and no block runs
+  // ahead at all (each contraction's blocks all run at its batch, in order: the same sums).
   static std::atomic<bool> wait_for_a_taker;
+  static std::atomic<bool> run_none_ahead;
 
  private:
   struct Contraction {
