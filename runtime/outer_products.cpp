@@ -28,6 +28,12 @@ const OuterKernel& kernel_of(ir::Isa isa) {
 
 const OuterKernel& kernel_of(const OuterProducts& p) { return p.kernel ? *p.kernel : OuterProducts::selected_kernel(); }
 
+void check_pairs(const OuterProducts& p) {
+  if (p.a.size() != p.b.size())
+    throw InternalError("OuterProducts: " + std::to_string(p.a.size()) + " left columns but " + std::to_string(p.b.size()) +
+                        " right ones");
+}
+
 bool narrow_columns(const OuterKernel& kernel, int64_t cols) { return cols < kernel.cols / 2; }
 bool narrow_rows(const OuterKernel& kernel, int64_t rows) { return rows < kernel.rows / 2; }
 
@@ -153,18 +159,14 @@ bool OuterProducts::adds_by_blocks() const {
 void OuterProducts::compute(float* out, float* panels,
                             const std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>& split) const {
   std::fill(out, out + rows * cols, 0.0f);
-  if (!adds_by_blocks()) {
-    if (a.size() != b.size()) throw InternalError("OuterProducts: " + std::to_string(a.size()) + " left columns but " +
-                                                  std::to_string(b.size()) + " right ones");
-    return by_rows(kernel_of(*this), *this, out, panels);
-  }
-  accumulate(out, panels, split);
+  if (adds_by_blocks()) return accumulate(out, panels, split);
+  check_pairs(*this);
+  by_rows(kernel_of(*this), *this, out, panels);
 }
 
 void OuterProducts::accumulate(float* out, float* panels,
                                const std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>& split) const {
-  if (a.size() != b.size()) throw InternalError("OuterProducts: " + std::to_string(a.size()) + " left columns but " +
-                                                std::to_string(b.size()) + " right ones");
+  check_pairs(*this);
   const OuterKernel& k = kernel_of(*this);
   if (narrow_columns(k, cols)) return k.add_by_columns(a.data(), b.data(), int64_t(a.size()), rows, cols, out);
   if (narrow_rows(k, rows)) throw InternalError("OuterProducts::accumulate: a product of few rows (compute() only)");

@@ -188,9 +188,12 @@ int64_t WeightGradients::stop() {
 
 bool WeightGradients::claim(Contraction& c, int32_t& j) {
   j = c.claimed.load(std::memory_order_acquire);
-  if (j >= c.blocks || j >= c.ready.load(std::memory_order_acquire) || c.done.load(std::memory_order_acquire) != j)
-    return false;
-  return c.claimed.compare_exchange_strong(j, j + 1, std::memory_order_acq_rel);
+  return c.claimable(j) && c.claimed.compare_exchange_strong(j, j + 1, std::memory_order_acq_rel);
+}
+
+int64_t WeightGradients::Contraction::panel_floats() const {
+  const size_t first = size_t(std::min(uses, depth));
+  return std::max<int64_t>(1, OuterProducts{rows, cols, std::span(a.data(), first), std::span(b.data(), first)}.scratch_floats());
 }
 
 void WeightGradients::run_block(Contraction& c, int32_t j, float* panels, const Split& split) {
@@ -211,11 +214,8 @@ void WeightGradients::run_block(Contraction& c, int32_t j, float* panels, const 
 }
 
 bool WeightGradients::available() const {
-  for (const auto& c : contractions_) {
-    const int32_t j = c->claimed.load(std::memory_order_acquire);
-    if (j < c->blocks && j < c->ready.load(std::memory_order_acquire) && c->done.load(std::memory_order_acquire) == j)
-      return true;
-  }
+  for (const auto& c : contractions_)
+    if (c->claimable(c->claimed.load(std::memory_order_acquire))) return true;
   return false;
 }
 
@@ -224,9 +224,7 @@ bool WeightGradients::run_one() {
     int32_t j = 0;
     if (!claim(*c, j)) continue;
     thread_local std::vector<float> panels;
-    const OuterProducts block{c->rows, c->cols, std::span(c->a.data(), size_t(std::min(c->uses, c->depth))),
-                              std::span(c->b.data(), size_t(std::min(c->uses, c->depth)))};
-    panels.resize(size_t(std::max<int64_t>(1, block.scratch_floats())));
+    panels.resize(size_t(c->panel_floats()));
     run_block(*c, j, panels.data(), whole());
     early_.fetch_add(1, std::memory_order_relaxed);
     return true;
@@ -243,9 +241,7 @@ bool WeightGradients::finish(const BatchContext& batch, int64_t k) {
   if (!found) return false;
   Contraction& c = *found;
   c.ready.store(c.blocks, std::memory_order_release);  // every batch before this one ran
-  const OuterProducts first{c.rows, c.cols, std::span(c.a.data(), size_t(std::min(c.uses, c.depth))),
-                            std::span(c.b.data(), size_t(std::min(c.uses, c.depth)))};
-  float* panels = batch.scratch.allocate(size_t(std::max<int64_t>(1, first.scratch_floats())));
+  float* panels = batch.scratch.allocate(size_t(c.panel_floats()));
   const Split split = [&](int64_t tiles, const std::function<void(int64_t, int64_t)>& body) {
     batch.split(tiles, kMinRowsPerTask / OuterProducts::tile_cols(), body);
   };

@@ -73,6 +73,11 @@ class WeightGradients final : public SideWork {
     std::atomic<int32_t> claimed{0};      // blocks a thread took, in order
     std::atomic<int32_t> done{0};         // blocks finished, in order
     std::exception_ptr error;             // the first block's failure, thrown by finish()
+    // Whether block j may be claimed: ready, and the block before it done.
+    bool claimable(int32_t j) const {
+      return j < blocks && j < ready.load(std::memory_order_acquire) && done.load(std::memory_order_acquire) == j;
+    }
+    int64_t panel_floats() const;  // the panels a block packs (the first is the largest)
   };
   // Runs block j of `c`, claimed by this thread; `split` cuts its column tiles (on the executor's
   // pool) or runs them whole (side work).
