@@ -7,6 +7,10 @@
 #include <iterator>
 #include <sstream>
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #include "edbatch/errors.h"
 #include "jit/text_reader.h"
 
@@ -401,25 +405,62 @@ int64_t packed_weight_floats(int32_t rows, int32_t blocks, int64_t k, int32_t ve
   return tiles * k * blocks * vector;
 }
 
+namespace {
+
+// out[k * k_stride + i] = rows[i * cols + k] for i < count, k < cols: W_t's row r is the
+// parameter's column r, contiguous over k. In 4 x 4 blocks transposed in registers where the ISA
+// has them (SSE, every x86-64), so that neither the reads nor the writes go one float at a time
+// (scalar stores were most of the repacking after each optimizer step); the edges one by one.
+void pack_transposed(const float* rows, int64_t cols, int64_t count, float* out, int64_t k_stride) {
+  int64_t i0 = 0;
+#if defined(__SSE__)
+  for (; i0 + 4 <= count; i0 += 4) {
+    const float* r = rows + i0 * cols;
+    int64_t k = 0;
+    for (; k + 4 <= cols; k += 4) {
+      __m128 a = _mm_loadu_ps(r + k), b = _mm_loadu_ps(r + cols + k);
+      __m128 c = _mm_loadu_ps(r + 2 * cols + k), d = _mm_loadu_ps(r + 3 * cols + k);
+      _MM_TRANSPOSE4_PS(a, b, c, d);
+      _mm_storeu_ps(out + k * k_stride + i0, a);
+      _mm_storeu_ps(out + (k + 1) * k_stride + i0, b);
+      _mm_storeu_ps(out + (k + 2) * k_stride + i0, c);
+      _mm_storeu_ps(out + (k + 3) * k_stride + i0, d);
+    }
+    for (; k < cols; ++k)
+      for (int64_t i = i0; i < i0 + 4; ++i) out[k * k_stride + i] = rows[i * cols + k];
+  }
+#endif
+  for (int64_t i = i0; i < count; ++i)
+    for (int64_t k = 0; k < cols; ++k) out[k * k_stride + i] = rows[i * cols + k];
+}
+
+}  // namespace
+
 void pack_weight(int32_t rows, int32_t blocks, const std::vector<WeightPiece>& pieces, int32_t vector, float* packed) {
   int64_t k_total = 0;
   for (const WeightPiece& piece : pieces) k_total += piece.cols;
   const int64_t tiles = (rows + vector - 1) / vector;
-  const int64_t weight_rows = int64_t(rows) * blocks;
+  const int64_t k_stride = int64_t(blocks) * vector;  // from one k's floats to the next's
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t row0 = t * vector;
     const int64_t live = std::min<int64_t>(vector, rows - row0);
-    float* tile = packed + t * k_total * blocks * vector;
-    int64_t k = 0;
+    float* tile = packed + t * k_total * k_stride;
+    int64_t k0 = 0;
     for (const WeightPiece& piece : pieces) {
-      for (int64_t col = 0; col < piece.cols; ++col, ++k) {
-        const float* column = piece.data + col * weight_rows;
-        for (int32_t g = 0; g < blocks; ++g) {
-          float* out = tile + (k * blocks + g) * vector;
-          std::memcpy(out, column + int64_t(g) * rows + row0, sizeof(float) * size_t(live));
-          std::fill(out + live, out + vector, 0.0f);
+      const int64_t present = piece.present < 0 ? int64_t(rows) * blocks : piece.present;
+      for (int32_t g = 0; g < blocks; ++g) {
+        const int64_t first = int64_t(g) * rows + row0;  // W_t's row at the tile's first float
+        const int64_t filled = std::clamp<int64_t>(present - first, 0, live);  // rows read, then zeros
+        float* out = tile + k0 * k_stride + int64_t(g) * vector;
+        for (int64_t col = 0; col < piece.cols; ++col) std::fill(out + col * k_stride + filled, out + col * k_stride + vector, 0.0f);
+        if (!piece.transposed) {
+          for (int64_t col = 0; col < piece.cols; ++col)
+            std::memcpy(out + col * k_stride, piece.data + col * present + first, sizeof(float) * size_t(filled));
+          continue;
         }
+        pack_transposed(piece.data + first * piece.cols, piece.cols, filled, out, k_stride);
       }
+      k0 += piece.cols;
     }
   }
 }

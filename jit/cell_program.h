@@ -152,13 +152,18 @@ struct CellArgs {
   int64_t tile_end = -1;
 };
 
-// The packed layout of contraction weight W (blocks * rows x K, column-major, given as column
-// pieces W_t of K_t columns each, side by side): for row tile t (vector rows of each block), for
-// k < K, for block g, `vector` floats (rows past the block's end are zero). Returns the floats.
+// The packed layout of contraction weight W (blocks * rows x K, given as column pieces W_t of K_t
+// columns each, side by side): for row tile t (vector rows of each block), for k < K, for block g,
+// `vector` floats (rows past the block's end are zero). Returns the floats.
 int64_t packed_weight_floats(int32_t rows, int32_t blocks, int64_t k, int32_t vector);
+// A piece read where the parameter lies: column-major with `present` rows (fewer than blocks * rows
+// when the product pads: the rows past them pack as zeros; -1: all of them), or, transposed, the
+// parameter being W_t's transpose (`cols` x present, column-major: W_t(r, c) at data[c + r * cols]).
 struct WeightPiece {
-  const float* data = nullptr;  // column-major, blocks * rows rows
+  const float* data = nullptr;
   int64_t cols = 0;
+  int64_t present = -1;
+  bool transposed = false;
 };
 void pack_weight(int32_t rows, int32_t blocks, const std::vector<WeightPiece>& pieces, int32_t vector, float* packed);
 

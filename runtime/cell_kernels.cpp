@@ -56,9 +56,6 @@ struct CellKernels::PackedWeight {
   std::vector<PackedSource> sources;  // per piece
   float* data = nullptr;
   int64_t floats = 0;
-  // Per piece: the transposed or padded copy packed from, kept so that repacking after every
-  // optimizer step reuses its memory instead of faulting fresh pages in.
-  std::vector<std::vector<float>> staged;
   ~PackedWeight() { std::free(data); }
 };
 
@@ -134,37 +131,14 @@ void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::Para
     for (size_t p = 0; p < weight.pieces.size(); ++p) {
       const ir::ParameterInfo& info = piece(w, p);
       sources.push_back(packed_source(info));
-      pieces.push_back({info.data, weight.transposed ? info.shape.rows : info.shape.cols});
+      // Read where the parameter lies: transposed, or with fewer rows than the product's
+      // blocks * rows (those past them pack as zeros).
+      if (weight.transposed) pieces.push_back({info.data, info.shape.rows, info.shape.cols, true});
+      else pieces.push_back({info.data, info.shape.cols, info.shape.rows, false});
       k += pieces.back().cols;
     }
     if (packed && packed->sources == sources) continue;
     if (!packed) packed = std::make_unique<PackedWeight>();
-    // A transposed or padded weight is packed from a column-major copy of blocks * rows rows
-    // (zeros past the product's rows).
-    const int64_t padded_rows = int64_t(weight.blocks) * lowering.program.rows;
-    packed->staged.resize(pieces.size());
-    for (size_t p = 0; p < pieces.size(); ++p) {
-      const ir::ParameterInfo& info = piece(w, p);
-      const int64_t rows = info.shape.rows, cols = info.shape.cols;
-      const int64_t out_rows = weight.transposed ? cols : rows;
-      if (!weight.transposed && out_rows == padded_rows) continue;
-      std::vector<float>& copy = packed->staged[p];
-      copy.assign(size_t(padded_rows * pieces[p].cols), 0.0f);
-      if (weight.transposed) {
-        // In 16 x 16 tiles: a whole column's stores, a power-of-two stride apart, would fall into
-        // a few cache sets and evict one another.
-        constexpr int64_t kTile = 16;
-        for (int64_t c0 = 0; c0 < cols; c0 += kTile)
-          for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-            for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
-              for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-                copy[size_t(c + r * padded_rows)] = info.data[r + c * rows];
-      } else {
-        for (int64_t c = 0; c < cols; ++c)
-          std::copy_n(info.data + c * rows, rows, copy.data() + c * padded_rows);
-      }
-      pieces[p].data = copy.data();
-    }
     const int64_t floats = jit::packed_weight_floats(lowering.program.rows, weight.blocks, k, cell.vector);
     if (floats != packed->floats) {
       std::free(packed->data);

@@ -260,6 +260,45 @@ TEST(CellKernel, PackingLaysTilesOutBlockByBlockWithZeroPadding) {
   EXPECT_EQ(packed, expected);
 }
 
+TEST(CellKernel, PackingReadsTransposedAndShortPiecesWhereTheyLie) {
+  // A piece given transposed, or with fewer rows than blocks * rows, packs as the column-major
+  // padded copy of it would (the copy the executor made before): shapes around the 16-column
+  // chunks and the vector's tiles, the pieces of one weight of every kind side by side.
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  struct Shape {
+    int32_t rows, blocks, vector;
+    std::vector<int64_t> ks;
+  };
+  for (const Shape& shape : {Shape{3, 2, 4, {2, 5}}, Shape{50, 4, 16, {17, 33}}, Shape{150, 3, 8, {16, 1, 40}},
+                             Shape{7, 1, 16, {31}}}) {
+    const int64_t padded = int64_t(shape.rows) * shape.blocks;
+    std::vector<std::vector<float>> sources, copies;
+    std::vector<WeightPiece> direct, from_copies;
+    int64_t k_total = 0;
+    for (size_t p = 0; p < shape.ks.size(); ++p) {
+      const int64_t k = shape.ks[p];
+      k_total += k;
+      // Pieces in turn: transposed, short (rows past `present` pack as zeros), whole.
+      const int kind = int(p % 3);
+      const int64_t present = kind == 2 ? padded : std::max<int64_t>(1, padded - 1 - int64_t(p) * 3);
+      sources.emplace_back(size_t(present * k));
+      for (float& v : sources.back()) v = uniform(random);
+      std::vector<float>& copy = copies.emplace_back(size_t(padded * k), 0.0f);
+      for (int64_t r = 0; r < present; ++r)
+        for (int64_t c = 0; c < k; ++c)
+          copy[size_t(r + c * padded)] = kind == 0 ? sources.back()[size_t(c + r * k)] : sources.back()[size_t(r + c * present)];
+      direct.push_back({sources.back().data(), k, present, kind == 0});
+      from_copies.push_back({copy.data(), k});
+    }
+    const size_t floats = size_t(packed_weight_floats(shape.rows, shape.blocks, k_total, shape.vector));
+    std::vector<float> packed(floats, -1.0f), expected(floats, -2.0f);
+    pack_weight(shape.rows, shape.blocks, direct, shape.vector, packed.data());
+    pack_weight(shape.rows, shape.blocks, from_copies, shape.vector, expected.data());
+    EXPECT_EQ(packed, expected) << "rows " << shape.rows << ", blocks " << shape.blocks << ", vector " << shape.vector;
+  }
+}
+
 TEST(CellKernel, VerifyRefusesBrokenPrograms) {
   Program p = contraction(8, 1, {4}, true);
   EXPECT_NO_THROW(verify(p));
