@@ -113,25 +113,25 @@ Backward::BodyGradients Backward::record_body(NodeId last, std::span<const std::
 
 const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
   std::vector<NodeId>& order = b_.order;
-  std::vector<uint32_t>& position = b_.position;
+  std::vector<uint8_t>& placed = b_.placed;
   std::vector<uint8_t>& batch_last = b_.batch_last;
   order.clear();
   batch_last.clear();
-  position.assign(loss + 1, UINT32_MAX);
+  placed.assign(loss + 1, 0);
+  auto place = [&](NodeId n) {
+    placed[n] = 1;
+    order.push_back(n);
+  };
   const scheduler::Schedule& last = s_.data.schedule;
   NodeId first_scheduled = loss + 1;
   for (size_t b = last.batch_count(); b-- > 0;) {
     for (NodeId m : last.batch(b))
-      if (m <= loss && position[m] == UINT32_MAX) {
+      if (m <= loss && !placed[m]) {
         // A call's output views (never scheduled) pass their gradients to it just before it.
         if (graph_.node(m).op == Op::call && !ir::is_call_batch(graph_.node(m)))
           for (NodeId v = m + graph_.cell(graph_.node(m).attrs.index).output_views; v > m; --v)
-            if (v <= loss) {
-              position[v] = uint32_t(order.size());
-              order.push_back(v);
-            }
-        position[m] = uint32_t(order.size());
-        order.push_back(m);
+            if (v <= loss) place(v);
+        place(m);
         first_scheduled = std::min(first_scheduled, m);
       }
     batch_last.resize(order.size(), 0);
@@ -140,18 +140,24 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
   // The schedule is an order of its nodes, so its reverse is valid for them; the nodes below
   // all of them (earlier evaluations) can read none of them. A computed node among them that
   // the schedule lacks would break that: then plain reverse recording order, always valid.
-  for (int leaves = 0; leaves < 2; ++leaves)
-    for (NodeId n = loss + 1; n-- > 0;) {
-      if (position[n] != UINT32_MAX || has_flag(graph_.node(n).op, ir::kLeaf) != (leaves == 1)) continue;
-      if (!leaves && n > first_scheduled) {
-        order.clear();
-        for (NodeId m = loss + 1; m-- > 0;) order.push_back(m);
-        batch_last.assign(order.size(), 1);
-        return order;
-      }
-      position[n] = uint32_t(order.size());
-      order.push_back(n);
+  // One walk down the rest: computed nodes now, leaves kept to go last.
+  std::vector<NodeId>& leaves = b_.unplaced_leaves;
+  leaves.clear();
+  for (NodeId n = loss + 1; n-- > 0;) {
+    if (placed[n]) continue;
+    if (has_flag(graph_.node(n).op, ir::kLeaf)) {
+      leaves.push_back(n);
+      continue;
     }
+    if (n > first_scheduled) {
+      order.clear();
+      for (NodeId m = loss + 1; m-- > 0;) order.push_back(m);
+      batch_last.assign(order.size(), 1);
+      return order;
+    }
+    order.push_back(n);
+  }
+  order.insert(order.end(), leaves.begin(), leaves.end());
   batch_last.resize(order.size(), 1);
   return order;
 }
@@ -159,9 +165,8 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
 const std::vector<uint8_t>& Backward::gradient_flows(NodeId loss, std::span<const NodeId> seeds,
                                                      std::span<const NodeId> sources) {
   std::vector<uint8_t>& depends = b_.depends;
-  std::vector<uint8_t>& reached = b_.flows;
+  std::vector<uint8_t>& flows = b_.flows;
   depends.assign(loss + 1, 0);
-  reached.assign(loss + 1, 0);
   for (NodeId a : sources) depends[a] = 1;
   for (NodeId n = 0; n <= loss; ++n) {
     const Op op = graph_.node(n).op;
@@ -170,13 +175,15 @@ const std::vector<uint8_t>& Backward::gradient_flows(NodeId loss, std::span<cons
       depends[n] |= !static_cast<const runtime::CallCell&>(graph_.cell(graph_.node(n).attrs.index)).body.parameters().empty();
     for (NodeId a : graph_.args(n)) depends[n] |= depends[a];
   }
-  for (NodeId seed : seeds) reached[seed] = 1;
-  reached[loss] = 1;
+  // Reached from the loss (or a seed) and depending: the walk back goes on only through nodes that
+  // depend: no argument of a node that depends on no parameter or lookup depends on one.
+  flows.assign(loss + 1, 0);
+  for (NodeId seed : seeds) flows[seed] = depends[seed];
+  flows[loss] = depends[loss];
   for (NodeId n = loss + 1; n-- > 0;)
-    if (reached[n])
-      for (NodeId a : graph_.args(n)) reached[a] = 1;
-  for (NodeId n = 0; n <= loss; ++n) reached[n] &= depends[n];
-  return reached;
+    if (flows[n])
+      for (NodeId a : graph_.args(n)) flows[a] |= depends[a];
+  return flows;
 }
 
 void Backward::send_call(NodeId n, const std::vector<uint8_t>& flows) {
@@ -352,26 +359,27 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
   s_.check_room();
   const NodeId batch = ir::add_call_batch(graph_, graph_.add_cell(&backward_cell), int32_t(calls.size()), terms, args, rows);
   s_.data.types.push_back(s_.engine->driver.signatures.intern(graph_, batch));
-  // Per output, the parameter it sends a term or a pair to, and the pairs' list (made for every
-  // output first: making one may move the others).
-  std::vector<NodeId>& parameters = b_.output_parameters;
-  std::vector<ParameterPairs*>& pairs = b_.output_pairs;
-  parameters.assign(backward.outputs.size(), ir::kNoNode);
-  pairs.assign(backward.outputs.size(), nullptr);
+  // Where each output goes, the same for every member: worked out once for the batch.
+  std::vector<OutputRoute>& routes = b_.output_routes;
+  routes.assign(backward.outputs.size(), OutputRoute{});
   for (size_t k = 0; k < backward.outputs.size(); ++k) {
     const detail::BackwardCell::Output& o = backward.outputs[k];
+    OutputRoute& route = routes[k];
+    route.output = &o;
+    route.offset = backward_cell.output_offsets[k];
+    route.shape = backward.cell.body.node(backward.cell.outputs[k]).shape;
+    route.in_place = backward_cell.read_in_place(k);
     if (o.kind == detail::BackwardCell::Output::argument) continue;
-    parameters[k] = parameter_of(cell.body.parameter(o.index));
-    if (o.kind == detail::BackwardCell::Output::pair) pairs_of(parameters[k], true);
+    route.parameter = parameter_of(cell.body.parameter(o.index));
+    if (o.kind == detail::BackwardCell::Output::pair) pairs_of(route.parameter, true);
   }
-  // A pair's x that is a constant (a bias's ones) is one node for every member.
-  std::vector<NodeId>& constant_x = b_.output_constants;
-  constant_x.assign(backward.outputs.size(), ir::kNoNode);
-  for (size_t k = 0; k < backward.outputs.size(); ++k) {
-    const detail::BackwardCell::Output& o = backward.outputs[k];
-    if (o.kind != detail::BackwardCell::Output::pair) continue;
-    pairs[k] = pairs_of(parameters[k], false);
-    if (o.x.kind == detail::BackwardCell::Value::constant) constant_x[k] = call_value(calls[0], {}, o.x);
+  // The pairs' lists once all are made (making one may move the others); a pair's x that is a
+  // constant (a bias's ones) is one node for every member.
+  for (OutputRoute& route : routes) {
+    if (route.output->kind != detail::BackwardCell::Output::pair) continue;
+    route.pairs = pairs_of(route.parameter, false);
+    if (route.output->x.kind == detail::BackwardCell::Value::constant)
+      route.constant_x = call_value(calls[0], {}, route.output->x);
   }
   // Each member's outputs, read in place at its frame's rows.
   for (size_t m = 0; m < calls.size(); ++m) {
@@ -382,29 +390,26 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
     forward_args.assign(graph_.args(n).begin(), graph_.args(n).end());
     b_.frame_reads.clear();
     const int64_t frame = int64_t(m) * backward_cell.frame_floats;
-    for (size_t k = 0; k < backward.outputs.size(); ++k) {
-      const detail::BackwardCell::Output& o = backward.outputs[k];
-      const int32_t row = int32_t(frame + backward_cell.output_offsets[k]);
-      const ir::Shape shape = backward.cell.body.node(backward.cell.outputs[k]).shape;
+    for (const OutputRoute& route : routes) {
+      const detail::BackwardCell::Output& o = *route.output;
+      const int32_t row = int32_t(frame + route.offset);
       if (o.kind == detail::BackwardCell::Output::argument) {
         const NodeId a = forward_args[o.index];
         if (flows[a]) push(a, Contribution::kWhole, batch, 0, 0, row);
-        continue;
-      }
-      if (o.kind == detail::BackwardCell::Output::whole) {
-        push(parameters[k], Contribution::kWhole, batch, 0, 0, row);
-      } else if (backward_cell.read_in_place(k)) {  // dy and x columns, read where they lie
-        ParameterPairs::Term& term = pairs[k]->terms.emplace_back();
-        if (constant_x[k] != ir::kNoNode) term.x = constant_x[k];
+      } else if (o.kind == detail::BackwardCell::Output::whole) {
+        push(route.parameter, Contribution::kWhole, batch, 0, 0, row);
+      } else if (route.in_place) {  // dy and x columns, read where they lie
+        ParameterPairs::Term& term = route.pairs->terms.emplace_back();
+        if (route.constant_x != ir::kNoNode) term.x = route.constant_x;
         else std::tie(term.x, term.x_row) = call_value_at(n, forward_args, o.x);
         term.x_shape = o.x.shape;
         term.dy = batch;
         term.dy_row = row;
-        term.dy_shape = shape;
+        term.dy_shape = route.shape;
       } else {
-        const NodeId dy = term_node(batch, row, shape);
-        const NodeId x = constant_x[k] != ir::kNoNode ? constant_x[k] : call_value(n, forward_args, o.x);
-        pairs[k]->terms.push_back({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
+        const NodeId dy = term_node(batch, row, route.shape);
+        const NodeId x = route.constant_x != ir::kNoNode ? route.constant_x : call_value(n, forward_args, o.x);
+        route.pairs->terms.push_back({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
       }
     }
   }
@@ -434,31 +439,10 @@ NodeId Backward::combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs
         pairs->emplace_back(t.dy, t.x);
       }
     } else {
-      // Pairs of one shape, in the order sent, one argument list each: a1, b1, a2, b2, ...
-      std::vector<std::pair<ir::Shape, ir::Shape>>& shapes = b_.group_shapes;
-      std::vector<std::vector<NodeId>>& groups = b_.groups;
-      std::vector<std::vector<int32_t>>& rows = b_.group_rows;
-      shapes.clear();
-      size_t last = 0;  // the group of the previous pair: pairs of one shape come in runs
-      for (const ParameterPairs::Term& t : sent_pairs->terms) {
-        const std::pair<ir::Shape, ir::Shape> shape{t.dy_shape, t.x_shape};
-        size_t g = last < shapes.size() && shapes[last] == shape ? last : 0;
-        while (g < shapes.size() && shapes[g] != shape) ++g;
-        if (g == shapes.size()) {
-          shapes.push_back(shape);
-          if (groups.size() < shapes.size()) {
-            groups.emplace_back();
-            rows.emplace_back();
-          }
-          groups[g].clear();
-          rows[g].clear();
-        }
-        groups[g].push_back(t.dy);
-        groups[g].push_back(t.x);
-        rows[g].push_back(t.dy_row);
-        rows[g].push_back(t.x_row);
-        last = g;
-      }
+      group_pairs(sent_pairs->terms);
+      const std::vector<std::pair<ir::Shape, ir::Shape>>& shapes = b_.group_shapes;
+      const std::vector<std::vector<NodeId>>& groups = b_.groups;
+      const std::vector<std::vector<int32_t>>& rows = b_.group_rows;
       // One product per shape (all of a group's pairs are alike): columns read where they lie,
       // at rows of frames or whole (matmul_nt_rows), or matrices (matmul_nt, never at rows).
       for (size_t g = 0; g < shapes.size(); ++g) {
@@ -478,6 +462,47 @@ NodeId Backward::combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs
   }
   if (terms.empty()) return ir::kNoNode;  // only pairs, kept apart
   return terms.size() == 1 ? terms[0] : emit(Op::sum, terms);
+}
+
+void Backward::group_pairs(std::span<const ParameterPairs::Term> sent) {
+  std::vector<std::pair<ir::Shape, ir::Shape>>& shapes = b_.group_shapes;
+  std::vector<uint32_t>& sizes = b_.group_sizes;
+  std::vector<uint32_t>& group_of = b_.pair_groups;
+  shapes.clear();
+  sizes.clear();
+  group_of.resize(sent.size());
+  // First each pair's group, then each group's lists filled at once: one shape per weight is the
+  // rule (then the lists are written straight through), several the exception.
+  size_t last = 0;  // the group of the previous pair: pairs of one shape come in runs
+  for (size_t i = 0; i < sent.size(); ++i) {
+    const std::pair<ir::Shape, ir::Shape> shape{sent[i].dy_shape, sent[i].x_shape};
+    size_t g = last < shapes.size() && shapes[last] == shape ? last : 0;
+    while (g < shapes.size() && shapes[g] != shape) ++g;
+    if (g == shapes.size()) {
+      shapes.push_back(shape);
+      sizes.push_back(0);
+    }
+    ++sizes[g];
+    group_of[i] = uint32_t(g);
+    last = g;
+  }
+  if (b_.groups.size() < shapes.size()) {
+    b_.groups.resize(shapes.size());
+    b_.group_rows.resize(shapes.size());
+  }
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    b_.groups[g].resize(2 * size_t(sizes[g]));
+    b_.group_rows[g].resize(2 * size_t(sizes[g]));
+    sizes[g] = 0;  // now each group's next free pair
+  }
+  for (size_t i = 0; i < sent.size(); ++i) {
+    const size_t g = shapes.size() == 1 ? 0 : group_of[i];
+    const size_t at = 2 * size_t(sizes[g]++);
+    b_.groups[g][at] = sent[i].dy;
+    b_.groups[g][at + 1] = sent[i].x;
+    b_.group_rows[g][at] = sent[i].dy_row;
+    b_.group_rows[g][at + 1] = sent[i].x_row;
+  }
 }
 
 NodeId Backward::assemble_slices(NodeId n, std::vector<SlicePart>& parts) {

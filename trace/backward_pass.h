@@ -53,6 +53,18 @@ struct ParameterPairs {
 };
 
 
+// send_call_batch()'s: where output k of a backward call goes, the same for every member of the
+// batch: a forward argument's gradient, a parameter's term, or a pair's dy (its x read per member).
+struct OutputRoute {
+  const BackwardCell::Output* output = nullptr;
+  int64_t offset = 0;  // its rows in a member's frame
+  ir::Shape shape;
+  bool in_place = false;  // the pair's dy and x are columns, read where they lie
+  NodeId parameter = ir::kNoNode;
+  ParameterPairs* pairs = nullptr;
+  NodeId constant_x = ir::kNoNode;  // a pair's x that is a constant: one node for every member
+};
+
 struct SlicePart {
   int32_t begin, end;
   NodeId gradient;
@@ -70,14 +82,17 @@ struct Buffers {
   std::vector<SlicePart> slices;
   std::vector<ParameterPairs> pairs;  // the first `pairs_used` are this pass's
   size_t pairs_used = 0;
+  std::vector<uint32_t> pairs_index;  // per parameter node: its list in pairs, when pairs_used confirms it
   // combine()'s: per shape of pair, its shapes and its arguments a1, b1, a2, b2, ...
   std::vector<std::pair<ir::Shape, ir::Shape>> group_shapes;
   std::vector<std::vector<NodeId>> groups;
   std::vector<std::vector<int32_t>> group_rows;
+  std::vector<uint32_t> group_sizes, pair_groups;  // group_pairs()': per group, per pair
   std::vector<NodeId> order;      // mirrored_order()'s
   std::vector<uint8_t> batch_last;  // per entry of order: the last of its forward batch
+  std::vector<uint8_t> placed;      // per node: already in order
+  std::vector<NodeId> unplaced_leaves;
   std::vector<NodeId> args;       // send()'s
-  std::vector<uint32_t> position;
   // send_call()'s: the backward call's arguments and outputs, each output's gradient terms, and
   // the frame rows read as right factors (only that call's outputs read its frame).
   std::vector<NodeId> call_args, call_outputs;
@@ -88,9 +103,7 @@ struct Buffers {
   std::vector<NodeId> pending;
   std::vector<std::vector<std::pair<NodeId, int32_t>>> member_seeds;
   std::vector<int32_t> batch_terms, batch_rows;
-  std::vector<NodeId> output_parameters;
-  std::vector<ParameterPairs*> output_pairs;
-  std::vector<NodeId> output_constants;
+  std::vector<OutputRoute> output_routes;
   // send_batch()'s: each member's gradient as a term, the batch node's arguments and their rows,
   // its labels, and the forward members' arguments.
   std::vector<std::pair<NodeId, int32_t>> member_dy;
@@ -146,11 +159,16 @@ class Backward {
 
   // The pairs sent to parameter node p so far (null: none), or a new empty list for it.
   ParameterPairs* pairs_of(NodeId p, bool make) {
-    // A pass sends pairs to a handful of parameters, a call's rule to several in turn.
-    for (size_t i = 0; i < b_.pairs_used; ++i)
-      if (b_.pairs[i].parameter == p) return &b_.pairs[i];
+    // Asked once per pair sent: p's list is found through its index, which a list of this pass
+    // confirms (an index left by an earlier pass names another parameter's list, or none).
+    if (p < b_.pairs_index.size()) {
+      const uint32_t i = b_.pairs_index[p];
+      if (i < b_.pairs_used && b_.pairs[i].parameter == p) return &b_.pairs[i];
+    }
     if (!make) return nullptr;
     if (b_.pairs_used == b_.pairs.size()) b_.pairs.emplace_back();
+    if (p >= b_.pairs_index.size()) b_.pairs_index.resize(size_t(p) + 1, UINT32_MAX);
+    b_.pairs_index[p] = uint32_t(b_.pairs_used);
     ParameterPairs& pairs = b_.pairs[b_.pairs_used++];
     pairs.parameter = p;
     pairs.terms.clear();
@@ -283,6 +301,10 @@ class Backward {
   // (a parameter in a cell's body), the pairs go there as they are instead, and the rest is
   // summed: kNoNode when nothing else was sent.
   NodeId combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs = nullptr);
+
+  // The pairs sent to one parameter as b_.groups: per shape of pair, in the order sent, its
+  // arguments a1, b1, a2, b2, ... (b_.group_rows their rows) and its shapes (b_.group_shapes).
+  void group_pairs(std::span<const ParameterPairs::Term> sent);
 
   // Slices of n's gradient put back at their rows: one concat when they tile n exactly (an LSTM's
   // gates), else each padded with zeros and summed.
