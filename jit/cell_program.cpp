@@ -436,12 +436,13 @@ void pack_transposed(const float* rows, int64_t cols, int64_t count, float* out,
 
 }  // namespace
 
-void pack_weight(int32_t rows, int32_t blocks, const std::vector<WeightPiece>& pieces, int32_t vector, float* packed) {
+void pack_weight(int32_t rows, int32_t blocks, const std::vector<WeightPiece>& pieces, int32_t vector, float* packed,
+                 int64_t tile_begin, int64_t tile_end) {
   int64_t k_total = 0;
   for (const WeightPiece& piece : pieces) k_total += piece.cols;
   const int64_t tiles = (rows + vector - 1) / vector;
   const int64_t k_stride = int64_t(blocks) * vector;  // from one k's floats to the next's
-  for (int64_t t = 0; t < tiles; ++t) {
+  for (int64_t t = tile_begin; t < (tile_end < 0 ? tiles : std::min(tiles, tile_end)); ++t) {
     const int64_t row0 = t * vector;
     const int64_t live = std::min<int64_t>(vector, rows - row0);
     float* tile = packed + t * k_total * k_stride;

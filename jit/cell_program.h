@@ -165,6 +165,9 @@ struct WeightPiece {
   int64_t present = -1;
   bool transposed = false;
 };
-void pack_weight(int32_t rows, int32_t blocks, const std::vector<WeightPiece>& pieces, int32_t vector, float* packed);
+// Packs row tiles [tile_begin, tile_end) (tile_end < 0: to the last), so that tiles may be packed
+// by several threads.
+void pack_weight(int32_t rows, int32_t blocks, const std::vector<WeightPiece>& pieces, int32_t vector, float* packed,
+                 int64_t tile_begin = 0, int64_t tile_end = -1);
 
 }  // namespace edb::jit

@@ -27,6 +27,9 @@ constexpr int64_t kMinCallsPerTask = 16;  // calls worth a thread hand-off, spli
 // only its part of them) into pieces of at least this much arithmetic, about 10 us on one core:
 // worth waking a sleeping thread for.
 constexpr int64_t kMinFlopsPerPiece = 400'000;
+// A weight repacked after an optimizer step is cut by row tiles into pieces of at least this many
+// floats (about 20 us of copying).
+constexpr int64_t kMinPackFloats = 32'768;
 
 
 }  // namespace
@@ -120,7 +123,8 @@ void CellKernels::compile(Cell& cell, Stats& stats) {
   cell.weight_pointers.resize(cell.lowering->weights.size());
 }
 
-void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::ParameterInfo&(size_t, size_t)>& piece) {
+void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::ParameterInfo&(size_t, size_t)>& piece,
+                                  ThreadPool& pool) {
   const CellLowering& lowering = *cell.lowering;
   for (size_t w = 0; w < lowering.weights.size(); ++w) {
     const CellLowering::Weight& weight = lowering.weights[w];
@@ -147,7 +151,18 @@ void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::Para
       if (!packed->data) throw std::bad_alloc();
       packed->floats = floats;
     }
-    jit::pack_weight(lowering.program.rows, weight.blocks, pieces, cell.vector, packed->data);
+    // A piece of tiles per thread where each holds enough floats to be worth a task.
+    const int64_t tiles = (lowering.program.rows + cell.vector - 1) / cell.vector;
+    const int64_t cuts = std::min<int64_t>({pool.size(), tiles, std::max<int64_t>(1, floats / kMinPackFloats)});
+    if (cuts <= 1) {
+      jit::pack_weight(lowering.program.rows, weight.blocks, pieces, cell.vector, packed->data);
+    } else {
+      const std::function<void(int)> task = [&](int i) {
+        jit::pack_weight(lowering.program.rows, weight.blocks, pieces, cell.vector, packed->data, tiles * i / cuts,
+                         tiles * (i + 1) / cuts);
+      };
+      pool.parallel_for(int(cuts), task);
+    }
     packed->sources = std::move(sources);
     cell.weight_pointers[w] = packed->data;
   }
@@ -199,11 +214,14 @@ void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& val
   }
   Cell& cell = *slot;
   const CellLowering& lowering = call_cell.lowering;
-  refresh_weights(cell, [&](size_t w, size_t p) -> const ir::ParameterInfo& {
-    const CellLowering::Reference& piece = lowering.weights[w].pieces[p];
-    const ir::NodeId node = call_cell.body.args(call_cell.first + piece.offset)[size_t(piece.argument)];
-    return call_cell.body.parameter(call_cell.body.node(node).attrs.parameter);
-  });
+  refresh_weights(
+      cell,
+      [&](size_t w, size_t p) -> const ir::ParameterInfo& {
+        const CellLowering::Reference& piece = lowering.weights[w].pieces[p];
+        const ir::NodeId node = call_cell.body.args(call_cell.first + piece.offset)[size_t(piece.argument)];
+        return call_cell.body.parameter(call_cell.body.node(node).attrs.parameter);
+      },
+      pool);
   const size_t slots = call_cell.slots.size();
   // A batch call (ir::CallBatch) is its members' calls: their frames one after another, their
   // arguments read at rows of nodes, an argument of several terms summed here first.

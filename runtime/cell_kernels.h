@@ -49,8 +49,10 @@ class CellKernels {
   struct PackedWeight;
   struct Cell;
   void compile(Cell& cell, Stats& stats);
-  // Packs each weight again whose pieces moved or changed; piece(w, p) is piece p of weight w.
-  void refresh_weights(Cell& cell, const std::function<const ir::ParameterInfo&(size_t, size_t)>& piece);
+  // Packs each weight again whose pieces moved or changed, its row tiles cut across the pool;
+  // piece(w, p) is piece p of weight w.
+  void refresh_weights(Cell& cell, const std::function<const ir::ParameterInfo&(size_t, size_t)>& piece,
+                       ThreadPool& pool);
   // Runs the kernel over `calls` calls whose tables are in pointers_ and shared_.
   void launch(Cell& cell, int64_t calls, ThreadPool& pool, Stats& stats);
 

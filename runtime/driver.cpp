@@ -243,9 +243,25 @@ void ExecutionQueue::push(TraceData& trace) {
   {
     std::lock_guard lock(mutex_);
     trace.pending = true;
-    queue_.push_back(&trace);
+    queue_.push_back(Entry{&trace});
   }
   changed_.notify_all();
+}
+
+void ExecutionQueue::parallel_for(int count, const std::function<void(int)>& task) {
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(Entry{nullptr, count, &task, &done, &error});
+  }
+  changed_.notify_all();
+  if (pool_) pool_->assist([&] { return done.load(std::memory_order_acquire); });
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return done.load(std::memory_order_acquire); });
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void ExecutionQueue::wait(TraceData& trace) {
@@ -265,8 +281,23 @@ void ExecutionQueue::loop() {
   for (;;) {
     changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stop_ and nothing left
-    TraceData& trace = *queue_.front();
+    const Entry entry = queue_.front();
     lock.unlock();
+    if (!entry.trace) {  // the caller's parallel_for: it assists, so the pool has both threads
+      try {
+        if (pool_) pool_->parallel_for(entry.count, *entry.task);
+        else for (int i = 0; i < entry.count; ++i) (*entry.task)(i);
+      } catch (...) {
+        *entry.error = std::current_exception();
+      }
+      lock.lock();
+      entry.done->store(true, std::memory_order_release);
+      queue_.pop_front();
+      changed_.notify_all();
+      if (pool_) pool_->release();
+      continue;
+    }
+    TraceData& trace = *entry.trace;
     Stats stats;
     std::exception_ptr error;
     const auto start = Clock::now();
@@ -345,6 +376,11 @@ Driver::~Driver() = default;
 
 void Driver::drain(TraceData& trace) {
   if (queue_) queue_->wait(trace);
+}
+
+void Driver::parallel_for(int count, const std::function<void(int)>& task) {
+  if (queue_) return queue_->parallel_for(count, task);
+  for (int i = 0; i < count; ++i) task(i);
 }
 
 void Driver::wait(TraceData& trace) {

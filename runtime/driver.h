@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -82,15 +83,26 @@ class ExecutionQueue {
   void push(TraceData& trace);
   void wait(TraceData& trace);  // until the trace's queued execution is done
   Stats take_stats();           // waits for everything queued, then hands over the counters
+  // Runs task(i) for i in [0, count) across the pool after everything queued before, the caller
+  // taking part; returns when all are done, rethrowing a task's exception.
+  void parallel_for(int count, const std::function<void(int)>& task);
 
  private:
+  // A queued evaluation, or (trace null) a parallel_for of the caller's.
+  struct Entry {
+    TraceData* trace = nullptr;
+    int count = 0;
+    const std::function<void(int)>* task = nullptr;
+    std::atomic<bool>* done = nullptr;
+    std::exception_ptr* error = nullptr;
+  };
   void loop();
   Executor& executor_;
   bool check_finite_;
   ThreadPool* pool_;  // null: waiters sleep
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<TraceData*> queue_;
+  std::deque<Entry> queue_;
   Stats stats_;
   bool stop_ = false;
   std::thread thread_;
@@ -121,6 +133,10 @@ class Driver {
     submit(trace);
     wait(trace);
   }
+  // Runs task(i) for i in [0, count) on the engine's threads (after every queued evaluation, with
+  // the caller taking part), or on the caller alone when the engine has one thread; rethrows a
+  // task's exception. For work beside evaluations, such as an optimizer's update.
+  void parallel_for(int count, const std::function<void(int)>& task);
 
   const EngineOptions& options() const { return options_; }
   // What the executor it runs can do (on the device options().device names).

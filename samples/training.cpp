@@ -128,7 +128,7 @@ void train_epoch_across_ranks(SampleModel& model, Engine& engine, Optimizer& opt
     e.step_losses.push_back(loss);
     loss_sum += double(loss) * double(end - begin);
     start = Clock::now();
-    norm_sum += optimizer.step(gradients);
+    norm_sum += optimizer.step(gradients, engine);
     e.optimizer_ms += ms_since(start);
     ++steps;
     progress(end);
@@ -294,7 +294,7 @@ TrainResult train(SampleModel& model, Engine& engine, Optimizer& optimizer, cons
         loss_sum += double(loss) * double(step.end - step.begin);
         e.step_losses.push_back(loss);
         start = Clock::now();
-        norm_sum += optimizer.step(gradients);
+        norm_sum += optimizer.step(gradients, engine);
         e.optimizer_ms += ms_since(start);
         ++steps;
         report(step.end);

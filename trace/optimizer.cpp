@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 
 #include "edbatch/train.h"
@@ -217,7 +219,11 @@ struct Optimizer::State {
   detail::ModelState* model_state();
   template <typename Handle>
   detail::ParameterStorage& checked_storage(const Handle& handle, const char* what);
-  double checked_sum_of_squares(const Gradients& gradients);
+  // One step, its independent pieces run by parallel_for(count, task) (in any order, on any
+  // thread): each gradient's check and sum of squares, then the update in ranges of weights.
+  using ParallelFor = std::function<void(int, const std::function<void(int)>&)>;
+  float step(const Gradients& gradients, const ParallelFor& parallel_for);
+  double checked_sum_of_squares(const Gradients& gradients, const ParallelFor& parallel_for);
   Update next_update(double norm);
   Moments& moments_of(uint32_t index);
   std::string encode();
@@ -238,20 +244,44 @@ detail::ParameterStorage& Optimizer::State::checked_storage(const Handle& handle
   return handle.model_->at(handle.index_);
 }
 
-// Every check of step(), before anything changes; returns the squared global norm.
-double Optimizer::State::checked_sum_of_squares(const Gradients& gradients) {
+// Every check of step(), before anything changes; returns the squared global norm. The handles
+// are checked in order, then each gradient's values and sum by its own task; the first error in
+// the gradients' order is thrown, and the sums add in that order, so neither depends on the tasks.
+double Optimizer::State::checked_sum_of_squares(const Gradients& gradients, const ParallelFor& parallel_for) {
+  const size_t dense = gradients.parameters.size(), count = dense + gradients.tables.size();
+  std::vector<const detail::ParameterStorage*> storage;
+  std::vector<std::exception_ptr> errors(count);
   std::vector<bool> seen;
+  for (size_t i = 0; i < count; ++i) {
+    try {
+      if (i < dense) {
+        const Parameter& handle = gradients.parameters[i].parameter;
+        storage.push_back(&checked_storage(handle, "parameter"));
+        check_once(seen, handle.index_, "parameter '" + storage.back()->name + "'");
+      } else {
+        const LookupTable& handle = gradients.tables[i - dense].table;
+        storage.push_back(&checked_storage(handle, "lookup table"));
+        check_once(seen, handle.index_, "lookup table '" + storage.back()->name + "'");
+      }
+    } catch (const UsageError&) {
+      errors[i] = std::current_exception();
+      break;  // a later gradient's error could not be the first
+    }
+  }
+  std::vector<double> sums(storage.size());
+  parallel_for(int(storage.size()), [&](int i) {
+    try {
+      const size_t at = size_t(i);
+      sums[at] = at < dense ? check_dense(*storage[at], gradients.parameters[at].gradient)
+                            : check_rows(*storage[at], gradients.tables[at - dense]);
+    } catch (const UsageError&) {
+      errors[size_t(i)] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& error : errors)
+    if (error) std::rethrow_exception(error);
   double sum = 0;
-  for (const Gradients::Dense& dense : gradients.parameters) {
-    const detail::ParameterStorage& p = checked_storage(dense.parameter, "parameter");
-    check_once(seen, dense.parameter.index_, "parameter '" + p.name + "'");
-    sum += check_dense(p, dense.gradient);
-  }
-  for (const Gradients::Rows& rows : gradients.tables) {
-    const detail::ParameterStorage& table = checked_storage(rows.table, "lookup table");
-    check_once(seen, rows.table.index_, "lookup table '" + table.name + "'");
-    sum += check_rows(table, rows);
-  }
+  for (double s : sums) sum += s;
   return sum;
 }
 
@@ -385,20 +415,59 @@ Optimizer::Optimizer(Model& model, OptimizerOptions options) {
 Optimizer::~Optimizer() = default;
 
 float Optimizer::step(const Gradients& gradients) {
-  const double norm = std::sqrt(state_->checked_sum_of_squares(gradients));
-  const Update update = state_->next_update(norm);
+  return state_->step(gradients, [](int count, const std::function<void(int)>& task) {
+    for (int i = 0; i < count; ++i) task(i);
+  });
+}
+
+float Optimizer::step(const Gradients& gradients, Engine& engine) {
+  runtime::Driver& driver = engine.state_->driver;
+  return state_->step(gradients, [&](int count, const std::function<void(int)>& task) { driver.parallel_for(count, task); });
+}
+
+float Optimizer::State::step(const Gradients& gradients, const ParallelFor& parallel_for) {
+  const double norm = std::sqrt(checked_sum_of_squares(gradients, parallel_for));
+  const Update update = next_update(norm);
+  // The update in pieces of about kPieceFloats weights (a dense parameter's range, or a table's
+  // rows): every weight's arithmetic is its own, so the pieces may run anywhere. The weights and
+  // moments are fetched here, on the caller: fetching bumps versions and allocates moments.
+  constexpr size_t kPieceFloats = size_t{1} << 15;
+  struct Piece {
+    float* weights;
+    Moments* moments;
+    const float* gradient;  // dense: the parameter's gradient; a table: null
+    const Gradients::Rows* rows;
+    size_t begin, end;  // dense: weights; a table: entries
+  };
+  // Moments first: making one may grow the vector that holds them all.
+  for (const Gradients::Dense& dense : gradients.parameters) moments_of(dense.parameter.index_);
+  for (const Gradients::Rows& rows : gradients.tables) moments_of(rows.table.index_);
+  std::vector<Piece> pieces;
   for (const Gradients::Dense& dense : gradients.parameters) {
     std::vector<float>& weights = dense.parameter.model_->at(dense.parameter.index_).writable();
-    update.apply(weights.data(), dense.gradient.data.data(), state_->moments_of(dense.parameter.index_),
-                 0, weights.size());
+    Moments& moments = moments_of(dense.parameter.index_);
+    for (size_t begin = 0; begin < weights.size(); begin += kPieceFloats)
+      pieces.push_back({weights.data(), &moments, dense.gradient.data.data(), nullptr, begin,
+                        std::min(weights.size(), begin + kPieceFloats)});
   }
   for (const Gradients::Rows& rows : gradients.tables) {
     std::vector<float>& weights = rows.table.model_->at(rows.table.index_).writable();
-    Moments& moments = state_->moments_of(rows.table.index_);
-    const size_t dim = size_t(rows.table.dim());
-    for (size_t i = 0; i < rows.entries.size(); ++i)
-      update.apply(weights.data(), rows.gradients.data() + i * dim, moments, size_t(rows.entries[i]) * dim, dim);
+    Moments& moments = moments_of(rows.table.index_);
+    const size_t per_piece = std::max<size_t>(1, kPieceFloats / size_t(rows.table.dim()));
+    for (size_t begin = 0; begin < rows.entries.size(); begin += per_piece)
+      pieces.push_back({weights.data(), &moments, nullptr, &rows, begin, std::min(rows.entries.size(), begin + per_piece)});
   }
+  parallel_for(int(pieces.size()), [&](int i) {
+    const Piece& piece = pieces[size_t(i)];
+    if (piece.gradient) {
+      update.apply(piece.weights, piece.gradient + piece.begin, *piece.moments, piece.begin, piece.end - piece.begin);
+      return;
+    }
+    const size_t dim = size_t(piece.rows->table.dim());
+    for (size_t e = piece.begin; e < piece.end; ++e)
+      update.apply(piece.weights, piece.rows->gradients.data() + e * dim, *piece.moments,
+                   size_t(piece.rows->entries[e]) * dim, dim);
+  });
   return float(norm);
 }
 

@@ -210,6 +210,7 @@ class Engine {
 
  private:
   friend class Trace;
+  friend class Optimizer;  // Optimizer::step(gradients, engine) runs on the engine's threads
   std::unique_ptr<detail::EngineState> state_;
 };
 

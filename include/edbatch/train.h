@@ -43,6 +43,10 @@ class Optimizer {
   // is not entries * dim, a NaN or infinity (naming the parameter and where), two gradients for
   // one parameter (sum batches with Gradients::add).
   float step(const Gradients& gradients);
+  // The same update cut across the engine's threads (EngineOptions::threads; with one thread it is
+  // step() above), after every evaluation the engine has queued, the caller taking part: the
+  // weights, moments, norm and errors are step()'s to the bit, whatever the thread count.
+  float step(const Gradients& gradients, Engine& engine);
   int64_t steps() const;
   const OptimizerOptions& options() const;
   void set_learning_rate(float learning_rate);

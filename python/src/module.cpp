@@ -547,13 +547,18 @@ void bind_training(py::module_& m) {
            py::arg("model"))
       .def(
           "step",
-          [](PyOptimizer& o, const PyGradients& g) {
-            py::gil_scoped_release release;
-            return o.optimizer.step(g.gradients);
+          [](PyOptimizer& o, const PyGradients& g, const std::shared_ptr<EngineBox>& engine) {
+            if (!engine) {
+              py::gil_scoped_release release;
+              return o.optimizer.step(g.gradients);
+            }
+            return without_gil(*engine, [&] { return o.optimizer.step(g.gradients, engine->engine); });
           },
-          py::arg("gradients"),
+          py::arg("gradients"), py::arg("engine") = nullptr,
           "One update; returns the gradients' global L2 norm before clipping. Everything is checked\n"
-          "before any weight changes (a gradient of another model is a UsageError).")
+          "before any weight changes (a gradient of another model is a UsageError). With engine, the\n"
+          "update is cut across that engine's threads (after its queued evaluations); the result is\n"
+          "the same to the bit.")
       .def_property_readonly("steps", [](const PyOptimizer& o) { return o.optimizer.steps(); })
       .def_property_readonly("options", [](const PyOptimizer& o) { return optimizer_options(o.optimizer.options()); })
       .def_property(

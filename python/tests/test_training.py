@@ -109,6 +109,25 @@ def test_record_backward_then_gradients_overlaps_the_next_step(threads):
             t.gradients(into="not gradients")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_step_on_an_engines_threads_equals_the_plain_step(threads):
+    # optimizer.step(g, engine) cuts the update across the engine's threads: the same bits.
+    runs = []
+    for on_engine in (False, True):
+        model, W, b, E = softmax_loss_model()
+        engine = edbatch.Engine(threads=threads)
+        optimizer = edbatch.Optimizer(model, kind="adam", learning_rate=0.05)
+        norms = []
+        for words in (WORDS, [3, 1, 1]):
+            with edbatch.Trace(engine) as t:
+                g = t.backward(record(t, W, b, E, words))
+            norms.append(optimizer.step(g, engine=engine) if on_engine else optimizer.step(g))
+        runs.append((norms, W.values().copy(), b.values().copy(), E.values().copy()))
+    assert runs[0][0] == runs[1][0]
+    for plain, cut in zip(runs[0][1:], runs[1][1:]):
+        assert plain.tobytes() == cut.tobytes()
+
+
 def test_gradients_add():
     model, W, b, E = softmax_loss_model()
     engine = edbatch.Engine()

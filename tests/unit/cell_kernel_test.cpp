@@ -296,6 +296,11 @@ TEST(CellKernel, PackingReadsTransposedAndShortPiecesWhereTheyLie) {
     pack_weight(shape.rows, shape.blocks, direct, shape.vector, packed.data());
     pack_weight(shape.rows, shape.blocks, from_copies, shape.vector, expected.data());
     EXPECT_EQ(packed, expected) << "rows " << shape.rows << ", blocks " << shape.blocks << ", vector " << shape.vector;
+    // Row tiles packed in ranges, as threads pack them, lay out the same floats.
+    const int64_t tiles = (shape.rows + shape.vector - 1) / shape.vector;
+    std::vector<float> by_ranges(floats, -3.0f);
+    for (int64_t t = 0; t < tiles; t += 2) pack_weight(shape.rows, shape.blocks, direct, shape.vector, by_ranges.data(), t, t + 2);
+    EXPECT_EQ(by_ranges, expected) << "rows " << shape.rows << " in ranges of two tiles";
   }
 }
 

@@ -480,6 +480,61 @@ TEST_F(OptimizerFile, FailedLoadsChangeNothing) {
 
 // ---- UsageErrors for options and gradients.
 
+// Optimizer::step(gradients, engine) cuts the update into pieces (32,768 weights, or as many of a
+// table's rows) across the engine's threads: weights, moments and norm are step()'s to the bit, for
+// parameters and tables of several pieces and of one, under every kind, with clipping.
+TEST(OptimizerThreads, StepOnAnEnginesThreadsEqualsThePlainStepToTheBit) {
+  OptimizerOptions clipped = adam(0.01f);
+  clipped.clip_norm = 0.5f;
+  for (const OptimizerOptions& options : {sgd(0.1f), sgd(0.05f, 0.9f), adam(0.01f), clipped}) {
+    for (int threads : {1, 2, 3}) {
+      Model plain("m", 5), cut("m", 5);
+      for (Model* m : {&plain, &cut}) {
+        m->add_parameter("big", 300, 250);  // 75,000 weights: three pieces
+        m->add_parameter("small", 7, 3);
+        m->add_lookup("E", 20000, 3);  // rows touched: 15,000, so two pieces of 10,922 rows
+      }
+      Optimizer plain_optimizer(plain, options), cut_optimizer(cut, options);
+      Engine engine(EngineOptions{.threads = threads});
+      uint64_t seed = 17;
+      const auto random_values = [&](size_t count) {
+        std::vector<float> v(count);
+        for (float& x : v) {
+          seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+          x = float(int64_t(seed >> 40) % 2001 - 1000) / 1000.0f;
+        }
+        return v;
+      };
+      // Plain SGD written out for the parameter of several pieces: both runs cut it the same way.
+      std::vector<float> expected_big = copy(plain.parameter("big").values());
+      for (int step = 0; step < 3; ++step) {
+        std::vector<int64_t> entries;
+        for (int64_t e = step; e < 20000 && entries.size() < 15000; e += 1 + (e % 3 == 0)) entries.push_back(e);
+        const std::vector<float> big = random_values(75000), small = random_values(21),
+                                 table = random_values(entries.size() * 3);
+        const auto of = [&](Model& m) {
+          return gradients({dense(m.parameter("big"), big), dense(m.parameter("small"), small)},
+                           {rows(m.lookup("E"), entries, table)});
+        };
+        for (size_t i = 0; i < big.size(); ++i) expected_big[i] -= options.learning_rate * big[i];
+        const float plain_norm = plain_optimizer.step(of(plain));
+        const float cut_norm = cut_optimizer.step(of(cut), engine);
+        EXPECT_EQ(std::memcmp(&plain_norm, &cut_norm, sizeof(float)), 0) << options.kind << ", " << threads << " threads";
+      }
+      if (options.kind == "sgd" && options.momentum == 0) EXPECT_EQ(copy(plain.parameter("big").values()), expected_big);
+      const std::vector<float> a = all_values(plain), b = all_values(cut);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << options.kind << " momentum " << options.momentum << ", " << threads << " threads";
+      // The moments too: one more step from equal weights moves them equally only if they are.
+      TempDir dir;
+      plain_optimizer.save(dir.file("plain.optimizer"));
+      cut_optimizer.save(dir.file("cut.optimizer"));
+      EXPECT_EQ(read_file(dir.file("plain.optimizer")), read_file(dir.file("cut.optimizer")));
+    }
+  }
+}
+
 TEST(OptimizerErrors, BadOptions) {
   Model model("m");
   model.add_parameter("W", 2, 2);
@@ -527,8 +582,12 @@ TEST(OptimizerErrors, BadGradientsChangeNothing) {
   const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
   // Most cases pass a good gradient for W before the bad one: it must not be applied either.
   const auto good = dense(w, ones);
+  // Each case on the caller and on an engine's two threads (the gradients checked by tasks): the
+  // same message, the first error in the gradients' order.
+  Engine engine(EngineOptions{.threads = 2});
   const auto error = [&](std::vector<Gradients::Dense> parameters, std::vector<Gradients::Rows> tables) {
     const std::string message = usage_error([&] { optimizer.step(gradients(parameters, tables)); });
+    EXPECT_EQ(usage_error([&] { optimizer.step(gradients(parameters, tables), engine); }), message);
     EXPECT_EQ(all_values(model), before) << message;
     EXPECT_EQ(optimizer.steps(), 0) << message;
     return message;
@@ -562,6 +621,11 @@ TEST(OptimizerErrors, BadGradientsChangeNothing) {
   EXPECT_EQ(error({good}, {rows(e, {1, 2}, {1, 1, 1})}),
             expected("the gradient for lookup table 'E' has 3 values for 2 entries of dimension 2 (4 expected)"));
   EXPECT_EQ(error({good}, {rows(e, {1, 7}, {1, 1, inf, 1})}),
+            expected("the gradient for lookup table 'E' holds inf in entry 7"));
+  // Two errors: the earlier gradient's, though a later one's handle is checked first.
+  EXPECT_EQ(error({dense(w, {0, 1, 2, 3, nan, 5}), dense(other_w, ones)}, {}),
+            expected("the gradient for parameter 'W' holds nan at (0, 2)"));
+  EXPECT_EQ(error({good}, {rows(e, {1, 7}, {1, 1, inf, 1}), rows(e, {2}, {1, 1})}),
             expected("the gradient for lookup table 'E' holds inf in entry 7"));
 
   // An optimizer on a model without parameters yet: every gradient is another model's.
