@@ -29,7 +29,7 @@ echo "tsan: built in $((built - start)) s" >&2
 
 export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1"
 export EDB_CACHE_DIR="$PWD/$build_dir/kernel-cache"
-filter='--gtest_filter=KernelCache.*:CachedCompiler.*:CacheDirectory.*:ThreadPool.*:EdbCacheTool.*'
+filter='--gtest_filter=KernelCache.*:CachedCompiler.*:CacheDirectory.*:ThreadPool.*:EdbCacheTool.*:OptimizerThreads.*:OptimizerErrors.*'
 status=0
 "$build_dir/tests/edb_unit_tests" "$filter" "$@" || status=$?
 if ((status == 0)); then

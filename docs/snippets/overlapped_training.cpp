@@ -37,7 +37,7 @@ int main() {
     trace->run();  // forward and backward, in the background
     std::unique_ptr<edb::Trace> next = step + 1 < 30 ? record_step() : nullptr;  // meanwhile
     trace->gradients(gradients);  // waits for this step
-    optimizer.step(gradients);    // before next->run(), which reads the updated parameters
+    optimizer.step(gradients, engine);  // on the engine's threads, before next->run(), which reads them
     if (step == 0) first = gradients.loss;
     last = gradients.loss;
     trace = std::move(next);
