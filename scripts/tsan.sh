@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The kernel cache's and the executor's concurrency under ThreadSanitizer: the unit tests of the
 # cache, the cached compiler, the per-engine cache directory (two engines in two threads), the
-# thread pool and the optimizer on an engine's threads, then the executor's threaded paths (every sample model pipelined at 2 and 3 threads,
-# kernels split by calls and by hidden units, the waiting caller assisting) and the random-cell
+# thread pool and the optimizer on an engine's threads, then the executor's threaded paths (every
+# sample model pipelined at 2 and 3 threads, kernels split by calls and by hidden units, the
+# waiting caller assisting) and the random-cell
 # differential test (EDB_TSAN_CELL_PROGRAMS programs, default 100: 1-3 threads, recording into a
 # trace while it executes), in their own build
 # directory (default build-tsan/; EDB_TSAN_BUILD_DIR changes it). Any report fails. Extra arguments
