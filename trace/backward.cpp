@@ -39,6 +39,9 @@ std::vector<LeafGradient> Backward::record(NodeId loss) {
       __builtin_prefetch(flows.data() + ahead);
       __builtin_prefetch(types.data() + ahead);
     }
+    // A node's newest contribution, once its head (fetched above) has come.
+    if (p + kAhead / 2 < order.size())
+      if (const int32_t newest = b_.head[order[p + kAhead / 2]]; newest >= 0) __builtin_prefetch(b_.items.data() + newest);
     // A forward batch's calls whose cell batches them wait for its last member: their gradients
     // are then all sent (the batch's views come before their calls).
     if (!b_.pending.empty() && p > 0 && b_.batch_last[p - 1]) send_call_batch(flows);
@@ -84,9 +87,7 @@ std::vector<LeafGradient> Backward::record(NodeId loss) {
 
 Backward::BodyGradients Backward::record_body(NodeId last, std::span<const std::pair<NodeId, NodeId>> seeds,
                                                std::span<const NodeId> arguments) {
-  std::vector<NodeId> seed_nodes;
-  for (const auto& [output, gradient] : seeds) seed_nodes.push_back(output);
-  const std::vector<uint8_t>& flows = gradient_flows(last, seed_nodes, arguments);
+  const std::vector<uint8_t>& flows = gradient_flows(last, arguments);
   b_.head.assign(last + 1, kNothingSent);
   for (const auto& [output, gradient] : seeds)
     if (flows[output]) whole(output, gradient);
@@ -162,10 +163,8 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
   return order;
 }
 
-const std::vector<uint8_t>& Backward::gradient_flows(NodeId loss, std::span<const NodeId> seeds,
-                                                     std::span<const NodeId> sources) {
+const std::vector<uint8_t>& Backward::gradient_flows(NodeId loss, std::span<const NodeId> sources) {
   std::vector<uint8_t>& depends = b_.depends;
-  std::vector<uint8_t>& flows = b_.flows;
   depends.assign(loss + 1, 0);
   for (NodeId a : sources) depends[a] = 1;
   for (NodeId n = 0; n <= loss; ++n) {
@@ -175,15 +174,7 @@ const std::vector<uint8_t>& Backward::gradient_flows(NodeId loss, std::span<cons
       depends[n] |= !static_cast<const runtime::CallCell&>(graph_.cell(graph_.node(n).attrs.index)).body.parameters().empty();
     for (NodeId a : graph_.args(n)) depends[n] |= depends[a];
   }
-  // Reached from the loss (or a seed) and depending: the walk back goes on only through nodes that
-  // depend: no argument of a node that depends on no parameter or lookup depends on one.
-  flows.assign(loss + 1, 0);
-  for (NodeId seed : seeds) flows[seed] = depends[seed];
-  flows[loss] = depends[loss];
-  for (NodeId n = loss + 1; n-- > 0;)
-    if (flows[n])
-      for (NodeId a : graph_.args(n)) flows[a] |= depends[a];
-  return flows;
+  return depends;
 }
 
 void Backward::send_call(NodeId n, const std::vector<uint8_t>& flows) {
@@ -307,9 +298,14 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
   const runtime::CallCell& backward_cell = *backward.cell.call_cell;
   const size_t arguments = graph_.args(calls[0]).size();
   const size_t outputs_sent = backward.seed_offsets.size();
-  // Each member's seeds: the terms sent to each output, oldest first.
-  std::vector<std::vector<std::pair<NodeId, int32_t>>>& seeds = b_.member_seeds;
-  if (seeds.size() < calls.size() * outputs_sent) seeds.resize(calls.size() * outputs_sent);
+  // Each member's seeds, the terms sent to its outputs as its list of contributions holds them
+  // (newest first), one flat array for the batch (member m's from seed_begin[m]); the most any
+  // member sent each output.
+  std::vector<SeedTerm>& seeds = b_.seed_terms;
+  std::vector<uint32_t>& seed_begin = b_.seed_begin;
+  std::vector<int32_t>& sent_to = b_.seed_counts;
+  seeds.clear();
+  seed_begin.clear();
   std::vector<int32_t>& terms = b_.batch_terms;
   terms.assign(1 + arguments + outputs_sent, 1);
   // The members' call nodes and contributions lie anywhere: fetched a few members ahead.
@@ -321,19 +317,20 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
     fetch_ahead(m);
     if (m + kAhead < calls.size() && b_.head[calls[m + kAhead]] >= 0)
       __builtin_prefetch(&b_.items[size_t(b_.head[calls[m + kAhead]])]);
-    const auto member = std::span(seeds).subspan(m * outputs_sent, outputs_sent);
-    for (auto& terms_of : member) terms_of.clear();
+    seed_begin.push_back(uint32_t(seeds.size()));
+    sent_to.assign(outputs_sent, 0);
     for (int32_t i = b_.head[calls[m]]; i >= 0; i = b_.items[size_t(i)].next) {
       const Contribution c = b_.items[size_t(i)];
-      member[seeded_output(calls[m], c, backward)].emplace_back(c.a, std::max(c.at, 0));
+      const size_t j = seeded_output(calls[m], c, backward);
+      seeds.push_back({uint32_t(j), c.a, std::max(c.at, 0)});
+      ++sent_to[j];
     }
-    for (size_t j = 0; j < outputs_sent; ++j) {
-      std::reverse(member[j].begin(), member[j].end());
-      terms[1 + arguments + j] = std::max<int32_t>(terms[1 + arguments + j], int32_t(member[j].size()));
-    }
+    for (size_t j = 0; j < outputs_sent; ++j)
+      terms[1 + arguments + j] = std::max(terms[1 + arguments + j], sent_to[j]);
   }
-  // The table: per member its frame, its arguments, then each output's terms, a member with
-  // fewer than the batch's most padded with zeros (one node per shape).
+  seed_begin.push_back(uint32_t(seeds.size()));
+  // The table: per member its frame, its arguments, then each output's terms oldest first, a
+  // member with fewer than the batch's most padded with zeros (one node per shape).
   std::vector<NodeId>& args = b_.call_args;
   std::vector<int32_t>& rows = b_.batch_rows;
   args.clear();
@@ -344,13 +341,16 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
     const auto forward_args = graph_.args(calls[m]);
     args.insert(args.end(), forward_args.begin(), forward_args.end());
     rows.resize(args.size(), 0);
+    const auto member = std::span(seeds).subspan(seed_begin[m], seed_begin[m + 1] - seed_begin[m]);
     for (size_t j = 0; j < outputs_sent; ++j) {
-      const auto& sent_terms = seeds[m * outputs_sent + j];
-      for (const auto& [node, row] : sent_terms) {
-        args.push_back(node);
-        rows.push_back(row);
-      }
-      for (size_t t = sent_terms.size(); t < size_t(terms[1 + arguments + j]); ++t) {
+      int32_t sent = 0;
+      for (auto seed = member.rbegin(); seed != member.rend(); ++seed)
+        if (seed->output == j) {
+          args.push_back(seed->node);
+          rows.push_back(seed->row);
+          ++sent;
+        }
+      for (; sent < terms[1 + arguments + j]; ++sent) {
         args.push_back(constant(ir::Shape{int32_t(backward.seed_floats[j]), 1}, 0.0f));
         rows.push_back(0);
       }
@@ -464,7 +464,31 @@ NodeId Backward::combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs
   return terms.size() == 1 ? terms[0] : emit(Op::sum, terms);
 }
 
+bool Backward::group_pairs_of_one_shape(std::span<const ParameterPairs::Term> sent) {
+  if (sent.empty()) return false;
+  const std::pair<ir::Shape, ir::Shape> shape{sent[0].dy_shape, sent[0].x_shape};
+  if (b_.groups.empty()) {
+    b_.groups.resize(1);
+    b_.group_rows.resize(1);
+  }
+  b_.groups[0].resize(2 * sent.size());
+  b_.group_rows[0].resize(2 * sent.size());
+  NodeId* args = b_.groups[0].data();
+  int32_t* rows = b_.group_rows[0].data();
+  for (size_t i = 0; i < sent.size(); ++i) {
+    const ParameterPairs::Term& t = sent[i];
+    if (!(t.dy_shape == shape.first && t.x_shape == shape.second)) return false;
+    args[2 * i] = t.dy;
+    args[2 * i + 1] = t.x;
+    rows[2 * i] = t.dy_row;
+    rows[2 * i + 1] = t.x_row;
+  }
+  b_.group_shapes.assign(1, shape);
+  return true;
+}
+
 void Backward::group_pairs(std::span<const ParameterPairs::Term> sent) {
+  if (group_pairs_of_one_shape(sent)) return;
   std::vector<std::pair<ir::Shape, ir::Shape>>& shapes = b_.group_shapes;
   std::vector<uint32_t>& sizes = b_.group_sizes;
   std::vector<uint32_t>& group_of = b_.pair_groups;

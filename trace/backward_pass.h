@@ -53,6 +53,13 @@ struct ParameterPairs {
 };
 
 
+// send_call_batch()'s: a term sent to a member's output, read in place (a node at a row).
+struct SeedTerm {
+  uint32_t output;
+  NodeId node;
+  int32_t row;
+};
+
 // send_call_batch()'s: where output k of a backward call goes, the same for every member of the
 // batch: a forward argument's gradient, a parameter's term, or a pair's dy (its x read per member).
 struct OutputRoute {
@@ -75,7 +82,7 @@ struct SlicePart {
 struct Buffers {
   std::vector<int32_t> head;  // per node: its newest contribution, or -1
   std::vector<Contribution> items;
-  std::vector<uint8_t> depends, flows;
+  std::vector<uint8_t> depends;
   std::vector<ir::Shape> shapes;  // emit()'s
   std::vector<int32_t> list;      // combine()'s
   std::vector<NodeId> terms;
@@ -101,7 +108,9 @@ struct Buffers {
   // send_call_batch()'s: the forward batch's calls waiting for their batch call, each member's
   // seeds as (node, row) terms, and the batch call's table.
   std::vector<NodeId> pending;
-  std::vector<std::vector<std::pair<NodeId, int32_t>>> member_seeds;
+  std::vector<SeedTerm> seed_terms;
+  std::vector<uint32_t> seed_begin;
+  std::vector<int32_t> seed_counts;
   std::vector<int32_t> batch_terms, batch_rows;
   std::vector<OutputRoute> output_routes;
   // send_batch()'s: each member's gradient as a term, the batch node's arguments and their rows,
@@ -185,10 +194,11 @@ class Backward {
   // A pair whose factors are columns at rows of nodes, read there.
   void pair_at(NodeId to, const ParameterPairs::Term& term) { pairs_of(to, true)->terms.push_back(term); }
 
-  // Which nodes a gradient flows through: on the loss's path and depending on a parameter or lookup
-  // (or, for a cell's body, on one of `sources`, its arguments). `seeds` are reached besides the loss.
-  const std::vector<uint8_t>& gradient_flows(NodeId loss, std::span<const NodeId> seeds = {},
-                                             std::span<const NodeId> sources = {});
+  // Which nodes a gradient flows through, asked only of nodes on the loss's path: those that depend
+  // on a parameter or lookup (or, for a cell's body, on one of `sources`, its arguments). The pass
+  // asks it of the loss, of a seed, of a node sent a gradient (its consumer was on the path), and
+  // of such a node's arguments: all on the path, so no walk back from the loss is needed.
+  const std::vector<uint8_t>& gradient_flows(NodeId loss, std::span<const NodeId> sources = {});
 
   NodeId emit(Op op, std::span<const NodeId> args, const ir::Attributes& attrs = {}) {
     b_.shapes.clear();
@@ -305,6 +315,9 @@ class Backward {
   // The pairs sent to one parameter as b_.groups: per shape of pair, in the order sent, its
   // arguments a1, b1, a2, b2, ... (b_.group_rows their rows) and its shapes (b_.group_shapes).
   void group_pairs(std::span<const ParameterPairs::Term> sent);
+  // group_pairs() where every pair has one shape (a weight's pairs, as a rule): one walk writing
+  // the one group straight through; false, with the group half written, where one differs.
+  bool group_pairs_of_one_shape(std::span<const ParameterPairs::Term> sent);
 
   // Slices of n's gradient put back at their rows: one concat when they tile n exactly (an LSTM's
   // gates), else each padded with zeros and summed.
