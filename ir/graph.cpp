@@ -27,7 +27,8 @@ NodeId Graph::add(Op op, std::span<const NodeId> args, Shape shape, const Attrib
   node.arg_count = static_cast<uint32_t>(args.size());
   node.shape = shape;
   node.attrs = attrs;
-  for (NodeId arg : args) arg_pool_.push_back(arg);
+  // One copy: a batch call or a weight's contraction has thousands of arguments.
+  arg_pool_.insert(arg_pool_.end(), args.begin(), args.end());
   nodes_.push_back(node);
   // A pooled graph appends into capacity written a trace ago, long out of cache: the lines a few
   // nodes ahead are fetched for writing now, so that the appends do not wait for them.
