@@ -101,6 +101,10 @@ struct Update {
   }
 };
 
+// The weights of one piece of an update run on an engine's threads (Optimizer::step(gradients,
+// engine)): a dense parameter's range, or as many of a table's rows.
+constexpr size_t kPieceFloats = size_t{1} << 15;
+
 // ---- Checking gradients: everything is checked before any weight changes.
 
 [[noreturn]] void gradient_error(const std::string& what) {
@@ -421,6 +425,11 @@ float Optimizer::step(const Gradients& gradients) {
 }
 
 float Optimizer::step(const Gradients& gradients, Engine& engine) {
+  // Fewer weights than two pieces are not worth waking the engine's thread for (tens of us).
+  size_t floats = 0;
+  for (const Gradients::Dense& dense : gradients.parameters) floats += dense.gradient.data.size();
+  for (const Gradients::Rows& rows : gradients.tables) floats += rows.gradients.size();
+  if (floats < 2 * kPieceFloats) return step(gradients);
   runtime::Driver& driver = engine.state_->driver;
   return state_->step(gradients, [&](int count, const std::function<void(int)>& task) { driver.parallel_for(count, task); });
 }
@@ -431,7 +440,6 @@ float Optimizer::State::step(const Gradients& gradients, const ParallelFor& para
   // The update in pieces of about kPieceFloats weights (a dense parameter's range, or a table's
   // rows): every weight's arithmetic is its own, so the pieces may run anywhere. The weights and
   // moments are fetched here, on the caller: fetching bumps versions and allocates moments.
-  constexpr size_t kPieceFloats = size_t{1} << 15;
   struct Piece {
     float* weights;
     Moments* moments;

@@ -495,7 +495,9 @@ TEST(OptimizerThreads, StepOnAnEnginesThreadsEqualsThePlainStepToTheBit) {
         m->add_lookup("E", 20000, 3);  // rows touched: 15,000, so two pieces of 10,922 rows
       }
       Optimizer plain_optimizer(plain, options), cut_optimizer(cut, options);
-      Engine engine(EngineOptions{.threads = threads});
+      EngineOptions engine_options;
+      engine_options.threads = threads;
+      Engine engine(engine_options);
       uint64_t seed = 17;
       const auto random_values = [&](size_t count) {
         std::vector<float> v(count);
@@ -521,11 +523,22 @@ TEST(OptimizerThreads, StepOnAnEnginesThreadsEqualsThePlainStepToTheBit) {
         const float cut_norm = cut_optimizer.step(of(cut), engine);
         EXPECT_EQ(std::memcmp(&plain_norm, &cut_norm, sizeof(float)), 0) << options.kind << ", " << threads << " threads";
       }
-      if (options.kind == "sgd" && options.momentum == 0) EXPECT_EQ(copy(plain.parameter("big").values()), expected_big);
+      if (options.kind == "sgd" && options.momentum == 0) {
+        EXPECT_EQ(copy(plain.parameter("big").values()), expected_big);
+      }
       const std::vector<float> a = all_values(plain), b = all_values(cut);
       ASSERT_EQ(a.size(), b.size());
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
           << options.kind << " momentum " << options.momentum << ", " << threads << " threads";
+      // A bad gradient among large ones (checked by tasks): the same message, the first in order.
+      std::vector<float> bad = random_values(75000);
+      bad[74999] = std::nanf("");
+      const auto bad_step = [&](Model& m, bool on_engine) {
+        Gradients g = gradients({dense(m.parameter("big"), bad)}, {rows(m.lookup("E"), {5, 3}, {1, 1, 1, 1, 1, 1})});
+        return usage_error([&] { on_engine ? cut_optimizer.step(g, engine) : plain_optimizer.step(g); });
+      };
+      EXPECT_EQ(bad_step(cut, true), bad_step(plain, false));
+      EXPECT_EQ(bad_step(plain, false), "edb::Optimizer::step(): the gradient for parameter 'big' holds nan at (299, 249); no weight was changed");
       // The moments too: one more step from equal weights moves them equally only if they are.
       TempDir dir;
       plain_optimizer.save(dir.file("plain.optimizer"));
@@ -584,7 +597,9 @@ TEST(OptimizerErrors, BadGradientsChangeNothing) {
   const auto good = dense(w, ones);
   // Each case on the caller and on an engine's two threads (the gradients checked by tasks): the
   // same message, the first error in the gradients' order.
-  Engine engine(EngineOptions{.threads = 2});
+  EngineOptions two_threads;
+  two_threads.threads = 2;
+  Engine engine(two_threads);
   const auto error = [&](std::vector<Gradients::Dense> parameters, std::vector<Gradients::Rows> tables) {
     const std::string message = usage_error([&] { optimizer.step(gradients(parameters, tables)); });
     EXPECT_EQ(usage_error([&] { optimizer.step(gradients(parameters, tables), engine); }), message);
