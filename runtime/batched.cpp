@@ -580,7 +580,7 @@ void run_batch(const BatchContext& c) {
 
 float* BatchedExecutor::Scratch::allocate(size_t floats) {
   while (used_block_ < blocks_.size()) {
-    std::vector<float, AlignedAllocator<float>>& block = blocks_[used_block_];
+    std::vector<float, Eigen::aligned_allocator<float>>& block = blocks_[used_block_];
     if (block.size() - used_in_block_ >= floats) {
       float* p = block.data() + used_in_block_;
       used_in_block_ += (floats + 15) & ~size_t{15};  // keep 64-byte alignment steps

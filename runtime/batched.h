@@ -5,11 +5,11 @@
 // Precondition: the plan puts each batch's outputs consecutively in member order (memplan's C1).
 #pragma once
 
-#include <cstdlib>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
+
+#include <Eigen/Core>
 
 #include "runtime/executor.h"
 #include "runtime/thread_pool.h"
@@ -17,25 +17,6 @@
 namespace edb::runtime {
 
 class CallExpansion;  // cell calls run batch by batch (runtime/call_expansion.h)
-
-// Storage 64 bytes aligned: a pointer into it is then as aligned as its offset, wherever the
-// allocation landed (Eigen's vectorized reductions start at an aligned element, so their sums
-// depended on where malloc put a scratch block: run to run, and thread to thread).
-template <typename T>
-struct AlignedAllocator {
-  using value_type = T;
-  AlignedAllocator() = default;
-  template <typename U>
-  AlignedAllocator(const AlignedAllocator<U>&) {}
-  T* allocate(size_t n) {
-    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
-    if (!p) throw std::bad_alloc();
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, size_t) { std::free(p); }
-  template <typename U>
-  bool operator==(const AlignedAllocator<U>&) const { return true; }
-};
 struct BatchContext;  // runtime/batch_context.h
 struct MemberTable;   // runtime/batch_context.h
 class WeightGradients;  // runtime/weight_gradients.h
@@ -70,7 +51,11 @@ class BatchedExecutor : public Executor {
     static constexpr size_t kMaxBytes = size_t{64} << 20;
 
    private:
-    std::vector<std::vector<float, AlignedAllocator<float>>> blocks_;
+    // Aligned as Eigen's packets (Eigen::aligned_allocator), and handed out in 64-byte steps: a
+    // pointer into a block is then as aligned as its offset, wherever the block landed. Eigen's
+    // vectorized reductions start at an aligned element, so their sums depended on where malloc
+    // put a block: run to run, and thread to thread.
+    std::vector<std::vector<float, Eigen::aligned_allocator<float>>> blocks_;
     size_t used_block_ = 0, used_in_block_ = 0;
     int64_t trims_ = 0;
   };
