@@ -2,8 +2,8 @@
 # Issue 43's two-thread targets, from the build in build/: edb-run at --threads 1 and 2 in ROUNDS
 # interleaved rounds (default 5), medians: TreeLSTM, BiLSTM and LatticeLSTM inference (jit, batch
 # 64), TreeLSTM and BiLSTM training (second epoch of --train --epochs 2, on the training workloads),
-# and TreeLSTM inference again while a busy loop holds one core. The TreeLSTM line also gives GFLOP/s against the two-core FMA peak that
-# edb-bench-cells measures at the start of the same run. Ratios are medians of each round's ratio
+# and TreeLSTM inference again while a busy loop holds one core. The TreeLSTM line also gives
+# GFLOP/s against the two-core FMA peak that edb-bench-cells measures at the start of the same run. Ratios are medians of each round's ratio
 # (runs of one round are seconds apart and share the machine's state). Usage:
 # bench/threads_targets.sh [ROUNDS] [MODEL...]   (numbers vary 10-30% between runs on shared vCPUs)
 set -euo pipefail

@@ -54,8 +54,8 @@ class WeightGradients final : public SideWork {
   // Tests: after each batch that makes blocks ready, the executor waits (up to 10 s) until other
   // threads have run every block ready, so that each runs as early as it may however busy the
   // machine is (a block that waited for too little would read a use before its batch wrote it);
-  // and no block runs
-  // ahead at all (each contraction's blocks all run at its batch, in order: the same sums).
+  // and no block runs ahead at all (each contraction's blocks all run at its batch, in order: the
+  // same sums).
   static std::atomic<bool> wait_for_a_taker;
   static std::atomic<bool> run_none_ahead;
 

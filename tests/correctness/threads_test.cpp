@@ -136,6 +136,23 @@ TEST(Threads, WeightGradientOverManyUsesIsCutByUses) {
       EXPECT_TRUE(near_relative(gradient(executor, threads), reference, 1e-4)) << executor << ", " << threads << " threads";
 }
 
+// Chains of h = tanh(W h + U x_t), h of W's rows x `columns` starting at `start`, x_t of U's
+// columns x `columns` with element i of chain c's step t x_of(c, t, i); after each step,
+// at_step(c, t, h) (which records a loss where it wants one).
+template <typename X, typename AtStep>
+void record_chains(Trace& trace, const Parameter& w, const Parameter& u, int chains, int steps, int columns, float start,
+                   X x_of, AtStep at_step) {
+  std::vector<float> x(size_t(u.cols() * columns));
+  for (int c = 0; c < chains; ++c) {
+    Expr h = trace.input(w.rows(), columns, std::vector<float>(size_t(w.rows() * columns), start));
+    for (int t = 0; t < steps; ++t) {
+      for (size_t i = 0; i < x.size(); ++i) x[i] = x_of(c, t, int(i));
+      h = tanh(matmul(trace.param(w), h) + matmul(trace.param(u), trace.input(u.cols(), columns, x)));
+      at_step(c, t, h);
+    }
+  }
+}
+
 // A chain's weight gradients (runtime/weight_gradients.h): with two threads, blocks of their uses
 // run ahead of their batches, while the backward chain's last batches run, on the thread waiting
 // for the evaluation; the gradients are the reference executor's, and the same bits whichever
@@ -157,17 +174,14 @@ TEST(Threads, WeightGradientBlocksRunAheadOnTheWaitingThread) {
       Engine engine(testing::checked_options(executor, threads));
       Trace trace(engine);
       std::vector<Expr> losses;
-      std::vector<float> x(size_t(kInput * columns));
-      for (int c = 0; c < chains; ++c) {
-        Expr h = trace.input(kHidden, columns, std::vector<float>(size_t(kHidden * columns), 0.0f));
-        for (int t = 0; t < kSteps; ++t) {
-          for (size_t i = 0; i < x.size(); ++i) x[i] = float((c * 131 + t * 17 + int(i) * 7) % 29) / 29.0f - 0.5f;
-          h = tanh(matmul(trace.param(w), h) + matmul(trace.param(u), trace.input(kInput, columns, x)));
-          if (t % 8 != 7) continue;
-          if (columns == 1) losses.push_back(pick_neg_log_softmax(matmul(trace.param(out), h), (c + t) % 40));
-          else losses.push_back(sum_elements(square(matmul(trace.param(out), h))));
-        }
-      }
+      record_chains(
+          trace, w, u, chains, kSteps, columns, 0.0f,
+          [&](int c, int t, int i) { return float((c * 131 + t * 17 + i * 7) % 29) / 29.0f - 0.5f; },
+          [&](int c, int t, const Expr& h) {
+            if (t % 8 != 7) return;
+            if (columns == 1) losses.push_back(pick_neg_log_softmax(matmul(trace.param(out), h), (c + t) % 40));
+            else losses.push_back(sum_elements(square(matmul(trace.param(out), h))));
+          });
       Gradients g = trace.backward(sum(losses));
       if (stats) *stats = engine.stats();
       return g;
@@ -220,15 +234,12 @@ TEST(Threads, WeightGradientBlocksRunAheadOnRandomChains) {
       Engine engine(testing::checked_options(executor, threads_now));
       Trace trace(engine);
       std::vector<Expr> losses;
-      std::vector<float> x(size_t(inputs * columns));
-      for (int c = 0; c < chains; ++c) {
-        Expr h = trace.input(hidden, columns, std::vector<float>(size_t(hidden * columns), 0.1f));
-        for (int t = 0; t < steps; ++t) {
-          for (size_t i = 0; i < x.size(); ++i) x[i] = float((c * 37 + t * 11 + int(i) * 5 + round) % 23) / 23.0f - 0.5f;
-          h = tanh(matmul(trace.param(w), h) + matmul(trace.param(u), trace.input(inputs, columns, x)));
-          if (t % 5 == 4) losses.push_back(sum_elements(square(h)));
-        }
-      }
+      record_chains(
+          trace, w, u, chains, steps, columns, 0.1f,
+          [&](int c, int t, int i) { return float((c * 37 + t * 11 + i * 5 + round) % 23) / 23.0f - 0.5f; },
+          [&](int, int t, const Expr& h) {
+            if (t % 5 == 4) losses.push_back(sum_elements(square(h)));
+          });
       return trace.backward(sum(losses));
     };
     const Gradients reference = run("reference", 1);
