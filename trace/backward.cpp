@@ -495,8 +495,8 @@ void Backward::group_pairs(std::span<const ParameterPairs::Term> sent) {
   shapes.clear();
   sizes.clear();
   group_of.resize(sent.size());
-  // First each pair's group, then each group's lists filled at once: one shape per weight is the
-  // rule (then the lists are written straight through), several the exception.
+  // Pairs of several shapes (the exception; one shape took the walk above): first each pair's
+  // group, then each group's lists filled at once.
   size_t last = 0;  // the group of the previous pair: pairs of one shape come in runs
   for (size_t i = 0; i < sent.size(); ++i) {
     const std::pair<ir::Shape, ir::Shape> shape{sent[i].dy_shape, sent[i].x_shape};
@@ -520,7 +520,7 @@ void Backward::group_pairs(std::span<const ParameterPairs::Term> sent) {
     sizes[g] = 0;  // now each group's next free pair
   }
   for (size_t i = 0; i < sent.size(); ++i) {
-    const size_t g = shapes.size() == 1 ? 0 : group_of[i];
+    const size_t g = group_of[i];
     const size_t at = 2 * size_t(sizes[g]++);
     b_.groups[g][at] = sent[i].dy;
     b_.groups[g][at + 1] = sent[i].x;
