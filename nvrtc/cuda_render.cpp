@@ -246,7 +246,9 @@ std::string render_cell(const jit::CellProgram& program, const std::string& symb
       continue;
     }
     out << "    // stage " << s << "\n";
-    if (stage.columns > 1) out << "    for (long long col = 0; col < " << stage.columns << "; ++col)\n";
+    // A loop of one column too: a stage of one column may still carry operands' column strides,
+    // which then move nothing (col is 0), as the LLVM backend ignores them there.
+    out << "    for (long long col = 0; col < " << stage.columns << "; ++col)\n";
     out << "    for (int r = threadIdx.x; r < " << rows << "; r += blockDim.x) {\n"
         << "      const long long tile = r / " << v << ", lane = r - tile * " << v << ";\n"
         << "      (void)tile; (void)lane;\n";
