@@ -19,6 +19,7 @@ using ir::Op;
 namespace detail {
 
 std::vector<LeafGradient> Backward::record(NodeId loss) {
+  loss_ = loss;
   const std::vector<uint8_t>& flows = gradient_flows(loss);
   b_.head.assign(loss + 1, kNothingSent);
   whole(loss, constant(ir::Shape{1, 1}, 1.0f));
@@ -55,17 +56,18 @@ std::vector<LeafGradient> Backward::record(NodeId loss) {
       }
     }
     const NodeId n = order[p];
+    if (b_.reads_views[p]) {  // a member of its forward batch's batch call, which reads its views
+      if (flows[n] && views_sent(n)) b_.pending.push_back(n);
+      continue;
+    }
     if (!sent(n)) continue;
     const Op op = graph_.node(n).op;  // a copy: combine() may grow the node array
     // A parameter may be sent terms by a cell call whatever the trace's own path to it.
     if (!flows[n] && op != Op::parameter) continue;
     if (op == Op::call) {
-      const auto& cell = static_cast<const runtime::CallCell&>(graph_.cell(graph_.node(n).attrs.index));
-      if (!cell.is_backward && batches_calls(record_of(cell))) b_.pending.push_back(n);
-      else send_call(n, flows);
+      send_call(n, flows);
       continue;
     }
-    if (types[n] == ir::kCallOutput && pass_on_view(n)) continue;
     if (op == Op::parameter) {  // after every call's rule, which may send it terms
       parameters.push_back(n);
       continue;
@@ -87,6 +89,7 @@ std::vector<LeafGradient> Backward::record(NodeId loss) {
 
 Backward::BodyGradients Backward::record_body(NodeId last, std::span<const std::pair<NodeId, NodeId>> seeds,
                                                std::span<const NodeId> arguments) {
+  loss_ = last;
   const std::vector<uint8_t>& flows = gradient_flows(last, arguments);
   b_.head.assign(last + 1, kNothingSent);
   for (const auto& [output, gradient] : seeds)
@@ -116,23 +119,37 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
   std::vector<NodeId>& order = b_.order;
   std::vector<uint8_t>& placed = b_.placed;
   std::vector<uint8_t>& batch_last = b_.batch_last;
+  std::vector<uint8_t>& reads = b_.reads_views;
   order.clear();
   batch_last.clear();
+  reads.clear();
   placed.assign(loss + 1, 0);
-  auto place = [&](NodeId n) {
+  auto place = [&](NodeId n, bool reads_its_views = false) {
     placed[n] = 1;
     order.push_back(n);
+    reads.push_back(reads_its_views);
   };
+  // A view whose call's batch call reads its terms stays out of the order.
+  const std::vector<ir::TypeId>& types = s_.data.types;
+  auto read_by_its_call = [&](NodeId n) { return types[n] == ir::kCallOutput && view_reader(n) != ir::kNoNode; };
   const scheduler::Schedule& last = s_.data.schedule;
   NodeId first_scheduled = loss + 1;
   for (size_t b = last.batch_count(); b-- > 0;) {
     for (NodeId m : last.batch(b))
       if (m <= loss && !placed[m]) {
-        // A call's output views (never scheduled) pass their gradients to it just before it.
-        if (graph_.node(m).op == Op::call && !ir::is_call_batch(graph_.node(m)))
+        // A call's output views (never scheduled) pass their gradients to it just before it, or
+        // its batch call reads them.
+        if (graph_.node(m).op == Op::call && !ir::is_call_batch(graph_.node(m))) {
+          const bool read = reads_views(m);
           for (NodeId v = m + graph_.cell(graph_.node(m).attrs.index).output_views; v > m; --v)
-            if (v <= loss) place(v);
-        place(m);
+            if (v <= loss) {
+              if (read) placed[v] = 1;
+              else place(v);
+            }
+          place(m, read);
+        } else {
+          place(m);
+        }
         first_scheduled = std::min(first_scheduled, m);
       }
     batch_last.resize(order.size(), 0);
@@ -152,14 +169,22 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
     }
     if (n > first_scheduled) {
       order.clear();
-      for (NodeId m = loss + 1; m-- > 0;) order.push_back(m);
+      reads.clear();
+      for (NodeId m = loss + 1; m-- > 0;)
+        if (!read_by_its_call(m)) {
+          order.push_back(m);
+          reads.push_back(reads_views(m));
+        }
       batch_last.assign(order.size(), 1);
       return order;
     }
+    if (read_by_its_call(n)) continue;
     order.push_back(n);
+    reads.push_back(reads_views(n));
   }
   order.insert(order.end(), leaves.begin(), leaves.end());
   batch_last.resize(order.size(), 1);
+  reads.resize(order.size(), 0);
   return order;
 }
 
@@ -247,11 +272,15 @@ void Backward::send_call(NodeId n, const std::vector<uint8_t>& flows) {
 }
 
 size_t Backward::seeded_output(NodeId call, const Contribution& c, const detail::BackwardCell& backward) {
+  if (c.kind != Contribution::kSlice)
+    throw InternalError("Trace::backward: call %" + std::to_string(call) + " was sent a gradient at no output");
+  return seeded_output(call, c.begin, c.end, backward);
+}
+
+size_t Backward::seeded_output(NodeId call, int32_t begin, int32_t end, const detail::BackwardCell& backward) {
   const size_t outputs = backward.seed_offsets.size();
   size_t j = 0;
-  while (j < outputs && !(c.kind == Contribution::kSlice && c.begin == backward.seed_offsets[j] &&
-                          c.end - c.begin == backward.seed_floats[j]))
-    ++j;
+  while (j < outputs && !(begin == backward.seed_offsets[j] && end - begin == backward.seed_floats[j])) ++j;
   if (j == outputs)
     throw InternalError("Trace::backward: call %" + std::to_string(call) + " was sent a gradient at no output");
   return j;
@@ -268,26 +297,66 @@ bool Backward::batches_calls(detail::CellRecord& record) {
   return batches_;
 }
 
-bool Backward::pass_on_view(NodeId v) {
-  if (!s_.engine->batch_backward_calls) return false;
-  const ir::Node view = graph_.node(v);
-  const NodeId slice = view.op == Op::reshape ? graph_.args(v)[0] : v;
+bool Backward::reads_views(NodeId n) {
+  const ir::Node& node = graph_.node(n);
+  if (node.op != Op::call || ir::is_call_batch(node)) return false;
+  const auto& cell = static_cast<const runtime::CallCell&>(graph_.cell(node.attrs.index));
+  return !cell.is_backward && batches_calls(record_of(cell));
+}
+
+NodeId Backward::view_reader(NodeId v) {
+  const NodeId slice = graph_.node(v).op == Op::reshape ? graph_.args(v)[0] : v;
+  if (graph_.node(slice).op != Op::slice) return ir::kNoNode;
   const NodeId call = graph_.args(slice)[0];
-  const auto& cell = static_cast<const runtime::CallCell&>(graph_.cell(graph_.node(call).attrs.index));
-  if (cell.is_backward || !batches_calls(record_of(cell))) return false;
-  std::vector<int32_t>& list = b_.list;  // oldest first, as combine() sums them
-  list.clear();
-  for (int32_t i = b_.head[v]; i >= 0; i = b_.items[size_t(i)].next) {
-    if (b_.items[size_t(i)].kind != Contribution::kWhole) return false;
-    list.push_back(i);
+  return reads_views(call) ? call : ir::kNoNode;
+}
+
+void Backward::read_views(NodeId call, const detail::BackwardCell& backward, const std::vector<uint8_t>& flows) {
+  std::vector<SeedTerm>& seeds = b_.seed_terms;
+  std::vector<int32_t>& sent_to = b_.seed_counts;
+  const NodeId views = NodeId(graph_.cell(graph_.node(call).attrs.index).output_views);
+  // The views as the per-node pass visited them, last first (a matrix output's reshape before
+  // its slice).
+  for (NodeId v = std::min(call + views, loss_); v > call; --v) {
+    if (!sent(v)) continue;
+    const ir::Node view = graph_.node(v);  // a copy: a view's own rule may record nodes
+    bool only_whole = true;
+    for (int32_t i = b_.head[v]; i >= 0 && only_whole; i = b_.items[size_t(i)].next)
+      only_whole = b_.items[size_t(i)].kind == Contribution::kWhole;
+    if (!only_whole) {  // its rule sends its gradient on as a slice of the call (or to its slice)
+      send(v, combine(v), flows);
+      continue;
+    }
+    const size_t first = seeds.size();
+    if (view.op == Op::slice) {  // its terms, oldest first, as seeds of its output
+      const uint32_t j = uint32_t(seeded_output(call, view.attrs.begin, view.attrs.end, backward));
+      for (int32_t i = b_.head[v]; i >= 0; i = b_.items[size_t(i)].next) {
+        const Contribution& c = b_.items[size_t(i)];
+        seeds.push_back({j, c.a, std::max(c.at, 0)});
+      }
+      std::reverse(seeds.begin() + ptrdiff_t(first), seeds.end());
+      sent_to[j] += int32_t(seeds.size() - first);
+      continue;
+    }
+    // A matrix output's reshape: its terms go on to its slice as they are, oldest first.
+    std::vector<int32_t>& list = b_.list;
+    list.clear();
+    for (int32_t i = b_.head[v]; i >= 0; i = b_.items[size_t(i)].next) list.push_back(i);
+    const NodeId slice = graph_.args(v)[0];
+    for (auto i = list.rbegin(); i != list.rend(); ++i) {
+      const Contribution c = b_.items[size_t(*i)];
+      push(slice, Contribution::kWhole, c.a, 0, 0, c.at);
+    }
   }
-  std::reverse(list.begin(), list.end());
-  for (int32_t i : list) {
+  // What views sent through their own rules: slices of the call's frame (newest first).
+  const size_t first = seeds.size();
+  for (int32_t i = b_.head[call]; i >= 0; i = b_.items[size_t(i)].next) {
     const Contribution c = b_.items[size_t(i)];
-    if (view.op == Op::reshape) push(slice, Contribution::kWhole, c.a, 0, 0, c.at);
-    else push(call, Contribution::kSlice, c.a, view.attrs.begin, view.attrs.end, c.at);
+    const uint32_t j = uint32_t(seeded_output(call, c, backward));
+    seeds.push_back({j, c.a, std::max(c.at, 0)});
+    ++sent_to[j];
   }
-  return true;
+  std::reverse(seeds.begin() + ptrdiff_t(first), seeds.end());
 }
 
 void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
@@ -298,9 +367,8 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
   const runtime::CallCell& backward_cell = *backward.cell.call_cell;
   const size_t arguments = graph_.args(calls[0]).size();
   const size_t outputs_sent = backward.seed_offsets.size();
-  // Each member's seeds, the terms sent to its outputs as its list of contributions holds them
-  // (newest first), one flat array for the batch (member m's from seed_begin[m]); the most any
-  // member sent each output.
+  // Each member's seeds, the terms sent to its outputs (per output oldest first), one flat array
+  // for the batch (member m's from seed_begin[m]); the most any member sent each output.
   std::vector<SeedTerm>& seeds = b_.seed_terms;
   std::vector<uint32_t>& seed_begin = b_.seed_begin;
   std::vector<int32_t>& sent_to = b_.seed_counts;
@@ -308,23 +376,26 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
   seed_begin.clear();
   std::vector<int32_t>& terms = b_.batch_terms;
   terms.assign(1 + arguments + outputs_sent, 1);
-  // The members' call nodes and contributions lie anywhere: fetched a few members ahead.
+  // The members' call nodes, their views and contributions lie anywhere: fetched a few members
+  // ahead.
   constexpr size_t kAhead = 4;
   auto fetch_ahead = [&](size_t m) {
     if (m + kAhead < calls.size()) __builtin_prefetch(&graph_.node(calls[m + kAhead]));
   };
+  const NodeId views = NodeId(cell.output_views);
   for (size_t m = 0; m < calls.size(); ++m) {
-    fetch_ahead(m);
-    if (m + kAhead < calls.size() && b_.head[calls[m + kAhead]] >= 0)
-      __builtin_prefetch(&b_.items[size_t(b_.head[calls[m + kAhead]])]);
+    if (m + kAhead < calls.size()) {
+      const NodeId ahead = calls[m + kAhead];
+      for (NodeId v = ahead; v <= ahead + views && v <= loss_; ++v) __builtin_prefetch(&graph_.node(v));
+    }
+    if (m + kAhead / 2 < calls.size()) {
+      const NodeId ahead = calls[m + kAhead / 2];
+      for (NodeId v = ahead + 1; v <= ahead + views && v <= loss_; ++v)
+        if (b_.head[v] >= 0) __builtin_prefetch(&b_.items[size_t(b_.head[v])]);
+    }
     seed_begin.push_back(uint32_t(seeds.size()));
     sent_to.assign(outputs_sent, 0);
-    for (int32_t i = b_.head[calls[m]]; i >= 0; i = b_.items[size_t(i)].next) {
-      const Contribution c = b_.items[size_t(i)];
-      const size_t j = seeded_output(calls[m], c, backward);
-      seeds.push_back({uint32_t(j), c.a, std::max(c.at, 0)});
-      ++sent_to[j];
-    }
+    read_views(calls[m], backward, flows);
     for (size_t j = 0; j < outputs_sent; ++j)
       terms[1 + arguments + j] = std::max(terms[1 + arguments + j], sent_to[j]);
   }
@@ -344,7 +415,7 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
     const auto member = std::span(seeds).subspan(seed_begin[m], seed_begin[m + 1] - seed_begin[m]);
     for (size_t j = 0; j < outputs_sent; ++j) {
       int32_t sent = 0;
-      for (auto seed = member.rbegin(); seed != member.rend(); ++seed)
+      for (auto seed = member.begin(); seed != member.end(); ++seed)
         if (seed->output == j) {
           args.push_back(seed->node);
           rows.push_back(seed->row);

@@ -20,6 +20,7 @@
 
 namespace edb::detail {
 
+
 using ir::NodeId;
 using ir::Op;
 
@@ -97,6 +98,8 @@ struct Buffers {
   std::vector<uint32_t> group_sizes, pair_groups;  // group_pairs()': per group, per pair
   std::vector<NodeId> order;      // mirrored_order()'s
   std::vector<uint8_t> batch_last;  // per entry of order: the last of its forward batch
+  // per entry of order: a call whose batch call reads its output views' terms (views left out)
+  std::vector<uint8_t> reads_views;
   std::vector<uint8_t> placed;      // per node: already in order
   std::vector<NodeId> unplaced_leaves;
   std::vector<NodeId> args;       // send()'s
@@ -273,15 +276,31 @@ class Backward {
   // The output of `call` whose gradient contribution c is (a slice of its frame at that output's
   // rows); InternalError where it is none.
   static size_t seeded_output(NodeId call, const Contribution& c, const detail::BackwardCell& backward);
+  // The output of `call` at rows [begin, end) of its frame; InternalError where it is none.
+  static size_t seeded_output(NodeId call, int32_t begin, int32_t end, const detail::BackwardCell& backward);
 
   // Backward calls by batch (EngineState::batch_backward_calls): whether the calls of `record`
   // get one backward call per forward batch, a batch call (ir::CallBatch) whose members' outputs
   // the trace reads in place: its backward cell compiles and holds every output in its frame.
   bool batches_calls(detail::CellRecord& record);
-  // The forward call whose output view v is, when its cell batches its calls: v's gradient terms
-  // then go on to that call as they are, with no node summing them (the batch call sums each
-  // member's terms as it reads them). False where v was sent anything but whole terms.
-  bool pass_on_view(NodeId v);
+  // Whether call n's batch call reads the terms sent to n's output views where they lie: n is a
+  // call (not a batch call) of a forward cell whose cell batches its calls. Its views then stay
+  // out of the order; send_call_batch() reads them (a view's terms go on to the batch call as
+  // they are, with no node summing them: the batch call sums each member's terms as it reads them).
+  bool reads_views(NodeId n);
+  // The call whose batch call reads output view v's terms, or kNoNode.
+  NodeId view_reader(NodeId v);
+  // Whether any output view of call n (reads_views(n)) was sent a gradient.
+  bool views_sent(NodeId n) const {
+    const int64_t views = graph_.cell(graph_.node(n).attrs.index).output_views;
+    for (NodeId v = n + 1; v <= n + views && v <= loss_; ++v)
+      if (sent(v)) return true;
+    return false;
+  }
+  // Member `call`'s seeds, the terms sent to its outputs: each view's terms where they lie (oldest
+  // first), a view sent anything but whole terms (or a matrix output's reshape) through its
+  // own rule first, as the per-node pass would (what that sends to the call read after).
+  void read_views(NodeId call, const detail::BackwardCell& backward, const std::vector<uint8_t>& flows);
   // One batch call for the forward batch's calls in b_.pending (their gradients all sent).
   void send_call_batch(const std::vector<uint8_t>& flows);
   // Backward rules by batch (EngineState::batch_backward_calls; trace/backward_batches.cpp): the
@@ -344,6 +363,7 @@ class Backward {
   Buffers& b_;
   std::map<std::tuple<int32_t, int32_t, float>, NodeId> constants_;
   std::vector<NodeId> body_parameters_;  // parameter nodes made for cells' bodies
+  NodeId loss_ = 0;  // the pass's last node (record's loss, record_body's last)
   const runtime::CallCell* last_cell_ = nullptr;
   detail::CellRecord* last_record_ = nullptr;
   const detail::CellRecord* batches_record_ = nullptr;  // batches_calls()' last answer
