@@ -135,23 +135,29 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
   const scheduler::Schedule& last = s_.data.schedule;
   NodeId first_scheduled = loss + 1;
   for (size_t b = last.batch_count(); b-- > 0;) {
-    for (NodeId m : last.batch(b))
-      if (m <= loss && !placed[m]) {
-        // A call's output views (never scheduled) pass their gradients to it just before it, or
-        // its batch call reads them.
-        if (graph_.node(m).op == Op::call && !ir::is_call_batch(graph_.node(m))) {
-          const bool read = reads_views(m);
-          for (NodeId v = m + graph_.cell(graph_.node(m).attrs.index).output_views; v > m; --v)
-            if (v <= loss) {
-              if (read) placed[v] = 1;
-              else place(v);
-            }
-          place(m, read);
-        } else {
-          place(m);
-        }
-        first_scheduled = std::min(first_scheduled, m);
+    // The members lie anywhere in the graph, but a batch is of one type, so of one op (a call: of
+    // one cell): the node of its first member (or of one of another type) says what all are.
+    ir::TypeId type = ir::kNoType;
+    bool calls = false, read = false;
+    NodeId views = 0;
+    for (NodeId m : last.batch(b)) {
+      if (m > loss || placed[m]) continue;
+      if (types[m] != type || type == ir::kNoType) {
+        type = types[m];
+        const ir::Node& node = graph_.node(m);
+        calls = node.op == Op::call && !ir::is_call_batch(node);
+        read = calls && reads_views(m);
+        views = calls ? NodeId(graph_.cell(node.attrs.index).output_views) : 0;
       }
+      // A call's output views (never scheduled) pass their gradients to it just before it, or
+      // its batch call reads them.
+      for (NodeId v = std::min(m + views, loss); v > m; --v) {
+        if (read) placed[v] = 1;
+        else place(v);
+      }
+      place(m, read);
+      first_scheduled = std::min(first_scheduled, m);
+    }
     batch_last.resize(order.size(), 0);
     if (!order.empty()) batch_last.back() = 1;
   }
@@ -314,12 +320,12 @@ NodeId Backward::view_reader(NodeId v) {
 void Backward::read_views(NodeId call, const detail::BackwardCell& backward, const std::vector<uint8_t>& flows) {
   std::vector<SeedTerm>& seeds = b_.seed_terms;
   std::vector<int32_t>& sent_to = b_.seed_counts;
-  const NodeId views = NodeId(graph_.cell(graph_.node(call).attrs.index).output_views);
+  std::vector<ViewPlan>& plan = b_.view_plan;
+  const NodeId views = NodeId(plan.size());
   // The views as the per-node pass visited them, last first (a matrix output's reshape before
   // its slice).
   for (NodeId v = std::min(call + views, loss_); v > call; --v) {
     if (!sent(v)) continue;
-    const ir::Node view = graph_.node(v);  // a copy: a view's own rule may record nodes
     bool only_whole = true;
     for (int32_t i = b_.head[v]; i >= 0 && only_whole; i = b_.items[size_t(i)].next)
       only_whole = b_.items[size_t(i)].kind == Contribution::kWhole;
@@ -327,9 +333,19 @@ void Backward::read_views(NodeId call, const detail::BackwardCell& backward, con
       send(v, combine(v), flows);
       continue;
     }
+    // What view v - call of every member is: read from the first member's view that was sent
+    // anything (calls of one cell record their views alike, trace/cell.cpp).
+    ViewPlan& view = plan[v - call - 1];
+    if (!view.known) {
+      const ir::Node& node = graph_.node(v);
+      view.known = true;
+      view.reshape = node.op == Op::reshape;
+      if (view.reshape) view.slice = graph_.args(v)[0] - call;
+      else view.output = uint32_t(seeded_output(call, node.attrs.begin, node.attrs.end, backward));
+    }
     const size_t first = seeds.size();
-    if (view.op == Op::slice) {  // its terms, oldest first, as seeds of its output
-      const uint32_t j = uint32_t(seeded_output(call, view.attrs.begin, view.attrs.end, backward));
+    if (!view.reshape) {  // its terms, oldest first, as seeds of its output
+      const uint32_t j = view.output;
       for (int32_t i = b_.head[v]; i >= 0; i = b_.items[size_t(i)].next) {
         const Contribution& c = b_.items[size_t(i)];
         seeds.push_back({j, c.a, std::max(c.at, 0)});
@@ -342,7 +358,7 @@ void Backward::read_views(NodeId call, const detail::BackwardCell& backward, con
     std::vector<int32_t>& list = b_.list;
     list.clear();
     for (int32_t i = b_.head[v]; i >= 0; i = b_.items[size_t(i)].next) list.push_back(i);
-    const NodeId slice = graph_.args(v)[0];
+    const NodeId slice = call + view.slice;
     for (auto i = list.rbegin(); i != list.rend(); ++i) {
       const Contribution c = b_.items[size_t(*i)];
       push(slice, Contribution::kWhole, c.a, 0, 0, c.at);
@@ -376,25 +392,28 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
   seed_begin.clear();
   std::vector<int32_t>& terms = b_.batch_terms;
   terms.assign(1 + arguments + outputs_sent, 1);
-  // The members' call nodes, their views and contributions lie anywhere: fetched a few members
-  // ahead.
-  constexpr size_t kAhead = 4;
-  auto fetch_ahead = [&](size_t m) {
-    if (m + kAhead < calls.size()) __builtin_prefetch(&graph_.node(calls[m + kAhead]));
-  };
+  sent_to.resize(outputs_sent);
+  // Each member's forward arguments, copied in the one walk that reads the members' nodes (they
+  // lie anywhere; recording moves the argument pool): member m's from m * arguments.
+  std::vector<NodeId>& forward_args = b_.call_forward_args;
+  forward_args.clear();
+  // The members' call nodes, their views, contributions and arguments lie anywhere: fetched a few
+  // members ahead.
+  constexpr size_t kAhead = 8;
   const NodeId views = NodeId(cell.output_views);
+  b_.view_plan.assign(size_t(views), ViewPlan{});
   for (size_t m = 0; m < calls.size(); ++m) {
-    if (m + kAhead < calls.size()) {
-      const NodeId ahead = calls[m + kAhead];
-      for (NodeId v = ahead; v <= ahead + views && v <= loss_; ++v) __builtin_prefetch(&graph_.node(v));
-    }
+    if (m + kAhead < calls.size()) __builtin_prefetch(&graph_.node(calls[m + kAhead]));
     if (m + kAhead / 2 < calls.size()) {
       const NodeId ahead = calls[m + kAhead / 2];
+      __builtin_prefetch(graph_.args(ahead).data());
       for (NodeId v = ahead + 1; v <= ahead + views && v <= loss_; ++v)
         if (b_.head[v] >= 0) __builtin_prefetch(&b_.items[size_t(b_.head[v])]);
     }
+    const auto member_args = graph_.args(calls[m]);
+    for (NodeId a : member_args) forward_args.push_back(a);  // a few: a loop, not a call of memmove
     seed_begin.push_back(uint32_t(seeds.size()));
-    sent_to.assign(outputs_sent, 0);
+    for (size_t j = 0; j < outputs_sent; ++j) sent_to[j] = 0;
     read_views(calls[m], backward, flows);
     for (size_t j = 0; j < outputs_sent; ++j)
       terms[1 + arguments + j] = std::max(terms[1 + arguments + j], sent_to[j]);
@@ -407,11 +426,12 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
   args.clear();
   rows.clear();
   for (size_t m = 0; m < calls.size(); ++m) {
-    fetch_ahead(m);
     args.push_back(calls[m]);
-    const auto forward_args = graph_.args(calls[m]);
-    args.insert(args.end(), forward_args.begin(), forward_args.end());
-    rows.resize(args.size(), 0);
+    rows.push_back(0);
+    for (size_t i = m * arguments; i < (m + 1) * arguments; ++i) {
+      args.push_back(forward_args[i]);
+      rows.push_back(0);
+    }
     const auto member = std::span(seeds).subspan(seed_begin[m], seed_begin[m + 1] - seed_begin[m]);
     for (size_t j = 0; j < outputs_sent; ++j) {
       int32_t sent = 0;
@@ -454,32 +474,29 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
   }
   // Each member's outputs, read in place at its frame's rows.
   for (size_t m = 0; m < calls.size(); ++m) {
-    fetch_ahead(m);
     const NodeId n = calls[m];
-    // A copy: reading the forward call's values may add nodes, and move the argument pool.
-    std::vector<NodeId>& forward_args = b_.call_outputs;
-    forward_args.assign(graph_.args(n).begin(), graph_.args(n).end());
+    const auto member_args = std::span(forward_args).subspan(m * arguments, arguments);
     b_.frame_reads.clear();
     const int64_t frame = int64_t(m) * backward_cell.frame_floats;
     for (const OutputRoute& route : routes) {
       const detail::BackwardCell::Output& o = *route.output;
       const int32_t row = int32_t(frame + route.offset);
       if (o.kind == detail::BackwardCell::Output::argument) {
-        const NodeId a = forward_args[o.index];
+        const NodeId a = member_args[o.index];
         if (flows[a]) push(a, Contribution::kWhole, batch, 0, 0, row);
       } else if (o.kind == detail::BackwardCell::Output::whole) {
         push(route.parameter, Contribution::kWhole, batch, 0, 0, row);
       } else if (route.in_place) {  // dy and x columns, read where they lie
         ParameterPairs::Term& term = route.pairs->terms.emplace_back();
         if (route.constant_x != ir::kNoNode) term.x = route.constant_x;
-        else std::tie(term.x, term.x_row) = call_value_at(n, forward_args, o.x);
+        else std::tie(term.x, term.x_row) = call_value_at(n, member_args, o.x);
         term.x_shape = o.x.shape;
         term.dy = batch;
         term.dy_row = row;
         term.dy_shape = route.shape;
       } else {
         const NodeId dy = term_node(batch, row, route.shape);
-        const NodeId x = route.constant_x != ir::kNoNode ? route.constant_x : call_value(n, forward_args, o.x);
+        const NodeId x = route.constant_x != ir::kNoNode ? route.constant_x : call_value(n, member_args, o.x);
         route.pairs->terms.push_back({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
       }
     }

@@ -87,23 +87,53 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
   // A sum of a matrix's elements spreads its gradient by two products: the per-node rule's.
   if ((first.op == Op::sum_elements || first.op == Op::mean_elements) && graph_.node(first_args[0]).shape.cols != 1)
     return false;
-  for (NodeId n : members) {
+  // The members, their contributions and arguments lie anywhere: one walk reads their nodes and
+  // copies their arguments (recording moves the argument pool), fetching what it reads a few
+  // members ahead (a node first, then, once it has come, its arguments and contributions).
+  constexpr size_t kAhead = 8;
+  std::vector<NodeId>& args = b_.member_args;
+  args.clear();
+  b_.member_labels.clear();
+  const std::vector<ir::TypeId>& types = s_.data.types;
+  for (size_t k = 0; k < members.size(); ++k) {
+    if (k + kAhead < members.size()) {
+      const NodeId ahead = members[k + kAhead];
+      __builtin_prefetch(&graph_.node(ahead));
+      __builtin_prefetch(b_.head.data() + ahead);
+      __builtin_prefetch(flows.data() + ahead);
+    }
+    if (k + kAhead / 2 < members.size()) {
+      const NodeId ahead = members[k + kAhead / 2];
+      __builtin_prefetch(graph_.args(ahead).data());
+      if (const int32_t head = b_.head[ahead]; head >= 0) __builtin_prefetch(b_.items.data() + head);
+    }
+    const NodeId n = members[k];
     const ir::Node& node = graph_.node(n);
-    if (!flows[n] || !sent(n) || node.op != first.op || node.arg_count != arity || !(node.shape == first.shape))
+    // Members of one type (as a forward batch's are) have arguments of one shape each: the rule
+    // reads the first member's.
+    if (!flows[n] || !sent(n) || types[n] != types[members[0]] || node.op != first.op || node.arg_count != arity ||
+        !(node.shape == first.shape))
       return false;
+    const auto member_args = graph_.args(node);
     if (products)
       for (size_t i = product_begin; i + 1 < arity; i += 2)
-        if (graph_.args(n)[i] != first_args[i]) return false;
+        if (member_args[i] != first_args[i]) return false;
+    for (NodeId a : member_args) args.push_back(a);  // a few: a loop, not a call of memmove
+    if (first.op == Op::pick_neg_log_softmax) b_.member_labels.push_back(int32_t(node.attrs.index));
   }
-  // Every member's gradient (combine() may record nodes), then the members' arguments (a copy:
-  // recording moves the argument pool).
+  // Every member's gradient (combine() may record nodes).
   std::vector<std::pair<NodeId, int32_t>>& dy = b_.member_dy;
   dy.clear();
   for (NodeId n : members) dy.push_back(gradient_at(n));
-  std::vector<NodeId>& args = b_.member_args;
-  args.clear();
-  for (NodeId n : members) args.insert(args.end(), graph_.args(n).begin(), graph_.args(n).end());
   const size_t count = members.size();
+  // What sending to argument i of member k reads (whether a gradient flows, its contributions),
+  // fetched a few members ahead.
+  auto fetch_argument = [&](size_t k, size_t i) {
+    if (k + kAhead >= count) return;
+    const NodeId a = args[(k + kAhead) * arity + i];
+    __builtin_prefetch(flows.data() + a);
+    if (a < b_.head.size()) __builtin_prefetch(b_.head.data() + a);
+  };
   auto arg = [&](size_t k, size_t i) { return args[k * arity + i]; };
   auto flows_to = [&](size_t i) {
     for (size_t k = 0; k < count; ++k)
@@ -114,6 +144,7 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
   // a concat's) its rows from `row` on, read in place.
   auto pass_on = [&](size_t i, std::optional<int32_t> row = std::nullopt) {
     for (size_t k = 0; k < count; ++k) {
+      fetch_argument(k, i);
       if (!flows[arg(k, i)]) continue;
       const int32_t at = row ? std::max(dy[k].second, 0) + *row : dy[k].second;
       push(arg(k, i), Contribution::kWhole, dy[k].first, 0, 0, at);
@@ -122,8 +153,10 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
   // Member k's value of `batch` (members of `rows`) goes to argument i of each member it flows to.
   auto send_rows = [&](size_t i, NodeId batch) {
     const int32_t rows = graph_.node(batch).shape.rows / int32_t(count);
-    for (size_t k = 0; k < count; ++k)
+    for (size_t k = 0; k < count; ++k) {
+      fetch_argument(k, i);
       if (flows[arg(k, i)]) push(arg(k, i), Contribution::kWhole, batch, 0, 0, int32_t(k) * rows);
+    }
   };
   // What a slot of a batch node reads, member by member: the member's gradient, its argument i
   // (whole), the member itself (its value, y), or an earlier batch node of this rule.
@@ -175,7 +208,7 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
             break;
         }
       }
-      if (op == Op::pick_neg_log_softmax_grad) b_.batch_labels.push_back(int32_t(graph_.node(members[k]).attrs.index));
+      if (op == Op::pick_neg_log_softmax_grad) b_.batch_labels.push_back(b_.member_labels[k]);
     }
     ir::Attributes attrs;
     attrs.constant = constant;
@@ -290,7 +323,7 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
         }
         for (size_t i = product_begin; i + 1 < arity; i += 2)
           if (flows[arg(k, i)])
-            pair_at(arg(k, i), {dy[k].first, arg(k, i + 1), shape, graph_.node(arg(k, i + 1)).shape,
+            pair_at(arg(k, i), {dy[k].first, arg(k, i + 1), shape, graph_.node(arg(0, i + 1)).shape,
                                 std::max(dy[k].second, 0), 0});
       }
       // Each product's x: one matmul_tn of its weight (one node for every member) by every dy.

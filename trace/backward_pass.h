@@ -61,6 +61,16 @@ struct SeedTerm {
   int32_t row;
 };
 
+// send_call_batch()'s: what output view i of each member of a batch of calls is (the same for
+// every member): a slice at output `output`'s rows of the frame, or a matrix output's reshape of
+// the view `slice` ids after the call.
+struct ViewPlan {
+  bool known = false;  // read from the first member's view sent anything
+  bool reshape = false;
+  uint32_t output = 0;
+  NodeId slice = 0;
+};
+
 // send_call_batch()'s: where output k of a backward call goes, the same for every member of the
 // batch: a forward argument's gradient, a parameter's term, or a pair's dy (its x read per member).
 struct OutputRoute {
@@ -108,19 +118,20 @@ struct Buffers {
   std::vector<NodeId> call_args, call_outputs;
   std::vector<std::vector<NodeId>> seeds;
   std::vector<std::pair<std::pair<int64_t, ir::Shape>, NodeId>> frame_reads;
-  // send_call_batch()'s: the forward batch's calls waiting for their batch call, each member's
-  // seeds as (node, row) terms, and the batch call's table.
-  std::vector<NodeId> pending;
+  // send_call_batch()'s: the forward batch's calls waiting for their batch call, their forward
+  // arguments, their views, each member's seeds as (node, row) terms, and the batch call's table.
+  std::vector<NodeId> pending, call_forward_args;
+  std::vector<ViewPlan> view_plan;
   std::vector<SeedTerm> seed_terms;
   std::vector<uint32_t> seed_begin;
   std::vector<int32_t> seed_counts;
   std::vector<int32_t> batch_terms, batch_rows;
   std::vector<OutputRoute> output_routes;
   // send_batch()'s: each member's gradient as a term, the batch node's arguments and their rows,
-  // its labels, and the forward members' arguments.
+  // its labels, and the forward members' arguments and labels.
   std::vector<std::pair<NodeId, int32_t>> member_dy;
   std::vector<NodeId> batch_args, member_args;
-  std::vector<int32_t> batch_arg_rows, batch_labels;
+  std::vector<int32_t> batch_arg_rows, batch_labels, member_labels;
 };
 
 class Backward {
@@ -299,7 +310,8 @@ class Backward {
   }
   // Member `call`'s seeds, the terms sent to its outputs: each view's terms where they lie (oldest
   // first), a view sent anything but whole terms (or a matrix output's reshape) through its
-  // own rule first, as the per-node pass would (what that sends to the call read after).
+  // own rule first, as the per-node pass would (what that sends to the call read after). The
+  // views are as b_.view_plan says (one entry per view of the cell).
   void read_views(NodeId call, const detail::BackwardCell& backward, const std::vector<uint8_t>& flows);
   // One batch call for the forward batch's calls in b_.pending (their gradients all sent).
   void send_call_batch(const std::vector<uint8_t>& flows);
