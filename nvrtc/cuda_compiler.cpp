@@ -61,6 +61,11 @@ CudaImage CudaCompiler::elementwise(const jit::Kernel& kernel) {
   return get(jit::describe(kernel), kernel.name, [&](const std::string& symbol) { return render_kernel(kernel, symbol); });
 }
 
+CudaImage CudaCompiler::cell(const jit::CellProgram& program) {
+  return get(jit::describe(program), program.name,
+             [&](const std::string& symbol) { return render_cell(program, symbol, kCellVector); });
+}
+
 CudaImage CudaCompiler::gemm() {
   return get(gemm_description(), "gemm", [](const std::string& symbol) { return render_gemm(symbol); });
 }

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "jit/cell_program.h"
 #include "jit/kernel_cache.h"
 #include "jit/kernel_ir.h"
 
@@ -27,6 +28,9 @@ class CudaCompiler {
 
   CudaImage elementwise(const jit::Kernel& kernel);  // render_kernel's source
   CudaImage gemm();                                  // render_gemm's source
+  // render_cell's source, weights packed in kCellVector floats per row tile.
+  static constexpr int kCellVector = 32;
+  CudaImage cell(const jit::CellProgram& program);
 
   const std::string& target() const { return target_; }
   const std::string& flags() const { return flags_; }

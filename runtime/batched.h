@@ -28,7 +28,7 @@ class BatchedExecutor : public Executor {
   explicit BatchedExecutor(int threads);
   ~BatchedExecutor() override;
   std::string_view name() const override { return "batched"; }
-  static constexpr Capabilities kCapabilities{.lowers_cells = false, .threads = true};
+  static constexpr Capabilities kCapabilities{.lowers_cells = false, .threads = true, .node_batches = false};
   Capabilities capabilities() const override { return kCapabilities; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
   void set_cache_entries(size_t entries) override;

@@ -135,10 +135,7 @@ void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::Para
     for (size_t p = 0; p < weight.pieces.size(); ++p) {
       const ir::ParameterInfo& info = piece(w, p);
       sources.push_back(packed_source(info));
-      // Read where the parameter lies: transposed, or with fewer rows than the product's
-      // blocks * rows (those past them pack as zeros).
-      if (weight.transposed) pieces.push_back({info.data, info.shape.rows, info.shape.cols, true});
-      else pieces.push_back({info.data, info.shape.cols, info.shape.rows, false});
+      pieces.push_back(weight_piece(weight, info));  // read where the parameter lies
       k += pieces.back().cols;
     }
     if (packed && packed->sources == sources) continue;
@@ -213,15 +210,8 @@ void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& val
     compile(*slot, stats);
   }
   Cell& cell = *slot;
-  const CellLowering& lowering = call_cell.lowering;
   refresh_weights(
-      cell,
-      [&](size_t w, size_t p) -> const ir::ParameterInfo& {
-        const CellLowering::Reference& piece = lowering.weights[w].pieces[p];
-        const ir::NodeId node = call_cell.body.args(call_cell.first + piece.offset)[size_t(piece.argument)];
-        return call_cell.body.parameter(call_cell.body.node(node).attrs.parameter);
-      },
-      pool);
+      cell, [&](size_t w, size_t p) -> const ir::ParameterInfo& { return weight_parameter(call_cell, w, p); }, pool);
   const size_t slots = call_cell.slots.size();
   // A batch call (ir::CallBatch) is its members' calls: their frames one after another, their
   // arguments read at rows of nodes, an argument of several terms summed here first.

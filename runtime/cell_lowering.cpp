@@ -211,4 +211,25 @@ std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const 
   return cell;
 }
 
+const ir::ParameterInfo& weight_parameter(const CallCell& cell, size_t w, size_t p) {
+  const CellLowering::Reference& piece = cell.lowering.weights[w].pieces[p];
+  const ir::NodeId node = cell.body.args(cell.first + piece.offset)[size_t(piece.argument)];
+  return cell.body.parameter(cell.body.node(node).attrs.parameter);
+}
+
+jit::WeightPiece weight_piece(const CellLowering::Weight& weight, const ir::ParameterInfo& info) {
+  if (weight.transposed) return {info.data, info.shape.rows, info.shape.cols, true};
+  return {info.data, info.shape.cols, info.shape.rows, false};
+}
+
+ir::NodeId shared_slot_leaf(const CallCell& cell, size_t i) {
+  const CellLowering::Reference& ref = cell.lowering.shared_slots[i];
+  return cell.body.args(cell.first + ref.offset)[size_t(ref.argument)];
+}
+
+ir::NodeId fixed_slot_leaf(const CallCell& cell, size_t s) {
+  const CellLowering::Reference& ref = cell.lowering.call_slots[s];
+  return cell.body.args(cell.first + ref.offset)[size_t(ref.argument)];
+}
+
 }  // namespace edb::runtime

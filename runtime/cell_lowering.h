@@ -89,6 +89,16 @@ struct CallCell final : ir::CellBody {
   std::vector<const float*> shared;     // per shared slot: the parameter's data
 };
 
+// Piece p of packed weight w of a lowered cell: the parameter it is (its data, shape and version),
+// and how jit::pack_weight reads it where it lies (transposed, or with fewer rows than the
+// product's blocks * rows, those past them packed as zeros).
+const ir::ParameterInfo& weight_parameter(const CallCell& cell, size_t w, size_t p);
+jit::WeightPiece weight_piece(const CellLowering::Weight& weight, const ir::ParameterInfo& info);
+// The leaf of the body that shared slot i, or call slot s of kind `fixed`, reads (its floats are
+// the leaf's shape).
+ir::NodeId shared_slot_leaf(const CallCell& cell, size_t i);
+ir::NodeId fixed_slot_leaf(const CallCell& cell, size_t s);
+
 // The cell of a recorded body (`placeholders` stand for its arguments; `types` its nodes' batching
 // types; `batches` its schedule over its operations, in order), laid out for calls as single
 // nodes. With `lower`, the body is lowered to a cell program where it can be (why_not says why

@@ -1,6 +1,7 @@
 // The GPU executor: per batch, a rendered elementwise kernel, the batched GEMM (after the bias is
-// copied in by a load-store kernel), the host, or, for a batch of cell calls, the body's batches
-// over the calls (runtime/call_expansion.h) run the same way in their frames on the device. The host
+// copied in by a load-store kernel), the host, or, for a batch of cell calls, one kernel rendered
+// from the cell's program (a cell that lowers, under jit) or the body's batches over the calls
+// (runtime/call_expansion.h) run the same way in their frames on the device. The host
 // arena holds every value before and after an execution; the device arena mirrors it while kernels
 // run.
 #include "runtime/cuda_executor.h"
@@ -18,6 +19,7 @@
 #include "nvrtc/cuda_driver.h"
 #include "nvrtc/cuda_render.h"
 #include "runtime/call_expansion.h"
+#include "runtime/cell_lowering.h"
 
 namespace edb::runtime {
 
@@ -67,9 +69,10 @@ bool kernel_op_of(const ir::Node& node, jit::KernelOp& op) {
 }  // namespace
 
 struct CudaExecutor::State {
-  State(const std::string& cache_directory, const std::string& library)
+  State(const std::string& cache_directory, const std::string& library, bool lower)
       : device(library),
-        compiler(cache_directory, device.probe().major, device.probe().minor) {
+        compiler(cache_directory, device.probe().major, device.probe().minor),
+        lower_cells(lower) {
     for (DeviceBuffer* buffer : {&arena, &leaves, &staging}) buffer->device = &device;
   }
 
@@ -82,6 +85,19 @@ struct CudaExecutor::State {
   nvrtc::CUfunction gemm = nullptr;
 
   CallExpansion calls;  // batches of cell calls, expanded over their bodies
+
+  // Compiled cells (lower_cells): per cell, what its kernels read besides the calls' frames and
+  // arguments, on the device: the packed weights, the shared slots and the fixed call slots (the
+  // body's constants), uploaded once per execution (parameters may change between executions).
+  bool lower_cells = false;
+  struct Cell {
+    std::string description;  // the program's text: its key in `functions`
+    unsigned threads = 0;     // a block's threads: the rows, in whole warps, at most 256
+    uint64_t execution = 0;   // the execution whose parameters the copies hold
+    std::vector<std::unique_ptr<DeviceBuffer>> weights, shared, fixed;  // fixed: per call slot
+  };
+  std::unordered_map<const CallCell*, Cell> cells;
+  uint64_t execution = 0;
 
   // Per execution. `values` is the execution's, or, while a batch of calls runs, its expansion's
   // (whose arena lies inside the execution's: the calls' frames, or on the host only).
@@ -169,6 +185,24 @@ struct CudaExecutor::State {
   }
   void run_batches(const scheduler::Schedule& schedule, Executor& self);
   void run_calls(std::span<const ir::NodeId> members, bool node_by_node, Executor& self);
+  void run_compiled(std::span<const ir::NodeId> members);
+  void upload_cell(Cell& cell, const CallCell& call_cell);
+  void put(std::unique_ptr<DeviceBuffer>& buffer, const void* data, size_t bytes) {
+    if (!buffer) {
+      buffer = std::make_unique<DeviceBuffer>();
+      buffer->device = &device;
+    }
+    buffer->reserve(bytes);
+    device.upload(buffer->pointer, data, bytes);
+  }
+  // Where a value a call reads or writes lies on the device: in the arena, or a leaf uploaded.
+  CUdeviceptr device_address(const float* data) const {
+    if (in_host_arena(data, 1)) return arena.pointer + CUdeviceptr(data - host_arena) * sizeof(float);
+    const auto found = leaf_address.find(data);
+    if (found == leaf_address.end())
+      throw InternalError("cuda executor: a compiled cell's call reads host memory that is neither the arena nor a leaf");
+    return found->second;
+  }
   void run_expansion(const scheduler::Schedule& schedule, const Values& inner, Executor& self);
   void run_elementwise(std::span<const ir::NodeId> members, jit::KernelOp op);
   void copy_members(std::span<const ir::NodeId> members, size_t slot);  // out_k = arg_k[slot]
@@ -343,8 +377,12 @@ void CudaExecutor::State::run_on_host(std::span<const ir::NodeId> members) {
   stats->kernel_calls += 1;
 }
 
-CudaExecutor::CudaExecutor(const std::string& cache_directory, const std::string& library)
-    : state_(std::make_unique<State>(cache_directory, library)) {}
+CudaExecutor::CudaExecutor(const std::string& cache_directory, const std::string& library, bool lower_cells)
+    : state_(std::make_unique<State>(cache_directory, library, lower_cells)) {}
+
+Capabilities CudaExecutor::capabilities() const {
+  return {.lowers_cells = state_->lower_cells, .threads = false, .node_batches = false};
+}
 
 CudaExecutor::~CudaExecutor() = default;
 
@@ -360,7 +398,10 @@ void CudaExecutor::cache_sizes(CacheSizes& sizes) const {
   sizes.call_expansions = state_->calls.sizes();
 }
 
-void CudaExecutor::forget_cells() { state_->calls.clear(); }
+void CudaExecutor::forget_cells() {
+  state_->calls.clear();
+  state_->cells.clear();
+}
 
 // The leaves an expansion reads: a call's argument or frame rows inside the arena are read where
 // they lie on the device; a leaf the execution uploaded is read there; any other (the body's
@@ -408,11 +449,107 @@ void CudaExecutor::State::run_batches(const scheduler::Schedule& schedule, Execu
   }
 }
 
-// A batch of calls: its expansion runs through execute() again (run_expansion), on the device in
-// the calls' frames; an expansion in an arena of its own (calls not laid out as one batch of
-// frames) runs on the host, and the host arena, which then holds the frames, goes back up whole.
+// A batch of calls of a cell that lowers (under lower_cells): one launch of the kernel rendered from
+// its program, a block per call (grid-stride), each call's pointer table built as the jit's
+// (runtime/cell_kernels.cpp) with device addresses.
+void CudaExecutor::State::run_compiled(std::span<const ir::NodeId> members) {
+  const ir::Graph& graph = values->graph;
+  const auto& call_cell = static_cast<const CallCell&>(graph.cell(graph.node(members[0]).attrs.index));
+  const jit::CellProgram& program = call_cell.lowering.program;
+  Cell& cell = cells[&call_cell];
+  if (cell.description.empty()) {
+    cell.description = jit::describe(program);
+    cell.threads = unsigned(std::min<int64_t>(256, (int64_t(program.rows) + 31) / 32 * 32));
+  }
+  nvrtc::CUfunction function = nullptr;
+  if (const nvrtc::CUfunction* loaded = functions.find(cell.description)) {
+    function = *loaded;
+  } else {
+    const nvrtc::CudaImage image = compiler.cell(program);
+    count_compile(image);
+    function = device.load_function(image.image, image.symbol());
+    functions.insert(cell.description, function, 0,
+                     [&](const std::string&, nvrtc::CUfunction evicted) { device.unload_function(evicted); });
+  }
+  if (cell.execution != execution) {
+    upload_cell(cell, call_cell);
+    cell.execution = execution;
+  }
+  const size_t slots = call_cell.slots.size();
+  std::vector<CUdeviceptr> table(members.size() * slots);
+  for (size_t j = 0; j < members.size(); ++j) {
+    const ir::NodeId c = members[j];
+    if (ir::is_call_batch(graph.node(c)))  // recorded only where the executor runs node batches
+      throw InternalError("cuda executor: a batch call %" + std::to_string(c));
+    const auto args = graph.args(c);
+    for (size_t s = 0; s < slots; ++s) {
+      const CallCell::Slot& at = call_cell.slots[s];
+      CUdeviceptr& to = table[j * slots + s];
+      if (at.kind == CallCell::Slot::frame) to = device_address(values->out(c) + at.at);
+      else if (at.kind == CallCell::Slot::argument) to = device_address(values->in(args[size_t(at.at)]));
+      else to = cell.fixed[s]->pointer;
+    }
+  }
+  std::vector<CUdeviceptr> shared, weights;
+  for (const auto& buffer : cell.shared) shared.push_back(buffer->pointer);
+  for (const auto& buffer : cell.weights) weights.push_back(buffer->pointer);
+  const size_t table_at = stage(table.data(), table.size() * sizeof(CUdeviceptr));
+  const size_t shared_at = stage(shared.data(), shared.size() * sizeof(CUdeviceptr));
+  const size_t weights_at = stage(weights.data(), weights.size() * sizeof(CUdeviceptr));
+  const CUdeviceptr base = upload_staged();
+  long long calls = static_cast<long long>(members.size());
+  // An empty table is passed as null (the kernel reads none of it).
+  CUdeviceptr pointers = base + table_at, shared_table = shared.empty() ? 0 : base + shared_at,
+              weight_table = weights.empty() ? 0 : base + weights_at;
+  void* parameters[] = {&calls, &shared_table, &weight_table, &pointers};
+  device.launch(function, unsigned(std::min<int64_t>(calls, 65535)), 1, cell.threads, 1, parameters);
+  stats->kernel_calls += 1;
+  device_newer = true;
+}
+
+// A cell's packed weights (jit::pack_weight in the renderer's vector), shared slots and fixed call
+// slots, from the parameters and constants as they are now.
+void CudaExecutor::State::upload_cell(Cell& cell, const CallCell& call_cell) {
+  const CellLowering& lowering = call_cell.lowering;
+  const int32_t rows = lowering.program.rows, vector = nvrtc::CudaCompiler::kCellVector;
+  cell.weights.resize(lowering.weights.size());
+  std::vector<float> packed;
+  for (size_t w = 0; w < lowering.weights.size(); ++w) {
+    const CellLowering::Weight& weight = lowering.weights[w];
+    std::vector<jit::WeightPiece> pieces;
+    int64_t k = 0;
+    for (size_t p = 0; p < weight.pieces.size(); ++p) {
+      pieces.push_back(weight_piece(weight, weight_parameter(call_cell, w, p)));
+      k += pieces.back().cols;
+    }
+    packed.assign(size_t(jit::packed_weight_floats(rows, weight.blocks, k, vector)), 0.0f);
+    jit::pack_weight(rows, weight.blocks, pieces, vector, packed.data());
+    put(cell.weights[w], packed.data(), packed.size() * sizeof(float));
+  }
+  cell.shared.resize(call_cell.shared.size());
+  for (size_t i = 0; i < call_cell.shared.size(); ++i) {
+    const int64_t floats = call_cell.body.node(shared_slot_leaf(call_cell, i)).shape.size();
+    put(cell.shared[i], call_cell.shared[i], size_t(floats) * sizeof(float));
+  }
+  cell.fixed.resize(call_cell.slots.size());
+  for (size_t s = 0; s < call_cell.slots.size(); ++s) {
+    if (call_cell.slots[s].kind != CallCell::Slot::fixed) continue;
+    const int64_t floats = call_cell.body.node(fixed_slot_leaf(call_cell, s)).shape.size();
+    put(cell.fixed[s], call_cell.slots[s].constant, size_t(floats) * sizeof(float));
+  }
+}
+
+// A batch of calls: one compiled kernel where the cell lowers (run_compiled), else its expansion
+// runs through execute() again (run_expansion), on the device in the calls' frames; an expansion in
+// an arena of its own (calls not laid out as one batch of frames) runs on the host, and the host
+// arena, which then holds the frames, goes back up whole.
 void CudaExecutor::State::run_calls(std::span<const ir::NodeId> members, bool node_by_node, Executor& self) {
   if (depth > 0) throw InternalError("cuda executor: a cell's body calls a cell");
+  const ir::Graph& graph = values->graph;
+  if (lower_cells && !node_by_node && static_cast<const CallCell&>(graph.cell(graph.node(members[0]).attrs.index)).lowered) {
+    run_compiled(members);
+    return;
+  }
   struct Depth {
     int& depth;
     explicit Depth(int& d) : depth(d) { ++depth; }
@@ -454,6 +591,7 @@ void CudaExecutor::execute(const scheduler::Schedule& schedule, const Values& va
     return;
   }
   s.release_expansion_leaves();  // an execution that threw left them
+  ++s.execution;
   s.values = &values;
   s.stats = &stats;
   s.device_newer = false;

@@ -1,8 +1,9 @@
 // The GPU executor (device "cuda"): values in a device arena that grows, leaves uploaded per
 // execution, elementwise batches through rendered CUDA kernels (gathers fused into the loads),
-// matrix products over a shared weight through the tiled batched GEMM, a batch of cell calls as its
-// body's batches over the calls in their frames (runtime/call_expansion.h), every other batch on the
-// host with evaluate_node and the arena copied across (correct, not fast).
+// matrix products over a shared weight through the tiled batched GEMM, a batch of cell calls as one
+// kernel rendered from its cell's program (cells lowered as the jit lowers them) or as its body's
+// batches over the calls in their frames (runtime/call_expansion.h), every other batch on the host
+// with evaluate_node and the arena copied across (correct, not fast).
 #pragma once
 
 #include <memory>
@@ -17,11 +18,13 @@ namespace edb::runtime {
 class CudaExecutor final : public Executor {
  public:
   // UsageError naming the reason when there is no usable GPU or no NVRTC. `library` is the libcuda
-  // to load (empty: $EDB_CUDA_LIBRARY, else libcuda.so.1).
-  explicit CudaExecutor(const std::string& cache_directory, const std::string& library = {});
+  // to load (empty: $EDB_CUDA_LIBRARY, else libcuda.so.1). With `lower_cells` (the CPU executor of
+  // the same name lowers them: jit), a batch of calls of a cell that lowers runs as one rendered
+  // kernel (nvrtc::render_cell); otherwise as its body's batches.
+  explicit CudaExecutor(const std::string& cache_directory, const std::string& library = {}, bool lower_cells = false);
   ~CudaExecutor() override;
   std::string_view name() const override { return "cuda"; }
-  Capabilities capabilities() const override { return {.lowers_cells = false, .threads = false}; }
+  Capabilities capabilities() const override;
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
   void set_cache_entries(size_t entries) override;
   void cache_sizes(CacheSizes& sizes) const override;

@@ -61,6 +61,9 @@ class ThreadPool;  // runtime/thread_pool.h
 struct Capabilities {
   bool lowers_cells = false;  // compiles a cell's body into one kernel per batch of calls
   bool threads = true;        // splits work across a thread pool (false: one thread only)
+  // Runs batch nodes (ir::NodeBatch, ir::CallBatch: a backward pass recorded by batch, with
+  // weights' contractions read in place), so that a trace may record them where cells lower.
+  bool node_batches = false;
 };
 
 class Executor {
@@ -90,7 +93,7 @@ class ReferenceExecutor final : public Executor {
   ReferenceExecutor();
   ~ReferenceExecutor() override;
   std::string_view name() const override { return "reference"; }
-  static constexpr Capabilities kCapabilities{.lowers_cells = false, .threads = false};
+  static constexpr Capabilities kCapabilities{.lowers_cells = false, .threads = false, .node_batches = false};
   Capabilities capabilities() const override { return kCapabilities; }
   void execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) override;
   void set_cache_entries(size_t entries) override;

@@ -61,7 +61,7 @@ std::unique_ptr<Executor> make_device_executor(const std::string& device, std::s
     const nvrtc::DeviceProbe probe = nvrtc::probe_device();
     if (probe.usable) {
       resolved = "cuda";
-      return std::make_unique<CudaExecutor>(cache_directory);
+      return std::make_unique<CudaExecutor>(cache_directory, std::string(), executor_capabilities(executor)->lowers_cells);
     }
     reason = probe.reason;
   }

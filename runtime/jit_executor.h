@@ -21,7 +21,7 @@ class JitExecutor final : public BatchedExecutor {
   JitExecutor(int threads, std::string cache_directory);
   ~JitExecutor() override;
   std::string_view name() const override { return "jit"; }
-  static constexpr Capabilities kCapabilities{.lowers_cells = true, .threads = true};
+  static constexpr Capabilities kCapabilities{.lowers_cells = true, .threads = true, .node_batches = true};
   Capabilities capabilities() const override { return kCapabilities; }
   void set_cache_entries(size_t entries) override;
   void cache_sizes(CacheSizes& sizes) const override;

@@ -101,7 +101,7 @@ EngineState::EngineState(const EngineOptions& options) : driver(options) {
   const EngineOptions& chosen = driver.options();  // with the device auto resolves to
   const runtime::Capabilities can = driver.capabilities();
   lower_cells = can.lowers_cells && !chosen.check_finite;
-  batch_backward_calls = lower_cells && chosen.batched_backward;
+  batch_backward_calls = lower_cells && can.node_batches && chosen.batched_backward;
   driver.cell_records.max_entries = chosen.cache_entries;
 }
 

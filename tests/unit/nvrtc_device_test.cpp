@@ -10,6 +10,7 @@
 #include <edbatch/edbatch.h>
 
 #include "edbatch/errors.h"
+#include "jit/kernel_cache.h"
 #include "jit/kernel_ir.h"
 #include "nvrtc/cuda_driver.h"
 #include "nvrtc/cuda_render.h"
@@ -301,7 +302,42 @@ TEST(CudaLaunch, DeviceKernelsStayWithinCacheEntries) {
   EXPECT_GT(device_kernels.evictions, 0);
 }
 
-// Every sample model's backward pass: the GPU executor's gradients against the CPU's.
+// The gradients of the sum of `model`'s instances' losses, on `device` under `executor`.
+Gradients gradients_on(samples::SampleModel& model, const char* device, const char* executor, const std::string& cache) {
+  EngineOptions options;
+  options.device = device;
+  options.executor = executor;
+  options.cache_directory = cache;
+  options.verify = true;
+  Engine engine(options);
+  Trace trace(engine);
+  std::vector<Expr> losses;
+  for (size_t i = 0; i < model.instance_count(); ++i) losses.push_back(model.record_loss(trace, i));
+  return trace.backward(sum(losses));
+}
+
+// The loss and every gradient (parameters and tables' rows) of `gpu` against `cpu`.
+void expect_gradients_near(const Gradients& gpu, const Gradients& cpu, const std::string& what) {
+  EXPECT_TRUE(testing::near_relative(gpu.loss, cpu.loss, 1e-4)) << what;
+  ASSERT_EQ(gpu.parameters.size(), cpu.parameters.size()) << what;
+  for (const Gradients::Dense& d : cpu.parameters) {
+    const Tensor* g = gpu.of(d.parameter);
+    ASSERT_NE(g, nullptr) << what << " " << d.parameter.name();
+    EXPECT_TRUE(testing::near_relative(*g, d.gradient, 1e-3)) << what << " " << d.parameter.name();
+  }
+  ASSERT_EQ(gpu.tables.size(), cpu.tables.size()) << what;
+  for (const Gradients::Rows& rows : cpu.tables) {
+    const Gradients::Rows* g = gpu.of(rows.table);
+    ASSERT_NE(g, nullptr) << what << " " << rows.table.name();
+    EXPECT_EQ(g->entries, rows.entries) << what << " " << rows.table.name();
+    EXPECT_TRUE(testing::near_relative(Tensor{int(g->gradients.size()), 1, g->gradients},
+                                       Tensor{int(rows.gradients.size()), 1, rows.gradients}, 1e-3))
+        << what << " " << rows.table.name();
+  }
+}
+
+// Every sample model's backward pass: the GPU executor's gradients against the CPU's (jit, the
+// default executor: on the GPU, cells that lower run as rendered cell kernels).
 TEST(CudaLaunch, EverySampleModelsGradientsMatchTheCpu) {
   REQUIRE_GPU(probe);
   for (const samples::ModelEntry& entry : samples::model_registry()) {
@@ -311,25 +347,34 @@ TEST(CudaLaunch, EverySampleModelsGradientsMatchTheCpu) {
     config.embed = 16;
     config.hidden = 16;
     const auto model = entry.make(config);
-    Gradients gradients[2];
-    for (int gpu = 0; gpu < 2; ++gpu) {
-      EngineOptions options;
-      options.device = gpu ? "cuda" : "cpu";
-      options.cache_directory = cache.path();
-      options.verify = true;
-      Engine engine(options);
-      Trace trace(engine);
-      std::vector<Expr> losses;
-      for (size_t i = 0; i < model->instance_count(); ++i) losses.push_back(model->record_loss(trace, i));
-      gradients[gpu] = trace.backward(sum(losses));
-    }
-    EXPECT_TRUE(testing::near_relative(gradients[1].loss, gradients[0].loss, 1e-4)) << entry.name;
-    ASSERT_EQ(gradients[1].parameters.size(), gradients[0].parameters.size()) << entry.name;
-    for (const Gradients::Dense& cpu : gradients[0].parameters) {
-      const Tensor* gpu = gradients[1].of(cpu.parameter);
-      ASSERT_NE(gpu, nullptr) << entry.name << " " << cpu.parameter.name();
-      EXPECT_TRUE(testing::near_relative(*gpu, cpu.gradient, 1e-3)) << entry.name << " " << cpu.parameter.name();
-    }
+    expect_gradients_near(gradients_on(*model, "cuda", "jit", cache.path()), gradients_on(*model, "cpu", "jit", cache.path()),
+                          entry.name);
+  }
+}
+
+// Under jit, a batch of calls of a cell that lowers runs as one kernel rendered from its program
+// (under batched, as its body's batches): every sample model's loss and gradients on the GPU, both
+// ways, against the CPU's jit, and the cell kernels were compiled for the device.
+TEST(CudaLaunch, CompiledCellsMatchTheCpu) {
+  REQUIRE_GPU(probe);
+  for (const samples::ModelEntry& entry : samples::model_registry()) {
+    TempDir cache;
+    samples::ModelConfig config;
+    config.limit = 6;
+    config.embed = 16;
+    config.hidden = 12;  // blocks of 12 rows: rows past a warp's lanes idle, packed tiles padded
+    const auto model = entry.make(config);
+    const Gradients cpu = gradients_on(*model, "cpu", "jit", cache.path());
+    for (const char* executor : {"jit", "batched"})
+      expect_gradients_near(gradients_on(*model, "cuda", executor, cache.path()), cpu,
+                            entry.name + " on cuda under " + executor);
+    int cpu_cells = 0, gpu_cells = 0;
+    jit::KernelCacheOptions cache_options;
+    cache_options.directory = cache.path();
+    for (const jit::KernelInfo& info : jit::KernelCache(cache_options).list())
+      if (info.signature.starts_with("cell ")) ++(info.backend == "cuda" ? gpu_cells : cpu_cells);
+    EXPECT_EQ(gpu_cells > 0, cpu_cells > 0) << entry.name << ": " << cpu_cells << " cell kernels for the CPU, "
+                                            << gpu_cells << " for the GPU";
   }
 }
 
