@@ -199,11 +199,13 @@ const std::vector<uint8_t>& Backward::gradient_flows(NodeId loss, std::span<cons
   depends.assign(loss + 1, 0);
   for (NodeId a : sources) depends[a] = 1;
   for (NodeId n = 0; n <= loss; ++n) {
-    const Op op = graph_.node(n).op;
-    depends[n] |= op == Op::parameter || op == Op::lookup;
-    if (op == Op::call)  // its body's parameters
-      depends[n] |= !static_cast<const runtime::CallCell&>(graph_.cell(graph_.node(n).attrs.index)).body.parameters().empty();
-    for (NodeId a : graph_.args(n)) depends[n] |= depends[a];
+    if (depends[n]) continue;  // a source
+    const ir::Node& node = graph_.node(n);
+    uint8_t d = node.op == Op::parameter || node.op == Op::lookup;
+    for (NodeId a : graph_.args(node)) d |= depends[a];
+    if (!d && node.op == Op::call)  // its body's parameters
+      d = !static_cast<const runtime::CallCell&>(graph_.cell(node.attrs.index)).body.parameters().empty();
+    depends[n] = d;
   }
   return depends;
 }
@@ -326,15 +328,24 @@ void Backward::read_views(NodeId call, const detail::BackwardCell& backward, con
   // its slice).
   for (NodeId v = std::min(call + views, loss_); v > call; --v) {
     if (!sent(v)) continue;
+    // Its terms (newest first, as its list runs), while all are whole.
+    const size_t first = seeds.size();
     bool only_whole = true;
-    for (int32_t i = b_.head[v]; i >= 0 && only_whole; i = b_.items[size_t(i)].next)
-      only_whole = b_.items[size_t(i)].kind == Contribution::kWhole;
+    for (int32_t i = b_.head[v]; i >= 0; i = b_.items[size_t(i)].next) {
+      const Contribution& c = b_.items[size_t(i)];
+      if (c.kind != Contribution::kWhole) {
+        only_whole = false;
+        break;
+      }
+      seeds.push_back({0, c.a, c.at});
+    }
     if (!only_whole) {  // its rule sends its gradient on as a slice of the call (or to its slice)
+      seeds.resize(first);
       send(v, combine(v), flows);
       continue;
     }
-    // What view v - call of every member is: read from the first member's view that was sent
-    // anything (calls of one cell record their views alike, trace/cell.cpp).
+    // What view v - call of every member is, read at the first member whose view was sent whole
+    // terms (calls of one cell record their views alike, trace/cell.cpp).
     ViewPlan& view = plan[v - call - 1];
     if (!view.known) {
       const ir::Node& node = graph_.node(v);
@@ -343,26 +354,19 @@ void Backward::read_views(NodeId call, const detail::BackwardCell& backward, con
       if (view.reshape) view.slice = graph_.args(v)[0] - call;
       else view.output = uint32_t(seeded_output(call, node.attrs.begin, node.attrs.end, backward));
     }
-    const size_t first = seeds.size();
-    if (!view.reshape) {  // its terms, oldest first, as seeds of its output
-      const uint32_t j = view.output;
-      for (int32_t i = b_.head[v]; i >= 0; i = b_.items[size_t(i)].next) {
-        const Contribution& c = b_.items[size_t(i)];
-        seeds.push_back({j, c.a, std::max(c.at, 0)});
+    if (!view.reshape) {  // its terms, oldest first, as seeds of its output (a whole node at row 0)
+      for (size_t i = first; i < seeds.size(); ++i) {
+        seeds[i].output = view.output;
+        seeds[i].row = std::max(seeds[i].row, 0);
       }
       std::reverse(seeds.begin() + ptrdiff_t(first), seeds.end());
-      sent_to[j] += int32_t(seeds.size() - first);
+      sent_to[view.output] += int32_t(seeds.size() - first);
       continue;
     }
     // A matrix output's reshape: its terms go on to its slice as they are, oldest first.
-    std::vector<int32_t>& list = b_.list;
-    list.clear();
-    for (int32_t i = b_.head[v]; i >= 0; i = b_.items[size_t(i)].next) list.push_back(i);
     const NodeId slice = call + view.slice;
-    for (auto i = list.rbegin(); i != list.rend(); ++i) {
-      const Contribution c = b_.items[size_t(*i)];
-      push(slice, Contribution::kWhole, c.a, 0, 0, c.at);
-    }
+    for (size_t i = seeds.size(); i-- > first;) push(slice, Contribution::kWhole, seeds[i].node, 0, 0, seeds[i].row);
+    seeds.resize(first);
   }
   // What views sent through their own rules: slices of the call's frame (newest first).
   const size_t first = seeds.size();
@@ -472,6 +476,29 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
     if (route.output->x.kind == detail::BackwardCell::Value::constant)
       route.constant_x = call_value(calls[0], {}, route.output->x);
   }
+  // The places of every member's pairs to a parameter whose every pair here is read in place and
+  // alike (as a rule), claimed at once: member after member, and a member's in route order, as
+  // they would be added one by one.
+  for (size_t k = 0; k < routes.size(); ++k) {
+    OutputRoute& route = routes[k];
+    if (route.output->kind != detail::BackwardCell::Output::pair || route.stride > 0) continue;
+    const ParameterPairs::Shapes shape{route.shape, route.output->x.shape};
+    bool alike = true;
+    size_t stride = 0;
+    for (size_t other = k; other < routes.size(); ++other) {
+      OutputRoute& next = routes[other];
+      if (next.output->kind != detail::BackwardCell::Output::pair || next.parameter != route.parameter) continue;
+      alike &= next.in_place && next.shape == shape.first && next.output->x.shape == shape.second;
+      next.slot = stride++;
+    }
+    const size_t place = alike ? route.pairs->claim(shape, stride * calls.size()) : ParameterPairs::kMixed;
+    for (size_t other = k; other < routes.size(); ++other) {
+      OutputRoute& next = routes[other];
+      if (next.output->kind != detail::BackwardCell::Output::pair || next.parameter != route.parameter) continue;
+      next.stride = stride;
+      next.place = place;
+    }
+  }
   // Each member's outputs, read in place at its frame's rows.
   for (size_t m = 0; m < calls.size(); ++m) {
     const NodeId n = calls[m];
@@ -487,17 +514,28 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
       } else if (o.kind == detail::BackwardCell::Output::whole) {
         push(route.parameter, Contribution::kWhole, batch, 0, 0, row);
       } else if (route.in_place) {  // dy and x columns, read where they lie
-        ParameterPairs::Term& term = route.pairs->terms.emplace_back();
+        ParameterPairs::Term term;
         if (route.constant_x != ir::kNoNode) term.x = route.constant_x;
         else std::tie(term.x, term.x_row) = call_value_at(n, member_args, o.x);
+        if (route.place != ParameterPairs::kMixed) {  // in its place
+          const size_t at = route.place + 2 * (m * route.stride + route.slot);
+          NodeId* args = route.pairs->args.data();  // claimed: no pair moves them in this walk
+          int32_t* rows = route.pairs->rows.data();
+          args[at] = batch;
+          args[at + 1] = term.x;
+          rows[at] = row;
+          rows[at + 1] = term.x_row;
+          continue;
+        }
         term.x_shape = o.x.shape;
         term.dy = batch;
         term.dy_row = row;
         term.dy_shape = route.shape;
+        route.pairs->add(term);
       } else {
         const NodeId dy = term_node(batch, row, route.shape);
         const NodeId x = route.constant_x != ir::kNoNode ? route.constant_x : call_value(n, member_args, o.x);
-        route.pairs->terms.push_back({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
+        route.pairs->add({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
       }
     }
   }
@@ -519,32 +557,35 @@ NodeId Backward::combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs
     else slices.push_back({c.begin, c.end, term_node(c.a, c.at, ir::Shape{c.end - c.begin, graph_.node(n).shape.cols})});
   }
   if (!slices.empty()) terms.push_back(assemble_slices(n, slices));
-  if (const ParameterPairs* sent_pairs = graph_.node(n).op == Op::parameter ? pairs_of(n, false) : nullptr) {
+  const ParameterPairs* sent_pairs = graph_.node(n).op == Op::parameter ? pairs_of(n, false) : nullptr;
+  if (sent_pairs && !sent_pairs->empty()) {
     if (pairs) {
-      for (const ParameterPairs::Term& t : sent_pairs->terms) {
+      sent_pairs->for_each([&](const ParameterPairs::Term& t) {
         if (t.dy_row != 0 || t.x_row != 0)  // a body calls no cell
           throw InternalError("Trace::backward: a body's pair reads rows of a node");
         pairs->emplace_back(t.dy, t.x);
-      }
+      });
     } else {
-      group_pairs(sent_pairs->terms);
-      const std::vector<std::pair<ir::Shape, ir::Shape>>& shapes = b_.group_shapes;
-      const std::vector<std::vector<NodeId>>& groups = b_.groups;
-      const std::vector<std::vector<int32_t>>& rows = b_.group_rows;
       // One product per shape (all of a group's pairs are alike): columns read where they lie,
       // at rows of frames or whole (matmul_nt_rows), or matrices (matmul_nt, never at rows).
-      for (size_t g = 0; g < shapes.size(); ++g) {
-        const ir::Shape pair[] = {shapes[g].first, shapes[g].second};
+      auto contract = [&](ParameterPairs::Shapes shape, std::span<const NodeId> args, std::span<const int32_t> rows) {
+        const ir::Shape pair[] = {shape.first, shape.second};
         const ir::Shape product = ir::infer_shape(Op::matmul_nt, pair, {});
         ir::Attributes at;
         if (pair[0].cols == 1) {
-          at.index = graph_.add_rows(rows[g]);
+          at.index = graph_.add_rows(rows);
           at.target = product;
         }
         s_.check_room();
-        const NodeId contraction = graph_.add(pair[0].cols == 1 ? Op::matmul_nt_rows : Op::matmul_nt, groups[g], product, at);
+        const NodeId contraction = graph_.add(pair[0].cols == 1 ? Op::matmul_nt_rows : Op::matmul_nt, args, product, at);
         s_.data.types.push_back(s_.engine->driver.signatures.intern_contraction(graph_, contraction, pair[0], pair[1]));
         terms.push_back(contraction);
+      };
+      if (!sent_pairs->mixed) {  // one shape: the pairs as they were grouped when sent
+        contract(sent_pairs->shape, sent_pairs->args, sent_pairs->rows);
+      } else {
+        group_pairs(sent_pairs->terms);
+        for (size_t g = 0; g < b_.group_shapes.size(); ++g) contract(b_.group_shapes[g], b_.groups[g], b_.group_rows[g]);
       }
     }
   }
@@ -552,39 +593,14 @@ NodeId Backward::combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs
   return terms.size() == 1 ? terms[0] : emit(Op::sum, terms);
 }
 
-bool Backward::group_pairs_of_one_shape(std::span<const ParameterPairs::Term> sent) {
-  if (sent.empty()) return false;
-  const std::pair<ir::Shape, ir::Shape> shape{sent[0].dy_shape, sent[0].x_shape};
-  if (b_.groups.empty()) {
-    b_.groups.resize(1);
-    b_.group_rows.resize(1);
-  }
-  b_.groups[0].resize(2 * sent.size());
-  b_.group_rows[0].resize(2 * sent.size());
-  NodeId* args = b_.groups[0].data();
-  int32_t* rows = b_.group_rows[0].data();
-  for (size_t i = 0; i < sent.size(); ++i) {
-    const ParameterPairs::Term& t = sent[i];
-    if (!(t.dy_shape == shape.first && t.x_shape == shape.second)) return false;
-    args[2 * i] = t.dy;
-    args[2 * i + 1] = t.x;
-    rows[2 * i] = t.dy_row;
-    rows[2 * i + 1] = t.x_row;
-  }
-  b_.group_shapes.assign(1, shape);
-  return true;
-}
-
 void Backward::group_pairs(std::span<const ParameterPairs::Term> sent) {
-  if (group_pairs_of_one_shape(sent)) return;
   std::vector<std::pair<ir::Shape, ir::Shape>>& shapes = b_.group_shapes;
   std::vector<uint32_t>& sizes = b_.group_sizes;
   std::vector<uint32_t>& group_of = b_.pair_groups;
   shapes.clear();
   sizes.clear();
   group_of.resize(sent.size());
-  // Pairs of several shapes (the exception; one shape took the walk above): first each pair's
-  // group, then each group's lists filled at once.
+  // First each pair's group, then each group's lists filled at once.
   size_t last = 0;  // the group of the previous pair: pairs of one shape come in runs
   for (size_t i = 0; i < sent.size(); ++i) {
     const std::pair<ir::Shape, ir::Shape> shape{sent[i].dy_shape, sent[i].x_shape};

@@ -313,8 +313,38 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
     case Op::matmul: {
       // Per member, as its own rule sends them: the bias's pair (or term), then each weight's.
       const NodeId ones = constant(ir::Shape{1, 1}, 1.0f);
+      // Where one parameter for every member is sent a pair per member (the weights, and a bias
+      // parameter of every member, each a parameter no other slot names: as a rule), the
+      // members' places are claimed at once and written in place.
+      std::vector<size_t>& places = b_.pair_places;  // per argument slot (a bias, a weight)
+      places.assign(arity, ParameterPairs::kMixed);
+      const bool bias_pairs = first.op == Op::affine && graph_.node(arg(0, 0)).op == Op::parameter && flows[arg(0, 0)];
+      bool claims = true;
+      for (size_t k = 1; bias_pairs && k < count; ++k) claims &= arg(k, 0) == arg(0, 0);
+      for (size_t i = product_begin; claims && i + 1 < arity; i += 2)
+        for (size_t j = i + 2; j + 1 < arity; j += 2) claims &= arg(0, i) != arg(0, j);
+      for (size_t i = product_begin; claims && bias_pairs && i + 1 < arity; i += 2) claims &= arg(0, i) != arg(0, 0);
+      if (claims) {
+        if (bias_pairs) places[0] = pairs_of(arg(0, 0), true)->claim({shape, ir::Shape{1, 1}}, count);
+        for (size_t i = product_begin; i + 1 < arity; i += 2)
+          places[i] = pairs_of(arg(0, i), true)->claim({shape, graph_.node(arg(0, i + 1)).shape}, count);
+      }
+      // Each claimed slot's list (claiming one may move the others).
+      std::vector<ParameterPairs*>& lists = b_.pair_lists;
+      lists.assign(arity, nullptr);
+      for (size_t i = 0; i < arity; ++i)
+        if (places[i] != ParameterPairs::kMixed) lists[i] = pairs_of(arg(0, i), false);
+      auto place = [&](size_t i, size_t k, NodeId x) {
+        const size_t at = places[i] + 2 * k;
+        lists[i]->args[at] = dy[k].first;
+        lists[i]->args[at + 1] = x;
+        lists[i]->rows[at] = std::max(dy[k].second, 0);
+        lists[i]->rows[at + 1] = 0;
+      };
       for (size_t k = 0; k < count; ++k) {
-        if (first.op == Op::affine && flows[arg(k, 0)]) {
+        if (first.op == Op::affine && places[0] != ParameterPairs::kMixed) {
+          place(0, k, ones);
+        } else if (first.op == Op::affine && flows[arg(k, 0)]) {
           const NodeId bias = arg(k, 0);
           if (graph_.node(bias).op == Op::parameter)
             pair_at(bias, {dy[k].first, ones, shape, ir::Shape{1, 1}, std::max(dy[k].second, 0), 0});
@@ -322,7 +352,9 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
             push(bias, Contribution::kWhole, dy[k].first, 0, 0, dy[k].second);
         }
         for (size_t i = product_begin; i + 1 < arity; i += 2)
-          if (flows[arg(k, i)])
+          if (places[i] != ParameterPairs::kMixed)
+            place(i, k, arg(k, i + 1));
+          else if (flows[arg(k, i)])
             pair_at(arg(k, i), {dy[k].first, arg(k, i + 1), shape, graph_.node(arg(0, i + 1)).shape,
                                 std::max(dy[k].second, 0), 0});
       }

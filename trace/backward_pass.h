@@ -39,18 +39,72 @@ struct Contribution {
 };
 
 // The (dy, x) pairs sent to one parameter, a term dy x^T each, in the order sent. A weight
-// gathers one per use (thousands a pass), so they lie in an array of their own, read in order by
-// combine(), not linked through the pass's list; their shapes are read as they are sent, while
-// the nodes are in cache. A factor is a node's value, or a column at rows of a node (a cell
-// call's frame: dy_row, x_row), read in place by matmul_nt_rows with no view node.
+// gathers one per use (thousands a pass), so they lie in arrays of their own, not linked through
+// the pass's list; their shapes are read as they are sent, while the nodes are in cache. A factor
+// is a node's value, or a column at rows of a node (a cell call's frame: dy_row, x_row), read in
+// place by matmul_nt_rows with no view node. While every pair has one shape (a weight's, as a
+// rule) they are kept as that contraction reads them, grouped as they are sent: its arguments
+// dy1, x1, dy2, x2, ... and their rows, which combine() hands to the graph as they are; a batch's
+// sender claims its members' places at once and writes them in place.
 struct ParameterPairs {
   struct Term {
     NodeId dy, x;
     ir::Shape dy_shape, x_shape;
     int32_t dy_row = 0, x_row = 0;
   };
+  using Shapes = std::pair<ir::Shape, ir::Shape>;
+  static constexpr size_t kMixed = SIZE_MAX;
   NodeId parameter = ir::kNoNode;
+  Shapes shape;                  // every pair's, while !mixed
+  std::vector<NodeId> args;      // while !mixed
+  std::vector<int32_t> rows;
+  bool mixed = false;            // pairs of several shapes came: all are in `terms`
   std::vector<Term> terms;
+
+  void clear(NodeId p) {
+    parameter = p;
+    args.clear();
+    rows.clear();
+    terms.clear();
+    mixed = false;
+  }
+  bool empty() const { return mixed ? terms.empty() : args.empty(); }
+  void add(const Term& t) {
+    const size_t at = claim({t.dy_shape, t.x_shape}, 1);
+    if (at == kMixed) {
+      terms.push_back(t);
+      return;
+    }
+    args[at] = t.dy;
+    args[at + 1] = t.x;
+    rows[at] = t.dy_row;
+    rows[at + 1] = t.x_row;
+  }
+  // Places for `count` pairs of shape `s` after those sent so far: where the first's dy goes in
+  // args and rows (pair i's at that + 2 i: dy, then x), or kMixed where they are of another shape
+  // than the pairs before (then every pair is a term, grouped by shape in combine()).
+  size_t claim(Shapes s, size_t count) {
+    if (!mixed && args.empty()) shape = s;
+    if (!mixed && s != shape) {
+      mixed = true;
+      terms.clear();
+      for (size_t i = 0; i < args.size(); i += 2) terms.push_back({args[i], args[i + 1], shape.first, shape.second, rows[i], rows[i + 1]});
+    }
+    if (mixed) return kMixed;
+    const size_t at = args.size();
+    args.resize(at + 2 * count);
+    rows.resize(at + 2 * count);
+    return at;
+  }
+  // Each pair in the order sent.
+  template <typename F>
+  void for_each(F&& f) const {
+    if (mixed) {
+      for (const Term& t : terms) f(t);
+      return;
+    }
+    for (size_t i = 0; i < args.size(); i += 2) f(Term{args[i], args[i + 1], shape.first, shape.second, rows[i], rows[i + 1]});
+  }
 };
 
 
@@ -81,6 +135,11 @@ struct OutputRoute {
   NodeId parameter = ir::kNoNode;
   ParameterPairs* pairs = nullptr;
   NodeId constant_x = ir::kNoNode;  // a pair's x that is a constant: one node for every member
+  // Where member m's pair lies in its parameter's args and rows, claimed for the whole batch:
+  // place + 2 (m stride + slot), stride the routes of pairs to that parameter, slot this one's
+  // among them (kMixed: added pair by pair).
+  size_t place = ParameterPairs::kMixed;
+  size_t stride = 0, slot = 0;
 };
 
 struct SlicePart {
@@ -101,7 +160,8 @@ struct Buffers {
   std::vector<ParameterPairs> pairs;  // the first `pairs_used` are this pass's
   size_t pairs_used = 0;
   std::vector<uint32_t> pairs_index;  // per parameter node: its list in pairs, when pairs_used confirms it
-  // combine()'s: per shape of pair, its shapes and its arguments a1, b1, a2, b2, ...
+  // combine()'s, for pairs of several shapes: per shape of pair, its shapes and its arguments a1,
+  // b1, a2, b2, ...
   std::vector<std::pair<ir::Shape, ir::Shape>> group_shapes;
   std::vector<std::vector<NodeId>> groups;
   std::vector<std::vector<int32_t>> group_rows;
@@ -132,6 +192,8 @@ struct Buffers {
   std::vector<std::pair<NodeId, int32_t>> member_dy;
   std::vector<NodeId> batch_args, member_args;
   std::vector<int32_t> batch_arg_rows, batch_labels, member_labels;
+  std::vector<size_t> pair_places;  // per argument slot of a product: its pairs' places, claimed
+  std::vector<ParameterPairs*> pair_lists;
 };
 
 class Backward {
@@ -193,8 +255,7 @@ class Backward {
     if (p >= b_.pairs_index.size()) b_.pairs_index.resize(size_t(p) + 1, UINT32_MAX);
     b_.pairs_index[p] = uint32_t(b_.pairs_used);
     ParameterPairs& pairs = b_.pairs[b_.pairs_used++];
-    pairs.parameter = p;
-    pairs.terms.clear();
+    pairs.clear(p);
     grow_head(p);
     if (b_.head[p] == kNothingSent) b_.head[p] = kOnlyPairs;
     return &pairs;
@@ -202,11 +263,9 @@ class Backward {
   // Whether anything was sent to n: read from head alone, as the pass asks it of every node and
   // the nodes' own array lies out of cache.
   bool sent(NodeId n) const { return b_.head[n] != kNothingSent; }
-  void pair(NodeId to, NodeId dy, NodeId x) {
-    pairs_of(to, true)->terms.push_back({dy, x, graph_.node(dy).shape, graph_.node(x).shape});
-  }
+  void pair(NodeId to, NodeId dy, NodeId x) { pairs_of(to, true)->add({dy, x, graph_.node(dy).shape, graph_.node(x).shape}); }
   // A pair whose factors are columns at rows of nodes, read there.
-  void pair_at(NodeId to, const ParameterPairs::Term& term) { pairs_of(to, true)->terms.push_back(term); }
+  void pair_at(NodeId to, const ParameterPairs::Term& term) { pairs_of(to, true)->add(term); }
 
   // Which nodes a gradient flows through, asked only of nodes on the loss's path: those that depend
   // on a parameter or lookup (or, for a cell's body, on one of `sources`, its arguments). The pass
@@ -343,12 +402,10 @@ class Backward {
   // summed: kNoNode when nothing else was sent.
   NodeId combine(NodeId n, std::vector<std::pair<NodeId, NodeId>>* pairs = nullptr);
 
-  // The pairs sent to one parameter as b_.groups: per shape of pair, in the order sent, its
-  // arguments a1, b1, a2, b2, ... (b_.group_rows their rows) and its shapes (b_.group_shapes).
+  // Pairs of several shapes sent to one parameter as b_.groups: per shape of pair, in the order
+  // sent, its arguments a1, b1, a2, b2, ... (b_.group_rows their rows) and its shapes
+  // (b_.group_shapes).
   void group_pairs(std::span<const ParameterPairs::Term> sent);
-  // group_pairs() where every pair has one shape (a weight's pairs, as a rule): one walk writing
-  // the one group straight through; false, with the group half written, where one differs.
-  bool group_pairs_of_one_shape(std::span<const ParameterPairs::Term> sent);
 
   // Slices of n's gradient put back at their rows: one concat when they tile n exactly (an LSTM's
   // gates), else each padded with zeros and summed.
