@@ -4,6 +4,8 @@
 // EDB_FUZZ_GRAPHS=N runs N graphs (default 300), EDB_FUZZ_FIRST_SEED=S starts at seed S, and
 // EDB_FUZZ_COMBINATIONS=K runs K of the 140 combinations per graph, rotating with the seed so that
 // every one keeps being covered (default: all; the long mode and sanitizer builds take fewer).
+// EDB_FUZZ_DEVICE=cuda runs every combination but the reference on the GPU (ctest's
+// emulated_gpu.Differential: on the emulated one, tests/emulated_gpu/).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,8 +59,15 @@ std::string describe(const testing::RandomGraphOptions& o) {
          std::to_string(o.cross_instance) + ", cell_calls " + std::to_string(o.cell_calls);
 }
 
+// The device every combination but the reference runs on: EDB_FUZZ_DEVICE (default cpu).
+std::string device_under_test() {
+  const char* device = std::getenv("EDB_FUZZ_DEVICE");
+  return device && *device ? device : "cpu";
+}
+
 EngineOptions engine_options(const Combination& c, const std::string& cache_directory) {
   EngineOptions options;
+  options.device = c.executor == "reference" ? "cpu" : device_under_test();
   options.policy = c.policy;
   options.executor = c.executor;
   options.cells = c.cells;
