@@ -44,7 +44,7 @@ std::vector<LeafGradient> Backward::record(NodeId loss) {
     if (p + kAhead / 2 < order.size())
       if (const int32_t newest = b_.head[order[p + kAhead / 2]]; newest >= 0) __builtin_prefetch(b_.items.data() + newest);
     // A forward batch's calls whose cell batches them wait for its last member: their gradients
-    // are then all sent (the batch's views come before their calls).
+    // are then all sent (their views, left out of the order, by consumers that come earlier).
     if (!b_.pending.empty() && p > 0 && b_.batch_last[p - 1]) send_call_batch(flows);
     // A forward batch of several nodes whose op has a rule by batch: that rule, once.
     if ((p == 0 || b_.batch_last[p - 1]) && !b_.batch_last[p]) {
@@ -57,7 +57,8 @@ std::vector<LeafGradient> Backward::record(NodeId loss) {
     }
     const NodeId n = order[p];
     if (b_.reads_views[p]) {  // a member of its forward batch's batch call, which reads its views
-      if (flows[n] && views_sent(n)) b_.pending.push_back(n);
+      // (and any term sent to the call itself: read_views reads those last)
+      if (flows[n] && (sent(n) || views_sent(n))) b_.pending.push_back(n);
       continue;
     }
     if (!sent(n)) continue;
@@ -96,7 +97,11 @@ Backward::BodyGradients Backward::record_body(NodeId last, std::span<const std::
     if (flows[output]) whole(output, gradient);
   BodyGradients out;
   out.arguments.assign(arguments.size(), ir::kNoNode);
-  for (NodeId n : mirrored_order(last)) {
+  const std::vector<NodeId>& order = mirrored_order(last);
+  // A body holds no call (trace/cell.cpp), so no view is left for a batch call to read.
+  if (std::find(b_.reads_views.begin(), b_.reads_views.end(), 1) != b_.reads_views.end())
+    throw InternalError("Backward::record_body: a body's call output views were left out of its order");
+  for (NodeId n : order) {
     if (!flows[n] || !sent(n)) continue;
     if (graph_.node(n).op == Op::parameter) {
       BodyGradients::Parameter& p = out.parameters.emplace_back();
@@ -491,7 +496,7 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
       alike &= next.in_place && next.shape == shape.first && next.output->x.shape == shape.second;
       next.slot = stride++;
     }
-    const size_t place = alike ? route.pairs->claim(shape, stride * calls.size()) : ParameterPairs::kMixed;
+    const size_t place = alike ? route.pairs->claim(shape, stride * calls.size()) : ParameterPairs::kNoPlace;
     for (size_t other = k; other < routes.size(); ++other) {
       OutputRoute& next = routes[other];
       if (next.output->kind != detail::BackwardCell::Output::pair || next.parameter != route.parameter) continue;
@@ -517,7 +522,7 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
         ParameterPairs::Term term;
         if (route.constant_x != ir::kNoNode) term.x = route.constant_x;
         else std::tie(term.x, term.x_row) = call_value_at(n, member_args, o.x);
-        if (route.place != ParameterPairs::kMixed) {  // in its place
+        if (route.place != ParameterPairs::kNoPlace) {  // in its place
           const size_t at = route.place + 2 * (m * route.stride + route.slot);
           NodeId* args = route.pairs->args.data();  // claimed: no pair moves them in this walk
           int32_t* rows = route.pairs->rows.data();

@@ -317,7 +317,7 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
       // parameter of every member, each a parameter no other slot names: as a rule), the
       // members' places are claimed at once and written in place.
       std::vector<size_t>& places = b_.pair_places;  // per argument slot (a bias, a weight)
-      places.assign(arity, ParameterPairs::kMixed);
+      places.assign(arity, ParameterPairs::kNoPlace);
       const bool bias_pairs = first.op == Op::affine && graph_.node(arg(0, 0)).op == Op::parameter && flows[arg(0, 0)];
       bool claims = true;
       for (size_t k = 1; bias_pairs && k < count; ++k) claims &= arg(k, 0) == arg(0, 0);
@@ -333,7 +333,7 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
       std::vector<ParameterPairs*>& lists = b_.pair_lists;
       lists.assign(arity, nullptr);
       for (size_t i = 0; i < arity; ++i)
-        if (places[i] != ParameterPairs::kMixed) lists[i] = pairs_of(arg(0, i), false);
+        if (places[i] != ParameterPairs::kNoPlace) lists[i] = pairs_of(arg(0, i), false);
       auto place = [&](size_t i, size_t k, NodeId x) {
         const size_t at = places[i] + 2 * k;
         lists[i]->args[at] = dy[k].first;
@@ -342,7 +342,7 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
         lists[i]->rows[at + 1] = 0;
       };
       for (size_t k = 0; k < count; ++k) {
-        if (first.op == Op::affine && places[0] != ParameterPairs::kMixed) {
+        if (first.op == Op::affine && places[0] != ParameterPairs::kNoPlace) {
           place(0, k, ones);
         } else if (first.op == Op::affine && flows[arg(k, 0)]) {
           const NodeId bias = arg(k, 0);
@@ -352,7 +352,7 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
             push(bias, Contribution::kWhole, dy[k].first, 0, 0, dy[k].second);
         }
         for (size_t i = product_begin; i + 1 < arity; i += 2)
-          if (places[i] != ParameterPairs::kMixed)
+          if (places[i] != ParameterPairs::kNoPlace)
             place(i, k, arg(k, i + 1));
           else if (flows[arg(k, i)])
             pair_at(arg(k, i), {dy[k].first, arg(k, i + 1), shape, graph_.node(arg(0, i + 1)).shape,

@@ -53,7 +53,7 @@ struct ParameterPairs {
     int32_t dy_row = 0, x_row = 0;
   };
   using Shapes = std::pair<ir::Shape, ir::Shape>;
-  static constexpr size_t kMixed = SIZE_MAX;
+  static constexpr size_t kNoPlace = SIZE_MAX;
   NodeId parameter = ir::kNoNode;
   Shapes shape;                  // every pair's, while !mixed
   std::vector<NodeId> args;      // while !mixed
@@ -71,7 +71,7 @@ struct ParameterPairs {
   bool empty() const { return mixed ? terms.empty() : args.empty(); }
   void add(const Term& t) {
     const size_t at = claim({t.dy_shape, t.x_shape}, 1);
-    if (at == kMixed) {
+    if (at == kNoPlace) {
       terms.push_back(t);
       return;
     }
@@ -81,7 +81,7 @@ struct ParameterPairs {
     rows[at + 1] = t.x_row;
   }
   // Places for `count` pairs of shape `s` after those sent so far: where the first's dy goes in
-  // args and rows (pair i's at that + 2 i: dy, then x), or kMixed where they are of another shape
+  // args and rows (pair i's at that + 2 i: dy, then x), or kNoPlace where they are of another shape
   // than the pairs before (then every pair is a term, grouped by shape in combine()).
   size_t claim(Shapes s, size_t count) {
     if (!mixed && args.empty()) shape = s;
@@ -90,7 +90,7 @@ struct ParameterPairs {
       terms.clear();
       for (size_t i = 0; i < args.size(); i += 2) terms.push_back({args[i], args[i + 1], shape.first, shape.second, rows[i], rows[i + 1]});
     }
-    if (mixed) return kMixed;
+    if (mixed) return kNoPlace;
     const size_t at = args.size();
     args.resize(at + 2 * count);
     rows.resize(at + 2 * count);
@@ -119,7 +119,7 @@ struct SeedTerm {
 // every member): a slice at output `output`'s rows of the frame, or a matrix output's reshape of
 // the view `slice` ids after the call.
 struct ViewPlan {
-  bool known = false;  // read from the first member's view sent anything
+  bool known = false;  // read at the first member whose view was sent only whole terms
   bool reshape = false;
   uint32_t output = 0;
   NodeId slice = 0;
@@ -137,8 +137,8 @@ struct OutputRoute {
   NodeId constant_x = ir::kNoNode;  // a pair's x that is a constant: one node for every member
   // Where member m's pair lies in its parameter's args and rows, claimed for the whole batch:
   // place + 2 (m stride + slot), stride the routes of pairs to that parameter, slot this one's
-  // among them (kMixed: added pair by pair).
-  size_t place = ParameterPairs::kMixed;
+  // among them (kNoPlace: added pair by pair).
+  size_t place = ParameterPairs::kNoPlace;
   size_t stride = 0, slot = 0;
 };
 
@@ -217,7 +217,9 @@ class Backward {
   // recording order), then the leaves. Every node still comes after all its consumers, and the
   // gradient nodes of one forward batch are recorded member by member in that batch's order, so
   // the policy batches them in that order too: the forward values they read, and the gradients
-  // they pass on, then sit one after another as the forward batch left them (no gathers).
+  // they pass on, then sit one after another as the forward batch left them (no gathers). The
+  // output views of a call whose batch call reads them (read_views) are left out, and
+  // b_.reads_views marks such calls' places in the order.
   const std::vector<NodeId>& mirrored_order(NodeId loss);
 
   // A node's head: its newest contribution, or one of these (a list ends at any negative link).
@@ -368,9 +370,10 @@ class Backward {
     return false;
   }
   // Member `call`'s seeds, the terms sent to its outputs: each view's terms where they lie (oldest
-  // first), a view sent anything but whole terms (or a matrix output's reshape) through its
-  // own rule first, as the per-node pass would (what that sends to the call read after). The
-  // views are as b_.view_plan says (one entry per view of the cell).
+  // first); a view sent anything but whole terms goes through its own rule, as the per-node pass
+  // would, and what that sends to the call is read after every view (with the call's own terms);
+  // a matrix output's reshape sent whole terms passes them on to its slice as they are. The views
+  // are as b_.view_plan says (one entry per view of the cell).
   void read_views(NodeId call, const detail::BackwardCell& backward, const std::vector<uint8_t>& flows);
   // One batch call for the forward batch's calls in b_.pending (their gradients all sent).
   void send_call_batch(const std::vector<uint8_t>& flows);
