@@ -73,18 +73,21 @@ class MathEmitter {
     return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, scaled);
   }
 
-  // Cephes tanhf: an odd polynomial below |x| = 0.625 (relative accuracy near 0), above it
-  // 1 - 2 / (e^2|x| + 1) with the sign of x (saturates to exactly 1 from |x| ~ 9 on).
+  // tanh as Eigen computes it for floats (generic_fast_tanh_float, which the batched executor runs):
+  // an odd polynomial of degree 13 over an even one of degree 6, x clamped to +-7.99881172 (where
+  // it reaches 1), one division; x itself below |x| = 4e-4. Relative error under 3e-7, absolute
+  // under 3e-7 (about 4 ulp of 1, near saturation). A third of the instructions of exp's
+  // 1 - 2 / (e^2x + 1) beside an odd polynomial for small |x|, which a vector computed both of:
+  // a TreeLSTM cell's kernel (two tanh a call) ran 2-4% faster, 4-5% under AVX2.
   llvm::Value* tanh(llvm::Value* x) {
-    llvm::Value* z = b_.CreateFMul(x, x);
-    llvm::Value* p = polynomial(z, {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f,
-                                    -3.33332819422e-1f});
-    llvm::Value* small = fma(b_.CreateFMul(p, z), x, x);
-    llvm::Value* magnitude = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
-    llvm::Value* e = exp(b_.CreateFMul(clamp(magnitude, 0.0f, 10.0f), f(2.0f)));
-    llvm::Value* large = b_.CreateFSub(f(1.0f), divide(f(2.0f), b_.CreateFAdd(e, f(1.0f))));
-    large = b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, large, x);
-    return b_.CreateSelect(b_.CreateFCmpOLT(magnitude, f(0.625f)), small, large);
+    llvm::Value* clamped = clamp(x, -7.99881172180175781f, 7.99881172180175781f);
+    llvm::Value* z = b_.CreateFMul(clamped, clamped);
+    llvm::Value* p = b_.CreateFMul(clamped, polynomial(z, {-2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
+                                                         5.12229709037114e-08f, 1.48572235717979e-05f, 6.37261928875436e-04f,
+                                                         4.89352455891786e-03f}));
+    llvm::Value* q = polynomial(z, {1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f, 4.89352518554385e-03f});
+    llvm::Value* tiny = b_.CreateFCmpOLT(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x), f(0.0004f));
+    return b_.CreateSelect(tiny, x, divide(p, q));
   }
 
   // Cephes logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^23 first),

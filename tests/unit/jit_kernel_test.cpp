@@ -396,8 +396,9 @@ double reference_sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 double reference_exp(double x) { return std::exp(x); }
 
 // Criterion: relative error <= 1e-6 against libm in double at every point. It holds everywhere,
-// also near 0 (the odd polynomial) and in saturation (sigmoid ~ 2e-9 at -20 is still relative),
-// so no absolute fallback is needed; the absolute error is also bounded by 1e-7 where |f| <= 1.
+// also near 0 and in saturation (sigmoid ~ 2e-9 at -20 is still relative), so no absolute
+// fallback is needed; the absolute error is also bounded where |f| <= 1: by 1e-7 for sigmoid,
+// by 3e-7 for tanh (Eigen's rational tanh, llvm_math.h: 2.6e-7 near x = 6, about 4 ulp of 1).
 TEST(LlvmBackend, TranscendentalsAreAccurate) {
   LlvmBackend backend;
   const Accuracy tanh = sweep(backend, KernelOp::tanh, reference_tanh, -20, 20, 1000000);
@@ -406,7 +407,8 @@ TEST(LlvmBackend, TranscendentalsAreAccurate) {
   const Accuracy exp = sweep(backend, KernelOp::exp, reference_exp, -80, 80, 1000000);
   const Accuracy exp_small = sweep(backend, KernelOp::exp, reference_exp, -1, 1, 1000000);
   for (const Accuracy& a : {tanh, tanh_near_zero, sigmoid, exp, exp_small}) EXPECT_LE(a.max_relative, 1e-6);
-  for (const Accuracy& a : {tanh, tanh_near_zero, sigmoid}) EXPECT_LE(a.max_absolute, 1e-7);
+  EXPECT_LE(sigmoid.max_absolute, 1e-7);
+  for (const Accuracy& a : {tanh, tanh_near_zero}) EXPECT_LE(a.max_absolute, 3e-7);
 }
 
 // Issue 46's inlined functions against libm in double: relative error where the function keeps
