@@ -74,13 +74,16 @@ class MathEmitter {
   }
 
   // tanh as Eigen computes it for floats (generic_fast_tanh_float, which the batched executor runs):
-  // an odd polynomial of degree 13 over an even one of degree 6, x clamped to +-7.99881172 (where
-  // it reaches 1), one division; x itself below |x| = 4e-4. Relative error under 3e-7, absolute
-  // under 3e-7 (about 4 ulp of 1, near saturation). A third of the instructions of exp's
+  // an odd polynomial of degree 13 over an even one of degree 6, x clamped where it reaches 1, one
+  // division; x itself below |x| = 4e-4. Relative and absolute error under 3e-7 (about 4 ulp of 1
+  // near saturation), under 4e-7 under EDB_ISA=generic. A third of the instructions of exp's
   // 1 - 2 / (e^2x + 1) beside an odd polynomial for small |x|, which a vector computed both of:
   // a TreeLSTM cell's kernel (two tanh a call) ran 2-4% faster, 4-5% under AVX2.
   llvm::Value* tanh(llvm::Value* x) {
-    llvm::Value* clamped = clamp(x, -7.99881172180175781f, 7.99881172180175781f);
+    // Where the rational reaches 1 exactly: with fused multiply-adds, and under EDB_ISA=generic
+    // (SSE2: a product and a sum, rounded apart) a little earlier, as Eigen clamps without FMA.
+    const float edge = ir::selected_isa() == ir::Isa::generic ? 7.90531110763549805f : 7.99881172180175781f;
+    llvm::Value* clamped = clamp(x, -edge, edge);
     llvm::Value* z = b_.CreateFMul(clamped, clamped);
     llvm::Value* p = b_.CreateFMul(clamped, polynomial(z, {-2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
                                                          5.12229709037114e-08f, 1.48572235717979e-05f, 6.37261928875436e-04f,

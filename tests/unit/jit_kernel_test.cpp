@@ -367,6 +367,7 @@ TEST(LlvmBackend, LstmCellMatchesDirectFormulas) {
 
 struct Accuracy {
   double max_relative = 0, max_absolute = 0, worst_x = 0;
+  double largest = 0;  // the largest |f(x)| computed
 };
 
 // Runs a one-op kernel over `count` evenly spaced points in [low, high] against a double formula.
@@ -384,6 +385,7 @@ Accuracy sweep(LlvmBackend& backend, KernelOp op, double (*reference)(double), f
     if (relative > a.max_relative) a.worst_x = x[size_t(n)];
     a.max_relative = std::max(a.max_relative, relative);
     a.max_absolute = std::max(a.max_absolute, error);
+    a.largest = std::max(a.largest, std::abs(double(y[size_t(n)])));
   }
   std::printf("%-8s [%g, %g] %lld points: max relative error %.3g (at x = %.9g), max absolute error %.3g\n",
               std::string(kernel_op_name(op)).c_str(), double(low), double(high), (long long)count, a.max_relative,
@@ -398,7 +400,8 @@ double reference_exp(double x) { return std::exp(x); }
 // Criterion: relative error <= 1e-6 against libm in double at every point. It holds everywhere,
 // also near 0 and in saturation (sigmoid ~ 2e-9 at -20 is still relative), so no absolute
 // fallback is needed; the absolute error is also bounded where |f| <= 1: by 1e-7 for sigmoid,
-// by 3e-7 for tanh (Eigen's rational tanh, llvm_math.h: 2.6e-7 near x = 6, about 4 ulp of 1).
+// by 4e-7 for tanh (Eigen's rational tanh, llvm_math.h: 2.6e-7 near x = 6, about 4 ulp of 1;
+// 3.7e-7 under EDB_ISA=generic, without fused multiply-adds), which never passes 1 in magnitude.
 TEST(LlvmBackend, TranscendentalsAreAccurate) {
   LlvmBackend backend;
   const Accuracy tanh = sweep(backend, KernelOp::tanh, reference_tanh, -20, 20, 1000000);
@@ -408,7 +411,8 @@ TEST(LlvmBackend, TranscendentalsAreAccurate) {
   const Accuracy exp_small = sweep(backend, KernelOp::exp, reference_exp, -1, 1, 1000000);
   for (const Accuracy& a : {tanh, tanh_near_zero, sigmoid, exp, exp_small}) EXPECT_LE(a.max_relative, 1e-6);
   EXPECT_LE(sigmoid.max_absolute, 1e-7);
-  for (const Accuracy& a : {tanh, tanh_near_zero}) EXPECT_LE(a.max_absolute, 3e-7);
+  for (const Accuracy& a : {tanh, tanh_near_zero}) EXPECT_LE(a.max_absolute, 4e-7);
+  EXPECT_LE(tanh.largest, 1.0);
 }
 
 // Issue 46's inlined functions against libm in double: relative error where the function keeps
