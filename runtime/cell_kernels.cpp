@@ -34,27 +34,6 @@ constexpr int64_t kMinPackFloats = 32'768;
 
 }  // namespace
 
-namespace {
-
-// What a packed weight was packed from, per piece: its data, its version and, for a parameter
-// whose span may be written at any time (ir::ParameterInfo::written_unversioned), a hash of its
-// values, read before each use: such a write moves no version.
-struct PackedSource {
-  const float* data = nullptr;
-  uint64_t version = 0, values = 0;
-  bool operator==(const PackedSource&) const = default;
-};
-
-PackedSource packed_source(const ir::ParameterInfo& info) {
-  PackedSource source{info.data, info.version ? *info.version : 0, 0};
-  if (info.written_unversioned && *info.written_unversioned)
-    source.values = std::hash<std::string_view>()(
-        std::string_view(reinterpret_cast<const char*>(info.data), size_t(info.shape.size()) * sizeof(float)));
-  return source;
-}
-
-}  // namespace
-
 struct CellKernels::PackedWeight {
   std::vector<PackedSource> sources;  // per piece
   float* data = nullptr;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string_view>
 
 #include "edbatch/errors.h"
@@ -209,6 +210,14 @@ std::unique_ptr<CallCell> make_call_cell(const ir::Graph& body, std::span<const 
   for (ir::NodeId id = cell->first; id < copy.size(); ++id) cell->flops += ir::node_flops(copy, id);
   cell->operations = count;
   return cell;
+}
+
+PackedSource packed_source(const ir::ParameterInfo& info) {
+  PackedSource source{info.data, info.version ? *info.version : 0, 0};
+  if (info.written_unversioned && *info.written_unversioned)
+    source.values = std::hash<std::string_view>()(
+        std::string_view(reinterpret_cast<const char*>(info.data), size_t(info.shape.size()) * sizeof(float)));
+  return source;
 }
 
 const ir::ParameterInfo& weight_parameter(const CallCell& cell, size_t w, size_t p) {

@@ -89,6 +89,17 @@ struct CallCell final : ir::CellBody {
   std::vector<const float*> shared;     // per shared slot: the parameter's data
 };
 
+// What a packed weight was packed from, per piece: its data, its version and, for a parameter
+// whose span may be written at any time (ir::ParameterInfo::written_unversioned), a hash of its
+// values, read before each use: such a write moves no version. A weight is packed again only when
+// one of its pieces' sources changed (the jit's CellKernels, the GPU executor's cells).
+struct PackedSource {
+  const float* data = nullptr;
+  uint64_t version = 0, values = 0;
+  bool operator==(const PackedSource&) const = default;
+};
+PackedSource packed_source(const ir::ParameterInfo& info);
+
 // Piece p of packed weight w of a lowered cell: the parameter it is (its data, shape and version),
 // and how jit::pack_weight reads it where it lies (transposed, or with fewer rows than the
 // product's blocks * rows, those past them packed as zeros).

@@ -95,6 +95,7 @@ struct CudaExecutor::State {
     unsigned threads = 0;     // a block's threads: the rows, in whole warps, at most 256
     uint64_t execution = 0;   // the execution whose parameters the copies hold
     std::vector<std::unique_ptr<DeviceBuffer>> weights, shared, fixed;  // fixed: per call slot
+    std::vector<std::vector<PackedSource>> packed_from;  // per weight: what its device copy was packed from
   };
   std::unordered_map<const CallCell*, Cell> cells;
   uint64_t execution = 0;
@@ -119,9 +120,11 @@ struct CudaExecutor::State {
 
   CUdeviceptr address(ir::NodeId id) const {
     const int64_t offset = values->plan.offset[id];
-    if (offset >= 0) return arena.pointer + CUdeviceptr((values->arena - host_arena) + offset) * sizeof(float);
+    if (offset >= 0) return arena_address(values->arena + offset);
     return leaf_address.at(values->graph.leaf_data(id));
   }
+  // The device's copy of a place in the host arena.
+  CUdeviceptr arena_address(const float* data) const { return arena.pointer + CUdeviceptr(data - host_arena) * sizeof(float); }
   bool in_host_arena(const float* data, int64_t floats) const {
     return data >= host_arena && data + floats <= host_arena + host_floats;
   }
@@ -197,7 +200,7 @@ struct CudaExecutor::State {
   }
   // Where a value a call reads or writes lies on the device: in the arena, or a leaf uploaded.
   CUdeviceptr device_address(const float* data) const {
-    if (in_host_arena(data, 1)) return arena.pointer + CUdeviceptr(data - host_arena) * sizeof(float);
+    if (in_host_arena(data, 1)) return arena_address(data);
     const auto found = leaf_address.find(data);
     if (found == leaf_address.end())
       throw InternalError("cuda executor: a compiled cell's call reads host memory that is neither the arena nor a leaf");
@@ -413,7 +416,7 @@ void CudaExecutor::State::map_expansion_leaves(const scheduler::Schedule& schedu
       const float* data = values->graph.leaf_data(arg);
       const int64_t floats = values->graph.node(arg).shape.size();
       if (in_host_arena(data, floats)) {
-        leaf_address[data] = arena.pointer + CUdeviceptr(data - host_arena) * sizeof(float);
+        leaf_address[data] = arena_address(data);
         continue;
       }
       const auto known = expansion_leaf_floats.find(data);
@@ -507,21 +510,28 @@ void CudaExecutor::State::run_compiled(std::span<const ir::NodeId> members) {
   device_newer = true;
 }
 
-// A cell's packed weights (jit::pack_weight in the renderer's vector), shared slots and fixed call
-// slots, from the parameters and constants as they are now.
+// A cell's packed weights (jit::pack_weight in the renderer's vector; packed and sent again only
+// when a piece's parameter moved or changed), shared slots and fixed call slots, from the
+// parameters and constants as they are now.
 void CudaExecutor::State::upload_cell(Cell& cell, const CallCell& call_cell) {
   const CellLowering& lowering = call_cell.lowering;
   const int32_t rows = lowering.program.rows, vector = nvrtc::CudaCompiler::kCellVector;
   cell.weights.resize(lowering.weights.size());
+  cell.packed_from.resize(lowering.weights.size());
   std::vector<float> packed;
   for (size_t w = 0; w < lowering.weights.size(); ++w) {
     const CellLowering::Weight& weight = lowering.weights[w];
     std::vector<jit::WeightPiece> pieces;
+    std::vector<PackedSource> sources;
     int64_t k = 0;
     for (size_t p = 0; p < weight.pieces.size(); ++p) {
-      pieces.push_back(weight_piece(weight, weight_parameter(call_cell, w, p)));
+      const ir::ParameterInfo& info = weight_parameter(call_cell, w, p);
+      sources.push_back(packed_source(info));
+      pieces.push_back(weight_piece(weight, info));
       k += pieces.back().cols;
     }
+    if (cell.weights[w] && cell.packed_from[w] == sources) continue;  // the device holds it packed already
+    cell.packed_from[w] = std::move(sources);
     packed.assign(size_t(jit::packed_weight_floats(rows, weight.blocks, k, vector)), 0.0f);
     jit::pack_weight(rows, weight.blocks, pieces, vector, packed.data());
     put(cell.weights[w], packed.data(), packed.size() * sizeof(float));

@@ -8,6 +8,7 @@
 #include <random>
 
 #include <edbatch/edbatch.h>
+#include <edbatch/train.h>
 
 #include "edbatch/errors.h"
 #include "jit/kernel_cache.h"
@@ -18,6 +19,7 @@
 #include "runtime/cuda_executor.h"
 #include "samples/models.h"
 #include "samples/runner.h"
+#include "samples/training.h"
 #include "tests/support/test_support.h"
 
 #ifdef EDB_TEST_CUDA_HEADERS
@@ -375,6 +377,48 @@ TEST(CudaLaunch, CompiledCellsMatchTheCpu) {
       if (info.signature.starts_with("cell ")) ++(info.backend == "cuda" ? gpu_cells : cpu_cells);
     EXPECT_EQ(gpu_cells > 0, cpu_cells > 0) << entry.name << ": " << cpu_cells << " cell kernels for the CPU, "
                                             << gpu_cells << " for the GPU";
+  }
+}
+
+// Training on one engine: each step's trace runs its cells' kernels with the weights the step
+// before updated (the GPU repacks a cell's weights only when a parameter moved), so each step's
+// loss equals the CPU's, and the trained weights too, up to rounding grown over the steps.
+TEST(CudaLaunch, TrainingStepsMatchTheCpu) {
+  REQUIRE_GPU(probe);
+  for (const char* name : {"treelstm", "bilstm"}) {
+    TempDir cache;
+    samples::ModelConfig config;
+    config.limit = 24;
+    config.embed = 16;
+    config.hidden = 12;
+    std::vector<float> losses[2];
+    std::vector<std::vector<float>> weights[2];
+    for (int gpu = 0; gpu < 2; ++gpu) {
+      const samples::ModelEntry* entry = nullptr;
+      for (const samples::ModelEntry& e : samples::model_registry())
+        if (e.name == name) entry = &e;
+      ASSERT_NE(entry, nullptr) << name;
+      const auto model = entry->make(config);
+      EngineOptions options;
+      options.device = gpu ? "cuda" : "cpu";
+      options.cache_directory = cache.path();
+      Engine engine(options);
+      Optimizer optimizer(model->model(), {.kind = "sgd", .learning_rate = 0.1f});
+      samples::TrainOptions train;
+      train.batch = 4;
+      for (const samples::EpochResult& epoch : samples::train(*model, engine, optimizer, train).epochs)
+        losses[gpu].insert(losses[gpu].end(), epoch.step_losses.begin(), epoch.step_losses.end());
+      for (const Parameter& p : model->model().parameters()) weights[gpu].emplace_back(p.values().begin(), p.values().end());
+    }
+    ASSERT_EQ(losses[1].size(), losses[0].size()) << name;
+    ASSERT_GT(losses[0].size(), 4u) << name;
+    for (size_t i = 0; i < losses[0].size(); ++i)
+      EXPECT_TRUE(testing::near_relative(losses[1][i], losses[0][i], 1e-3)) << name << " step " << i;
+    ASSERT_EQ(weights[1].size(), weights[0].size()) << name;
+    for (size_t i = 0; i < weights[0].size(); ++i)
+      EXPECT_TRUE(testing::near_relative(Tensor{int(weights[1][i].size()), 1, weights[1][i]},
+                                         Tensor{int(weights[0][i].size()), 1, weights[0][i]}, 1e-2))
+          << name << " parameter " << i;
   }
 }
 
