@@ -45,16 +45,11 @@ using testing::name_of;
 // Compiled cells batched by a policy: where issue 28's wrong values were.
 bool compiled_and_batched(const Combination& c) { return c.executor == "jit" && c.cells && c.policy != "sequential"; }
 
-// The device every combination but the reference runs on: EDB_FUZZ_CELLS_DEVICE (default cpu; cuda
-// runs batched and jit as the CUDA executor, where a GPU is usable).
-std::string device_under_test() {
-  const char* device = std::getenv("EDB_FUZZ_CELLS_DEVICE");
-  return device && *device ? device : "cpu";
-}
-
 EngineOptions engine_options(const Combination& c, const std::string& cache_directory) {
   EngineOptions options;
-  options.device = c.executor == "reference" ? "cpu" : device_under_test();
+  // Every combination but the reference on EDB_FUZZ_CELLS_DEVICE (default cpu; cuda runs batched
+  // and jit as the CUDA executor, where a GPU is usable).
+  options.device = c.executor == "reference" ? "cpu" : testing::env_device("EDB_FUZZ_CELLS_DEVICE");
   options.policy = c.policy;
   options.executor = c.executor;
   options.cells = c.cells;

@@ -59,15 +59,9 @@ std::string describe(const testing::RandomGraphOptions& o) {
          std::to_string(o.cross_instance) + ", cell_calls " + std::to_string(o.cell_calls);
 }
 
-// The device every combination but the reference runs on: EDB_FUZZ_DEVICE (default cpu).
-std::string device_under_test() {
-  const char* device = std::getenv("EDB_FUZZ_DEVICE");
-  return device && *device ? device : "cpu";
-}
-
 EngineOptions engine_options(const Combination& c, const std::string& cache_directory) {
   EngineOptions options;
-  options.device = c.executor == "reference" ? "cpu" : device_under_test();
+  options.device = c.executor == "reference" ? "cpu" : testing::env_device("EDB_FUZZ_DEVICE");
   options.policy = c.policy;
   options.executor = c.executor;
   options.cells = c.cells;

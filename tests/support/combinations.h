@@ -48,4 +48,11 @@ inline uint64_t env_number(const char* name, uint64_t fallback) {
   return *end == '\0' ? value : fallback;
 }
 
+// The device named by environment variable `name` (the differential tests' device under test:
+// every combination but the reference runs there), or "cpu" when it is unset or empty.
+inline std::string env_device(const char* name) {
+  const char* device = std::getenv(name);
+  return device && *device ? device : "cpu";
+}
+
 }  // namespace edb::testing
