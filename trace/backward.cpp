@@ -35,7 +35,7 @@ std::vector<LeafGradient> Backward::record(NodeId loss) {
   for (size_t p = 0; p < order.size(); ++p) {
     if (p + kAhead < order.size()) {
       const NodeId ahead = order[p + kAhead];
-      __builtin_prefetch(&graph_.node(ahead));
+      if (!b_.reads_views[p + kAhead]) __builtin_prefetch(&graph_.node(ahead));  // a call's is read by send_call_batch
       __builtin_prefetch(b_.head.data() + ahead);
       __builtin_prefetch(flows.data() + ahead);
       __builtin_prefetch(types.data() + ahead);
@@ -56,9 +56,9 @@ std::vector<LeafGradient> Backward::record(NodeId loss) {
       }
     }
     const NodeId n = order[p];
-    if (b_.reads_views[p]) {  // a member of its forward batch's batch call, which reads its views
-      // (and any term sent to the call itself: read_views reads those last)
-      if (flows[n] && (sent(n) || views_sent(n))) b_.pending.push_back(n);
+    if (const uint32_t read = b_.reads_views[p]) {  // a member of its forward batch's batch call,
+      // which reads its views (and any term sent to the call itself: read_views reads those last)
+      if (flows[n] && (sent(n) || views_sent(n, read - 1))) b_.pending.push_back(n);
       continue;
     }
     if (!sent(n)) continue;
@@ -99,7 +99,7 @@ Backward::BodyGradients Backward::record_body(NodeId last, std::span<const std::
   out.arguments.assign(arguments.size(), ir::kNoNode);
   const std::vector<NodeId>& order = mirrored_order(last);
   // A body holds no call (trace/cell.cpp), so no view is left for a batch call to read.
-  if (std::find(b_.reads_views.begin(), b_.reads_views.end(), 1) != b_.reads_views.end())
+  if (std::any_of(b_.reads_views.begin(), b_.reads_views.end(), [](uint32_t read) { return read != 0; }))
     throw InternalError("Backward::record_body: a body's call output views were left out of its order");
   for (NodeId n : order) {
     if (!flows[n] || !sent(n)) continue;
@@ -124,15 +124,15 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
   std::vector<NodeId>& order = b_.order;
   std::vector<uint8_t>& placed = b_.placed;
   std::vector<uint8_t>& batch_last = b_.batch_last;
-  std::vector<uint8_t>& reads = b_.reads_views;
+  std::vector<uint32_t>& reads = b_.reads_views;
   order.clear();
   batch_last.clear();
   reads.clear();
   placed.assign(loss + 1, 0);
-  auto place = [&](NodeId n, bool reads_its_views = false) {
+  auto place = [&](NodeId n, uint32_t views_read = 0) {
     placed[n] = 1;
     order.push_back(n);
-    reads.push_back(reads_its_views);
+    reads.push_back(views_read);
   };
   // A view whose call's batch call reads its terms stays out of the order.
   const std::vector<ir::TypeId>& types = s_.data.types;
@@ -160,7 +160,7 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
         if (read) placed[v] = 1;
         else place(v);
       }
-      place(m, read);
+      place(m, read ? 1 + views : 0);
       first_scheduled = std::min(first_scheduled, m);
     }
     batch_last.resize(order.size(), 0);
@@ -184,14 +184,14 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
       for (NodeId m = loss + 1; m-- > 0;)
         if (!read_by_its_call(m)) {
           order.push_back(m);
-          reads.push_back(reads_views(m));
+          reads.push_back(views_read(m));
         }
       batch_last.assign(order.size(), 1);
       return order;
     }
     if (read_by_its_call(n)) continue;
     order.push_back(n);
-    reads.push_back(reads_views(n));
+    reads.push_back(views_read(n));
   }
   order.insert(order.end(), leaves.begin(), leaves.end());
   batch_last.resize(order.size(), 1);
@@ -201,6 +201,11 @@ const std::vector<NodeId>& Backward::mirrored_order(NodeId loss) {
 
 const std::vector<uint8_t>& Backward::gradient_flows(NodeId loss, std::span<const NodeId> sources) {
   std::vector<uint8_t>& depends = b_.depends;
+  if (sources.empty()) {  // kept by the trace as it recorded (copied: the pass records more nodes)
+    const std::vector<uint8_t>& kept = s_.depends();
+    depends.assign(kept.begin(), kept.begin() + ptrdiff_t(loss) + 1);
+    return depends;
+  }
   depends.assign(loss + 1, 0);
   for (NodeId a : sources) depends[a] = 1;
   for (NodeId n = 0; n <= loss; ++n) {

@@ -168,8 +168,9 @@ struct Buffers {
   std::vector<uint32_t> group_sizes, pair_groups;  // group_pairs()': per group, per pair
   std::vector<NodeId> order;      // mirrored_order()'s
   std::vector<uint8_t> batch_last;  // per entry of order: the last of its forward batch
-  // per entry of order: a call whose batch call reads its output views' terms (views left out)
-  std::vector<uint8_t> reads_views;
+  // per entry of order: for a call whose batch call reads its output views' terms (views left
+  // out), 1 + its number of views (so the pass reads no call node to count them); else 0
+  std::vector<uint32_t> reads_views;
   std::vector<uint8_t> placed;      // per node: already in order
   std::vector<NodeId> unplaced_leaves;
   std::vector<NodeId> args;       // send()'s
@@ -219,7 +220,7 @@ class Backward {
   // the policy batches them in that order too: the forward values they read, and the gradients
   // they pass on, then sit one after another as the forward batch left them (no gathers). The
   // output views of a call whose batch call reads them (read_views) are left out, and
-  // b_.reads_views marks such calls' places in the order.
+  // b_.reads_views marks such calls' places in the order with their number of views.
   const std::vector<NodeId>& mirrored_order(NodeId loss);
 
   // A node's head: its newest contribution, or one of these (a list ends at any negative link).
@@ -362,9 +363,12 @@ class Backward {
   bool reads_views(NodeId n);
   // The call whose batch call reads output view v's terms, or kNoNode.
   NodeId view_reader(NodeId v);
-  // Whether any output view of call n (reads_views(n)) was sent a gradient.
-  bool views_sent(NodeId n) const {
-    const int64_t views = graph_.cell(graph_.node(n).attrs.index).output_views;
+  // b_.reads_views' entry for node n: 1 + its number of output views where reads_views(n), else 0.
+  uint32_t views_read(NodeId n) {
+    return reads_views(n) ? 1 + uint32_t(graph_.cell(graph_.node(n).attrs.index).output_views) : 0;
+  }
+  // Whether any of the `views` output views of call n (reads_views(n)) was sent a gradient.
+  bool views_sent(NodeId n, NodeId views) const {
     for (NodeId v = n + 1; v <= n + views && v <= loss_; ++v)
       if (sent(v)) return true;
     return false;

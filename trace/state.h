@@ -245,13 +245,46 @@ struct TraceState {
     const int64_t limit = engine->driver.options().max_trace_nodes;
     if (limit > 0 && int64_t(data.graph.size() + more) > limit) node_limit_error(limit);
   }
-  // Appends a node and its batching type (interned now, while its arguments are in cache).
+  // Appends a node, its batching type (interned now, while its arguments are in cache) and
+  // whether it depends on a parameter.
   Expr add(ir::Op op, std::span<const ir::NodeId> args, ir::Shape shape, const ir::Attributes& attrs) {
     check_room();
     const ir::NodeId id = data.graph.add(op, args, shape, attrs);
     data.types.push_back(engine->driver.signatures.intern_recorded(data.graph, id, data.types));
+    keep_depends();
     return make(id);
   }
+
+  // Per node, whether it depends on a parameter or lookup (a call also where its cell's body reads
+  // a parameter): where a backward pass's gradients can flow (Backward::gradient_flows). Kept as
+  // nodes are recorded, while a node and its arguments are in cache, so that the pass walks no
+  // node for it; a node recorded without add() (a call and its views, trace/cell.cpp) is caught up
+  // at the next add() or pass. Valid only for the generation it was kept in: record_calls_again()
+  // renumbers every node (what add() keeps while it records them again is dropped once the
+  // generation moves on), and a released trace starts again.
+  const std::vector<uint8_t>& depends() {
+    keep_depends();
+    return depends_;
+  }
+
+ private:
+  void keep_depends() {
+    if (depends_generation_ != generation) {
+      depends_.clear();
+      depends_generation_ = generation;
+    }
+    const ir::Graph& graph = data.graph;
+    for (ir::NodeId n = ir::NodeId(depends_.size()); n < graph.size(); ++n) {
+      const ir::Node& node = graph.node(n);
+      uint8_t d = node.op == ir::Op::parameter || node.op == ir::Op::lookup;
+      for (ir::NodeId a : graph.args(node)) d |= depends_[a];
+      if (!d && node.op == ir::Op::call)  // its body's parameters
+        d = !static_cast<const runtime::CallCell&>(graph.cell(node.attrs.index)).body.parameters().empty();
+      depends_.push_back(d);
+    }
+  }
+  std::vector<uint8_t> depends_;
+  uint32_t depends_generation_ = 0;
 };
 
 // A rows x cols input of these values (column-major) in the trace: inside a cell body, a constant of
