@@ -11,8 +11,10 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "edbatch/errors.h"
@@ -22,6 +24,7 @@
 #include "runtime/outer_kernel.h"
 #include "runtime/outer_products.h"
 #include "runtime/selection.h"
+#include "runtime/side_by_side.h"
 #include "runtime/weight_gradients.h"
 
 namespace edb::runtime {
@@ -615,8 +618,25 @@ const float** BatchedExecutor::Scratch::allocate_pointers(size_t count) {
   return reinterpret_cast<const float**>(allocate(count * kFloatsPerPointer));
 }
 
+std::atomic<int> BatchedExecutor::side_by_side_override{-1};
+
+namespace {
+// EDB_SIDE_BY_SIDE=1 turns side by side on, 0 or unset leaves it off (the default while its
+// measurements are under way).
+bool side_by_side_from_environment() {
+  const char* value = std::getenv("EDB_SIDE_BY_SIDE");
+  if (!value || std::string_view(value) == "0") return false;
+  if (std::string_view(value) == "1") return true;
+  throw UsageError(std::string("edbatch: EDB_SIDE_BY_SIDE must be 0 or 1, not '") + value + "'");
+}
+}  // namespace
+
 BatchedExecutor::BatchedExecutor(int threads)
-    : pool_(threads), calls_(std::make_unique<CallExpansion>()), weight_gradients_(std::make_unique<WeightGradients>()) {}
+    : pool_(threads),
+      calls_(std::make_unique<CallExpansion>()),
+      weight_gradients_(std::make_unique<WeightGradients>()),
+      side_(std::make_unique<SideBySide>()),
+      side_by_side_here_(side_by_side_from_environment()) {}
 
 BatchedExecutor::~BatchedExecutor() = default;
 
@@ -630,16 +650,20 @@ void BatchedExecutor::cache_sizes(CacheSizes& sizes) const {
   sizes.call_expansions = calls_->sizes();
 }
 
+void BatchedExecutor::check_consecutive(const Values& values, std::span<const ir::NodeId> members, size_t b) {
+  const int64_t size = values.graph.node(members[0]).shape.size();
+  for (size_t k = 1; k < members.size(); ++k)
+    if (values.plan.offset[members[k]] != values.plan.offset[members[0]] + int64_t(k) * size)
+      throw InternalError("batched executor: batch " + std::to_string(b) +
+                          "'s outputs are not consecutive in member order (plan contract C1)");
+}
+
 BatchContext BatchedExecutor::context(const scheduler::Schedule& schedule, const Values& values, size_t b,
                                       Stats& stats) {
   const std::span<const ir::NodeId> members = schedule.batch(b);
   const ir::Node& first = values.graph.node(members[0]);
   if (ir::is_node_batch(first)) return node_batches(members, values, stats);
-  const int64_t size = first.shape.size();
-  for (size_t k = 1; k < members.size(); ++k)
-    if (values.plan.offset[members[k]] != values.plan.offset[members[0]] + int64_t(k) * size)
-      throw InternalError("batched executor: batch " + std::to_string(b) +
-                          "'s outputs are not consecutive in member order (plan contract C1)");
+  check_consecutive(values, members, b);
   BatchContext c{values, members, first, values.out(members[0]), scratch_, pool_, stats};
   if (depth_ == 1 && weight_gradients_->active()) c.weight_gradients = weight_gradients_.get();
   return c;
@@ -692,7 +716,8 @@ BatchContext BatchedExecutor::node_batches(std::span<const ir::NodeId> nodes, co
 
 void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values& values, Stats& stats) {
   // A batch of calls run by their bodies executes them here again, inside this evaluation: only the
-  // outermost one starts its weight gradients early and tells them which batches ran.
+  // outermost one starts its weight gradients early, tells them which batches ran, and runs
+  // independent batches side by side.
   const bool outermost = depth_++ == 0;
   struct Leave {
     BatchedExecutor& e;
@@ -703,21 +728,77 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
       if (outermost) stats.early_gradient_blocks += e.weight_gradients_->stop();
     }
   } leave{*this, stats, outermost};
+  const int forced = side_by_side_override.load(std::memory_order_relaxed);
+  const bool side_by_side = outermost && pool_.size() > 1 && (forced >= 0 ? forced == 1 : side_by_side_here_);
   if (outermost) weight_gradients_->start(schedule, values, pool_);
-  for (size_t b = 0; b < schedule.batch_count(); outermost ? weight_gradients_->ran(b) : void(), ++b) {
-    if (const size_t end = run_compiled(schedule, values, b, stats); end > b) {
-      b = end - 1;
-      continue;
-    }
-    if (values.plan.is_view(schedule.batch(b)[0])) continue;  // the planner made the whole batch a view
-    if (values.graph.node(schedule.batch(b)[0]).op == ir::Op::call) {  // a batch of calls: the body's batches
-      calls_->run(*this, schedule.batch(b), values, stats, schedule.node_by_node);
-      continue;
-    }
-    scratch_.reset();
-    run_batch(context(schedule, values, b, stats));
+  if (side_by_side) side_->start(schedule, values, pool_.size());
+  const auto beside = [&](size_t i) { return runs_beside(schedule, values, i); };
+  for (size_t b = 0; b < schedule.batch_count();) {
+    size_t end = side_by_side ? side_->window(b, beside) : b + 1;
+    if (end - b > 1) run_window(schedule, values, b, end, stats);
+    else end = run_alone(schedule, values, b, stats);
+    for (; b < end; ++b)
+      if (outermost) weight_gradients_->ran(b);
   }
   scratch_.trim(Scratch::kMaxBytes);
+  if (side_by_side) side_->trim(Scratch::kMaxBytes);
+}
+
+size_t BatchedExecutor::run_alone(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats) {
+  if (const size_t end = run_compiled(schedule, values, b, stats); end > b) return end;
+  if (values.plan.is_view(schedule.batch(b)[0])) return b + 1;  // the planner made the whole batch a view
+  if (values.graph.node(schedule.batch(b)[0]).op == ir::Op::call) {  // a batch of calls: the body's batches
+    calls_->run(*this, schedule.batch(b), values, stats, schedule.node_by_node);
+    return b + 1;
+  }
+  scratch_.reset();
+  run_batch(context(schedule, values, b, stats));
+  return b + 1;
+}
+
+void BatchedExecutor::run_window(const scheduler::Schedule& schedule, const Values& values, size_t begin, size_t end,
+                                 Stats& stats) {
+  // Prepared in order on this thread, then run as one job: views run nothing.
+  std::vector<size_t>& runs = window_;
+  runs.clear();
+  for (size_t b = begin; b < end; ++b) {
+    if (values.plan.is_view(schedule.batch(b)[0])) continue;
+    prepare_beside(schedule, values, b, runs.size(), stats);
+    runs.push_back(b);
+  }
+  if (SideBySide::verify_windows.load(std::memory_order_relaxed)) side_->verify(runs);
+  if (!runs.empty()) side_->lane(runs.size() - 1);  // made here, before the threads read them
+  const std::function<void(int)> task = [&](int k) {
+    Lane& lane = side_->lane(size_t(k));
+    lane.scratch.reset();
+    run_beside(schedule, values, runs[size_t(k)], size_t(k), lane);
+  };
+  pool_.parallel_for(int(runs.size()), task);
+  for (size_t k = 0; k < runs.size(); ++k) {
+    Lane& lane = side_->lane(k);
+    stats += lane.stats;
+    lane.stats = Stats{};
+  }
+  stats.side_by_side_batches += int64_t(runs.size());
+}
+
+bool BatchedExecutor::runs_beside(const scheduler::Schedule& schedule, const Values& values, size_t b) const {
+  const ir::NodeId lead = schedule.batch(b)[0];
+  if (values.plan.is_view(lead)) return true;
+  const ir::Node& first = values.graph.node(lead);
+  // Calls re-enter execute(), a batch of batch nodes reads through the executor's one table, and a
+  // weight's contraction may have blocks the evaluation runs early (weight_gradients.h).
+  return first.op != ir::Op::call && !ir::is_node_batch(first) && first.op != ir::Op::matmul_nt &&
+         first.op != ir::Op::matmul_nt_rows;
+}
+
+void BatchedExecutor::run_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k,
+                                 Lane& lane) {
+  (void)k;
+  const std::span<const ir::NodeId> members = schedule.batch(b);
+  const ir::Node& first = values.graph.node(members[0]);
+  check_consecutive(values, members, b);
+  run_batch(BatchContext{values, members, first, values.out(members[0]), lane.scratch, lane.pool, lane.stats});
 }
 
 }  // namespace edb::runtime

@@ -5,7 +5,9 @@
 // Precondition: the plan puts each batch's outputs consecutively in member order (memplan's C1).
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,8 @@ class CallExpansion;  // cell calls run batch by batch (runtime/call_expansion.h
 struct BatchContext;  // runtime/batch_context.h
 struct MemberTable;   // runtime/batch_context.h
 class WeightGradients;  // runtime/weight_gradients.h
+class SideBySide;       // runtime/side_by_side.h
+struct Lane;            // runtime/side_by_side.h
 
 // Batches of cell calls run their cells' bodies batch by batch (runtime/call_expansion.h). The
 // jit executor (runtime/jit_executor.h) is this executor with compiled kernels where they apply.
@@ -74,8 +78,28 @@ class BatchedExecutor : public Executor {
   BatchContext node_batches(std::span<const ir::NodeId> nodes, const Values& values, Stats& stats);
   Scratch& scratch() { return scratch_; }
   ThreadPool& pool() { return pool_; }
+  // Independent batches side by side (runtime/side_by_side.h): whether batch b may run beside
+  // others, then its two halves: prepare_beside on the executor's thread, the window's batches one
+  // after another, and run_beside on whichever thread takes it, over the lane of the window's k-th.
+  virtual bool runs_beside(const scheduler::Schedule& schedule, const Values& values, size_t b) const;
+  virtual void prepare_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k,
+                              Stats& stats) {
+    (void)schedule, (void)values, (void)b, (void)k, (void)stats;
+  }
+  virtual void run_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k, Lane& lane);
+
+ public:
+  // Tests: 1 runs independent batches side by side, 0 never, -1 (the default) as EDB_SIDE_BY_SIDE
+  // said when the executor was made.
+  static std::atomic<int> side_by_side_override;
 
  private:
+  // Batch b alone (or the batches from b that run as one compiled unit): returns the next batch.
+  size_t run_alone(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats);
+  void run_window(const scheduler::Schedule& schedule, const Values& values, size_t begin, size_t end, Stats& stats);
+  // Plan contract C1: batch b's outputs lie one after another in member order.
+  static void check_consecutive(const Values& values, std::span<const ir::NodeId> members, size_t b);
+
   ThreadPool pool_;
   Scratch scratch_;
   std::unique_ptr<CallExpansion> calls_;  // batches of calls the executor runs by their bodies
@@ -83,6 +107,9 @@ class BatchedExecutor : public Executor {
   // Weight gradients whose blocks run early on waiting threads (two or more threads).
   std::unique_ptr<WeightGradients> weight_gradients_;
   int depth_ = 0;  // execute() calls under way: a batch of calls run by its bodies is one more
+  std::unique_ptr<SideBySide> side_;  // windows of independent batches, with two or more threads
+  std::vector<size_t> window_;        // run_window's batches that run something
+  bool side_by_side_here_ = false;    // EDB_SIDE_BY_SIDE, read when the executor is made
 };
 
 }  // namespace edb::runtime

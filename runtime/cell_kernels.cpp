@@ -55,17 +55,28 @@ struct CellKernels::Cell {
   bool splits_by_tiles = false;
 };
 
+struct CellKernels::Launch {
+  std::shared_ptr<Cell> cell;
+  int64_t calls = 0;
+  std::vector<float*> pointers;  // the calls' tables
+  std::vector<const float*> shared;
+  std::vector<float> sums;  // batch calls' arguments of several terms, summed
+};
+
 CellKernels::CellKernels(std::string cache_directory) : cache_directory_(std::move(cache_directory)), cells_(1024) {}
 CellKernels::~CellKernels() = default;
 
-std::unique_ptr<CellKernels::Cell>& CellKernels::slot(const CallCell* cell) {
-  if (std::unique_ptr<Cell>* found = cells_.find(cell)) return *found;
+std::shared_ptr<CellKernels::Cell>& CellKernels::slot(const CallCell* cell) {
+  if (std::shared_ptr<Cell>* found = cells_.find(cell)) return *found;
   return *cells_.insert(cell, nullptr);  // empty: the caller makes it, last used now
 }
 
 void CellKernels::set_capacity(size_t entries) { cells_.set_limits(std::max<size_t>(entries, 1)); }
 
-void CellKernels::clear() { cells_.clear(); }
+void CellKernels::clear() {
+  cells_.clear();
+  launches_.clear();  // they hold cells too
+}
 
 CacheSize CellKernels::sizes() const {
   CacheSize size = cells_.sizes();
@@ -144,12 +155,14 @@ void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::Para
   }
 }
 
-void CellKernels::launch(Cell& cell, int64_t calls, ThreadPool& pool, Stats& stats) {
+void CellKernels::run(const Launch& launch, ThreadPool& pool, Stats& stats) {
+  const Cell& cell = *launch.cell;
+  const int64_t calls = launch.calls;
   const size_t slots = cell.lowering->call_slots.size();
   const jit::CellFunction function = cell.kernel.cell();
   auto run_calls = [&](int64_t begin, int64_t end, int64_t tile_begin, int64_t tile_end) {
-    const jit::CellArgs args{end - begin, shared_.data(), cell.weight_pointers.data(), pointers_.data() + begin * int64_t(slots),
-                             tile_begin, tile_end};
+    const jit::CellArgs args{end - begin, launch.shared.data(), cell.weight_pointers.data(),
+                             launch.pointers.data() + begin * int64_t(slots), tile_begin, tile_end};
     function(&args);
   };
   const int64_t threads = pool.size();
@@ -180,15 +193,27 @@ void CellKernels::launch(Cell& cell, int64_t calls, ThreadPool& pool, Stats& sta
 }
 
 void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats) {
+  prepare(calls, values, pool, stats, 0);
+  launch(0, pool, stats);
+}
+
+void CellKernels::launch(size_t lane, ThreadPool& pool, Stats& stats) { run(*launches_.at(lane), pool, stats); }
+
+void CellKernels::prepare(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats,
+                          size_t lane) {
   const ir::Graph& graph = values.graph;
   const auto& call_cell = static_cast<const CallCell&>(graph.cell(graph.node(calls[0]).attrs.index));
-  std::unique_ptr<Cell>& slot = this->slot(&call_cell);
+  std::shared_ptr<Cell>& slot = this->slot(&call_cell);
   if (!slot) {
-    slot = std::make_unique<Cell>();
+    slot = std::make_shared<Cell>();
     slot->lowering = &call_cell.lowering;
     compile(*slot, stats);
   }
   Cell& cell = *slot;
+  if (launches_.size() <= lane) launches_.resize(lane + 1);
+  if (!launches_[lane]) launches_[lane] = std::make_unique<Launch>();
+  Launch& l = *launches_[lane];
+  l.cell = slot;
   refresh_weights(
       cell, [&](size_t w, size_t p) -> const ir::ParameterInfo& { return weight_parameter(call_cell, w, p); }, pool);
   const size_t slots = call_cell.slots.size();
@@ -206,15 +231,16 @@ void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& val
     for (size_t j = 0; j < batch.terms.size(); ++j)
       if (batch.terms[j] > 1) summed += size_t(batch.members) * size_t(call_cell.arguments[j].size());
   }
-  pointers_.resize(members * slots);
-  sums_.resize(summed);
-  float* sum = sums_.data();
+  l.calls = int64_t(members);
+  l.pointers.resize(members * slots);
+  l.sums.resize(summed);
+  float* sum = l.sums.data();
   std::vector<float*>& argument = arguments_;  // one member's arguments
   argument.resize(call_cell.arguments.size());
   // Call j's table: rows of its frame, its arguments (argument_at(i): where argument i lies),
   // the cell's constants.
   const auto fill = [&](size_t j, float* frame, const auto& argument_at) {
-    float** table = pointers_.data() + j * slots;
+    float** table = l.pointers.data() + j * slots;
     for (size_t s = 0; s < slots; ++s) {
       const CallCell::Slot& at = call_cell.slots[s];
       table[s] = at.kind == CallCell::Slot::frame      ? frame + at.at
@@ -253,8 +279,7 @@ void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& val
       fill(j, frame, [&](size_t i) { return argument[i]; });
     }
   }
-  shared_.assign(call_cell.shared.begin(), call_cell.shared.end());
-  launch(cell, int64_t(members), pool, stats);
+  l.shared.assign(call_cell.shared.begin(), call_cell.shared.end());
 }
 
 }  // namespace edb::runtime

@@ -38,6 +38,13 @@ class CellKernels {
   // members' calls.
   void run_calls(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats);
 
+  // run_calls in two halves, so that batches prepared one after another on one thread may then
+  // run side by side (runtime/side_by_side.h): prepare() compiles the cell where needed, repacks
+  // its weights and builds the calls' tables into launch `lane` (kept until that lane is prepared
+  // again); launch() runs them. Launches of different lanes may run at once on different threads.
+  void prepare(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats, size_t lane);
+  void launch(size_t lane, ThreadPool& pool, Stats& stats);
+
   // The most compiled cells kept (EngineOptions::cache_entries), least recently used out; their
   // kernels stay in the kernel cache, so one evicted is lowered and packed again, not compiled.
   void set_capacity(size_t entries);
@@ -48,23 +55,24 @@ class CellKernels {
  private:
   struct PackedWeight;
   struct Cell;
+  struct Launch;  // a prepared batch of calls: its cell, tables and shared slots
   void compile(Cell& cell, Stats& stats);
   // Packs each weight again whose pieces moved or changed, its row tiles cut across the pool;
   // piece(w, p) is piece p of weight w.
   void refresh_weights(Cell& cell, const std::function<const ir::ParameterInfo&(size_t, size_t)>& piece,
                        ThreadPool& pool);
-  // Runs the kernel over `calls` calls whose tables are in pointers_ and shared_.
-  void launch(Cell& cell, int64_t calls, ThreadPool& pool, Stats& stats);
+  // Runs the kernel over the calls `launch` holds, split across `pool`.
+  static void run(const Launch& launch, ThreadPool& pool, Stats& stats);
 
   std::string cache_directory_;
   jit::CachedCompiler* compiler_ = nullptr;
-  ir::BoundedCache<const CallCell*, std::unique_ptr<Cell>> cells_;  // by cell; 1024 at first
+  // By cell; 1024 at first. Shared with the launches prepared from it, which an eviction by a
+  // later prepare() must not leave pointing nowhere.
+  ir::BoundedCache<const CallCell*, std::shared_ptr<Cell>> cells_;
   // The entry of `cell`, made empty (and the least recently used evicted) when there is none.
-  std::unique_ptr<Cell>& slot(const CallCell* cell);
-  std::vector<float*> pointers_;        // the batch's call tables, kept between batches
-  std::vector<const float*> shared_;
-  std::vector<float> sums_;          // batch calls' arguments of several terms, summed
-  std::vector<float*> arguments_;    // one call's arguments
+  std::shared_ptr<Cell>& slot(const CallCell* cell);
+  std::vector<std::unique_ptr<Launch>> launches_;  // per lane, kept between batches
+  std::vector<float*> arguments_;                  // one call's arguments
 };
 
 }  // namespace edb::runtime

@@ -13,6 +13,7 @@
 #include "jit/llvm_backend.h"
 #include "runtime/batch_context.h"
 #include "runtime/cell_kernels.h"
+#include "runtime/side_by_side.h"
 
 namespace edb::runtime {
 
@@ -212,15 +213,42 @@ void JitExecutor::cache_sizes(CacheSizes& sizes) const {
   sizes.jit_kernels = kernels_->by_key.sizes();
 }
 
+namespace {
+// Whether a batch of calls led by `first` runs as one compiled kernel: its cell lowers. A batch call
+// (ir::CallBatch) is one node even node by node, and only ever of a cell that lowers.
+bool compiled_calls(const scheduler::Schedule& schedule, const Values& values, const ir::Node& first) {
+  return (!schedule.node_by_node || ir::is_call_batch(first)) &&
+         static_cast<const CallCell&>(values.graph.cell(first.attrs.index)).lowered;
+}
+}  // namespace
+
+bool JitExecutor::runs_beside(const scheduler::Schedule& schedule, const Values& values, size_t b) const {
+  const ir::NodeId lead = schedule.batch(b)[0];
+  if (values.plan.is_view(lead)) return true;
+  const ir::Node& first = values.graph.node(lead);
+  if (first.op == ir::Op::call) return compiled_calls(schedule, values, first);
+  // An elementwise batch runs as a compiled group, its kernel looked up as it runs: alone.
+  if (jit::KernelOp op; !ir::is_node_batch(first) && jit_op_of(first, op)) return false;
+  return BatchedExecutor::runs_beside(schedule, values, b);
+}
+
+void JitExecutor::prepare_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k,
+                                 Stats& stats) {
+  const std::span<const ir::NodeId> batch = schedule.batch(b);
+  if (values.graph.node(batch[0]).op == ir::Op::call) cells_->prepare(batch, values, pool(), stats, k);
+}
+
+void JitExecutor::run_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k, Lane& lane) {
+  if (values.graph.node(schedule.batch(b)[0]).op == ir::Op::call) cells_->launch(k, lane.pool, lane.stats);
+  else BatchedExecutor::run_beside(schedule, values, b, k, lane);
+}
+
 size_t JitExecutor::run_compiled(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats) {
   const std::span<const ir::NodeId> batch = schedule.batch(b);
   if (values.plan.is_view(batch[0])) return b;
   // A batch of call nodes as one compiled kernel, where the cell lowers.
   if (const ir::Node& first = values.graph.node(batch[0]); first.op == ir::Op::call) {
-    // A batch call (ir::CallBatch) is one node even node by node, and only ever of a cell that lowers.
-    if ((schedule.node_by_node && !ir::is_call_batch(first)) ||
-        !static_cast<const CallCell&>(values.graph.cell(first.attrs.index)).lowered)
-      return b;
+    if (!compiled_calls(schedule, values, first)) return b;
     cells_->run_calls(batch, values, pool(), stats);
     return b + 1;
   }

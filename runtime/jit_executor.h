@@ -29,6 +29,10 @@ class JitExecutor final : public BatchedExecutor {
 
  protected:
   size_t run_compiled(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats) override;
+  bool runs_beside(const scheduler::Schedule& schedule, const Values& values, size_t b) const override;
+  void prepare_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k,
+                      Stats& stats) override;
+  void run_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k, Lane& lane) override;
 
  private:
   std::unique_ptr<JitKernels> kernels_;

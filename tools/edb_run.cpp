@@ -117,7 +117,9 @@ void print_help() {
       "(schedule: the graph with batches as clusters, graphviz dot; batches: the same as text); with\n"
       "EDB_DUMP_DIR=DIR each goes to DIR/STAGE-N.txt instead, the schedule as DIR/schedule-N.dot.\n"
       "EDB_ISA=native|avx512|avx2|generic: the vector ISA of the compiled kernels (default native, the\n"
-      "widest this CPU runs; a narrower one runs its code on this machine; a wider one is an error).\n",
+      "widest this CPU runs; a narrower one runs its code on this machine; a wider one is an error).\n"
+      "EDB_SIDE_BY_SIDE=1: with two or more threads, run independent batches side by side, each whole\n"
+      "on one thread, rather than each batch alone cut across the threads (0, the default).\n",
       models.c_str(), joined(edb::scheduler::policy_names()).c_str(), joined(edb::runtime::executor_names()).c_str());
 }
 
@@ -201,6 +203,7 @@ nlohmann::json to_json(const Report& r) {
       {"kernel_calls", s.kernel_calls},
       {"bytes_gathered", s.bytes_gathered},
       {"early_gradient_blocks", s.early_gradient_blocks},
+      {"side_by_side_batches", s.side_by_side_batches},
       {"kernels_compiled", s.kernels_compiled},
       {"cache_hits", s.cache_hits},
       {"flops", s.flops},
@@ -371,6 +374,7 @@ nlohmann::json phase_json(const edb::Stats& s) {
           {"lower_bound", s.lower_bound},
           {"bytes_gathered", s.bytes_gathered},
           {"early_gradient_blocks", s.early_gradient_blocks},
+          {"side_by_side_batches", s.side_by_side_batches},
           {"flops", s.flops},
           {"time_ms",
            {{"schedule", s.time.schedule_ms},

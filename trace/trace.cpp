@@ -549,6 +549,7 @@ void accumulate(Stats& s, const Stats& o, int sign) {
   s.kernel_calls += sign * o.kernel_calls;
   s.bytes_gathered += sign * o.bytes_gathered;
   s.early_gradient_blocks += sign * o.early_gradient_blocks;
+  s.side_by_side_batches += sign * o.side_by_side_batches;
   s.kernels_compiled += sign * o.kernels_compiled;
   s.cache_hits += sign * o.cache_hits;
   s.flops += sign * o.flops;

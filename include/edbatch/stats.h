@@ -87,6 +87,9 @@ struct Stats {
   // With two or more threads: blocks of a weight gradient's uses run ahead of the gradient's own
   // batch, on a thread that waited for the evaluation while the backward pass's last batches ran.
   int64_t early_gradient_blocks = 0;
+  // With two or more threads: batches run side by side with independent ones, each whole on one
+  // thread (runtime/side_by_side.h), rather than one after another.
+  int64_t side_by_side_batches = 0;
   int64_t kernels_compiled = 0;
   int64_t cache_hits = 0;
   int64_t flops = 0;           // model arithmetic: 2 per multiply-add, 1 per elementwise op

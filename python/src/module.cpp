@@ -221,6 +221,7 @@ py::dict stats_dict(const edb::Stats& s) {
   d["kernel_calls"] = s.kernel_calls;
   d["bytes_gathered"] = s.bytes_gathered;
   d["early_gradient_blocks"] = s.early_gradient_blocks;
+  d["side_by_side_batches"] = s.side_by_side_batches;
   d["kernels_compiled"] = s.kernels_compiled;
   d["cache_hits"] = s.cache_hits;
   d["flops"] = s.flops;
@@ -336,7 +337,7 @@ void bind_engine(py::module_& m) {
             return stats_dict(e.engine.stats());
           },
           "Counters and stage times summed over every evaluation since construction or reset_stats(), as a dict:\n"
-          "nodes, batches, lower_bound, kernel_calls, bytes_gathered, early_gradient_blocks, kernels_compiled, cache_hits, flops,\n"
+          "nodes, batches, lower_bound, kernel_calls, bytes_gathered, early_gradient_blocks, side_by_side_batches, kernels_compiled, cache_hits, flops,\n"
           "policy_decisions, policy_unseen, time (schedule_ms, plan_ms, compile_ms, execute_ms, record_backward_ms) and caches:\n"
           "per cache that grows with the structures seen, its entries, bytes, max_entries, max_bytes and\n"
           "evictions as read now (sizes, not sums; reset_stats() leaves them).")

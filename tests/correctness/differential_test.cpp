@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/batched.h"
 #include "runtime/executor.h"
+#include "runtime/side_by_side.h"
 #include "tests/support/combinations.h"
 #include "tests/support/random_graph.h"
 #include "tests/support/test_support.h"
@@ -157,7 +159,21 @@ struct Fuzzer {
   }
 };
 
+// Independent batches side by side at two and three threads, each window checked by the
+// addresses its batches read and write (runtime/side_by_side.h), for the scope of one test.
+struct VerifiedWindows {
+  VerifiedWindows() {
+    runtime::BatchedExecutor::side_by_side_override.store(1);
+    runtime::SideBySide::verify_windows.store(true);
+  }
+  ~VerifiedWindows() {
+    runtime::BatchedExecutor::side_by_side_override.store(-1);
+    runtime::SideBySide::verify_windows.store(false);
+  }
+};
+
 TEST(Differential, RandomGraphsEveryCombinationEqualsReference) {
+  const VerifiedWindows verified;
   const uint64_t graphs = env_number("EDB_FUZZ_GRAPHS", 300);
   const uint64_t first_seed = env_number("EDB_FUZZ_FIRST_SEED", 1);
   Fuzzer fuzzer;
@@ -222,6 +238,7 @@ Outcome run_gradients(Engine& engine, testing::RandomGraphModel& model, uint64_t
 }
 
 TEST(Differential, RandomGraphGradientsEqualReference) {
+  const VerifiedWindows verified;
   const uint64_t graphs = env_number("EDB_FUZZ_GRADIENT_GRAPHS", 100);
   Fuzzer fuzzer;
   const size_t total = fuzzer.combinations.size();
