@@ -763,15 +763,14 @@ void BatchedExecutor::run_window(const scheduler::Schedule& schedule, const Valu
   runs.clear();
   for (size_t b = begin; b < end; ++b) {
     if (values.plan.is_view(schedule.batch(b)[0])) continue;
-    prepare_beside(schedule, values, b, runs.size(), stats);
+    Lane& lane = side_->lane(runs.size());  // made here, before the threads read them
+    lane.scratch.reset();
+    prepare_beside(schedule, values, b, runs.size(), lane, stats);
     runs.push_back(b);
   }
   if (SideBySide::verify_windows.load(std::memory_order_relaxed)) side_->verify(runs);
-  if (!runs.empty()) side_->lane(runs.size() - 1);  // made here, before the threads read them
   const std::function<void(int)> task = [&](int k) {
-    Lane& lane = side_->lane(size_t(k));
-    lane.scratch.reset();
-    run_beside(schedule, values, runs[size_t(k)], size_t(k), lane);
+    run_beside(schedule, values, runs[size_t(k)], size_t(k), side_->lane(size_t(k)));
   };
   pool_.parallel_for(int(runs.size()), task);
   for (size_t k = 0; k < runs.size(); ++k) {
@@ -795,10 +794,15 @@ bool BatchedExecutor::runs_beside(const scheduler::Schedule& schedule, const Val
 void BatchedExecutor::run_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k,
                                  Lane& lane) {
   (void)k;
+  run_batch(lane_context(schedule, values, b, lane));
+}
+
+BatchContext BatchedExecutor::lane_context(const scheduler::Schedule& schedule, const Values& values, size_t b,
+                                           Lane& lane) {
   const std::span<const ir::NodeId> members = schedule.batch(b);
-  const ir::Node& first = values.graph.node(members[0]);
   check_consecutive(values, members, b);
-  run_batch(BatchContext{values, members, first, values.out(members[0]), lane.scratch, lane.pool, lane.stats});
+  return BatchContext{values, members, values.graph.node(members[0]), values.out(members[0]),
+                      lane.scratch, lane.pool, lane.stats};
 }
 
 }  // namespace edb::runtime

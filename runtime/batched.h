@@ -82,11 +82,14 @@ class BatchedExecutor : public Executor {
   // others, then its two halves: prepare_beside on the executor's thread, the window's batches one
   // after another, and run_beside on whichever thread takes it, over the lane of the window's k-th.
   virtual bool runs_beside(const scheduler::Schedule& schedule, const Values& values, size_t b) const;
+  // (Lane k's scratch is reset before its batch is prepared, and not again before it runs.)
   virtual void prepare_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k,
-                              Stats& stats) {
-    (void)schedule, (void)values, (void)b, (void)k, (void)stats;
+                              Lane& lane, Stats& stats) {
+    (void)schedule, (void)values, (void)b, (void)k, (void)lane, (void)stats;
   }
   virtual void run_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k, Lane& lane);
+  // Batch b's context over `lane` (its outputs checked consecutive in member order).
+  static BatchContext lane_context(const scheduler::Schedule& schedule, const Values& values, size_t b, Lane& lane);
 
  public:
   // Tests: 1 runs independent batches side by side, 0 never, -1 (the default) as EDB_SIDE_BY_SIDE

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,15 @@ struct JitKernels {
   std::string cache_directory;
   jit::CachedCompiler* shared = nullptr;
   ir::BoundedCache<std::string, jit::CompiledKernel> by_key{1024};
+};
+
+// A compiled elementwise group ready to run (prepare_jit_group, below).
+struct JitLaunch {
+  jit::KernelFunction function = nullptr;
+  std::shared_ptr<void> keep_alive;  // the kernel's code, should the cache drop it meanwhile
+  std::vector<const float* const*> pointers;  // per input, per member
+  std::vector<float*> outputs;                // per batch of the group
+  int64_t n = 0, elements = 0;
 };
 
 namespace {
@@ -67,7 +77,12 @@ jit::ValueId activation_gradient(jit::Kernel& kernel, ir::Op op, jit::ValueId y,
 // (one kernel then serves every mix of shared, strided and gathered operands), and every batch's
 // output is stored. The kernel is keyed by the group's structure and compiled once per process.
 // Precondition: fusable_end() accepted the group.
-void run_jit_group(std::span<const BatchContext> group, JitKernels& kernels) {
+//
+// In two halves, so that a group prepared on the executor's thread may run on another
+// (runtime/side_by_side.h): prepare_jit_group builds the kernel's description and its operands'
+// tables (in the lead's scratch) and looks the kernel up, compiling it where needed;
+// launch_jit_group runs it over the lead's pool.
+JitLaunch prepare_jit_group(std::span<const BatchContext> group, JitKernels& kernels) {
   const BatchContext& lead = group[0];
   const int64_t n = lead.n(), elements = lead.first.shape.size();
   jit::Kernel kernel;
@@ -129,16 +144,27 @@ void run_jit_group(std::span<const BatchContext> group, JitKernels& kernels) {
     }
     found = kernels.by_key.insert(key, std::move(made));
   }
-  const jit::CompiledKernel& compiled = *found;
-  lead.split(n, std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {
-    std::vector<jit::KernelInput> inputs(pointers.size());
-    for (size_t i = 0; i < pointers.size(); ++i) inputs[i].pointers = pointers[i] + begin;
+  JitLaunch launch{found->function, found->keep_alive, std::move(pointers), {}, n, elements};
+  for (const BatchContext& c : group) launch.outputs.push_back(c.out);
+  return launch;
+}
+
+// Runs a prepared group, cut by members across the pool of `lead` (its first batch's context).
+void launch_jit_group(const JitLaunch& launch, const BatchContext& lead) {
+  const int64_t elements = launch.elements;
+  lead.split(launch.n, std::max<int64_t>(1, kMinElementsPerTask / elements), [&](int64_t begin, int64_t end) {
+    std::vector<jit::KernelInput> inputs(launch.pointers.size());
+    for (size_t i = 0; i < launch.pointers.size(); ++i) inputs[i].pointers = launch.pointers[i] + begin;
     std::vector<float*> outputs;
-    for (const BatchContext& c : group) outputs.push_back(c.out + begin * elements);
+    for (float* out : launch.outputs) outputs.push_back(out + begin * elements);
     const jit::KernelArgs args{end - begin, elements, inputs.data(), outputs.data()};
-    compiled.function(&args);
+    launch.function(&args);
   });
   lead.stats.kernel_calls += 1;
+}
+
+void run_jit_group(std::span<const BatchContext> group, JitKernels& kernels) {
+  launch_jit_group(prepare_jit_group(group, kernels), group[0]);
 }
 
 // Where the group of JIT batches starting at `b` ends: the next batch joins while it is an
@@ -227,20 +253,44 @@ bool JitExecutor::runs_beside(const scheduler::Schedule& schedule, const Values&
   if (values.plan.is_view(lead)) return true;
   const ir::Node& first = values.graph.node(lead);
   if (first.op == ir::Op::call) return compiled_calls(schedule, values, first);
-  // An elementwise batch runs as a compiled group, its kernel looked up as it runs: alone.
-  if (jit::KernelOp op; !ir::is_node_batch(first) && jit_op_of(first, op)) return false;
+  // An elementwise batch that would fuse with the next runs alone, as their one kernel.
+  if (jit::KernelOp op; !ir::is_node_batch(first) && jit_op_of(first, op))
+    return fusable_end(schedule, values, b) == b + 1;
   return BatchedExecutor::runs_beside(schedule, values, b);
 }
 
+// A batch beside others as the jit runs it: calls of a cell that lowers as the cell's kernel, an
+// elementwise batch as a compiled group of one, the rest as batched runs it.
+enum class JitExecutor::Beside { cells, group, batched };
+
+JitExecutor::Beside JitExecutor::beside_kind(const scheduler::Schedule& schedule, const Values& values, size_t b) const {
+  const ir::Node& first = values.graph.node(schedule.batch(b)[0]);
+  if (first.op == ir::Op::call) return Beside::cells;
+  jit::KernelOp op;
+  return !ir::is_node_batch(first) && jit_op_of(first, op) ? Beside::group : Beside::batched;
+}
+
 void JitExecutor::prepare_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k,
-                                 Stats& stats) {
+                                 Lane& lane, Stats& stats) {
   const std::span<const ir::NodeId> batch = schedule.batch(b);
-  if (values.graph.node(batch[0]).op == ir::Op::call) cells_->prepare(batch, values, pool(), stats, k);
+  switch (beside_kind(schedule, values, b)) {
+    case Beside::cells: cells_->prepare(batch, values, pool(), stats, k); break;
+    case Beside::group: {
+      if (groups_.size() <= k) groups_.resize(k + 1);
+      const BatchContext c = lane_context(schedule, values, b, lane);
+      groups_[k] = std::make_unique<JitLaunch>(prepare_jit_group(std::span(&c, 1), *kernels_));
+      break;
+    }
+    case Beside::batched: break;
+  }
 }
 
 void JitExecutor::run_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k, Lane& lane) {
-  if (values.graph.node(schedule.batch(b)[0]).op == ir::Op::call) cells_->launch(k, lane.pool, lane.stats);
-  else BatchedExecutor::run_beside(schedule, values, b, k, lane);
+  switch (beside_kind(schedule, values, b)) {
+    case Beside::cells: cells_->launch(k, lane.pool, lane.stats); break;
+    case Beside::group: launch_jit_group(*groups_[k], lane_context(schedule, values, b, lane)); break;
+    case Beside::batched: BatchedExecutor::run_beside(schedule, values, b, k, lane); break;
+  }
 }
 
 size_t JitExecutor::run_compiled(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats) {

@@ -8,12 +8,14 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/batched.h"
 
 namespace edb::runtime {
 
 struct JitKernels;  // compiled elementwise kernels by description (jit_executor.cpp)
+struct JitLaunch;   // one such kernel prepared to run (jit_executor.cpp)
 class CellKernels;  // compiled cells (runtime/cell_kernels.h)
 
 class JitExecutor final : public BatchedExecutor {
@@ -30,13 +32,17 @@ class JitExecutor final : public BatchedExecutor {
  protected:
   size_t run_compiled(const scheduler::Schedule& schedule, const Values& values, size_t b, Stats& stats) override;
   bool runs_beside(const scheduler::Schedule& schedule, const Values& values, size_t b) const override;
-  void prepare_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k,
+  void prepare_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k, Lane& lane,
                       Stats& stats) override;
   void run_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k, Lane& lane) override;
 
  private:
+  enum class Beside;
+  Beside beside_kind(const scheduler::Schedule& schedule, const Values& values, size_t b) const;
+
   std::unique_ptr<JitKernels> kernels_;
   std::unique_ptr<CellKernels> cells_;
+  std::vector<std::unique_ptr<JitLaunch>> groups_;  // per lane of a window: its prepared group
 };
 
 }  // namespace edb::runtime

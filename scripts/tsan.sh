@@ -3,7 +3,7 @@
 # cache, the cached compiler, the per-engine cache directory (two engines in two threads), the
 # thread pool and the optimizer on an engine's threads, then the executor's threaded paths (every
 # sample model pipelined at 2 and 3 threads, kernels split by calls and by hidden units, the
-# waiting caller assisting) and the random-cell
+# waiting caller assisting, independent batches side by side) and the random-cell
 # differential test (EDB_TSAN_CELL_PROGRAMS programs, default 100: 1-3 threads, recording into a
 # trace while it executes), in their own build
 # directory (default build-tsan/; EDB_TSAN_BUILD_DIR changes it). Any report fails. Extra arguments
@@ -34,7 +34,7 @@ filter='--gtest_filter=KernelCache.*:CachedCompiler.*:CacheDirectory.*:ThreadPoo
 status=0
 "$build_dir/tests/edb_unit_tests" "$filter" "$@" || status=$?
 if ((status == 0)); then
-  "$build_dir/tests/edb_correctness_tests" '--gtest_filter=Threads.*:CompiledCells.SmallBatchesSplitByHiddenUnits' || status=$?
+  "$build_dir/tests/edb_correctness_tests" '--gtest_filter=Threads.*:SideBySide.*:CompiledCells.SmallBatchesSplitByHiddenUnits' || status=$?
 fi
 if ((status == 0)); then
   EDB_FUZZ_CELL_PROGRAMS=${EDB_TSAN_CELL_PROGRAMS:-100} "$build_dir/tests/edb_correctness_tests" \
