@@ -75,12 +75,13 @@ std::vector<int32_t> cell_loop_widths(int32_t vectors, int32_t group) {
 }
 
 CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers, int64_t row_tiles) {
-  int32_t widest = 0;  // the weight vectors of one row tile of a pass, at the widest pass
+  std::vector<int32_t> pass_blocks;  // the weight vectors of one row tile of each pass
   for (const CellPass& pass : cell_passes(stage)) {
     int32_t blocks = 0;
     for (const CellPass::Member& member : pass.members) blocks += stage.contractions[size_t(member.contraction)].blocks;
-    widest = std::max(widest, blocks);
+    pass_blocks.push_back(blocks);
   }
+  const int32_t widest = pass_blocks.empty() ? 0 : *std::max_element(pass_blocks.begin(), pass_blocks.end());
   if (widest == 0) {  // no contraction, or only transposed ones (dot products, no register block)
     int32_t accumulators = 0;
     for (const CellProgram::Contraction& c : stage.contractions) accumulators += c.blocks;
@@ -92,15 +93,20 @@ CellBlocking cell_blocking(const CellProgram::Stage& stage, int32_t registers, i
   // of six on 32. A pass of more vectors runs k loops of about equal width (cell_loop_widths),
   // the accumulators kept in the block's buffer between loops.
   const int32_t group = std::max(1, registers / 8);
-  // Row tiles per block: enough that a pass's narrowest k loop holds about a group (a loop of one
-  // vector loads as often as it multiplies), then tiles that cover the rows in whole blocks, then
-  // the fewest.
+  // Row tiles per block: first, that no pass runs a k loop of one vector where two fit (it loads
+  // as often as it multiplies, and on 16 registers its calls' accumulators are fewer than the FMA
+  // pipes' latency needs: TreeLSTM's backward, passes of 1, 1 and 2 blocks, ran its one-block
+  // passes so on AVX2); then that the widest pass's narrowest k loop holds about a group; then
+  // tiles that cover the rows in whole blocks; then the fewest.
   const int32_t enough = (3 * group + 3) / 4;
   int32_t tiles = 1;
-  std::tuple<int32_t, bool, int32_t> best{-1, false, 0};
+  std::tuple<int32_t, int32_t, bool, int32_t> best{-1, -1, false, 0};
   for (int32_t t = 1; t <= group && (row_tiles <= 0 || t <= row_tiles); ++t) {
-    const std::vector<int32_t> widths = cell_loop_widths(t * widest, group);
-    const std::tuple<int32_t, bool, int32_t> score{std::min(widths.back(), enough), row_tiles <= 0 || row_tiles % t == 0, -t};
+    int32_t narrowest = group;
+    for (int32_t blocks : pass_blocks) narrowest = std::min(narrowest, cell_loop_widths(t * blocks, group).back());
+    const std::tuple<int32_t, int32_t, bool, int32_t> score{std::min(narrowest, 2),
+                                                            std::min(cell_loop_widths(t * widest, group).back(), enough),
+                                                            row_tiles <= 0 || row_tiles % t == 0, -t};
     if (score > best) best = score, tiles = t;
   }
   const int32_t size = cell_loop_widths(tiles * widest, group).front();
