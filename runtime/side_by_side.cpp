@@ -45,22 +45,29 @@ bool SideBySide::reads_from(size_t i, size_t begin) const {
 
 int64_t SideBySide::cost(size_t i) const {
   const ir::Graph& graph = values_->graph;
-  if (values_->plan.is_view(schedule_->batch(i)[0])) return 0;
+  const std::span<const ir::NodeId> members = schedule_->batch(i);
+  if (values_->plan.is_view(members[0])) return 0;
+  const ir::Node& first = graph.node(members[0]);
+  // Members of one batch share their type, so their arithmetic, but for batch calls, whose
+  // members' counts differ.
+  if (!ir::is_call_batch(first)) return int64_t(members.size()) * (ir::node_flops(graph, members[0]) + first.shape.size());
   int64_t flops = 0;
-  for (ir::NodeId member : schedule_->batch(i)) flops += ir::node_flops(graph, member) + graph.node(member).shape.size();
+  for (ir::NodeId member : members) flops += ir::node_flops(graph, member) + graph.node(member).shape.size();
   return flops;
 }
 
 size_t SideBySide::window(size_t b, const std::function<bool(size_t)>& beside) const {
-  if (threads_ < 2 || !beside(b)) return b + 1;
+  // Most batches read their predecessor's values: that is checked first, as it is cheapest.
+  const size_t count = schedule_->batch_count();
+  if (threads_ < 2 || b + 1 >= count || reads_from(b + 1, b) || !beside(b)) return b + 1;
   size_t end = b + 1, best = b + 1;
   int64_t largest = cost(b), total = largest;
-  for (; end < schedule_->batch_count() && end - b < kMaxWindow && beside(end) && !reads_from(end, b); ++end) {
+  for (; end < count && end - b < kMaxWindow && !reads_from(end, b) && beside(end); ++end) {
     const int64_t c = cost(end);
     largest = std::max(largest, c);
     total += c;
-    if (any_balance.load(std::memory_order_relaxed) || largest < kWholeFlops ||
-        double(largest) * threads_ <= kBalance * double(total))
+    if (any_balance.load(std::memory_order_relaxed) ||
+        (total >= kMinWindowFlops && (largest < kWholeFlops || double(largest) * threads_ <= kBalance * double(total))))
       best = end + 1;
   }
   return best;

@@ -6,9 +6,10 @@
 // across the pool costs a hand-off per piece and leaves the other thread idle between batches
 // that are too small to cut, which side by side they are not.
 //
-// A window is only formed where it pays: every batch in it small enough that it would run whole
-// anyway, or the largest at most kBalance of the window's arithmetic over the threads, so that no
-// thread waits long for the one holding the largest. No batch of a window reads or writes what
+// A window is only formed where it pays: enough arithmetic to be worth the hand-offs, and every
+// batch in it small enough that it would run whole anyway, or the largest at most kBalance of the
+// window's arithmetic over the threads, so that no thread waits long for the one holding the
+// largest. No batch of a window reads or writes what
 // another writes, so which thread runs which changes nothing; a batch run whole may round apart
 // from the same batch cut (an Eigen reduction groups its sums by where a piece begins), and the
 // same windows give the same bits run after run.
@@ -49,6 +50,8 @@ class SideBySide {
   static constexpr int64_t kWholeFlops = 800'000;
   // A window of larger batches: its largest at most this share of its arithmetic per thread.
   static constexpr double kBalance = 1.2;
+  // A window of less arithmetic than this is not worth its hand-offs: its batches run alone.
+  static constexpr int64_t kMinWindowFlops = 400'000;
 
   // Before an evaluation of `schedule` on `threads` threads: which batch writes each node's value.
   void start(const scheduler::Schedule& schedule, const Values& values, int threads);
