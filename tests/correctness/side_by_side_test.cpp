@@ -103,9 +103,11 @@ TEST(SideBySide, EverySampleModelComputesWhatBatchesAloneCompute) {
 TEST(SideBySide, IndependentBranchesRunSideBySide) {
   testing::Rng rng(17);
   Model model("branches", 17);
-  const Parameter w1 = model.add_parameter("w1", 24, 16), w2 = model.add_parameter("w2", 24, 16);
-  const Parameter v1 = model.add_parameter("v1", 8, 24), v2 = model.add_parameter("v2", 8, 24);
-  std::vector<std::vector<float>> inputs(40, std::vector<float>(16));
+  // 96 x 64 products over 40 inputs: 491,520 flops a batch, two a window worth its hand-offs
+  // (SideBySide::kMinWindowFlops).
+  const Parameter w1 = model.add_parameter("w1", 96, 64), w2 = model.add_parameter("w2", 96, 64);
+  const Parameter v1 = model.add_parameter("v1", 8, 96), v2 = model.add_parameter("v2", 8, 96);
+  std::vector<std::vector<float>> inputs(40, std::vector<float>(64));
   for (auto& x : inputs)
     for (float& v : x) v = float(2 * rng.unit() - 1);
   auto run = [&](const std::string& executor, int threads) {
