@@ -434,30 +434,39 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
   }
   seed_begin.push_back(uint32_t(seeds.size()));
   // The table: per member its frame, its arguments, then each output's terms oldest first, a
-  // member with fewer than the batch's most padded with zeros (one node per shape).
+  // member with fewer than the batch's most padded with zeros (one node per shape, made where
+  // first needed). Every member's row of the table is as wide: written in place.
+  size_t width = 1 + arguments;
+  for (size_t j = 0; j < outputs_sent; ++j) width += size_t(terms[1 + arguments + j]);
   std::vector<NodeId>& args = b_.call_args;
   std::vector<int32_t>& rows = b_.batch_rows;
-  args.clear();
-  rows.clear();
+  args.resize(calls.size() * width);
+  rows.resize(calls.size() * width);
+  std::vector<NodeId>& zeros = b_.call_zeros;  // per output: its padding, once made
+  zeros.assign(outputs_sent, ir::kNoNode);
+  NodeId* arg = args.data();
+  int32_t* row = rows.data();
   for (size_t m = 0; m < calls.size(); ++m) {
-    args.push_back(calls[m]);
-    rows.push_back(0);
+    *arg++ = calls[m];
+    *row++ = 0;
     for (size_t i = m * arguments; i < (m + 1) * arguments; ++i) {
-      args.push_back(forward_args[i]);
-      rows.push_back(0);
+      *arg++ = forward_args[i];
+      *row++ = 0;
     }
     const auto member = std::span(seeds).subspan(seed_begin[m], seed_begin[m + 1] - seed_begin[m]);
     for (size_t j = 0; j < outputs_sent; ++j) {
       int32_t sent = 0;
-      for (auto seed = member.begin(); seed != member.end(); ++seed)
-        if (seed->output == j) {
-          args.push_back(seed->node);
-          rows.push_back(seed->row);
+      for (const SeedTerm& seed : member)
+        if (seed.output == j) {
+          *arg++ = seed.node;
+          *row++ = seed.row;
           ++sent;
         }
+      if (sent < terms[1 + arguments + j] && zeros[j] == ir::kNoNode)
+        zeros[j] = constant(ir::Shape{int32_t(backward.seed_floats[j]), 1}, 0.0f);
       for (; sent < terms[1 + arguments + j]; ++sent) {
-        args.push_back(constant(ir::Shape{int32_t(backward.seed_floats[j]), 1}, 0.0f));
-        rows.push_back(0);
+        *arg++ = zeros[j];
+        *row++ = 0;
       }
     }
   }

@@ -181,35 +181,40 @@ bool Backward::send_batch(std::span<const NodeId> members, const std::vector<uin
                     : v.kind == Value::kBatch  ? ir::member_shape(graph_.node(NodeId(v.at)))
                     : v.kind == Value::kWhole  ? graph_.node(NodeId(v.at)).shape
                                                : shape;
+    // Every member's slots, written in place (emit_batch leaves the arrays empty).
+    b_.batch_args.resize(count * slots.size());
+    b_.batch_arg_rows.resize(count * slots.size());
+    NodeId* batch_arg = b_.batch_args.data();
+    int32_t* batch_row = b_.batch_arg_rows.data();
     for (size_t k = 0; k < count; ++k) {
       s = 0;
       for (const Value& v : slots) {
         const ir::Shape slot = shapes[s++];
         switch (v.kind) {
           case Value::kGradient:
-            b_.batch_args.push_back(dy[k].first);
-            b_.batch_arg_rows.push_back(std::max(dy[k].second, 0));
+            *batch_arg++ = dy[k].first;
+            *batch_row++ = std::max(dy[k].second, 0);
             break;
           case Value::kArgument:
-            b_.batch_args.push_back(arg(k, v.at));
-            b_.batch_arg_rows.push_back(0);
+            *batch_arg++ = arg(k, v.at);
+            *batch_row++ = 0;
             break;
           case Value::kSelf:
-            b_.batch_args.push_back(members[k]);
-            b_.batch_arg_rows.push_back(0);
+            *batch_arg++ = members[k];
+            *batch_row++ = 0;
             break;
           case Value::kBatch:
-            b_.batch_args.push_back(NodeId(v.at));
-            b_.batch_arg_rows.push_back(int32_t(k) * slot.rows);
+            *batch_arg++ = NodeId(v.at);
+            *batch_row++ = int32_t(k) * slot.rows;
             break;
           case Value::kWhole:
-            b_.batch_args.push_back(NodeId(v.at));
-            b_.batch_arg_rows.push_back(0);
+            *batch_arg++ = NodeId(v.at);
+            *batch_row++ = 0;
             break;
         }
       }
-      if (op == Op::pick_neg_log_softmax_grad) b_.batch_labels.push_back(b_.member_labels[k]);
     }
+    if (op == Op::pick_neg_log_softmax_grad) b_.batch_labels.assign(b_.member_labels.begin(), b_.member_labels.end());
     ir::Attributes attrs;
     attrs.constant = constant;
     return emit_batch(op, member.rows ? member : shape, std::span(shapes.data(), s), attrs);

@@ -187,6 +187,7 @@ struct Buffers {
   std::vector<uint32_t> seed_begin;
   std::vector<int32_t> seed_counts;
   std::vector<int32_t> batch_terms, batch_rows;
+  std::vector<NodeId> call_zeros;
   std::vector<OutputRoute> output_routes;
   // send_batch()'s: each member's gradient as a term, the batch node's arguments and their rows,
   // its labels, and the forward members' arguments and labels.
