@@ -734,7 +734,9 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
   if (side_by_side) side_->start(schedule, values, pool_.size());
   const auto beside = [&](size_t i) { return runs_beside(schedule, values, i); };
   for (size_t b = 0; b < schedule.batch_count();) {
-    size_t end = side_by_side ? side_->window(b, beside) : b + 1;
+    // Windows only while another thread could take part: the caller records the next trace most
+    // of the time, and batches alone then cost no check.
+    size_t end = side_by_side && pool_.others_present() ? side_->window(b, beside) : b + 1;
     if (end - b > 1) run_window(schedule, values, b, end, stats);
     else end = run_alone(schedule, values, b, stats);
     for (; b < end; ++b)

@@ -16,6 +16,13 @@ void SideBySide::start(const scheduler::Schedule& schedule, const Values& values
   schedule_ = &schedule;
   values_ = &values;
   threads_ = threads;
+  found_ = false;
+}
+
+void SideBySide::find_producers() {
+  found_ = true;
+  const scheduler::Schedule& schedule = *schedule_;
+  const Values& values = *values_;
   const ir::Graph& graph = values.graph;
   base_ = schedule.nodes.empty() ? ir::NodeId(graph.size()) : *std::min_element(schedule.nodes.begin(), schedule.nodes.end());
   producer_.assign(graph.size() - base_, -1);
@@ -56,10 +63,12 @@ int64_t SideBySide::cost(size_t i) const {
   return flops;
 }
 
-size_t SideBySide::window(size_t b, const std::function<bool(size_t)>& beside) const {
+size_t SideBySide::window(size_t b, const std::function<bool(size_t)>& beside) {
   // Most batches read their predecessor's values: that is checked first, as it is cheapest.
   const size_t count = schedule_->batch_count();
-  if (threads_ < 2 || b + 1 >= count || reads_from(b + 1, b) || !beside(b)) return b + 1;
+  if (threads_ < 2 || b + 1 >= count) return b + 1;
+  if (!found_) find_producers();
+  if (reads_from(b + 1, b) || !beside(b)) return b + 1;
   size_t end = b + 1, best = b + 1;
   int64_t largest = cost(b), total = largest;
   for (; end < count && end - b < kMaxWindow && !reads_from(end, b) && beside(end); ++end) {

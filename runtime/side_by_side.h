@@ -53,11 +53,12 @@ class SideBySide {
   // A window of less arithmetic than this is not worth its hand-offs: its batches run alone.
   static constexpr int64_t kMinWindowFlops = 400'000;
 
-  // Before an evaluation of `schedule` on `threads` threads: which batch writes each node's value.
+  // Before an evaluation of `schedule` on `threads` threads. Which batch writes each node's value is
+  // found at the first window() asked for (a pass over the evaluation's nodes).
   void start(const scheduler::Schedule& schedule, const Values& values, int threads);
   // The window from batch b: [b, end), end - b < 2 when batch b runs alone. `beside(i)`: whether
   // the executor can run batch i beside others (views count as batches that run nothing).
-  size_t window(size_t b, const std::function<bool(size_t)>& beside) const;
+  size_t window(size_t b, const std::function<bool(size_t)>& beside);
   // The lane of a window's k-th batch.
   Lane& lane(size_t k);
   // Between evaluations: what the executor's own scratch keeps (BatchedExecutor::Scratch::trim).
@@ -74,6 +75,7 @@ class SideBySide {
   static std::atomic<bool> verify_windows;
 
  private:
+  void find_producers();
   // Whether batch i reads a value written by a batch in [begin, i).
   bool reads_from(size_t i, size_t begin) const;
   int64_t cost(size_t i) const;  // batch i's arithmetic (flops, a moved float counting one)
@@ -83,6 +85,7 @@ class SideBySide {
   int threads_ = 1;
   ir::NodeId base_ = 0;             // nodes before it were computed by earlier evaluations
   std::vector<int32_t> producer_;  // per node from base_: the batch writing its value, or -1
+  bool found_ = false;             // producer_ is this evaluation's
   std::vector<std::unique_ptr<Lane>> lanes_;
 };
 
