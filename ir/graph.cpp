@@ -19,17 +19,20 @@ NodeId Graph::add(Op op, std::span<const NodeId> args, Shape shape, const Attrib
     throw UsageError("edb: a trace holds at most " + std::to_string(kMaxNodes) + " nodes and " +
                      std::to_string(kMaxArguments) + " argument references; this one is full (" +
                      std::to_string(nodes_.size()) + " nodes): evaluate and start a new trace");
-  // Built before it is appended: `attrs` may lie in this graph's own node array, which the
-  // append may move.
-  Node node;
-  node.op = op;
-  node.args_begin = static_cast<uint32_t>(arg_pool_.size());
-  node.arg_count = static_cast<uint32_t>(args.size());
-  node.shape = shape;
-  node.attrs = attrs;
+  // `attrs` may lie in this graph's own node array, which the append may move: copied first.
+  // The node is then written in place, field by field: built on the stack and copied as a whole,
+  // its 64 bytes were read back with one wide load from the narrow stores that had just written
+  // them, which the store buffer cannot forward (a stall on every node recorded).
+  const Attributes kept = attrs;
+  const uint32_t args_begin = static_cast<uint32_t>(arg_pool_.size());
   // One copy: a batch call or a weight's contraction has thousands of arguments.
   arg_pool_.insert(arg_pool_.end(), args.begin(), args.end());
-  nodes_.push_back(node);
+  Node& node = nodes_.emplace_back();
+  node.op = op;
+  node.args_begin = args_begin;
+  node.arg_count = static_cast<uint32_t>(args.size());
+  node.shape = shape;
+  node.attrs = kept;
   // A pooled graph appends into capacity written a trace ago, long out of cache: the lines a few
   // nodes ahead are fetched for writing now, so that the appends do not wait for them.
   constexpr size_t kNodesAhead = 8, kArgsAhead = 64;
