@@ -736,7 +736,8 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
   for (size_t b = 0; b < schedule.batch_count();) {
     // Windows only while another thread could take part: the caller records the next trace most
     // of the time, and batches alone then cost no check.
-    size_t end = side_by_side && pool_.others_present() ? side_->window(b, beside) : b + 1;
+    const bool others = pool_.others_present() || SideBySide::even_alone.load(std::memory_order_relaxed);
+    size_t end = side_by_side && others ? side_->window(b, beside) : b + 1;
     if (end - b > 1) run_window(schedule, values, b, end, stats);
     else end = run_alone(schedule, values, b, stats);
     for (; b < end; ++b)

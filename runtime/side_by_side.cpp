@@ -11,6 +11,7 @@ namespace edb::runtime {
 
 std::atomic<bool> SideBySide::any_balance{false};
 std::atomic<bool> SideBySide::verify_windows{false};
+std::atomic<bool> SideBySide::even_alone{false};
 
 void SideBySide::start(const scheduler::Schedule& schedule, const Values& values, int threads) {
   schedule_ = &schedule;

@@ -73,6 +73,9 @@ class SideBySide {
   // window.
   static std::atomic<bool> any_balance;
   static std::atomic<bool> verify_windows;
+  // Tests: windows whether or not another thread could take part (so that they form however the
+  // threads are timed; a window no other thread joins runs on the executor's thread alone).
+  static std::atomic<bool> even_alone;
 
  private:
   void find_producers();
