@@ -734,10 +734,9 @@ void BatchedExecutor::execute(const scheduler::Schedule& schedule, const Values&
   if (side_by_side) side_->start(schedule, values, pool_.size());
   const auto beside = [&](size_t i) { return runs_beside(schedule, values, i); };
   for (size_t b = 0; b < schedule.batch_count();) {
-    // Windows only while another thread could take part: the caller records the next trace most
-    // of the time, and batches alone then cost no check.
-    const bool others = pool_.others_present() || SideBySide::even_alone.load(std::memory_order_relaxed);
-    size_t end = side_by_side && others ? side_->window(b, beside) : b + 1;
+    // Windows do not depend on which threads are there at the moment (a batch run whole may round
+    // apart from the same batch cut, and two runs must give the same bits).
+    size_t end = side_by_side ? side_->window(b, beside) : b + 1;
     if (end - b > 1) run_window(schedule, values, b, end, stats);
     else end = run_alone(schedule, values, b, stats);
     for (; b < end; ++b)
@@ -768,6 +767,7 @@ void BatchedExecutor::run_window(const scheduler::Schedule& schedule, const Valu
     if (values.plan.is_view(schedule.batch(b)[0])) continue;
     Lane& lane = side_->lane(runs.size());  // made here, before the threads read them
     lane.scratch.reset();
+    lane.stats = Stats{};  // what a window that threw left there
     prepare_beside(schedule, values, b, runs.size(), lane, stats);
     runs.push_back(b);
   }
@@ -776,11 +776,7 @@ void BatchedExecutor::run_window(const scheduler::Schedule& schedule, const Valu
     run_beside(schedule, values, runs[size_t(k)], size_t(k), side_->lane(size_t(k)));
   };
   pool_.parallel_for(int(runs.size()), task);
-  for (size_t k = 0; k < runs.size(); ++k) {
-    Lane& lane = side_->lane(k);
-    stats += lane.stats;
-    lane.stats = Stats{};
-  }
+  for (size_t k = 0; k < runs.size(); ++k) stats += side_->lane(k).stats;
   stats.side_by_side_batches += int64_t(runs.size());
 }
 

@@ -39,6 +39,9 @@ class BatchedExecutor : public Executor {
   void cache_sizes(CacheSizes& sizes) const override;
   void forget_cells() override;
   ThreadPool* thread_pool() override { return &pool_; }
+  // Tests: 1 runs independent batches side by side, 0 never, -1 (the default) as EDB_SIDE_BY_SIDE
+  // said when the executor was made.
+  static std::atomic<int> side_by_side_override;
 
   // Grow-only scratch blocks, reset per batch (pointers stay valid within a batch).
   class Scratch {
@@ -90,11 +93,6 @@ class BatchedExecutor : public Executor {
   virtual void run_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k, Lane& lane);
   // Batch b's context over `lane` (its outputs checked consecutive in member order).
   static BatchContext lane_context(const scheduler::Schedule& schedule, const Values& values, size_t b, Lane& lane);
-
- public:
-  // Tests: 1 runs independent batches side by side, 0 never, -1 (the default) as EDB_SIDE_BY_SIDE
-  // said when the executor was made.
-  static std::atomic<int> side_by_side_override;
 
  private:
   // Batch b alone (or the batches from b that run as one compiled unit): returns the next batch.

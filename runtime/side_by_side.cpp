@@ -11,7 +11,6 @@ namespace edb::runtime {
 
 std::atomic<bool> SideBySide::any_balance{false};
 std::atomic<bool> SideBySide::verify_windows{false};
-std::atomic<bool> SideBySide::even_alone{false};
 
 void SideBySide::start(const scheduler::Schedule& schedule, const Values& values, int threads) {
   schedule_ = &schedule;
@@ -30,7 +29,9 @@ void SideBySide::find_producers() {
   for (size_t b = 0; b < schedule.batch_count(); ++b)
     for (ir::NodeId id : schedule.batch(b)) producer_[id - base_] = int32_t(b);
   // A view (scheduled as a batch that runs nothing, or a call's output, never scheduled) is
-  // written by whoever writes what it aliases: its first argument, recorded before it.
+  // written by whoever writes what it aliases: its first argument, recorded before it. Any other
+  // node this schedule does not run is taken for its first argument's too: at worst a dependency
+  // that is not there, never one missed.
   for (ir::NodeId n = base_; n < graph.size(); ++n) {
     const ir::Node& node = graph.node(n);
     const bool scheduled = producer_[n - base_] >= 0;
@@ -70,14 +71,18 @@ size_t SideBySide::window(size_t b, const std::function<bool(size_t)>& beside) {
   if (threads_ < 2 || b + 1 >= count) return b + 1;
   if (!found_) find_producers();
   if (reads_from(b + 1, b) || !beside(b)) return b + 1;
+  const auto runs = [&](size_t i) { return values_->plan.is_view(schedule_->batch(i)[0]) ? 0 : 1; };
   size_t end = b + 1, best = b + 1;
   int64_t largest = cost(b), total = largest;
+  int batches = runs(b);  // that run something: a window needs two
   for (; end < count && end - b < kMaxWindow && !reads_from(end, b) && beside(end); ++end) {
     const int64_t c = cost(end);
     largest = std::max(largest, c);
     total += c;
-    if (any_balance.load(std::memory_order_relaxed) ||
-        (total >= kMinWindowFlops && (largest < kWholeFlops || double(largest) * threads_ <= kBalance * double(total))))
+    batches += runs(end);
+    if (batches >= 2 && (any_balance.load(std::memory_order_relaxed) ||
+                         (total >= kMinWindowFlops &&
+                          (largest < kWholeFlops || double(largest) * threads_ <= kBalance * double(total)))))
       best = end + 1;
   }
   return best;

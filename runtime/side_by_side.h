@@ -6,13 +6,15 @@
 // across the pool costs a hand-off per piece and leaves the other thread idle between batches
 // that are too small to cut, which side by side they are not.
 //
-// A window is only formed where it pays: enough arithmetic to be worth the hand-offs, and every
-// batch in it small enough that it would run whole anyway, or the largest at most kBalance of the
-// window's arithmetic over the threads, so that no thread waits long for the one holding the
-// largest. No batch of a window reads or writes what
-// another writes, so which thread runs which changes nothing; a batch run whole may round apart
-// from the same batch cut (an Eigen reduction groups its sums by where a piece begins), and the
-// same windows give the same bits run after run.
+// A window is only formed where it pays: two batches or more that run something, enough arithmetic
+// to be worth the hand-offs, and every batch in it small enough that it would run whole anyway, or
+// the largest at most kBalance of the window's arithmetic over the threads, so that no thread waits
+// long for the one holding the largest. Which windows form depends on the schedule alone, never on
+// which threads are free at the moment: a batch run whole may round apart from the same batch cut
+// (an Eigen reduction groups its sums by where a piece begins), so two runs give the same bits only
+// with the same windows. No batch of a window reads or writes what another writes, so which thread
+// runs which changes nothing. Off unless EDB_SIDE_BY_SIDE=1 (docs/design.md: on the sample models
+// it measured 0.95-1.01x of every batch alone).
 #pragma once
 
 #include <atomic>
@@ -20,7 +22,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <span>
 #include <span>
 #include <vector>
 
@@ -45,7 +46,7 @@ struct Lane {
 class SideBySide {
  public:
   static constexpr size_t kMaxWindow = 8;
-  // A batch of less arithmetic than this (flops, a copied float counting one) runs whole even
+  // A batch of less arithmetic than this (its flops plus its output's floats) runs whole even
   // alone: two pieces of cell_kernels.cpp's and batched.cpp's smallest.
   static constexpr int64_t kWholeFlops = 800'000;
   // A window of larger batches: its largest at most this share of its arithmetic per thread.
@@ -66,16 +67,14 @@ class SideBySide {
 
   // Tests: InternalError unless each batch of a window (`batches`, views left out) writes arena
   // floats no other batch of it reads or writes, by the addresses its members and arguments
-  // occupy: what window() concluded from the nodes, checked from where the values lie.
+  // occupy: what window() concluded from the nodes, checked from where the values lie (a call by
+  // its nominal range, which holds every row of its frame, wherever Plan::frames puts them).
   void verify(std::span<const size_t> batches) const;
 
   // Tests: windows of any balance, so that every independent run is side by side; verify() every
   // window.
   static std::atomic<bool> any_balance;
   static std::atomic<bool> verify_windows;
-  // Tests: windows whether or not another thread could take part (so that they form however the
-  // threads are timed; a window no other thread joins runs on the executor's thread alone).
-  static std::atomic<bool> even_alone;
 
  private:
   void find_producers();

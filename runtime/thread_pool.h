@@ -48,11 +48,6 @@ class ThreadPool {
   // Exceptions in tasks are rethrown here (the first one).
   void parallel_for(int count, const std::function<void(int)>& task);
 
-  // Whether a job posted now would find another thread to take part: a worker, or a lent thread
-  // inside assist(). A hint (an assistant may come or go the next moment).
-  bool others_present() const {
-    return !workers_.empty() || assisting_.load(std::memory_order_acquire) > 0;
-  }
   // Counts `threads` more threads that will call assist() (before the first parallel_for).
   void lend(int threads) { lent_ += threads; }
   // Runs tasks of the jobs posted, on the calling thread, until done() holds: done() is read

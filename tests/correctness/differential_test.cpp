@@ -165,12 +165,10 @@ struct VerifiedWindows {
   VerifiedWindows() {
     runtime::BatchedExecutor::side_by_side_override.store(1);
     runtime::SideBySide::verify_windows.store(true);
-    runtime::SideBySide::even_alone.store(true);
   }
   ~VerifiedWindows() {
     runtime::BatchedExecutor::side_by_side_override.store(-1);
     runtime::SideBySide::verify_windows.store(false);
-    runtime::SideBySide::even_alone.store(false);
   }
 };
 

@@ -26,13 +26,11 @@ struct SideBySideSwitches {
     runtime::BatchedExecutor::side_by_side_override.store(on ? 1 : 0);
     runtime::SideBySide::any_balance.store(any_balance);
     runtime::SideBySide::verify_windows.store(true);
-    runtime::SideBySide::even_alone.store(true);
   }
   ~SideBySideSwitches() {
     runtime::BatchedExecutor::side_by_side_override.store(-1);
     runtime::SideBySide::any_balance.store(false);
     runtime::SideBySide::verify_windows.store(false);
-    runtime::SideBySide::even_alone.store(false);
   }
 };
 
