@@ -155,14 +155,15 @@ void CellKernels::refresh_weights(Cell& cell, const std::function<const ir::Para
   }
 }
 
-void CellKernels::run(const Launch& launch, ThreadPool& pool, Stats& stats) {
-  const Cell& cell = *launch.cell;
-  const int64_t calls = launch.calls;
+void CellKernels::launch(size_t lane, ThreadPool& pool, Stats& stats) {
+  const Launch& prepared = *launches_.at(lane);
+  const Cell& cell = *prepared.cell;
+  const int64_t calls = prepared.calls;
   const size_t slots = cell.lowering->call_slots.size();
   const jit::CellFunction function = cell.kernel.cell();
   auto run_calls = [&](int64_t begin, int64_t end, int64_t tile_begin, int64_t tile_end) {
-    const jit::CellArgs args{end - begin, launch.shared.data(), cell.weight_pointers.data(),
-                             launch.pointers.data() + begin * int64_t(slots), tile_begin, tile_end};
+    const jit::CellArgs args{end - begin, prepared.shared.data(), cell.weight_pointers.data(),
+                             prepared.pointers.data() + begin * int64_t(slots), tile_begin, tile_end};
     function(&args);
   };
   const int64_t threads = pool.size();
@@ -196,8 +197,6 @@ void CellKernels::run_calls(std::span<const ir::NodeId> calls, const Values& val
   prepare(calls, values, pool, stats, 0);
   launch(0, pool, stats);
 }
-
-void CellKernels::launch(size_t lane, ThreadPool& pool, Stats& stats) { run(*launches_.at(lane), pool, stats); }
 
 void CellKernels::prepare(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats,
                           size_t lane) {

@@ -41,7 +41,8 @@ class CellKernels {
   // run_calls in two halves, so that batches prepared one after another on one thread may then
   // run side by side (runtime/side_by_side.h): prepare() compiles the cell where needed, repacks
   // its weights and builds the calls' tables into launch `lane` (kept until that lane is prepared
-  // again); launch() runs them. Launches of different lanes may run at once on different threads.
+  // again); launch() runs them, split across `pool`. Launches of different lanes may run at once on
+  // different threads.
   void prepare(std::span<const ir::NodeId> calls, const Values& values, ThreadPool& pool, Stats& stats, size_t lane);
   void launch(size_t lane, ThreadPool& pool, Stats& stats);
 
@@ -61,8 +62,6 @@ class CellKernels {
   // piece(w, p) is piece p of weight w.
   void refresh_weights(Cell& cell, const std::function<const ir::ParameterInfo&(size_t, size_t)>& piece,
                        ThreadPool& pool);
-  // Runs the kernel over the calls `launch` holds, split across `pool`.
-  static void run(const Launch& launch, ThreadPool& pool, Stats& stats);
 
   std::string cache_directory_;
   jit::CachedCompiler* compiler_ = nullptr;

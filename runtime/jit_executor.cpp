@@ -248,17 +248,6 @@ bool compiled_calls(const scheduler::Schedule& schedule, const Values& values, c
 }
 }  // namespace
 
-bool JitExecutor::runs_beside(const scheduler::Schedule& schedule, const Values& values, size_t b) const {
-  const ir::NodeId lead = schedule.batch(b)[0];
-  if (values.plan.is_view(lead)) return true;
-  const ir::Node& first = values.graph.node(lead);
-  if (first.op == ir::Op::call) return compiled_calls(schedule, values, first);
-  // An elementwise batch that would fuse with the next runs alone, as their one kernel.
-  if (jit::KernelOp op; !ir::is_node_batch(first) && jit_op_of(first, op))
-    return fusable_end(schedule, values, b) == b + 1;
-  return BatchedExecutor::runs_beside(schedule, values, b);
-}
-
 // A batch beside others as the jit runs it: calls of a cell that lowers as the cell's kernel, an
 // elementwise batch as a compiled group of one, the rest as batched runs it.
 enum class JitExecutor::Beside { cells, group, batched };
@@ -268,6 +257,17 @@ JitExecutor::Beside JitExecutor::beside_kind(const scheduler::Schedule& schedule
   if (first.op == ir::Op::call) return Beside::cells;
   jit::KernelOp op;
   return !ir::is_node_batch(first) && jit_op_of(first, op) ? Beside::group : Beside::batched;
+}
+
+bool JitExecutor::runs_beside(const scheduler::Schedule& schedule, const Values& values, size_t b) const {
+  if (values.plan.is_view(schedule.batch(b)[0])) return true;
+  switch (beside_kind(schedule, values, b)) {
+    case Beside::cells: return compiled_calls(schedule, values, values.graph.node(schedule.batch(b)[0]));
+    // An elementwise batch that would fuse with the next runs alone, as their one kernel.
+    case Beside::group: return fusable_end(schedule, values, b) == b + 1;
+    case Beside::batched: break;
+  }
+  return BatchedExecutor::runs_beside(schedule, values, b);
 }
 
 void JitExecutor::prepare_beside(const scheduler::Schedule& schedule, const Values& values, size_t b, size_t k,
