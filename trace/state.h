@@ -204,7 +204,14 @@ struct TraceState {
   std::vector<LeafGradient> backward_leaves;
 
   // The graph's parameter index of a lookup table, registering it on first use.
-  uint32_t table_index(ModelState& model, uint32_t index) { return table_index(model.info(index)); }
+  // By uid first: a table's info names it ("model/name", a string built), which a lookup of a
+  // table already registered (every lookup but the first) does not need.
+  uint32_t table_index(ModelState& model, uint32_t index) {
+    const uint64_t uid = model.at(index).uid;
+    for (const auto& [seen, graph_index] : tables)
+      if (seen == uid) return graph_index;
+    return table_index(model.info(index));
+  }
   uint32_t table_index(const ir::ParameterInfo& table) {
     for (const auto& [seen, graph_index] : tables)
       if (seen == table.uid) return graph_index;
