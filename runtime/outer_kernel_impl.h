@@ -103,46 +103,81 @@ void pack_cols(const float* const* columns, int64_t k0, int64_t depth, int64_t e
   pack<kCols>(columns, k0, depth, extent, panels);
 }
 
-// out's kRows x kCols tile += (row panel a) (column panel b)^T over `depth` columns; only the
-// first live_rows x live_cols of the tile are stored.
+// out's (vectors x kLanes) x width tile += (row panel a) (column panel b)^T over `depth` columns:
+// the panels' first rows and columns (they are kRows and kCols wide); only the first
+// live_rows x live_cols of the tile are stored. The full tile is two vectors by kCols; the
+// narrower ones serve the edges, where the full tile would compute mostly zeros (BiLSTM's 200 x 50
+// recurrent weights: 224 x 60 computed for 200 x 50, then 208 x 52). Each element sums over k in
+// the same order whichever tile computes it.
+template <int64_t vectors, int64_t width>
 void tile(const float* __restrict a, const float* __restrict b, int64_t depth, float* out, int64_t ld,
           int64_t live_rows, int64_t live_cols) {
-  Vec top[kCols] = {}, bottom[kCols] = {};
+  static_assert(vectors == 1 || vectors == 2);
+  Vec top[width] = {}, bottom[width] = {};
   for (int64_t k = 0; k < depth; ++k) {
-    const Vec a0 = load(a + k * kRows), a1 = load(a + k * kRows + kLanes);
+    const Vec a0 = load(a + k * kRows);
     const float* bk = b + k * kCols;
+    if constexpr (vectors == 2) {
+      const Vec a1 = load(a + k * kRows + kLanes);
 #pragma GCC unroll 12
-    for (int64_t j = 0; j < kCols; ++j) {
-      top[j] += a0 * bk[j];
-      bottom[j] += a1 * bk[j];
+      for (int64_t j = 0; j < width; ++j) {
+        top[j] += a0 * bk[j];
+        bottom[j] += a1 * bk[j];
+      }
+    } else {
+#pragma GCC unroll 12
+      for (int64_t j = 0; j < width; ++j) top[j] += a0 * bk[j];
     }
   }
-  if (live_rows == kRows && live_cols == kCols) {
+  if (live_rows == vectors * kLanes && live_cols == width) {
 #pragma GCC unroll 12
-    for (int64_t j = 0; j < kCols; ++j) {
+    for (int64_t j = 0; j < width; ++j) {
       float* column = out + j * ld;
       store(column, load(column) + top[j]);
-      store(column + kLanes, load(column + kLanes) + bottom[j]);
+      if constexpr (vectors == 2) store(column + kLanes, load(column + kLanes) + bottom[j]);
     }
     return;
   }
   for (int64_t j = 0; j < live_cols; ++j) {
     float sums[kRows];
     store(sums, top[j]);
-    store(sums + kLanes, bottom[j]);
+    if constexpr (vectors == 2) store(sums + kLanes, bottom[j]);
     float* column = out + j * ld;
     for (int64_t r = 0; r < live_rows; ++r) column[r] += sums[r];
   }
+}
+
+using TileFunction = void (*)(const float*, const float*, int64_t, float*, int64_t, int64_t, int64_t);
+
+// The narrowest tile that holds an edge of live_rows x live_cols: one vector of rows or two;
+// 4, 8 or kCols columns.
+template <int64_t vectors>
+TileFunction tile_for_columns(int64_t live_cols) {
+  if constexpr (kCols > 4)
+    if (live_cols <= 4) return tile<vectors, 4>;
+  if constexpr (kCols > 8)
+    if (live_cols <= 8) return tile<vectors, 8>;
+  return tile<vectors, kCols>;
+}
+TileFunction tile_for(int64_t live_rows, int64_t live_cols) {
+  return live_rows <= kLanes ? tile_for_columns<1>(live_cols) : tile_for_columns<2>(live_cols);
 }
 
 void tiles(const float* row_panels, const float* col_panels, int64_t depth, float* out, int64_t ld, int64_t rows,
            int64_t cols, int64_t begin, int64_t end) {
   const int64_t row_tiles = (rows + kRows - 1) / kRows;
   // A column panel stays in L1 while the row panels stream past it.
-  for (int64_t tj = begin; tj < end; ++tj)
-    for (int64_t ti = 0; ti < row_tiles; ++ti)
-      tile(row_panels + ti * kRows * depth, col_panels + tj * kCols * depth, depth, out + tj * kCols * ld + ti * kRows,
-           ld, smaller(kRows, rows - ti * kRows), smaller(kCols, cols - tj * kCols));
+  for (int64_t tj = begin; tj < end; ++tj) {
+    const int64_t live_cols = smaller(kCols, cols - tj * kCols);
+    for (int64_t ti = 0; ti < row_tiles; ++ti) {
+      const int64_t live_rows = smaller(kRows, rows - ti * kRows);
+      const float* a = row_panels + ti * kRows * depth;
+      const float* b = col_panels + tj * kCols * depth;
+      float* c = out + tj * kCols * ld + ti * kRows;
+      if (live_rows == kRows && live_cols == kCols) tile<2, kCols>(a, b, depth, c, ld, live_rows, live_cols);
+      else tile_for(live_rows, live_cols)(a, b, depth, c, ld, live_rows, live_cols);
+    }
+  }
 }
 
 // c += a b: a's panels per kGemmDepth columns, b's per kGemmColumns columns within them, as BLIS
