@@ -4,6 +4,7 @@
 // Everything here has internal linkage and uses no inline library code, so no function compiled
 // for a wider ISA can stand in for this file's at link time.
 #include <cstdint>
+#include <utility>
 
 #include "runtime/outer_kernel.h"
 
@@ -266,17 +267,27 @@ void add_in_blocks(const float* const* x, const float* const* y, int64_t count, 
   if (r0 < rows) add_rows_by_columns(x, y, count, r0, rows, cols, out);
 }
 
+using AddFunction = void (*)(const float* const*, const float* const*, int64_t, int64_t, float*);
+template <int64_t... cols>
+struct AddTable {
+  static constexpr AddFunction adds[sizeof...(cols)] = {add_in_blocks<cols + 1>...};
+};
+template <int64_t... cols>
+constexpr const AddFunction* add_table(std::integer_sequence<int64_t, cols...>) {
+  return AddTable<cols...>::adds;
+}
+
+// The narrow paths bring fewer columns than kCols / 2 (a bias's one) or, transposed, than kRows
+// / 2 (a classifier's logits): up to 15 with AVX-512, 7 with AVX2, in registers (a block of one
+// vector takes as many accumulators, a load and a broadcast).
+constexpr int64_t kMostColumnsInRegisters = kRegisters - 3 < 15 ? kRegisters - 3 : 15;
+static_assert(kMostColumnsInRegisters >= kRows / 2 - 1 && kMostColumnsInRegisters >= kCols / 2 - 1);
+
 void add_by_columns(const float* const* x, const float* const* y, int64_t count, int64_t rows, int64_t cols,
                     float* out) {
-  // The few columns the narrow paths bring (below kCols / 2; a bias's one), in registers.
-  switch (cols) {
-    case 1: return add_in_blocks<1>(x, y, count, rows, out);
-    case 2: return add_in_blocks<2>(x, y, count, rows, out);
-    case 3: if constexpr (kRegisters >= 32) return add_in_blocks<3>(x, y, count, rows, out); break;
-    case 4: if constexpr (kRegisters >= 32) return add_in_blocks<4>(x, y, count, rows, out); break;
-    case 5: if constexpr (kRegisters >= 32) return add_in_blocks<5>(x, y, count, rows, out); break;
-    default: break;
-  }
+  // (A plain table: the file holds no inline library code; integer_sequence is only a type.)
+  static constexpr const AddFunction* adds = add_table(std::make_integer_sequence<int64_t, kMostColumnsInRegisters>{});
+  if (cols >= 1 && cols <= kMostColumnsInRegisters) return adds[cols - 1](x, y, count, rows, out);
   add_rows_by_columns(x, y, count, 0, rows, cols, out);
 }
 

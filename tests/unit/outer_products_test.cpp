@@ -35,12 +35,12 @@ struct Case {
 // rows and of 4 or 8 columns, filled exactly or in part): partial row and column tiles, one
 // column, a panel's depth exactly, one past it and several panels.
 // Narrow products take the other paths: few columns (a bias's (dy, 1)), few rows (a classifier),
-// both.
+// both; by blocks of rows in registers and by columns past them.
 const Case kCases[] = {{16, 6, 1},    {32, 12, 256},  {33, 13, 257}, {70, 30, 600}, {640, 256, 300},
                        {31, 11, 5},   {128, 128, 512}, {17, 100, 3},  {384, 7, 1000}, {200, 1, 1231},
                        {200, 5, 40},  {5, 128, 300},   {15, 6, 20},   {3, 2, 10},     {1, 1, 7},
                        {8, 6, 9},     {9, 7, 13},     {24, 18, 33},  {48, 13, 70},  {4, 3, 5},
-                       {16, 4, 9},    {40, 20, 11},   {64, 8, 17},   {200, 50, 65}};
+                       {16, 4, 9},    {40, 20, 11},   {64, 8, 17},   {200, 50, 65},  {12, 40, 9},  {7, 70, 11}};
 
 std::vector<std::string> host_isas() {
   std::vector<std::string> names;
