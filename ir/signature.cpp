@@ -208,6 +208,18 @@ TypeId SignatureTable::intern_node_batch(const Graph& graph, NodeId id) {
 
 TypeId SignatureTable::intern_contraction(const Graph& graph, NodeId id, Shape dy, Shape x) {
   const Node& n = graph.node(id);
+  // Asked once per weight per backward pass: the exact cache answers a contraction seen before
+  // (its header's top bit, which a node's header never sets, keeps it apart) with no string built.
+  const uint64_t words[] = {(uint64_t{1} << 63) | uint64_t(n.op) | (uint64_t{n.arg_count} << 8), pack(dy), pack(x),
+                            pack(n.shape)};
+  const uint64_t hash = hash_words(words);
+  if (const TypeId* seen = find_recorded(words, hash)) return *seen;
+  const TypeId type = intern_contraction_named(n, dy, x);
+  remember_recorded(words, hash, type);
+  return type;
+}
+
+TypeId SignatureTable::intern_contraction_named(const Node& n, Shape dy, Shape x) {
   const std::string pairs = std::to_string(n.arg_count / 2) + " x (" + to_string(dy) + ", " + to_string(x) + ")";
   return intern_named(std::string(op_name(n.op)) + ' ' + pairs + ' ' + to_string(n.shape),
                       std::string(op_name(n.op)) + '(' + pairs + ")->" + to_string(n.shape));
@@ -260,23 +272,38 @@ TypeId SignatureTable::intern_recorded(const Graph& graph, NodeId id, std::span<
     else if (a.op == Op::parameter) words[length++] = (uint64_t{1} << 63) | graph.parameter(a.attrs.parameter).uid;
     else words[length++] = (uint64_t{3} << 62) | pack(a.shape);
   }
+  const std::span<const uint64_t> key(words, length);
+  const uint64_t hash = hash_words(key);
+  if (const TypeId* seen = find_recorded(key, hash)) return *seen;
+  const TypeId type = intern(graph, id);
+  remember_recorded(key, hash, type);
+  return type;
+}
+
+uint64_t SignatureTable::hash_words(std::span<const uint64_t> words) {
   uint64_t hash = 0x9e3779b97f4a7c15ull;
-  for (size_t i = 0; i < length; ++i) {
-    hash = (hash ^ words[i]) * 0xbf58476d1ce4e5b9ull;
+  for (uint64_t w : words) {
+    hash = (hash ^ w) * 0xbf58476d1ce4e5b9ull;
     hash ^= hash >> 31;
   }
-  hash |= 1;  // never 0, the empty mark
+  return hash | 1;  // never 0, the empty mark
+}
+
+const TypeId* SignatureTable::find_recorded(std::span<const uint64_t> words, uint64_t hash) const {
   const size_t mask = recorded_.size() - 1;
   for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
-    RecordedEntry& e = recorded_[slot];
-    if (e.hash == 0) break;
-    if (e.hash == hash && e.length == length) {
+    const RecordedEntry& e = recorded_[slot];
+    if (e.hash == 0) return nullptr;
+    if (e.hash == hash && e.length == words.size()) {
       size_t i = 0;
-      while (i < length && e.words[i] == words[i]) ++i;
-      if (i == length) return e.type;
+      while (i < words.size() && e.words[i] == words[i]) ++i;
+      if (i == words.size()) return &e.type;
     }
   }
-  const TypeId type = intern(graph, id);
+}
+
+void SignatureTable::remember_recorded(std::span<const uint64_t> words, uint64_t hash, TypeId type) {
+  const size_t length = words.size();
   if ((recorded_count_ + 1) * 2 > recorded_.size()) {  // keep the load under one half
     std::vector<RecordedEntry> old(recorded_.size() * 2);
     old.swap(recorded_);
@@ -294,11 +321,10 @@ TypeId SignatureTable::intern_recorded(const Graph& graph, NodeId id, std::span<
     e.hash = hash;
     e.length = static_cast<uint32_t>(length);
     e.type = type;
-    std::memcpy(e.words, words, length * sizeof(uint64_t));
+    std::memcpy(e.words, words.data(), length * sizeof(uint64_t));
     ++recorded_count_;
     break;
   }
-  return type;
 }
 
 void SignatureTable::reset() {

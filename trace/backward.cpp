@@ -229,7 +229,7 @@ void Backward::send_call(NodeId n, const std::vector<uint8_t>& flows) {
   detail::CellRecord& record = record_of(cell);
   if (!record.backward) return;  // no gradient flows through its body
   detail::BackwardCell& backward = *record.backward;
-  std::vector<NodeId>& args = b_.call_args;
+  auto& args = b_.call_args;
   args.assign(1, n);
   const auto forward_args = graph_.args(n);
   args.insert(args.end(), forward_args.begin(), forward_args.end());
@@ -438,8 +438,8 @@ void Backward::send_call_batch(const std::vector<uint8_t>& flows) {
   // first needed). Every member's row of the table is as wide: written in place.
   size_t width = 1 + arguments;
   for (size_t j = 0; j < outputs_sent; ++j) width += size_t(terms[1 + arguments + j]);
-  std::vector<NodeId>& args = b_.call_args;
-  std::vector<int32_t>& rows = b_.batch_rows;
+  auto& args = b_.call_args;
+  auto& rows = b_.batch_rows;
   args.resize(calls.size() * width);
   rows.resize(calls.size() * width);
   std::vector<NodeId>& zeros = b_.call_zeros;  // per output: its padding, once made

@@ -24,6 +24,27 @@ namespace edb::detail {
 using ir::NodeId;
 using ir::Op;
 
+// An allocator whose resize() leaves new elements unwritten: the pass's arrays that are sized
+// first and then written in place (a weight's pairs, a batch's table) skip the zero fill, a
+// memset over memory that execution evicted between steps.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0) ::new (static_cast<void*>(p)) U;
+    else ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <typename T>
+using UninitializedVector = std::vector<T, UninitializedAllocator<T>>;
+
 // What a consumer sends to a node's gradient, in one flat list per backward pass (a node's
 // contributions are linked through `next`): no allocation per node. A parameter's (dy, x) pairs
 // are kept apart (ParameterPairs).
@@ -56,8 +77,8 @@ struct ParameterPairs {
   static constexpr size_t kNoPlace = SIZE_MAX;
   NodeId parameter = ir::kNoNode;
   Shapes shape;                  // every pair's, while !mixed
-  std::vector<NodeId> args;      // while !mixed
-  std::vector<int32_t> rows;
+  UninitializedVector<NodeId> args;  // while !mixed
+  UninitializedVector<int32_t> rows;
   bool mixed = false;            // pairs of several shapes came: all are in `terms`
   std::vector<Term> terms;
 
@@ -176,7 +197,8 @@ struct Buffers {
   std::vector<NodeId> args;       // send()'s
   // send_call()'s: the backward call's arguments and outputs, each output's gradient terms, and
   // the frame rows read as right factors (only that call's outputs read its frame).
-  std::vector<NodeId> call_args, call_outputs;
+  UninitializedVector<NodeId> call_args;
+  std::vector<NodeId> call_outputs;
   std::vector<std::vector<NodeId>> seeds;
   std::vector<std::pair<std::pair<int64_t, ir::Shape>, NodeId>> frame_reads;
   // send_call_batch()'s: the forward batch's calls waiting for their batch call, their forward
@@ -186,14 +208,17 @@ struct Buffers {
   std::vector<SeedTerm> seed_terms;
   std::vector<uint32_t> seed_begin;
   std::vector<int32_t> seed_counts;
-  std::vector<int32_t> batch_terms, batch_rows;
+  std::vector<int32_t> batch_terms;
+  UninitializedVector<int32_t> batch_rows;
   std::vector<NodeId> call_zeros;
   std::vector<OutputRoute> output_routes;
   // send_batch()'s: each member's gradient as a term, the batch node's arguments and their rows,
   // its labels, and the forward members' arguments and labels.
   std::vector<std::pair<NodeId, int32_t>> member_dy;
-  std::vector<NodeId> batch_args, member_args;
-  std::vector<int32_t> batch_arg_rows, batch_labels, member_labels;
+  UninitializedVector<NodeId> batch_args;
+  std::vector<NodeId> member_args;
+  UninitializedVector<int32_t> batch_arg_rows;
+  std::vector<int32_t> batch_labels, member_labels;
   std::vector<size_t> pair_places;  // per argument slot of a product: its pairs' places, claimed
   std::vector<ParameterPairs*> pair_lists;
 };
