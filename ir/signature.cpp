@@ -181,7 +181,30 @@ TypeId SignatureTable::intern_call_batch(const Graph& graph, NodeId id) {
   // those, apart by which parameter a term is (the first member's: a batch's members share them).
   const CellBody& cell = graph.cell(graph.node(id).attrs.index);
   const auto first_member = graph.args(id).first(size_t(call_batch(graph, id).terms_per_member()));
-  return intern_call(graph, cell.key + " batch", cell.signature + " batched", first_member);
+  // Asked once per batch call a backward pass records: the exact cache answers a cell and
+  // parameters seen before (the cell by its address, as build_key names a call's cell; bit 61 of
+  // the header keeps these keys apart) with no string built.
+  uint64_t words[kRecordedWords];
+  size_t length = 0;
+  words[length++] = uint64_t{1} << 61;
+  words[length++] = reinterpret_cast<uintptr_t>(&cell);
+  for (size_t i = 0; i < first_member.size() && length <= kRecordedWords; ++i) {
+    const Node& a = graph.node(first_member[i]);
+    if (a.op != Op::parameter) continue;
+    if (length + 2 > kRecordedWords) {
+      length = kRecordedWords + 1;  // too many to key: the strings alone
+      break;
+    }
+    words[length++] = i;
+    words[length++] = graph.parameter(a.attrs.parameter).uid;
+  }
+  if (length > kRecordedWords) return intern_call(graph, cell.key + " batch", cell.signature + " batched", first_member);
+  const std::span<const uint64_t> key(words, length);
+  const uint64_t hash = hash_words(key);
+  if (const TypeId* seen = find_recorded(key, hash)) return *seen;
+  const TypeId type = intern_call(graph, cell.key + " batch", cell.signature + " batched", first_member);
+  remember_recorded(key, hash, type);
+  return type;
 }
 
 TypeId SignatureTable::intern_node_batch(const Graph& graph, NodeId id) {
@@ -189,9 +212,34 @@ TypeId SignatureTable::intern_node_batch(const Graph& graph, NodeId id) {
   // their number of members (a batch of them runs as all their members), apart from plain nodes.
   const Node& n = graph.node(id);
   const NodeBatch batch = node_batch(graph, id);
+  // Asked once per batch node a backward pass records: the exact cache answers one seen before
+  // (bit 62 of the header keeps these keys apart) with no string built.
+  uint64_t words[kRecordedWords];
+  size_t length = 0;
+  const auto args = graph.args(id);
+  if (2 + 2 * batch.slots() + 1 <= kRecordedWords) {
+    words[length++] = (uint64_t{1} << 62) | uint64_t(n.op) | (uint64_t{batch.slots()} << 8);
+    words[length++] = pack(member_shape(n));
+    for (size_t slot = 0; slot < batch.slots(); ++slot) {
+      const ParameterInfo* p = shared_parameter(graph, args[slot]);
+      words[length++] = pack(batch.shapes[slot]);
+      words[length++] = p ? (uint64_t{1} << 63) | p->uid : 0;
+    }
+    if (has_flag(n.op, kConstant)) words[length++] = std::bit_cast<uint32_t>(n.attrs.constant);
+  }
+  const std::span<const uint64_t> key(words, length);
+  const uint64_t hash = length ? hash_words(key) : 0;
+  if (length)
+    if (const TypeId* seen = find_recorded(key, hash)) return *seen;
+  const TypeId type = intern_node_batch_named(graph, n, batch);
+  if (length) remember_recorded(key, hash, type);
+  return type;
+}
+
+TypeId SignatureTable::intern_node_batch_named(const Graph& graph, const Node& n, const NodeBatch& batch) {
+  const auto args = graph.args(n);
   std::string key = "batch " + std::string(op_name(n.op)) + ' ' + to_string(member_shape(n));
   std::string name = std::string(op_name(n.op)) + " batched(";
-  const auto args = graph.args(id);
   for (size_t slot = 0; slot < batch.slots(); ++slot) {
     const ParameterInfo* p = shared_parameter(graph, args[slot]);
     key += ' ' + to_string(batch.shapes[slot]) + (p ? ':' + std::to_string(p->uid) : std::string());

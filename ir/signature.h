@@ -93,7 +93,8 @@ class SignatureTable {
   static uint64_t hash_words(std::span<const uint64_t> words);  // never 0
   const TypeId* find_recorded(std::span<const uint64_t> words, uint64_t hash) const;  // null: not seen
   void remember_recorded(std::span<const uint64_t> words, uint64_t hash, TypeId type);
-  TypeId intern_contraction_named(const Node& n, Shape dy, Shape x);  // the string path
+  TypeId intern_contraction_named(const Node& n, Shape dy, Shape x);  // the string paths
+  TypeId intern_node_batch_named(const Graph& graph, const Node& n, const NodeBatch& batch);
   size_t recorded_count_ = 0;
   int64_t resets_ = 0, forgotten_ = 0;
   size_t type_bytes_ = 0;  // bytes()'s share of by_key_, by_name_ and names_
