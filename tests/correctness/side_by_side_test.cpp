@@ -15,6 +15,7 @@
 #include "runtime/side_by_side.h"
 #include "samples/models.h"
 #include "tests/support/rng.h"
+#include "tests/support/sample_gradients.h"
 #include "tests/support/test_support.h"
 
 namespace edb {
@@ -42,10 +43,7 @@ struct Evaluation {
 // The summed loss of 24 instances and its gradients, as one flat vector.
 Evaluation loss_and_gradients(samples::SampleModel& sample, const std::string& executor, int threads) {
   Engine engine(testing::checked_options(executor, threads));
-  Trace trace(engine);
-  std::vector<Expr> losses;
-  for (size_t i = 0; i < std::min<size_t>(sample.instance_count(), 24); ++i) losses.push_back(sample.record_loss(trace, i));
-  const Gradients gradients = trace.backward(sum(losses));
+  const Gradients gradients = testing::summed_loss_gradients(engine, sample, 24);
   Evaluation run;
   run.values.push_back(gradients.loss);
   for (const Gradients::Dense& d : gradients.parameters)

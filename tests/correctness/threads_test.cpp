@@ -21,6 +21,7 @@
 #include "samples/training.h"
 #include "runtime/weight_gradients.h"
 #include "tests/support/rng.h"
+#include "tests/support/sample_gradients.h"
 #include "tests/support/test_support.h"
 
 namespace edb {
@@ -90,10 +91,7 @@ TEST(Threads, GradientsMatchOneThread) {
       options.threads = threads;
       options.verify = true;
       Engine engine(options);
-      Trace trace(engine);
-      std::vector<Expr> losses;
-      for (size_t i = 0; i < std::min<size_t>(sample->instance_count(), 24); ++i) losses.push_back(sample->record_loss(trace, i));
-      return trace.backward(sum(losses));
+      return testing::summed_loss_gradients(engine, *sample, 24);
     };
     const Gradients one = gradients(1);
     ASSERT_FALSE(one.parameters.empty());

@@ -20,6 +20,7 @@
 #include "samples/models.h"
 #include "samples/runner.h"
 #include "samples/training.h"
+#include "tests/support/sample_gradients.h"
 #include "tests/support/test_support.h"
 
 #ifdef EDB_TEST_CUDA_HEADERS
@@ -312,10 +313,7 @@ Gradients gradients_on(samples::SampleModel& model, const char* device, const ch
   options.cache_directory = cache;
   options.verify = true;
   Engine engine(options);
-  Trace trace(engine);
-  std::vector<Expr> losses;
-  for (size_t i = 0; i < model.instance_count(); ++i) losses.push_back(model.record_loss(trace, i));
-  return trace.backward(sum(losses));
+  return testing::summed_loss_gradients(engine, model);
 }
 
 // The loss and every gradient (parameters and tables' rows) of `gpu` against `cpu`.
