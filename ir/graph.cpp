@@ -1,4 +1,5 @@
 // Op tables generated from ops.def, the Graph container, the verifier and the printer.
+#include <array>
 #include <climits>
 #include <cstdio>
 #include <string>
@@ -151,12 +152,18 @@ NodeBatch node_batch(const Graph& graph, NodeId id) {
 
 NodeId add_node_batch(Graph& graph, Op op, Shape member, std::span<const Shape> shapes, std::span<const NodeId> args,
                       std::span<const int32_t> rows, std::span<const int32_t> labels, Attributes attrs) {
-  std::vector<int32_t> table;
-  table.reserve(2 * shapes.size());
-  for (Shape s : shapes) {
-    table.push_back(s.rows);
-    table.push_back(s.cols);
+  // The slots' shapes, on the stack for the few slots an op has: the backward pass records a batch
+  // node per forward batch, and a heap block for each was a malloc and free per node.
+  constexpr size_t kFewSlots = 8;
+  std::array<int32_t, 2 * kFewSlots> few;
+  std::vector<int32_t> many;
+  if (shapes.size() > kFewSlots) many.resize(2 * shapes.size());
+  int32_t* written = shapes.size() > kFewSlots ? many.data() : few.data();
+  for (size_t s = 0; s < shapes.size(); ++s) {
+    written[2 * s] = shapes[s].rows;
+    written[2 * s + 1] = shapes[s].cols;
   }
+  const std::span<const int32_t> table(written, 2 * shapes.size());
   const int64_t at = graph.add_rows(table);
   graph.add_rows(rows);
   graph.add_rows(labels);
