@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <edbatch/errors.h>
 
+#include "ir/isa.h"
 #include "jit/kernel_cache.h"
 #include "jit/kernel_ir.h"
 #include "jit/llvm_backend.h"
@@ -126,6 +128,28 @@ int list(KernelCache& cache, bool json) {
   return report_damaged();
 }
 
+// The ISA an entry's code was built for: its flags' "isa=NAME" (llvm_kernel_flags), or "".
+std::string entry_isa(const std::string& flags) {
+  const size_t at = flags.find("isa=");
+  if (at == std::string::npos) return "";
+  const size_t begin = at + 4;
+  return flags.substr(begin, flags.find(' ', begin) - begin);
+}
+
+// Regenerates for the entry's own ISA where it can: the ISA is read from EDB_ISA once per process,
+// so it is set before the first read, unless the user set it or the CPU cannot run that ISA. The
+// ISA this process then uses, and why it is not the entry's when it is not ("" when it is).
+std::string select_entry_isa(const std::string& isa) {
+  const std::optional<edb::ir::Isa> wanted = edb::ir::parse_isa(isa);
+  std::string why;
+  if (!wanted) why = "its ISA is not known here";
+  else if (*wanted > edb::ir::host_isa()) why = "this CPU runs " + std::string(edb::ir::isa_name(edb::ir::host_isa())) + " at most";
+  else if (const char* set = std::getenv("EDB_ISA"); set && *set) why = std::string("EDB_ISA=") + set + " is set";
+  else setenv("EDB_ISA", isa.c_str(), 1);
+  if (wanted && edb::ir::selected_isa() == *wanted) return "";
+  return why.empty() ? "this process had already chosen its ISA" : why;
+}
+
 int show(KernelCache& cache, const std::string& hash, bool json) {
   const std::optional<KernelKey> key = KernelKey::from_hex(hash);
   if (!key) throw UsageError("edb-cache show: expected HASH as 32 hex digits, got '" + hash + "'");
@@ -138,6 +162,8 @@ int show(KernelCache& cache, const std::string& hash, bool json) {
   // description with this machine's LLVM backend. The key tells whether that is the same code.
   std::string regenerated;
   if ((entry->ir.empty() || entry->assembly.empty()) && entry->backend == "llvm") {
+    const std::string isa = entry_isa(entry->flags);
+    const std::string other_isa = isa.empty() ? "" : select_entry_isa(isa);
     edb::jit::LlvmBackend backend(edb::jit::LlvmBackendOptions{true, true});
     const bool cell = entry->description.starts_with("cell ");
     const edb::jit::CompiledKernel compiled = cell ? backend.compile(edb::jit::parse_cell_program(entry->description))
@@ -149,6 +175,9 @@ int show(KernelCache& cache, const std::string& hash, bool json) {
                       : "regenerated from the description for this machine's target " + compiled.target +
                             " and this build (key " + compiled.key.hex() + "): the stored object was built for "
                             "another target or by another build";
+    if (!other_isa.empty())
+      regenerated += "; for " + std::string(edb::ir::isa_name(edb::ir::selected_isa())) + ", not the entry's " + isa +
+                     " (" + other_isa + ")";
   }
   if (json) {
     const nlohmann::json out = {{"hash", entry->key.hex()},     {"symbol", entry->key.symbol()},

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/isa.h"
 #include "jit/cached_compiler.h"
 #include "jit/kernel_ir.h"
 #include "tests/support/test_support.h"
@@ -323,6 +324,33 @@ TEST(CachedCompiler, EdbCacheShowRegeneratesIrAndAssembly) {
   EXPECT_NE(json.at("ir").get<std::string>().find("define void @" + kernel.symbol()), std::string::npos);
   EXPECT_NE(json.at("assembly").get<std::string>().find(kernel.symbol() + ":"), std::string::npos);
   EXPECT_NE(json.at("regenerated").get<std::string>().find("same key"), std::string::npos);
+}
+
+// An entry compiled under EDB_ISA=avx2 is shown with its own code, not this CPU's widest: `edb-cache
+// show` regenerates for the entry's ISA (same key), with no AVX-512 register in the assembly.
+TEST(CachedCompiler, EdbCacheShowRegeneratesAnEntryForItsOwnIsa) {
+  if (!fs::exists(edb_cache_binary())) GTEST_SKIP() << "edb-cache not built at " << edb_cache_binary();
+  if (ir::host_isa() < ir::Isa::avx2) GTEST_SKIP() << "this CPU runs no AVX2";
+  TempDir dir;
+  const testing::ProgramRun run = testing::run_program(
+      "env", "EDB_ISA=avx2 EDB_CACHE_DIR='" + dir.path() + "' '" + testing::edb_run_binary() +
+                 "' treelstm --limit 4 --repeat 1 --executor jit");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const testing::ProgramRun listed = testing::run_program(edb_cache_binary(), "list --json --dir '" + dir.path() + "'");
+  ASSERT_EQ(listed.status, 0) << listed.err;
+  const auto entries = nlohmann::json::parse(listed.out);
+  ASSERT_FALSE(entries.empty());
+  for (const auto& entry : entries) {
+    const std::string hash = entry.at("hash");
+    const testing::ProgramRun shown = testing::run_program(
+        "env", "-u EDB_ISA '" + edb_cache_binary() + "' show " + hash + " --json --dir '" + dir.path() + "'");
+    ASSERT_EQ(shown.status, 0) << shown.err;
+    const auto json = nlohmann::json::parse(shown.out);
+    EXPECT_NE(json.at("flags").get<std::string>().find("isa=avx2"), std::string::npos) << hash;
+    EXPECT_NE(json.at("regenerated").get<std::string>().find("same key"), std::string::npos)
+        << hash << ": " << json.at("regenerated").get<std::string>();
+    EXPECT_EQ(json.at("assembly").get<std::string>().find("zmm"), std::string::npos) << hash;
+  }
 }
 
 // Golden kernels: the fused kernels the jit executor builds for a small TreeLSTM workload, by
