@@ -14,6 +14,19 @@ std::string to_string(Shape shape) {
   return std::to_string(shape.rows) + "x" + std::to_string(shape.cols);
 }
 
+namespace {
+
+// `field`, loaded at its own width: the barrier after it keeps the compiler from merging the load
+// with the next one into a wider load.
+template <typename T>
+T load_alone(const T& field) {
+  const T value = field;
+  asm volatile("" ::: "memory");
+  return value;
+}
+
+}  // namespace
+
 NodeId Graph::add(Op op, std::span<const NodeId> args, Shape shape, const Attributes& attrs) {
   // Node ids and argument positions are 32-bit: refuse cleanly rather than wrap.
   if (nodes_.size() >= kMaxNodes || arg_pool_.size() + args.size() > kMaxArguments)
@@ -21,27 +34,19 @@ NodeId Graph::add(Op op, std::span<const NodeId> args, Shape shape, const Attrib
                      std::to_string(kMaxArguments) + " argument references; this one is full (" +
                      std::to_string(nodes_.size()) + " nodes): evaluate and start a new trace");
   // `attrs` may lie in this graph's own node array, which the append may move: read first, a
-  // field at a time (the barriers keep the compiler from merging the loads). Callers fill a
-  // default Attributes a field at a time just before, and one wide load across those narrow stores
-  // cannot be forwarded from the store buffer: a copy as a whole waited on every node for them to
-  // reach the cache (nearly half of this function's samples). The node is then written in place,
-  // field by field: built on the stack and copied as a whole, its 64 bytes were read back the same
-  // way.
-  const float constant = attrs.constant;
-  asm volatile("" ::: "memory");
-  const int32_t begin = attrs.begin;
-  asm volatile("" ::: "memory");
-  const int32_t end = attrs.end;
-  asm volatile("" ::: "memory");
-  const int32_t members = attrs.members;
-  asm volatile("" ::: "memory");
-  const int64_t index = attrs.index;
-  asm volatile("" ::: "memory");
-  const uint32_t parameter = attrs.parameter;
-  asm volatile("" ::: "memory");
-  const int32_t target_rows = attrs.target.rows;
-  asm volatile("" ::: "memory");
-  const int32_t target_cols = attrs.target.cols;
+  // field at a time (load_alone). Callers fill a default Attributes a field at a time just
+  // before, and one wide load across those narrow stores cannot be forwarded from the store
+  // buffer: a copy as a whole waited on every node for them to reach the cache (nearly half of
+  // this function's samples). The node is then written in place, field by field: built on the
+  // stack and copied as a whole, its 64 bytes were read back the same way.
+  const float constant = load_alone(attrs.constant);
+  const int32_t begin = load_alone(attrs.begin);
+  const int32_t end = load_alone(attrs.end);
+  const int32_t members = load_alone(attrs.members);
+  const int64_t index = load_alone(attrs.index);
+  const uint32_t parameter = load_alone(attrs.parameter);
+  const int32_t target_rows = load_alone(attrs.target.rows);
+  const int32_t target_cols = load_alone(attrs.target.cols);
   const uint32_t args_begin = static_cast<uint32_t>(arg_pool_.size());
   // One copy: a batch call or a weight's contraction has thousands of arguments.
   arg_pool_.insert(arg_pool_.end(), args.begin(), args.end());

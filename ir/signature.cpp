@@ -175,6 +175,15 @@ TypeId SignatureTable::intern_call(const Graph& graph, std::string_view key, con
   return intern_named(with_key, with_name);
 }
 
+template <typename Make>
+TypeId SignatureTable::recorded_or(std::span<const uint64_t> words, Make&& make) {
+  const uint64_t hash = hash_words(words);
+  if (const TypeId* seen = find_recorded(words, hash)) return *seen;
+  const TypeId type = make();
+  remember_recorded(words, hash, type);
+  return type;
+}
+
 TypeId SignatureTable::intern_call_batch(const Graph& graph, NodeId id) {
   // Batch calls of one cell share a type whatever their sizes and terms (a batch of them runs as
   // the calls of all their members), as calls of the cell do, apart from the plain calls; like
@@ -188,23 +197,18 @@ TypeId SignatureTable::intern_call_batch(const Graph& graph, NodeId id) {
   size_t length = 0;
   words[length++] = uint64_t{1} << 61;
   words[length++] = reinterpret_cast<uintptr_t>(&cell);
-  for (size_t i = 0; i < first_member.size() && length <= kRecordedWords; ++i) {
+  bool fits = true;  // else too many parameters to key: the strings alone
+  for (size_t i = 0; i < first_member.size(); ++i) {
     const Node& a = graph.node(first_member[i]);
     if (a.op != Op::parameter) continue;
-    if (length + 2 > kRecordedWords) {
-      length = kRecordedWords + 1;  // too many to key: the strings alone
-      break;
-    }
+    fits = length + 2 <= kRecordedWords;
+    if (!fits) break;
     words[length++] = i;
     words[length++] = graph.parameter(a.attrs.parameter).uid;
   }
-  if (length > kRecordedWords) return intern_call(graph, cell.key + " batch", cell.signature + " batched", first_member);
-  const std::span<const uint64_t> key(words, length);
-  const uint64_t hash = hash_words(key);
-  if (const TypeId* seen = find_recorded(key, hash)) return *seen;
-  const TypeId type = intern_call(graph, cell.key + " batch", cell.signature + " batched", first_member);
-  remember_recorded(key, hash, type);
-  return type;
+  const auto named = [&] { return intern_call(graph, cell.key + " batch", cell.signature + " batched", first_member); };
+  if (!fits) return named();
+  return recorded_or(std::span<const uint64_t>(words, length), named);
 }
 
 TypeId SignatureTable::intern_node_batch(const Graph& graph, NodeId id) {
@@ -217,7 +221,8 @@ TypeId SignatureTable::intern_node_batch(const Graph& graph, NodeId id) {
   uint64_t words[kRecordedWords];
   size_t length = 0;
   const auto args = graph.args(id);
-  if (2 + 2 * batch.slots() + 1 <= kRecordedWords) {
+  const bool fits = 2 + 2 * batch.slots() + 1 <= kRecordedWords;  // else the strings alone
+  if (fits) {
     words[length++] = (uint64_t{1} << 62) | uint64_t(n.op) | (uint64_t{batch.slots()} << 8);
     words[length++] = pack(member_shape(n));
     for (size_t slot = 0; slot < batch.slots(); ++slot) {
@@ -227,13 +232,9 @@ TypeId SignatureTable::intern_node_batch(const Graph& graph, NodeId id) {
     }
     if (has_flag(n.op, kConstant)) words[length++] = std::bit_cast<uint32_t>(n.attrs.constant);
   }
-  const std::span<const uint64_t> key(words, length);
-  const uint64_t hash = length ? hash_words(key) : 0;
-  if (length)
-    if (const TypeId* seen = find_recorded(key, hash)) return *seen;
-  const TypeId type = intern_node_batch_named(graph, n, batch);
-  if (length) remember_recorded(key, hash, type);
-  return type;
+  const auto named = [&] { return intern_node_batch_named(graph, n, batch); };
+  if (!fits) return named();
+  return recorded_or(std::span<const uint64_t>(words, length), named);
 }
 
 TypeId SignatureTable::intern_node_batch_named(const Graph& graph, const Node& n, const NodeBatch& batch) {
@@ -260,11 +261,7 @@ TypeId SignatureTable::intern_contraction(const Graph& graph, NodeId id, Shape d
   // (its header's top bit, which a node's header never sets, keeps it apart) with no string built.
   const uint64_t words[] = {(uint64_t{1} << 63) | uint64_t(n.op) | (uint64_t{n.arg_count} << 8), pack(dy), pack(x),
                             pack(n.shape)};
-  const uint64_t hash = hash_words(words);
-  if (const TypeId* seen = find_recorded(words, hash)) return *seen;
-  const TypeId type = intern_contraction_named(n, dy, x);
-  remember_recorded(words, hash, type);
-  return type;
+  return recorded_or(words, [&] { return intern_contraction_named(n, dy, x); });
 }
 
 TypeId SignatureTable::intern_contraction_named(const Node& n, Shape dy, Shape x) {
@@ -320,12 +317,7 @@ TypeId SignatureTable::intern_recorded(const Graph& graph, NodeId id, std::span<
     else if (a.op == Op::parameter) words[length++] = (uint64_t{1} << 63) | graph.parameter(a.attrs.parameter).uid;
     else words[length++] = (uint64_t{3} << 62) | pack(a.shape);
   }
-  const std::span<const uint64_t> key(words, length);
-  const uint64_t hash = hash_words(key);
-  if (const TypeId* seen = find_recorded(key, hash)) return *seen;
-  const TypeId type = intern(graph, id);
-  remember_recorded(key, hash, type);
-  return type;
+  return recorded_or(std::span<const uint64_t>(words, length), [&] { return intern(graph, id); });
 }
 
 uint64_t SignatureTable::hash_words(std::span<const uint64_t> words) {

@@ -93,6 +93,9 @@ class SignatureTable {
   static uint64_t hash_words(std::span<const uint64_t> words);  // never 0
   const TypeId* find_recorded(std::span<const uint64_t> words, uint64_t hash) const;  // null: not seen
   void remember_recorded(std::span<const uint64_t> words, uint64_t hash, TypeId type);
+  // The type the cache holds for `words`, else make()'s (a string path), remembered under them.
+  template <typename Make>
+  TypeId recorded_or(std::span<const uint64_t> words, Make&& make);
   TypeId intern_contraction_named(const Node& n, Shape dy, Shape x);  // the string paths
   TypeId intern_node_batch_named(const Graph& graph, const Node& n, const NodeBatch& batch);
   size_t recorded_count_ = 0;

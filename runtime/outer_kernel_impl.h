@@ -175,6 +175,7 @@ void tiles(const float* row_panels, const float* col_panels, int64_t depth, floa
       const float* a = row_panels + ti * kRows * depth;
       const float* b = col_panels + tj * kCols * depth;
       float* c = out + tj * kCols * ld + ti * kRows;
+      // The full tile called directly (inlined), the edges through tile_for.
       if (live_rows == kRows && live_cols == kCols) tile<2, kCols>(a, b, depth, c, ld, live_rows, live_cols);
       else tile_for(live_rows, live_cols)(a, b, depth, c, ld, live_rows, live_cols);
     }
@@ -278,8 +279,9 @@ constexpr const AddFunction* add_table(std::integer_sequence<int64_t, cols...>) 
 }
 
 // The narrow paths bring fewer columns than kCols / 2 (a bias's one) or, transposed, than kRows
-// / 2 (a classifier's logits): up to 15 with AVX-512, 7 with AVX2, in registers (a block of one
-// vector takes as many accumulators, a load and a broadcast).
+// / 2 (a classifier's logits): at most 15 with AVX-512, 7 with AVX2. Blocks in registers take up
+// to 15 columns, or 13 with 16 registers (a block of one vector needs as many accumulators, a load
+// and a broadcast).
 constexpr int64_t kMostColumnsInRegisters = kRegisters - 3 < 15 ? kRegisters - 3 : 15;
 static_assert(kMostColumnsInRegisters >= kRows / 2 - 1 && kMostColumnsInRegisters >= kCols / 2 - 1);
 

@@ -137,8 +137,8 @@ std::string entry_isa(const std::string& flags) {
 }
 
 // Regenerates for the entry's own ISA where it can: the ISA is read from EDB_ISA once per process,
-// so it is set before the first read, unless the user set it or the CPU cannot run that ISA. The
-// ISA this process then uses, and why it is not the entry's when it is not ("" when it is).
+// so it is set before the first read, unless the user set it or the CPU cannot run that ISA.
+// Returns why this process's ISA is not the entry's, or "" when it is.
 std::string select_entry_isa(const std::string& isa) {
   const std::optional<edb::ir::Isa> wanted = edb::ir::parse_isa(isa);
   std::string why;

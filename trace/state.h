@@ -207,17 +207,21 @@ struct TraceState {
   // By uid first: a table's info names it ("model/name", a string built), which a lookup of a
   // table already registered (every lookup but the first) does not need.
   uint32_t table_index(ModelState& model, uint32_t index) {
-    const uint64_t uid = model.at(index).uid;
-    for (const auto& [seen, graph_index] : tables)
-      if (seen == uid) return graph_index;
+    if (const uint32_t* seen = registered_table(model.at(index).uid)) return *seen;
     return table_index(model.info(index));
   }
   uint32_t table_index(const ir::ParameterInfo& table) {
-    for (const auto& [seen, graph_index] : tables)
-      if (seen == table.uid) return graph_index;
+    if (const uint32_t* seen = registered_table(table.uid)) return *seen;
     const uint32_t graph_index = data.graph.add_parameter(table);
     tables.emplace_back(table.uid, graph_index);
     return graph_index;
+  }
+
+  // The graph's parameter index of the table of `uid`, if this trace registered it.
+  const uint32_t* registered_table(uint64_t uid) const {
+    for (const auto& [seen, graph_index] : tables)
+      if (seen == uid) return &graph_index;
+    return nullptr;
   }
 
   static TraceState* acquire(EngineState* engine);
